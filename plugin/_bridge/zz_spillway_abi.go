@@ -1,0 +1,428 @@
+// Spillway's proxy-wasm ABI bridge for the standard Go toolchain.
+//
+// This file is added into github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/internal
+// at build time with `go build -overlay` (see plugin/wasmbuild). It is never compiled
+// natively: the build tag keeps it out of `go test`, where the SDK's proxytest host is
+// registered instead.
+//
+// Why it is needed: the SDK v0.24.0 declares its host imports and callback exports with
+// TinyGo's `//export` comments, which the gc toolchain ignores. Under gc the SDK compiles
+// abi_hostcalls_mock.go, whose Proxy* functions forward to whatever ProxyWasmHost was
+// registered with RegisterMockWasmHost. This file registers a host that forwards each call
+// to the real `env.proxy_*` import (sizes narrowed to the ABI's i32, `**byte` out-params
+// read back from a u32 address), and wraps the SDK's lowercase callbacks with
+// `//go:wasmexport` so Envoy can call them.
+//
+// Rules this file keeps (see design.md §3):
+//   - no `//go:noescape` on any import: the host may call back into the guest
+//     (proxy_on_memory_allocate) during an import and the goroutine stack can move;
+//   - buffers the host asks for are pinned until the guest has read their address back,
+//     so a GC that runs inside a nested allocation cannot free them;
+//   - no goroutines, no timers, no allocation beyond the buffers the host asks for.
+
+//go:build wasip1
+
+package internal
+
+import (
+	"unsafe"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+func init() {
+	// The SDK's registration takes a mutex that is meant to be released by tests; on wasm
+	// there is a single thread and nothing else registers a host, so it stays held.
+	RegisterMockWasmHost(abiHost{})
+}
+
+// spillwayBridgeMarker is exported so a built module can be checked for the bridge: a build
+// that silently lost the overlay still links, but exports only _initialize.
+//
+//go:wasmexport spillway_abi_bridge_v1
+func spillwayBridgeMarker() uint32 { return 1 }
+
+// ---------------------------------------------------------------------------------------
+// Memory handed to the host.
+//
+// Envoy (WasmBase::copyToPointerSize) calls proxy_on_memory_allocate from inside a hostcall,
+// copies the data into the returned buffer and writes its address as a u32 into the
+// guest's out-param. Until the guest turns that address back into a pointer nothing in Go
+// references the buffer, so it is kept in a small pin ring; the wrapper of the hostcall
+// claims it. A hostcall allocates at most a few buffers, so a ring of eight never wraps
+// within one call; anything left over from a failed call is dropped at the next claim.
+// ---------------------------------------------------------------------------------------
+
+const pinSlots = 8
+
+var (
+	pins    [pinSlots][]byte
+	pinNext int
+)
+
+//go:wasmexport proxy_on_memory_allocate
+func abiOnMemoryAllocate(size uint32) *byte {
+	if size == 0 { // Envoy never asks for 0, but &buf[0] of an empty slice would panic
+		size = 1
+	}
+	buf := make([]byte, size)
+	pins[pinNext] = buf
+	pinNext = (pinNext + 1) % pinSlots
+	return &buf[0]
+}
+
+// claim turns a host-written address back into a Go pointer and releases every pin: once
+// a hostcall has returned, no other buffer it allocated is still owed to the guest.
+func claim(addr uint32) *byte {
+	var p *byte
+	for i := range pins {
+		if b := pins[i]; len(b) > 0 && uint32(uintptr(unsafe.Pointer(&b[0]))) == addr {
+			p = &b[0]
+		}
+		pins[i] = nil
+	}
+	pinNext = 0
+	if p == nil && addr != 0 {
+		// Not ours (a host that wrote into memory it did not allocate through us). Go's heap
+		// does not move objects, so the raw address is still the right one.
+		p = (*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(addr)))
+	}
+	return p
+}
+
+// Out-params written by the host. Package-level, not stack slots: the goroutine stack may
+// move during a nested proxy_on_memory_allocate, and a global costs no allocation.
+var (
+	retAddr uint32
+	retSize int32
+)
+
+// ret copies the host-written (address, size) pair into the SDK's out-params.
+func ret(st Status, data **byte, size *int) Status {
+	if st == StatusOK {
+		*data = claim(retAddr)
+		*size = int(retSize)
+	} else {
+		claim(0)
+	}
+	retAddr, retSize = 0, 0
+	return st
+}
+
+// ---------------------------------------------------------------------------------------
+// Host imports: proxy-wasm ABI 0.2.x with i32 sizes.
+// ---------------------------------------------------------------------------------------
+
+//go:wasmimport env proxy_log
+func hostLog(level LogLevel, msg *byte, msgSize int32) Status
+
+//go:wasmimport env proxy_set_property
+func hostSetProperty(path *byte, pathSize int32, value *byte, valueSize int32) Status
+
+//go:wasmimport env proxy_get_property
+func hostGetProperty(path *byte, pathSize int32, retData *uint32, retSize *int32) Status
+
+//go:wasmimport env proxy_send_local_response
+func hostSendLocalResponse(status uint32, details *byte, detailsSize int32, body *byte, bodySize int32,
+	headers *byte, headersSize int32, grpcStatus int32) Status
+
+//go:wasmimport env proxy_get_shared_data
+func hostGetSharedData(key *byte, keySize int32, retData *uint32, retSize *int32, retCas *uint32) Status
+
+//go:wasmimport env proxy_set_shared_data
+func hostSetSharedData(key *byte, keySize int32, value *byte, valueSize int32, cas uint32) Status
+
+//go:wasmimport env proxy_register_shared_queue
+func hostRegisterSharedQueue(name *byte, nameSize int32, retID *uint32) Status
+
+//go:wasmimport env proxy_resolve_shared_queue
+func hostResolveSharedQueue(vmID *byte, vmIDSize int32, name *byte, nameSize int32, retID *uint32) Status
+
+//go:wasmimport env proxy_dequeue_shared_queue
+func hostDequeueSharedQueue(queueID uint32, retData *uint32, retSize *int32) Status
+
+//go:wasmimport env proxy_enqueue_shared_queue
+func hostEnqueueSharedQueue(queueID uint32, value *byte, valueSize int32) Status
+
+//go:wasmimport env proxy_get_header_map_value
+func hostGetHeaderMapValue(mapType MapType, key *byte, keySize int32, retData *uint32, retSize *int32) Status
+
+//go:wasmimport env proxy_add_header_map_value
+func hostAddHeaderMapValue(mapType MapType, key *byte, keySize int32, value *byte, valueSize int32) Status
+
+//go:wasmimport env proxy_replace_header_map_value
+func hostReplaceHeaderMapValue(mapType MapType, key *byte, keySize int32, value *byte, valueSize int32) Status
+
+//go:wasmimport env proxy_remove_header_map_value
+func hostRemoveHeaderMapValue(mapType MapType, key *byte, keySize int32) Status
+
+//go:wasmimport env proxy_get_header_map_pairs
+func hostGetHeaderMapPairs(mapType MapType, retData *uint32, retSize *int32) Status
+
+//go:wasmimport env proxy_set_header_map_pairs
+func hostSetHeaderMapPairs(mapType MapType, data *byte, size int32) Status
+
+//go:wasmimport env proxy_get_buffer_bytes
+func hostGetBufferBytes(bufferType BufferType, start int32, maxSize int32, retData *uint32, retSize *int32) Status
+
+//go:wasmimport env proxy_set_buffer_bytes
+func hostSetBufferBytes(bufferType BufferType, start int32, maxSize int32, data *byte, size int32) Status
+
+//go:wasmimport env proxy_continue_stream
+func hostContinueStream(streamType StreamType) Status
+
+//go:wasmimport env proxy_close_stream
+func hostCloseStream(streamType StreamType) Status
+
+//go:wasmimport env proxy_http_call
+func hostHttpCall(upstream *byte, upstreamSize int32, headers *byte, headersSize int32, body *byte, bodySize int32,
+	trailers *byte, trailersSize int32, timeoutMs uint32, retToken *uint32) Status
+
+//go:wasmimport env proxy_call_foreign_function
+func hostCallForeignFunction(name *byte, nameSize int32, args *byte, argsSize int32, retData *uint32, retSize *int32) Status
+
+//go:wasmimport env proxy_set_tick_period_milliseconds
+func hostSetTickPeriodMilliseconds(periodMs uint32) Status
+
+//go:wasmimport env proxy_set_effective_context
+func hostSetEffectiveContext(contextID uint32) Status
+
+//go:wasmimport env proxy_done
+func hostDone() Status
+
+//go:wasmimport env proxy_define_metric
+func hostDefineMetric(metricType MetricType, name *byte, nameSize int32, retID *uint32) Status
+
+//go:wasmimport env proxy_increment_metric
+func hostIncrementMetric(metricID uint32, offset int64) Status
+
+//go:wasmimport env proxy_record_metric
+func hostRecordMetric(metricID uint32, value uint64) Status
+
+//go:wasmimport env proxy_get_metric
+func hostGetMetric(metricID uint32, retValue *uint64) Status
+
+// ---------------------------------------------------------------------------------------
+// The SDK's ProxyWasmHost, forwarding to the imports.
+// ---------------------------------------------------------------------------------------
+
+type abiHost struct{}
+
+var _ ProxyWasmHost = abiHost{}
+
+func (abiHost) ProxyLog(level LogLevel, msg *byte, msgSize int) Status {
+	return hostLog(level, msg, int32(msgSize))
+}
+
+func (abiHost) ProxySetProperty(path *byte, pathSize int, value *byte, valueSize int) Status {
+	return hostSetProperty(path, int32(pathSize), value, int32(valueSize))
+}
+
+func (abiHost) ProxyGetProperty(path *byte, pathSize int, data **byte, size *int) Status {
+	return ret(hostGetProperty(path, int32(pathSize), &retAddr, &retSize), data, size)
+}
+
+func (abiHost) ProxySendLocalResponse(status uint32, details *byte, detailsSize int, body *byte, bodySize int,
+	headers *byte, headersSize int, grpcStatus int32) Status {
+	return hostSendLocalResponse(status, details, int32(detailsSize), body, int32(bodySize),
+		headers, int32(headersSize), grpcStatus)
+}
+
+func (abiHost) ProxyGetSharedData(key *byte, keySize int, data **byte, size *int, cas *uint32) Status {
+	return ret(hostGetSharedData(key, int32(keySize), &retAddr, &retSize, cas), data, size)
+}
+
+func (abiHost) ProxySetSharedData(key *byte, keySize int, value *byte, valueSize int, cas uint32) Status {
+	return hostSetSharedData(key, int32(keySize), value, int32(valueSize), cas)
+}
+
+func (abiHost) ProxyRegisterSharedQueue(name *byte, nameSize int, id *uint32) Status {
+	return hostRegisterSharedQueue(name, int32(nameSize), id)
+}
+
+func (abiHost) ProxyResolveSharedQueue(vmID *byte, vmIDSize int, name *byte, nameSize int, id *uint32) Status {
+	return hostResolveSharedQueue(vmID, int32(vmIDSize), name, int32(nameSize), id)
+}
+
+func (abiHost) ProxyDequeueSharedQueue(queueID uint32, data **byte, size *int) Status {
+	return ret(hostDequeueSharedQueue(queueID, &retAddr, &retSize), data, size)
+}
+
+func (abiHost) ProxyEnqueueSharedQueue(queueID uint32, value *byte, valueSize int) Status {
+	return hostEnqueueSharedQueue(queueID, value, int32(valueSize))
+}
+
+func (abiHost) ProxyGetHeaderMapValue(mapType MapType, key *byte, keySize int, data **byte, size *int) Status {
+	return ret(hostGetHeaderMapValue(mapType, key, int32(keySize), &retAddr, &retSize), data, size)
+}
+
+func (abiHost) ProxyAddHeaderMapValue(mapType MapType, key *byte, keySize int, value *byte, valueSize int) Status {
+	return hostAddHeaderMapValue(mapType, key, int32(keySize), value, int32(valueSize))
+}
+
+func (abiHost) ProxyReplaceHeaderMapValue(mapType MapType, key *byte, keySize int, value *byte, valueSize int) Status {
+	return hostReplaceHeaderMapValue(mapType, key, int32(keySize), value, int32(valueSize))
+}
+
+func (abiHost) ProxyContinueStream(streamType StreamType) Status {
+	return hostContinueStream(streamType)
+}
+
+func (abiHost) ProxyCloseStream(streamType StreamType) Status { return hostCloseStream(streamType) }
+
+func (abiHost) ProxyRemoveHeaderMapValue(mapType MapType, key *byte, keySize int) Status {
+	return hostRemoveHeaderMapValue(mapType, key, int32(keySize))
+}
+
+func (abiHost) ProxyGetHeaderMapPairs(mapType MapType, data **byte, size *int) Status {
+	return ret(hostGetHeaderMapPairs(mapType, &retAddr, &retSize), data, size)
+}
+
+func (abiHost) ProxySetHeaderMapPairs(mapType MapType, data *byte, size int) Status {
+	return hostSetHeaderMapPairs(mapType, data, int32(size))
+}
+
+func (abiHost) ProxyGetBufferBytes(bufferType BufferType, start int, maxSize int, data **byte, size *int) Status {
+	return ret(hostGetBufferBytes(bufferType, int32(start), int32(maxSize), &retAddr, &retSize), data, size)
+}
+
+func (abiHost) ProxySetBufferBytes(bufferType BufferType, start int, maxSize int, data *byte, size int) Status {
+	return hostSetBufferBytes(bufferType, int32(start), int32(maxSize), data, int32(size))
+}
+
+func (abiHost) ProxyHttpCall(upstream *byte, upstreamSize int, headers *byte, headersSize int, body *byte, bodySize int,
+	trailers *byte, trailersSize int, timeoutMs uint32, token *uint32) Status {
+	return hostHttpCall(upstream, int32(upstreamSize), headers, int32(headersSize), body, int32(bodySize),
+		trailers, int32(trailersSize), timeoutMs, token)
+}
+
+func (abiHost) ProxyCallForeignFunction(name *byte, nameSize int, args *byte, argsSize int, data **byte, size *int) Status {
+	return ret(hostCallForeignFunction(name, int32(nameSize), args, int32(argsSize), &retAddr, &retSize), data, size)
+}
+
+func (abiHost) ProxySetTickPeriodMilliseconds(periodMs uint32) Status {
+	return hostSetTickPeriodMilliseconds(periodMs)
+}
+
+func (abiHost) ProxySetEffectiveContext(contextID uint32) Status {
+	return hostSetEffectiveContext(contextID)
+}
+
+func (abiHost) ProxyDone() Status { return hostDone() }
+
+func (abiHost) ProxyDefineMetric(metricType MetricType, name *byte, nameSize int, id *uint32) Status {
+	return hostDefineMetric(metricType, name, int32(nameSize), id)
+}
+
+func (abiHost) ProxyIncrementMetric(metricID uint32, offset int64) Status {
+	return hostIncrementMetric(metricID, offset)
+}
+
+func (abiHost) ProxyRecordMetric(metricID uint32, value uint64) Status {
+	return hostRecordMetric(metricID, value)
+}
+
+func (abiHost) ProxyGetMetric(metricID uint32, value *uint64) Status {
+	return hostGetMetric(metricID, value)
+}
+
+// ---------------------------------------------------------------------------------------
+// Exports: the proxy-wasm 0.2.0 callbacks, wrapping the SDK's handlers. Booleans from the
+// host arrive as i32 (non-zero is true); booleans to the host leave as i32 0/1.
+// ---------------------------------------------------------------------------------------
+
+func boolU32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+//go:wasmexport proxy_abi_version_0_2_0
+func abiVersion() { proxyABIVersion() }
+
+//go:wasmexport proxy_on_vm_start
+func abiOnVMStart(rootContextID uint32, vmConfigSize uint32) uint32 {
+	return boolU32(bool(proxyOnVMStart(rootContextID, int(vmConfigSize))))
+}
+
+//go:wasmexport proxy_on_configure
+func abiOnConfigure(rootContextID uint32, pluginConfigSize uint32) uint32 {
+	return boolU32(bool(proxyOnConfigure(rootContextID, int(pluginConfigSize))))
+}
+
+//go:wasmexport proxy_on_context_create
+func abiOnContextCreate(contextID uint32, parentID uint32) { proxyOnContextCreate(contextID, parentID) }
+
+//go:wasmexport proxy_on_new_connection
+func abiOnNewConnection(contextID uint32) types.Action { return proxyOnNewConnection(contextID) }
+
+//go:wasmexport proxy_on_downstream_data
+func abiOnDownstreamData(contextID uint32, size uint32, endOfStream uint32) types.Action {
+	return proxyOnDownstreamData(contextID, int(size), endOfStream != 0)
+}
+
+//go:wasmexport proxy_on_downstream_connection_close
+func abiOnDownstreamConnectionClose(contextID uint32, peer types.PeerType) {
+	proxyOnDownstreamConnectionClose(contextID, peer)
+}
+
+//go:wasmexport proxy_on_upstream_data
+func abiOnUpstreamData(contextID uint32, size uint32, endOfStream uint32) types.Action {
+	return proxyOnUpstreamData(contextID, int(size), endOfStream != 0)
+}
+
+//go:wasmexport proxy_on_upstream_connection_close
+func abiOnUpstreamConnectionClose(contextID uint32, peer types.PeerType) {
+	proxyOnUpstreamConnectionClose(contextID, peer)
+}
+
+//go:wasmexport proxy_on_request_headers
+func abiOnRequestHeaders(contextID uint32, count uint32, endOfStream uint32) types.Action {
+	return proxyOnRequestHeaders(contextID, int(count), endOfStream != 0)
+}
+
+//go:wasmexport proxy_on_request_body
+func abiOnRequestBody(contextID uint32, size uint32, endOfStream uint32) types.Action {
+	return proxyOnRequestBody(contextID, int(size), endOfStream != 0)
+}
+
+//go:wasmexport proxy_on_request_trailers
+func abiOnRequestTrailers(contextID uint32, count uint32) types.Action {
+	return proxyOnRequestTrailers(contextID, int(count))
+}
+
+//go:wasmexport proxy_on_response_headers
+func abiOnResponseHeaders(contextID uint32, count uint32, endOfStream uint32) types.Action {
+	return proxyOnResponseHeaders(contextID, int(count), endOfStream != 0)
+}
+
+//go:wasmexport proxy_on_response_body
+func abiOnResponseBody(contextID uint32, size uint32, endOfStream uint32) types.Action {
+	return proxyOnResponseBody(contextID, int(size), endOfStream != 0)
+}
+
+//go:wasmexport proxy_on_response_trailers
+func abiOnResponseTrailers(contextID uint32, count uint32) types.Action {
+	return proxyOnResponseTrailers(contextID, int(count))
+}
+
+//go:wasmexport proxy_on_http_call_response
+func abiOnHttpCallResponse(rootContextID, token uint32, headers, bodySize, trailers uint32) {
+	proxyOnHttpCallResponse(rootContextID, token, int(headers), int(bodySize), int(trailers))
+}
+
+//go:wasmexport proxy_on_log
+func abiOnLog(contextID uint32) { proxyOnLog(contextID) }
+
+//go:wasmexport proxy_on_done
+func abiOnDone(contextID uint32) uint32 { return boolU32(proxyOnDone(contextID)) }
+
+//go:wasmexport proxy_on_delete
+func abiOnDelete(contextID uint32) { proxyOnDelete(contextID) }
+
+//go:wasmexport proxy_on_queue_ready
+func abiOnQueueReady(rootContextID, queueID uint32) { proxyOnQueueReady(rootContextID, queueID) }
+
+//go:wasmexport proxy_on_tick
+func abiOnTick(rootContextID uint32) { proxyOnTick(rootContextID) }

@@ -1,0 +1,105 @@
+// Package failure is the shared vocabulary of an upstream failure: why an attempt failed,
+// which scope it blames, and what each resilience layer should do about it. Classification
+// produces a Verdict; the breaker, connection cooldown, model lockout and combo retry
+// consume it.
+package failure
+
+import "time"
+
+// Reason says why an attempt failed. The string values are stable: they appear in admin
+// output, logs and error diagnostics.
+type Reason string
+
+// Reasons, after the guide's checkFallbackError() and classify429().
+const (
+	ReasonNone               Reason = ""                    // success
+	ReasonRateLimit          Reason = "rate_limit"          // transient 429
+	ReasonQuotaExhausted     Reason = "quota_exhausted"     // daily/monthly quota, locked until reset
+	ReasonConcurrencyLimited Reason = "concurrency_limited" // account healthy but busy
+	ReasonServerError        Reason = "server_error"        // 5xx at provider level
+	ReasonTimeout            Reason = "timeout"             // 408/504 or upstream timeout
+	ReasonTransport          Reason = "transport_error"     // connection reset, refused, no upstream
+	ReasonAuthError          Reason = "auth_error"          // 401/403 credential problem
+	ReasonNotFound           Reason = "not_found"           // 404 model or route
+	ReasonModelCapacity      Reason = "model_capacity"      // model overloaded (e.g. Anthropic 529)
+	ReasonCreditsExhausted   Reason = "credits_exhausted"   // billing: no credits left (terminal)
+	ReasonBanned             Reason = "banned"              // account banned (terminal)
+	ReasonExpired            Reason = "expired"             // credential expired
+	ReasonRequestRejected    Reason = "request_rejected"    // upstream refused this request
+	ReasonBadRequest         Reason = "bad_request"         // 400 caused by the request itself
+	ReasonStreamStall        Reason = "stream_stall"        // content stall / slow stream watchdog
+	ReasonUnknown            Reason = "unknown"
+)
+
+// Scope says what a failure blames, and so which state it writes.
+type Scope string
+
+// Scopes, from widest to narrowest.
+const (
+	ScopeNone        Scope = ""           // nothing to record (e.g. the client's own 400)
+	ScopeProvider    Scope = "provider"   // the whole provider: breaker
+	ScopeConnection  Scope = "connection" // one account/key: connection cooldown
+	ScopeQuotaFamily Scope = "quota"      // the model's quota family on one connection
+	ScopeModel       Scope = "model"      // the bare model on one connection
+	ScopeExact       Scope = "exact"      // exactly provider + connection + model
+)
+
+// Terminal is a connection state that is not a cooldown: it stays until an operator resets
+// it or the credential changes.
+type Terminal string
+
+// Terminal states (guide §2).
+const (
+	TerminalNone             Terminal = ""
+	TerminalBanned           Terminal = "banned"
+	TerminalExpired          Terminal = "expired"
+	TerminalCreditsExhausted Terminal = "credits_exhausted"
+)
+
+// HintSource says where an upstream retry hint came from. Only typed Google RetryInfo
+// hints may turn into a long model lockout.
+type HintSource uint8
+
+// Hint sources.
+const (
+	HintNone            HintSource = iota
+	HintRetryAfter                 // Retry-After header (seconds or HTTP date)
+	HintRateLimitReset             // X-RateLimit-Reset style headers
+	HintGoogleRetryInfo            // typed google.rpc.RetryInfo retryDelay in the body
+	HintBodyField                  // retry_after_ms / retryAfter fields in the body
+	HintBodyText                   // "try again in 30s", "reset after 2h30m14s"
+	HintRestatement                // a restatement rule's defaultRetryAfterMs
+	HintRule                       // a provider error rule's declared cooldown
+)
+
+// Verdict is what classification decides about one failed attempt.
+type Verdict struct {
+	Status       int           // upstream status after restatement
+	Reason       Reason        // why it failed
+	Fallback     bool          // try the next candidate within the same request
+	Scope        Scope         // what to blame
+	CountBreaker bool          // counts against the provider breaker
+	Cooldown     time.Duration // cooldown to apply at Scope (0 = the layer's own default)
+	RetryHint    time.Duration // upstream's own retry hint (0 = none)
+	HintSource   HintSource    // where RetryHint came from
+	Terminal     Terminal      // terminal state to set on the connection
+	// KeepBackoff leaves the connection's backoff level alone (concurrency-limit 429s).
+	KeepBackoff bool
+	// RuleID names the restatement or provider error rule that decided, if any.
+	RuleID string
+}
+
+// Transient reports whether waiting a little could make the target usable again: true for
+// rate limits, concurrency limits, capacity and server errors; false for quota exhaustion,
+// auth, not-found and terminal states (combo retry never waits on those).
+func (v Verdict) Transient() bool {
+	if v.Terminal != TerminalNone {
+		return false
+	}
+	switch v.Reason {
+	case ReasonRateLimit, ReasonConcurrencyLimited, ReasonServerError, ReasonTimeout,
+		ReasonTransport, ReasonModelCapacity:
+		return true
+	}
+	return false
+}

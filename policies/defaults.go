@@ -1,0 +1,157 @@
+package policies
+
+import "time"
+
+// Profile is a provider's class, which selects its default thresholds (the guide's
+// PROVIDER_PROFILES): subscription accounts behind OAuth, API keys, or a local server.
+type Profile string
+
+// The profiles of the Resilience Guide.
+const (
+	ProfileOAuth  Profile = "oauth"
+	ProfileAPIKey Profile = "apikey"
+	ProfileLocal  Profile = "local"
+)
+
+// Profiles lists every valid profile, in a stable order.
+var Profiles = []Profile{ProfileOAuth, ProfileAPIKey, ProfileLocal}
+
+// Defaults from the OmniRoute Resilience Guide (shared/seeds, Dutch copy). This file is the
+// one place they live; every other package reads them from here. Where the guide is silent
+// the value is Spillway's own choice and says so.
+
+// Provider circuit breaker (guide §1, PROVIDER_PROFILES).
+const (
+	BreakerOAuthDegradationThreshold  = 5
+	BreakerOAuthFailureThreshold      = 8
+	BreakerOAuthResetTimeout          = 60 * time.Second
+	BreakerAPIKeyDegradationThreshold = 7
+	BreakerAPIKeyFailureThreshold     = 12
+	BreakerAPIKeyResetTimeout         = 30 * time.Second
+	// The local profile opens at 2 failures; its degradation threshold is derived
+	// ("afgeleid"): one failure before opening.
+	BreakerLocalDegradationThreshold = 1
+	BreakerLocalFailureThreshold     = 2
+	BreakerLocalResetTimeout         = 15 * time.Second
+	// BreakerMaxBackoffMultiplier caps how far the reset timeout escalates over repeated
+	// OPEN cycles (reset × 2^cycles, at most × this). The guide names the setting but not
+	// its value; 8 is Spillway's choice.
+	BreakerMaxBackoffMultiplier = 8
+	// BreakerRecoverySuccesses is how many consecutive successes return a DEGRADED
+	// provider to CLOSED ("enough successes"; value is Spillway's choice).
+	BreakerRecoverySuccesses = 3
+)
+
+// BreakerTripStatuses are the only upstream statuses that count against a provider's
+// breaker (plus transport failures). Account-level 401/403/429 never trip it.
+var BreakerTripStatuses = []int{408, 500, 502, 503, 504}
+
+// Opt-in provider cooldown window gate (guide §1, "Opt-in globale Provider Cooldown").
+const (
+	ProviderCooldownEnabled          = false
+	ProviderCooldownOAuthThreshold   = 10
+	ProviderCooldownOAuthWindow      = 15 * time.Minute
+	ProviderCooldownOAuthCooldown    = 5 * time.Minute
+	ProviderCooldownAPIKeyThreshold  = 15
+	ProviderCooldownAPIKeyWindow     = 30 * time.Minute
+	ProviderCooldownAPIKeyCooldown   = 10 * time.Minute
+	ProviderCooldownLocalThreshold   = 2
+	ProviderCooldownLocalWindow      = 5 * time.Minute
+	ProviderCooldownLocalCooldown    = 1 * time.Minute
+	ProviderCooldownMinRetryCooldown = 1 * time.Second // connection-level entries: exponential min → max
+	ProviderCooldownMaxRetryCooldown = 2 * time.Minute // (values are Spillway's choice)
+)
+
+// Connection cooldown (guide §2).
+const (
+	ConnectionCooldownOAuthBase  = 5 * time.Second
+	ConnectionCooldownAPIKeyBase = 3 * time.Second
+	ConnectionCooldownLocalBase  = 1 * time.Second // guide silent; Spillway's choice
+	// ConnectionCooldownMaxBackoffSteps caps failureIndex in base × 2^failureIndex. The
+	// guide exposes the setting ("maximale backoff-stappen") without a value; 8 is
+	// Spillway's choice (3 s → 768 s at most before the max cooldown clamps it).
+	ConnectionCooldownMaxBackoffSteps = 8
+	// ConnectionCooldownMax clamps any computed cooldown, upstream hints included
+	// (Spillway's choice).
+	ConnectionCooldownMax = 30 * time.Minute
+	// ConcurrencyLimitCooldown is the fixed cooldown of a concurrency-limit 429
+	// (CONCURRENCY_LIMIT_COOLDOWN_MS).
+	ConcurrencyLimitCooldown = 1 * time.Second
+	// ExpiredRetryMax is how many bounded retries an expired credential gets before it
+	// becomes terminal (EXPIRED_RETRY_MAX).
+	ExpiredRetryMax = 3
+	// RequestRejectedStreak is how many consecutive upstream rejections ban a connection.
+	RequestRejectedStreak = 3
+	// StreamStallCooldownEnabled: a content stall records the error but does not cool.
+	StreamStallCooldownEnabled = false
+)
+
+// Model lockout (guide §3, DEFAULT_MODEL_LOCKOUT_SETTINGS).
+const (
+	ModelLockoutEnabled               = false
+	ModelLockoutBaseCooldown          = 120 * time.Second
+	ModelLockoutMaxCooldown           = 30 * time.Minute
+	ModelLockoutMaxBackoffSteps       = 10
+	ModelLockoutUseExponentialBackoff = true
+	// ModelLockoutLongRetryCap caps a lockout made from a long typed Google RetryInfo hint.
+	ModelLockoutLongRetryCap = 24 * time.Hour
+)
+
+// ModelLockoutErrorCodes are the upstream statuses that count as model-level failures.
+var ModelLockoutErrorCodes = []int{403, 404, 429, 502, 503, 504}
+
+// Request queue admission (guide §5).
+const (
+	RequestQueueMaxWait          = 30 * time.Second
+	RequestQueueExecutionMaxWait = 10 * time.Minute
+	RequestQueueMaxDepth         = 0 // 0 = unbounded
+	RequestQueueMinWait          = 1 * time.Millisecond
+	RequestQueueMaxWaitCap       = 24 * time.Hour
+	RequestQueueMaxDepthCap      = 100000
+)
+
+// Cooldown-aware combo retry (guide §4, comboCooldownWait). The guide names the settings
+// but gives no values; these are Spillway's: wait out short (Gemini-class ~60 s) windows.
+const (
+	ComboCooldownWaitEnabled     = true
+	ComboCooldownWaitMaxWait     = 65 * time.Second
+	ComboCooldownWaitMaxAttempts = 2
+	ComboCooldownWaitBudget      = 90 * time.Second
+)
+
+// Upstream status restatement (guide §7).
+const RestatementDefaultRetryAfter = 60 * time.Second
+
+// Provider error rules (guide §7): agentrouter's model-access-denied rule.
+const AgentrouterModelAccessDeniedCooldown = 6 * time.Hour
+
+// Target selection (guide §2, p2c latency signal).
+const (
+	P2CLatencySamples    = 20
+	P2CLatencyWindow     = 15 * time.Minute
+	P2CLatencyWeight     = 0 // 0 = off
+	P2CLatencyWeightMax  = 20
+	P2CLatencyMinSamples = 3
+)
+
+// Session affinity (guide "Sessieaffiniteit"): TTL 0 turns it off.
+const SessionAffinityTTL = 0
+
+// SessionAffinityHeaders are read for the session key and never forwarded upstream.
+var SessionAffinityHeaders = []string{"x-session-id", "x-codex-session-id", "x-omniroute-session"}
+
+// Slow-stream throughput watchdog (guide §6): off by default. The guide leaves the numbers
+// to its normalisation layer; these are Spillway's.
+const (
+	ThroughputWatchdogEnabled        = false
+	ThroughputWatchdogWarmup         = 10 * time.Second
+	ThroughputWatchdogWindow         = 30 * time.Second
+	ThroughputWatchdogMinBytesPerSec = 8
+	ThroughputWatchdogMinOutput      = 64 // bytes of output before the rate is judged
+)
+
+// Admin API defaults.
+const AdminPathPrefix = "/spillway/api/"
+
+// MaxRequestBodyBytes is the default limit on buffered request bodies (413 above it).
+const MaxRequestBodyBytes = 8 << 20
