@@ -1,0 +1,45 @@
+# Spillway — run `make help` for the targets.
+#
+# Everything is installed by the Go toolchain from the module proxy; nothing here needs root.
+
+GO        ?= go
+BUILD     := build
+WASMBUILD := $(GO) run ./plugin/wasmbuild
+STATICCHECK_VERSION := v0.8.2
+# Test timeout for the whole suite (CI budget: well under 15 minutes on 2 cores).
+TEST_TIMEOUT ?= 12m
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build build/spillway.wasm, the baseline build/noop.wasm and the hostsim test guests.
+	$(WASMBUILD) -o $(BUILD)/spillway.wasm ./plugin
+	$(WASMBUILD) -o $(BUILD)/noop.wasm ./plugin/noop
+	@if [ -f hostsim/testdata/guests/build.sh ]; then bash hostsim/testdata/guests/build.sh $(BUILD)/guests; fi
+
+.PHONY: test
+test: build ## Build, then run every test: native engine tests and wasm tests under hostsim.
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: check
+check: ## Hygiene: gofmt, go vet, staticcheck, and a wasip1 cross-build of the plugin.
+	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	GOOS=wasip1 GOARCH=wasm $(GO) vet ./plugin/...
+
+.PHONY: bench
+bench: build ## Benchmarks: filter cost vs the noop filter in hostsim, and the engine's hot paths.
+	$(GO) test -run '^$$' -bench . -benchmem -count=3 ./hostsim/... ./plugin/... | tee $(BUILD)/bench.txt
+
+.PHONY: serve
+serve: build ## Run the main job: hostsim serve on the embedded demo policy (http://127.0.0.1:10000).
+	$(GO) run ./hostsim/cmd/hostsim serve -wasm $(BUILD)/spillway.wasm
+
+.PHONY: clean
+clean: ## Remove build outputs and derived build files.
+	rm -rf $(BUILD)
