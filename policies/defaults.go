@@ -40,6 +40,11 @@ const (
 	// BreakerRecoverySuccesses is how many consecutive successes return a DEGRADED
 	// provider to CLOSED ("enough successes"; value is Spillway's choice).
 	BreakerRecoverySuccesses = 3
+	// BreakerProbeTimeout bounds a HALF_OPEN probe claim: when the worker holding the
+	// single probe never reports its outcome (it died, or the client went away), another
+	// request may probe after this long. The guide is silent; 60 s is Spillway's choice
+	// (long enough for a slow first byte, short enough to recover promptly).
+	BreakerProbeTimeout = 60 * time.Second
 )
 
 // BreakerTripStatuses are the only upstream statuses that count against a provider's
