@@ -160,3 +160,15 @@ const AdminPathPrefix = "/spillway/api/"
 
 // MaxRequestBodyBytes is the default limit on buffered request bodies (413 above it).
 const MaxRequestBodyBytes = 8 << 20
+
+// ConnectionCooldownUseUpstreamRetryHints: upstream Retry-After / reset headers / reset text
+// win over the computed backoff. The guide states it for API-key 429s; Spillway applies it
+// to every profile by default.
+const ConnectionCooldownUseUpstreamRetryHints = true
+
+// Same-request failover bounds (design §4: "Bound attempts and total time"; Spillway's
+// choice, the guide is silent). The budget matches the execution cap of one attempt.
+const (
+	FailoverMaxAttempts = 3
+	FailoverBudget      = RequestQueueExecutionMaxWait
+)

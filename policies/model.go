@@ -1,0 +1,431 @@
+package policies
+
+// The raw model: what an operator writes. Every optional scalar is a pointer (or a nil
+// slice/map) so that an explicit zero stays distinguishable from "unset, use the default";
+// Resolved() turns a validated Policy into effective values. Doc comments on fields are the
+// JSON Schema descriptions (policies/schema); keep them operator-facing.
+
+// Policy is Spillway's whole configuration: the plugin configuration of the Envoy filter.
+type Policy struct {
+	// Schema is the editor's "$schema" reference; it is accepted and ignored.
+	Schema string `json:"$schema,omitempty"`
+	// Providers are the upstream providers (breaker scope), each with its connections.
+	Providers []Provider `json:"providers" jsonschema:"required"`
+	// Routes are the combos: which targets serve a requested model.
+	Routes []Route `json:"routes" jsonschema:"required"`
+	// Resilience tunes every resilience layer; every block is optional and defaults to the
+	// Resilience Guide's values.
+	Resilience Resilience `json:"resilience,omitzero"`
+	// Admin configures the admin API served by the filter.
+	Admin Admin `json:"admin,omitzero"`
+	// MaxRequestBodyBytes limits the buffered request body; larger requests get 413.
+	// Default 8 MiB; rejected outside 1 KiB–256 MiB.
+	MaxRequestBodyBytes *int64 `json:"maxRequestBodyBytes,omitempty" jsonschema:"minimum=1024,maximum=268435456"`
+
+	// Warnings lists what parsing changed or finds doubtful without rejecting it (values
+	// clamped into their range, weak admin token). Not part of the JSON document.
+	Warnings Errors `json:"-"`
+}
+
+// Provider is one upstream provider: the scope of the circuit breaker and of the opt-in
+// provider cooldown.
+type Provider struct {
+	// ID names the provider (e.g. openai); unique; used in routes, rules, state keys and
+	// response headers. Letters, digits, '.', '_' and '-'.
+	ID string `json:"id" jsonschema:"required,minLength=1,maxLength=64,pattern=^[A-Za-z0-9][A-Za-z0-9._-]*$"`
+	// Profile selects the default thresholds: oauth (subscription accounts), apikey or
+	// local. Default apikey.
+	Profile Profile `json:"profile,omitempty" jsonschema:"enum=oauth,enum=apikey,enum=local"`
+	// Cluster is the Envoy cluster requests for this provider are sent to.
+	Cluster string `json:"cluster" jsonschema:"required,minLength=1"`
+	// Authority optionally rewrites the :authority (Host) header, e.g. api.openai.com.
+	Authority string `json:"authority,omitempty"`
+	// Connections are the accounts or API keys of this provider; at least one.
+	Connections []Connection `json:"connections" jsonschema:"required,minItems=1"`
+	// QuotaFamilies maps model globs to a quota family name: a quota or entitlement failure
+	// (429/403/402) locks out the whole family on that connection, e.g. {"gpt-5*": "gpt-5"}.
+	// Models matching no glob are their own family. Globs are tried in key order.
+	QuotaFamilies map[string]string `json:"quotaFamilies,omitempty"`
+}
+
+// Connection is one account or API key of a provider: the scope of the connection cooldown,
+// the concurrency caps and the request queue.
+type Connection struct {
+	// ID names the connection; unique across the whole policy (it keys shared state).
+	// Letters, digits, '.', '_' and '-'.
+	ID string `json:"id" jsonschema:"required,minLength=1,maxLength=64,pattern=^[A-Za-z0-9][A-Za-z0-9._-]*$"`
+	// Credential is the header Spillway sets on requests sent through this connection.
+	// Optional (local providers often need none).
+	Credential *Credential `json:"credential,omitempty"`
+	// MaxConcurrent caps the requests in flight on this connection; unset = no cap.
+	// Requests over the cap queue (requestQueue). Rejected below 1.
+	MaxConcurrent *int `json:"maxConcurrent,omitempty" jsonschema:"minimum=1"`
+	// ModelConcurrency caps the requests in flight per upstream model on this connection
+	// (exact model id as sent upstream); both this and maxConcurrent apply. Values ≥ 1.
+	ModelConcurrency map[string]int `json:"modelConcurrency,omitempty"`
+	// Weight is this connection's share for weighted strategies. Default 1; 0 takes it
+	// out of weighted selection; rejected outside 0–1000.
+	Weight *int `json:"weight,omitempty" jsonschema:"minimum=0,maximum=1000"`
+	// RateLimitOverrides override the request queue budgets for this connection only
+	// (precedence: default < resilience.requestQueue < this).
+	RateLimitOverrides *RateLimitOverrides `json:"rateLimitOverrides,omitempty"`
+}
+
+// Credential is a header name and value injected upstream. The value usually comes from the
+// VM environment ("Bearer ${OPENAI_KEY}") and never appears in errors, logs or output.
+type Credential struct {
+	// Header is the header name, e.g. authorization or x-api-key (an HTTP token; stored
+	// lower-case). Hop-by-hop, framing and pseudo headers are rejected.
+	Header string `json:"header" jsonschema:"required,minLength=1"`
+	// Value is the header value; ${ENV} expands from the VM environment.
+	Value string `json:"value" jsonschema:"required,minLength=1"`
+}
+
+// RateLimitOverrides are per-connection queue budgets (guide §5 precedence: environment
+// default < resilience.requestQueue < per-connection override).
+type RateLimitOverrides struct {
+	// MaxWaitMs is how long a request may wait in this connection's queue. Clamped to
+	// 1 ms–24 h.
+	MaxWaitMs *int64 `json:"maxWaitMs,omitempty"`
+	// ExecutionMaxWaitMs caps one dispatched attempt on this connection. Clamped to
+	// 1 ms–24 h.
+	ExecutionMaxWaitMs *int64 `json:"executionMaxWaitMs,omitempty"`
+}
+
+// Strategy is how a route chooses among its candidates.
+type Strategy string
+
+// The routing strategies Spillway implements (a subset of the guide's twenty).
+const (
+	// StrategyPriority tries candidates in declaration order.
+	StrategyPriority Strategy = "priority"
+	// StrategyWeighted picks at random in proportion to weights.
+	StrategyWeighted Strategy = "weighted"
+	// StrategyRoundRobin rotates through candidates.
+	StrategyRoundRobin Strategy = "round-robin"
+	// StrategyFillFirst uses the first candidate until it is full or unavailable.
+	StrategyFillFirst Strategy = "fill-first"
+	// StrategyRandom picks uniformly at random, then falls back in order.
+	StrategyRandom Strategy = "random"
+	// StrategyStrictRandom shuffles every candidate (no fixed fallback order).
+	StrategyStrictRandom Strategy = "strict-random"
+	// StrategyLeastUsed picks the candidate with the fewest requests in flight.
+	StrategyLeastUsed Strategy = "least-used"
+	// StrategyP2C compares two random candidates (power of two choices), optionally
+	// weighted by latency (resilience.p2cLatency).
+	StrategyP2C Strategy = "p2c"
+)
+
+// Strategies lists every valid strategy, in a stable order.
+var Strategies = []Strategy{StrategyPriority, StrategyWeighted, StrategyRoundRobin,
+	StrategyFillFirst, StrategyRandom, StrategyStrictRandom, StrategyLeastUsed, StrategyP2C}
+
+// Route is a combo: the targets that can serve a requested model.
+type Route struct {
+	// Model is the requested model this route serves: an exact name, or a glob ('*' any
+	// run of characters including '/', '?' one character, [a-z] classes, '\' escapes).
+	// An exact route wins over globs; among globs the first declared wins.
+	Model string `json:"model" jsonschema:"required,minLength=1"`
+	// Strategy chooses among the candidates: each target expanded into its provider's
+	// connections, in declaration order. Default priority.
+	Strategy Strategy `json:"strategy,omitempty" jsonschema:"enum=priority,enum=weighted,enum=round-robin,enum=fill-first,enum=random,enum=strict-random,enum=least-used,enum=p2c"`
+	// Targets are where the request may go, in fallback order; at least one.
+	Targets []Target `json:"targets" jsonschema:"required,minItems=1"`
+}
+
+// Target is one provider (optionally one connection of it) and the upstream model to ask for.
+type Target struct {
+	// Provider is the id of a declared provider.
+	Provider string `json:"provider" jsonschema:"required,minLength=1"`
+	// Model is the upstream model to request; unset = the requested model unchanged
+	// (the usual choice for glob routes).
+	Model string `json:"model,omitempty"`
+	// Connection pins this target to one connection of the provider; unset = any.
+	Connection string `json:"connection,omitempty"`
+	// Weight is this target's share for weighted strategies (multiplied by the
+	// connection's weight). Default 1; 0 takes it out of weighted selection.
+	Weight *int `json:"weight,omitempty" jsonschema:"minimum=0,maximum=1000"`
+}
+
+// Resilience holds every resilience block. Each is optional; defaults are the guide's.
+type Resilience struct {
+	// ProviderBreaker is the provider circuit breaker (guide §1), per profile.
+	ProviderBreaker ProviderBreaker `json:"providerBreaker,omitzero"`
+	// ProviderCooldown is the opt-in provider cooldown window gate (guide §1).
+	ProviderCooldown ProviderCooldown `json:"providerCooldown,omitzero"`
+	// ConnectionCooldown is the per-connection cooldown with exponential backoff (guide §2).
+	ConnectionCooldown ConnectionCooldown `json:"connectionCooldown,omitzero"`
+	// ModelLockout is the opt-in provider+connection+model lockout (guide §3).
+	ModelLockout ModelLockout `json:"modelLockout,omitzero"`
+	// RequestQueue is queue admission for connections at their concurrency cap (guide §5).
+	RequestQueue RequestQueue `json:"requestQueue,omitzero"`
+	// ComboCooldownWait waits out short transient cooldowns instead of answering 429
+	// (guide §4).
+	ComboCooldownWait ComboCooldownWait `json:"comboCooldownWait,omitzero"`
+	// Failover bounds same-request failover to the next candidate.
+	Failover Failover `json:"failover,omitzero"`
+	// StatusRestatement rewrites misleading upstream statuses before classification
+	// (guide §7), e.g. agentrouter's 403 "额度不足" to 429.
+	StatusRestatement []RestatementRule `json:"statusRestatement,omitempty"`
+	// ProviderErrorRules are operator classification rules: provider + status + markers →
+	// reason, scope and cooldown (guide §7, settings.providerErrorRules).
+	ProviderErrorRules []ProviderErrorRule `json:"providerErrorRules,omitempty"`
+	// StreamRecovery holds the stream watchdogs.
+	StreamRecovery StreamRecovery `json:"streamRecovery,omitzero"`
+	// P2CLatency is the opt-in latency signal for p2c selection (guide §2).
+	P2CLatency P2CLatency `json:"p2cLatency,omitzero"`
+	// SessionAffinityTtlMs pins a client session (x-session-id, x-codex-session-id,
+	// x-omniroute-session) to one connection for this long; 0 (default) turns it off.
+	// Rejected outside 0–7 days.
+	SessionAffinityTtlMs *int64 `json:"sessionAffinityTtlMs,omitempty" jsonschema:"minimum=0,maximum=604800000"`
+}
+
+// ProviderBreaker configures the provider circuit breaker per profile.
+type ProviderBreaker struct {
+	// OAuth overrides the oauth profile (default 5 / 8 / 60 s).
+	OAuth BreakerProfile `json:"oauth,omitzero"`
+	// APIKey overrides the apikey profile (default 7 / 12 / 30 s).
+	APIKey BreakerProfile `json:"apikey,omitzero"`
+	// Local overrides the local profile (default 1 / 2 / 15 s).
+	Local BreakerProfile `json:"local,omitzero"`
+	// TripStatuses are the upstream statuses that count against a provider (transport
+	// failures always count). Default [408, 500, 502, 503, 504]. Each 100–599.
+	TripStatuses []int `json:"tripStatuses,omitempty"`
+}
+
+// BreakerProfile is one profile's breaker thresholds.
+type BreakerProfile struct {
+	// DegradationThreshold is the failure count that makes a provider DEGRADED (traffic
+	// still flows). Must be ≥ 1 and ≤ failureThreshold.
+	DegradationThreshold *int `json:"degradationThreshold,omitempty" jsonschema:"minimum=1"`
+	// FailureThreshold is the failure count that OPENs the breaker. Must be ≥ 1.
+	FailureThreshold *int `json:"failureThreshold,omitempty" jsonschema:"minimum=1"`
+	// ResetTimeoutMs is how long the breaker stays OPEN before HALF_OPEN. Rejected
+	// outside 1 s–24 h.
+	ResetTimeoutMs *int64 `json:"resetTimeoutMs,omitempty" jsonschema:"minimum=1000,maximum=86400000"`
+	// CooldownByKind overrides resetTimeoutMs per failure kind of the last failure
+	// (server_error, timeout, transport_error, rate_limit, ...). Values 1 s–24 h.
+	CooldownByKind map[string]int64 `json:"cooldownByKind,omitempty"`
+	// MaxBackoffMultiplier caps how far the OPEN period escalates over repeated OPEN
+	// cycles (resetTimeout × 2^cycles, at most × this). Default 8; rejected outside 1–1024.
+	MaxBackoffMultiplier *int `json:"maxBackoffMultiplier,omitempty" jsonschema:"minimum=1,maximum=1024"`
+	// RecoverySuccesses is how many consecutive successes return a DEGRADED provider to
+	// CLOSED. Default 3; rejected outside 1–1000.
+	RecoverySuccesses *int `json:"recoverySuccesses,omitempty" jsonschema:"minimum=1,maximum=1000"`
+}
+
+// ProviderCooldown is the opt-in provider cooldown window gate (PROVIDER_COOLDOWN_ENABLED).
+type ProviderCooldown struct {
+	// Enabled turns the gate on. Default false.
+	Enabled *bool `json:"enabled,omitempty"`
+	// OAuth overrides the oauth profile (default 10 failures / 15 min → 5 min).
+	OAuth ProviderCooldownProfile `json:"oauth,omitzero"`
+	// APIKey overrides the apikey profile (default 15 failures / 30 min → 10 min).
+	APIKey ProviderCooldownProfile `json:"apikey,omitzero"`
+	// Local overrides the local profile (default 2 failures / 5 min → 1 min).
+	Local ProviderCooldownProfile `json:"local,omitzero"`
+}
+
+// ProviderCooldownProfile is one profile's window gate.
+type ProviderCooldownProfile struct {
+	// ProviderFailureThreshold is the failures within the window that cool the provider.
+	// Rejected below 1.
+	ProviderFailureThreshold *int `json:"providerFailureThreshold,omitempty" jsonschema:"minimum=1"`
+	// ProviderFailureWindowMs is the window failures are counted in. Rejected outside
+	// 1 s–24 h.
+	ProviderFailureWindowMs *int64 `json:"providerFailureWindowMs,omitempty" jsonschema:"minimum=1000,maximum=86400000"`
+	// ProviderCooldownMs is how long a tripped provider cools. Rejected outside 1 s–24 h.
+	ProviderCooldownMs *int64 `json:"providerCooldownMs,omitempty" jsonschema:"minimum=1000,maximum=86400000"`
+	// MinRetryCooldownMs starts the exponential backoff of connection-level entries
+	// (provider:connection). Rejected outside 1 ms–24 h.
+	MinRetryCooldownMs *int64 `json:"minRetryCooldownMs,omitempty" jsonschema:"minimum=1,maximum=86400000"`
+	// MaxRetryCooldownMs caps that backoff; must be ≥ minRetryCooldownMs. Rejected outside
+	// 1 ms–24 h.
+	MaxRetryCooldownMs *int64 `json:"maxRetryCooldownMs,omitempty" jsonschema:"minimum=1,maximum=86400000"`
+}
+
+// ConnectionCooldown configures the per-connection cooldown (guide §2).
+type ConnectionCooldown struct {
+	// OAuth overrides the oauth profile (default base 5 s).
+	OAuth ConnectionCooldownProfile `json:"oauth,omitzero"`
+	// APIKey overrides the apikey profile (default base 3 s).
+	APIKey ConnectionCooldownProfile `json:"apikey,omitzero"`
+	// Local overrides the local profile (default base 1 s).
+	Local ConnectionCooldownProfile `json:"local,omitzero"`
+	// StreamStallCooldown decides whether a content stall cools the connection.
+	StreamStallCooldown StreamStallCooldown `json:"streamStallCooldown,omitzero"`
+	// ConcurrencyLimitCooldownMs is the fixed cooldown of a concurrency-limit 429 (no
+	// backoff step). Default 1 s; rejected outside 0–10 min.
+	ConcurrencyLimitCooldownMs *int64 `json:"concurrencyLimitCooldownMs,omitempty" jsonschema:"minimum=0,maximum=600000"`
+	// ExpiredRetryMax is how many bounded retries an expired credential gets before it
+	// becomes terminal (EXPIRED_RETRY_MAX). Default 3; rejected outside 0–100.
+	ExpiredRetryMax *int `json:"expiredRetryMax,omitempty" jsonschema:"minimum=0,maximum=100"`
+	// RequestRejectedStreak is how many consecutive upstream rejections ban a connection.
+	// Default 3; rejected outside 1–100.
+	RequestRejectedStreak *int `json:"requestRejectedStreak,omitempty" jsonschema:"minimum=1,maximum=100"`
+}
+
+// ConnectionCooldownProfile is one profile's connection cooldown.
+type ConnectionCooldownProfile struct {
+	// BaseCooldownMs is the first cooldown; repeated failures use
+	// baseCooldownMs × 2^failureIndex. Rejected outside 0–24 h.
+	BaseCooldownMs *int64 `json:"baseCooldownMs,omitempty" jsonschema:"minimum=0,maximum=86400000"`
+	// MaxBackoffSteps caps failureIndex. Default 8; rejected outside 0–30.
+	MaxBackoffSteps *int `json:"maxBackoffSteps,omitempty" jsonschema:"minimum=0,maximum=30"`
+	// MaxCooldownMs clamps every computed cooldown, upstream hints included. Default
+	// 30 min; must be ≥ baseCooldownMs; rejected above 24 h.
+	MaxCooldownMs *int64 `json:"maxCooldownMs,omitempty" jsonschema:"minimum=0,maximum=86400000"`
+	// UseUpstreamRetryHints prefers upstream Retry-After / reset headers / reset text
+	// over the computed backoff. Default true.
+	UseUpstreamRetryHints *bool `json:"useUpstreamRetryHints,omitempty"`
+}
+
+// StreamStallCooldown is resilienceSettings.streamStallCooldown.
+type StreamStallCooldown struct {
+	// Enabled makes a content stall cool the connection. Default false (the stall is
+	// recorded but does not cool).
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
+// ModelLockout is DEFAULT_MODEL_LOCKOUT_SETTINGS (guide §3).
+type ModelLockout struct {
+	// Enabled is the master switch. Default false.
+	Enabled *bool `json:"enabled,omitempty"`
+	// ErrorCodes are the upstream statuses that count as model-level failures. Default
+	// [403, 404, 429, 502, 503, 504]. Each 100–599.
+	ErrorCodes []int `json:"errorCodes,omitempty"`
+	// BaseCooldownMs is the first lockout. Default 120 s; clamped to 1 s–24 h.
+	BaseCooldownMs *int64 `json:"baseCooldownMs,omitempty"`
+	// MaxCooldownMs caps the escalated lockout. Default 30 min; clamped to
+	// baseCooldownMs–24 h.
+	MaxCooldownMs *int64 `json:"maxCooldownMs,omitempty"`
+	// MaxBackoffSteps caps the escalation steps. Default 10; clamped to 0–30.
+	MaxBackoffSteps *int `json:"maxBackoffSteps,omitempty"`
+	// UseExponentialBackoff escalates repeated failures exponentially. Default true.
+	UseExponentialBackoff *bool `json:"useExponentialBackoff,omitempty"`
+}
+
+// RequestQueue is resilienceSettings.requestQueue (guide §5).
+type RequestQueue struct {
+	// MaxWaitMs is the queue budget: how long a request may wait for a slot before 429
+	// RATE_LIMIT_QUEUE_TIMEOUT. Default 30 s; clamped to 1 ms–24 h.
+	MaxWaitMs *int64 `json:"maxWaitMs,omitempty"`
+	// ExecutionMaxWaitMs caps one dispatched attempt (504 RATE_LIMIT_EXECUTION_TIMEOUT).
+	// Default 10 min; clamped to 1 ms–24 h.
+	ExecutionMaxWaitMs *int64 `json:"executionMaxWaitMs,omitempty"`
+	// MaxQueueDepth caps how many requests may wait per connection (429
+	// RATE_LIMIT_QUEUE_FULL above it). Default 0 = unbounded; clamped to 0–100000.
+	MaxQueueDepth *int `json:"maxQueueDepth,omitempty"`
+}
+
+// ComboCooldownWait is resilienceSettings.comboCooldownWait (guide §4).
+type ComboCooldownWait struct {
+	// Enabled turns the wait on. Default true.
+	Enabled *bool `json:"enabled,omitempty"`
+	// MaxWaitMs is the longest single wait. Default 65 s; rejected outside 0–24 h.
+	MaxWaitMs *int64 `json:"maxWaitMs,omitempty" jsonschema:"minimum=0,maximum=86400000"`
+	// MaxAttempts is how many times one request may wait. Default 2; rejected outside 0–10.
+	MaxAttempts *int `json:"maxAttempts,omitempty" jsonschema:"minimum=0,maximum=10"`
+	// BudgetMs is the total wait one request may spend. Default 90 s; rejected outside
+	// 0–24 h.
+	BudgetMs *int64 `json:"budgetMs,omitempty" jsonschema:"minimum=0,maximum=86400000"`
+}
+
+// Failover bounds same-request failover (Spillway's own block; the guide is silent).
+type Failover struct {
+	// MaxAttempts is the most upstream attempts one request makes, the first included.
+	// Default 3; rejected outside 1–20.
+	MaxAttempts *int `json:"maxAttempts,omitempty" jsonschema:"minimum=1,maximum=20"`
+	// BudgetMs is the total time one request may spend on attempts before Spillway answers
+	// with the last failure. Default 10 min; rejected outside 1 s–24 h.
+	BudgetMs *int64 `json:"budgetMs,omitempty" jsonschema:"minimum=1000,maximum=86400000"`
+}
+
+// RestatementRule rewrites an upstream status before classification (guide §7).
+type RestatementRule struct {
+	// ID names the rule (reported in x-spillway-restated-from logs); unique.
+	ID string `json:"id" jsonschema:"required,minLength=1"`
+	// Provider is the id of the declared provider the rule applies to.
+	Provider string `json:"provider" jsonschema:"required,minLength=1"`
+	// FromStatuses are the upstream statuses the rule may rewrite; at least one, each
+	// 100–599.
+	FromStatuses []int `json:"fromStatuses" jsonschema:"required,minItems=1"`
+	// ToStatus is the status to restate to (e.g. 429), 100–599.
+	ToStatus int `json:"toStatus" jsonschema:"required,minimum=100,maximum=599"`
+	// TextMarkers: the rule matches when the error body contains any of them
+	// (case-sensitive substring). Empty = any body.
+	TextMarkers []string `json:"textMarkers,omitempty"`
+	// ExcludeMarkers veto the rule when the body contains any of them, even if a text
+	// marker matched (permanent errors keep their status).
+	ExcludeMarkers []string `json:"excludeMarkers,omitempty"`
+	// DefaultRetryAfterMs is the Retry-After told to the client when upstream gave none.
+	// Default 60 s; rejected outside 0–24 h.
+	DefaultRetryAfterMs *int64 `json:"defaultRetryAfterMs,omitempty" jsonschema:"minimum=0,maximum=86400000"`
+}
+
+// ProviderErrorRule is an operator classification rule (settings.providerErrorRules): when
+// a provider's error matches, it decides the failure reason, the scope it blames and the
+// cooldown. A declared rule is the operator's opt-in: its scope is always honoured and it
+// sees the full error text.
+type ProviderErrorRule struct {
+	// ID names the rule; unique.
+	ID string `json:"id" jsonschema:"required,minLength=1"`
+	// Provider is the id of the declared provider the rule applies to.
+	Provider string `json:"provider" jsonschema:"required,minLength=1"`
+	// Status is the upstream status (after restatement) to match; unset = any error status.
+	Status *int `json:"status,omitempty" jsonschema:"minimum=100,maximum=599"`
+	// TextMarkers: the rule matches when the error body contains any of them
+	// (case-sensitive substring). Empty = any body.
+	TextMarkers []string `json:"textMarkers,omitempty"`
+	// ExcludeMarkers veto the rule when the body contains any of them.
+	ExcludeMarkers []string `json:"excludeMarkers,omitempty"`
+	// Reason is the failure reason to record (e.g. quota_exhausted, auth_error).
+	Reason string `json:"reason" jsonschema:"required"`
+	// Scope is what the failure blames: provider, connection, quota (the model's quota
+	// family), model or exact (provider+connection+model).
+	Scope string `json:"scope" jsonschema:"required,enum=provider,enum=connection,enum=quota,enum=model,enum=exact"`
+	// CooldownMs is the declared base cooldown; unset = the layer's own backoff. Model
+	// lockouts are still clamped to modelLockout.maxCooldownMs. Rejected outside 0–30 days.
+	CooldownMs *int64 `json:"cooldownMs,omitempty" jsonschema:"minimum=0,maximum=2592000000"`
+}
+
+// StreamRecovery holds the stream watchdogs (guide §6).
+type StreamRecovery struct {
+	// ThroughputWatchdog aborts an attempt whose useful output is too slow.
+	ThroughputWatchdog ThroughputWatchdog `json:"throughputWatchdog,omitzero"`
+}
+
+// ThroughputWatchdog is resilienceSettings.streamRecovery.throughputWatchdog.
+type ThroughputWatchdog struct {
+	// Enabled turns the watchdog on. Default false.
+	Enabled *bool `json:"enabled,omitempty"`
+	// WindowMs is the rolling window the output rate is measured over. Default 30 s;
+	// clamped to 1 s–10 min.
+	WindowMs *int64 `json:"windowMs,omitempty"`
+	// WarmupMs is the grace period before the first judgement. Default 10 s; clamped to
+	// 0–10 min.
+	WarmupMs *int64 `json:"warmupMs,omitempty"`
+	// MinBytesPerSecond is the slowest acceptable output rate. Default 8; clamped to
+	// 1–1 MiB.
+	MinBytesPerSecond *int64 `json:"minBytesPerSecond,omitempty"`
+	// MinOutputBytes is the output needed before the rate is judged. Default 64; clamped
+	// to 0–1 MiB.
+	MinOutputBytes *int64 `json:"minOutputBytes,omitempty"`
+}
+
+// P2CLatency is resilienceSettings.p2cLatency.
+type P2CLatency struct {
+	// Weight is the most points latency and error rate add to a p2c candidate. 0 (default)
+	// turns it off; clamped to 0–20.
+	Weight *int `json:"weight,omitempty"`
+}
+
+// Admin configures the admin API.
+type Admin struct {
+	// PathPrefix is where the admin API is served; must start and end with '/'. Default
+	// /spillway/api/.
+	PathPrefix string `json:"pathPrefix,omitempty" jsonschema:"pattern=^/.*/$"`
+	// Token is the bearer token the admin API requires; unset or empty = admin API off
+	// (every admin path answers 403). Use ${SPILLWAY_ADMIN_TOKEN}.
+	Token string `json:"token,omitempty"`
+}

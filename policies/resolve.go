@@ -1,0 +1,744 @@
+package policies
+
+import (
+	"bytes"
+	"slices"
+	"time"
+)
+
+// Resolved is a validated policy with every setting at its effective value: defaults from
+// defaults.go applied per provider profile, per-connection overrides folded in, durations as
+// time.Duration, ids indexed. The engine reads this and never re-implements a default.
+// Build it once per configuration with Policy.Resolved and treat it as read-only.
+type Resolved struct {
+	// Providers in declaration order.
+	Providers []ResolvedProvider
+	// Routes in declaration order.
+	Routes []ResolvedRoute
+	// ProviderCooldownEnabled is the opt-in provider cooldown gate's switch (thresholds
+	// are per provider, in ResolvedProvider.ProviderCooldown).
+	ProviderCooldownEnabled bool
+	// ModelLockout is the model lockout layer's settings.
+	ModelLockout ModelLockoutSettings
+	// RequestQueue holds the policy-wide queue settings (per-connection budgets, with
+	// overrides applied, are on ResolvedConnection).
+	RequestQueue RequestQueueSettings
+	// ComboCooldownWait is the cooldown-aware combo retry.
+	ComboCooldownWait ComboCooldownWaitSettings
+	// Failover bounds same-request failover.
+	Failover FailoverSettings
+	// ThroughputWatchdog is the slow-stream watchdog.
+	ThroughputWatchdog ThroughputWatchdogSettings
+	// P2CLatency is the p2c latency signal.
+	P2CLatency P2CLatencySettings
+	// SessionAffinityTTL pins sessions to connections; 0 = off.
+	SessionAffinityTTL time.Duration
+	// SessionAffinityHeaders are read for the session key and never forwarded.
+	SessionAffinityHeaders []string
+	// Admin is the admin API.
+	Admin AdminSettings
+	// MaxRequestBodyBytes is the buffered request body limit (413 above it).
+	MaxRequestBodyBytes int64
+
+	providerByID map[string]int
+	connByID     map[string]connRef
+	exactRoutes  map[string]int
+	globRoutes   []int
+}
+
+// ResolvedProvider is a provider with its profile's effective settings.
+type ResolvedProvider struct {
+	ID        string
+	Profile   Profile
+	Cluster   string
+	Authority string // "" = leave :authority alone
+	// Index is this provider's position in Resolved.Providers.
+	Index       int
+	Connections []ResolvedConnection
+	// Breaker is the circuit breaker for this provider's profile.
+	Breaker BreakerSettings
+	// ProviderCooldown is the window gate for this provider's profile (used only when
+	// Resolved.ProviderCooldownEnabled).
+	ProviderCooldown ProviderCooldownSettings
+	// ConnectionCooldown applies to each of this provider's connections.
+	ConnectionCooldown ConnectionCooldownSettings
+	// QuotaFamilies in the order they are tried.
+	QuotaFamilies []QuotaFamily
+	// StatusRestatement are this provider's restatement rules, in declaration order.
+	StatusRestatement []RestatementSettings
+	// ErrorRules are this provider's classification rules, in declaration order.
+	ErrorRules []ErrorRuleSettings
+}
+
+// ResolvedConnection is a connection with its effective caps and queue budgets.
+type ResolvedConnection struct {
+	ID string
+	// Provider is the index of the connection's provider in Resolved.Providers.
+	Provider int
+	// Index is the connection's position in its provider's Connections.
+	Index int
+	// CredentialHeader is the lower-case header name; "" = inject nothing.
+	CredentialHeader string
+	// CredentialValue is the header value; it prints as [redacted].
+	CredentialValue Secret
+	// MaxConcurrent caps requests in flight; 0 = no cap.
+	MaxConcurrent int
+	// ModelConcurrency caps requests in flight per upstream model; nil = none.
+	ModelConcurrency map[string]int
+	// Weight is the share for weighted strategies.
+	Weight int
+	// QueueMaxWait is the effective queue budget (default < requestQueue < override).
+	QueueMaxWait time.Duration
+	// ExecutionMaxWait is the effective per-attempt execution cap.
+	ExecutionMaxWait time.Duration
+	// MaxQueueDepth caps waiting requests on this connection; 0 = unbounded.
+	MaxQueueDepth int
+}
+
+// ModelConcurrencyCap returns the cap for an upstream model on this connection (0 = none).
+func (c *ResolvedConnection) ModelConcurrencyCap(model string) int {
+	return c.ModelConcurrency[model]
+}
+
+// Secret is a credential or token. It never prints or marshals its value; use Reveal.
+type Secret string
+
+// String hides the value.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// GoString hides the value from %#v.
+func (s Secret) GoString() string { return `"` + s.String() + `"` }
+
+// MarshalJSON hides the value.
+func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + s.String() + `"`), nil }
+
+// Reveal returns the value, for the one place that sends it upstream or compares it.
+func (s Secret) Reveal() string { return string(s) }
+
+// BreakerSettings are one profile's circuit breaker settings.
+type BreakerSettings struct {
+	DegradationThreshold int
+	FailureThreshold     int
+	ResetTimeout         time.Duration
+	// CooldownByKind overrides ResetTimeout by the last failure's kind; nil = none.
+	CooldownByKind       map[string]time.Duration
+	MaxBackoffMultiplier int
+	RecoverySuccesses    int
+	// TripStatuses count against the breaker (transport failures always do).
+	TripStatuses []int
+}
+
+// OpenPeriod is the base OPEN period after a failure of the given kind.
+func (b *BreakerSettings) OpenPeriod(kind string) time.Duration {
+	if d, ok := b.CooldownByKind[kind]; ok {
+		return d
+	}
+	return b.ResetTimeout
+}
+
+// Trips reports whether an upstream status counts against the breaker.
+func (b *BreakerSettings) Trips(status int) bool { return slices.Contains(b.TripStatuses, status) }
+
+// ProviderCooldownSettings are one profile's window gate settings.
+type ProviderCooldownSettings struct {
+	FailureThreshold int
+	FailureWindow    time.Duration
+	Cooldown         time.Duration
+	MinRetryCooldown time.Duration
+	MaxRetryCooldown time.Duration
+}
+
+// ConnectionCooldownSettings are one profile's connection cooldown settings.
+type ConnectionCooldownSettings struct {
+	BaseCooldown          time.Duration
+	MaxBackoffSteps       int
+	MaxCooldown           time.Duration
+	UseUpstreamRetryHints bool
+	// StreamStallCooldown makes a content stall cool the connection.
+	StreamStallCooldown      bool
+	ConcurrencyLimitCooldown time.Duration
+	ExpiredRetryMax          int
+	RequestRejectedStreak    int
+}
+
+// ModelLockoutSettings are the model lockout settings.
+type ModelLockoutSettings struct {
+	Enabled               bool
+	ErrorCodes            []int
+	BaseCooldown          time.Duration
+	MaxCooldown           time.Duration
+	MaxBackoffSteps       int
+	UseExponentialBackoff bool
+	// LongRetryCap caps a lockout made from a long typed Google RetryInfo hint.
+	LongRetryCap time.Duration
+}
+
+// CountsStatus reports whether an upstream status is a model-level failure.
+func (m *ModelLockoutSettings) CountsStatus(status int) bool {
+	return slices.Contains(m.ErrorCodes, status)
+}
+
+// RequestQueueSettings are the policy-wide queue settings.
+type RequestQueueSettings struct {
+	MaxWait          time.Duration
+	ExecutionMaxWait time.Duration
+	MaxQueueDepth    int // 0 = unbounded
+}
+
+// ComboCooldownWaitSettings are the cooldown-aware combo retry settings.
+type ComboCooldownWaitSettings struct {
+	Enabled     bool
+	MaxWait     time.Duration
+	MaxAttempts int
+	Budget      time.Duration
+}
+
+// FailoverSettings bound same-request failover.
+type FailoverSettings struct {
+	MaxAttempts int
+	Budget      time.Duration
+}
+
+// ThroughputWatchdogSettings are the slow-stream watchdog settings.
+type ThroughputWatchdogSettings struct {
+	Enabled           bool
+	Window            time.Duration
+	Warmup            time.Duration
+	MinBytesPerSecond int64
+	MinOutputBytes    int64
+}
+
+// P2CLatencySettings are the p2c latency signal settings (only Weight is configurable).
+type P2CLatencySettings struct {
+	Weight     int // 0 = off
+	Samples    int
+	Window     time.Duration
+	MinSamples int
+}
+
+// AdminSettings are the admin API settings.
+type AdminSettings struct {
+	// Enabled is false when no token is configured: every admin path then answers 403.
+	Enabled    bool
+	PathPrefix string
+	Token      Secret
+}
+
+// QuotaFamily maps model names matching Glob to Family.
+type QuotaFamily struct {
+	Glob   Glob
+	Family string
+}
+
+// RestatementSettings is one status restatement rule.
+type RestatementSettings struct {
+	ID                string
+	Provider          string
+	FromStatuses      []int
+	ToStatus          int
+	TextMarkers       []string
+	ExcludeMarkers    []string
+	DefaultRetryAfter time.Duration
+	text, exclude     [][]byte
+}
+
+// Matches reports whether the rule rewrites this upstream status and error body: the status
+// is one of FromStatuses, the body contains a text marker (or there are none) and no
+// exclude marker. It does not allocate.
+func (r *RestatementSettings) Matches(status int, body []byte) bool {
+	return slices.Contains(r.FromStatuses, status) && markersMatch(body, r.text, r.exclude)
+}
+
+// ErrorRuleSettings is one provider error rule.
+type ErrorRuleSettings struct {
+	ID             string
+	Provider       string
+	Status         int // 0 = any error status
+	TextMarkers    []string
+	ExcludeMarkers []string
+	Reason         string
+	Scope          string
+	// Cooldown is the declared base cooldown, when HasCooldown.
+	Cooldown      time.Duration
+	HasCooldown   bool
+	text, exclude [][]byte
+}
+
+// Matches reports whether the rule applies to this upstream status and error body. It does
+// not allocate.
+func (r *ErrorRuleSettings) Matches(status int, body []byte) bool {
+	return (r.Status == 0 || r.Status == status) && markersMatch(body, r.text, r.exclude)
+}
+
+func markersMatch(body []byte, text, exclude [][]byte) bool {
+	for _, m := range exclude {
+		if bytes.Contains(body, m) {
+			return false
+		}
+	}
+	if len(text) == 0 {
+		return true
+	}
+	for _, m := range text {
+		if bytes.Contains(body, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// ResolvedRoute is a route with its compiled model matcher.
+type ResolvedRoute struct {
+	Model    string
+	Glob     Glob
+	IsGlob   bool
+	Strategy Strategy
+	Targets  []ResolvedTarget
+}
+
+// ResolvedTarget is a route target with indexes into Resolved.
+type ResolvedTarget struct {
+	// Provider is the index in Resolved.Providers.
+	Provider   int
+	ProviderID string
+	// Connection is the index in the provider's Connections, or -1 for any.
+	Connection   int
+	ConnectionID string
+	// Model is the upstream model; "" = the requested model.
+	Model  string
+	Weight int
+}
+
+// UpstreamModel returns the model to send upstream for a requested model.
+func (t *ResolvedTarget) UpstreamModel(requested string) string {
+	if t.Model == "" {
+		return requested
+	}
+	return t.Model
+}
+
+// Route returns the route serving a requested model: the exact route if any, otherwise the
+// first glob route (declaration order) that matches. It does not allocate.
+func (r *Resolved) Route(model string) (*ResolvedRoute, bool) {
+	if i, ok := r.exactRoutes[model]; ok {
+		return &r.Routes[i], true
+	}
+	for _, i := range r.globRoutes {
+		if r.Routes[i].Glob.Match(model) {
+			return &r.Routes[i], true
+		}
+	}
+	return nil, false
+}
+
+// Provider returns a provider by id.
+func (r *Resolved) Provider(id string) (*ResolvedProvider, bool) {
+	i, ok := r.providerByID[id]
+	if !ok {
+		return nil, false
+	}
+	return &r.Providers[i], true
+}
+
+// Connection returns a connection (and its provider) by connection id.
+func (r *Resolved) Connection(id string) (*ResolvedProvider, *ResolvedConnection, bool) {
+	ref, ok := r.connByID[id]
+	if !ok {
+		return nil, nil, false
+	}
+	p := &r.Providers[ref.provider]
+	return p, &p.Connections[ref.index], true
+}
+
+// QuotaFamily returns the quota family of a model on this provider: the family of the first
+// matching glob, or the model itself.
+func (p *ResolvedProvider) QuotaFamily(model string) string {
+	for i := range p.QuotaFamilies {
+		if p.QuotaFamilies[i].Glob.Match(model) {
+			return p.QuotaFamilies[i].Family
+		}
+	}
+	return model
+}
+
+// Resolved computes the effective settings of a validated policy (see Parse and Validate;
+// the result of an invalid policy is unspecified). Call it once per configuration.
+func (p *Policy) Resolved() *Resolved {
+	res := &Resolved{
+		providerByID: make(map[string]int, len(p.Providers)),
+		connByID:     make(map[string]connRef),
+		exactRoutes:  make(map[string]int),
+	}
+	rs := &p.Resilience
+
+	res.ProviderCooldownEnabled = boolOr(rs.ProviderCooldown.Enabled, ProviderCooldownEnabled)
+	res.ModelLockout = resolveModelLockout(&rs.ModelLockout)
+	res.RequestQueue = RequestQueueSettings{
+		MaxWait:          msOr(rs.RequestQueue.MaxWaitMs, RequestQueueMaxWait),
+		ExecutionMaxWait: msOr(rs.RequestQueue.ExecutionMaxWaitMs, RequestQueueExecutionMaxWait),
+		MaxQueueDepth:    intOr(rs.RequestQueue.MaxQueueDepth, RequestQueueMaxDepth),
+	}
+	res.ComboCooldownWait = ComboCooldownWaitSettings{
+		Enabled:     boolOr(rs.ComboCooldownWait.Enabled, ComboCooldownWaitEnabled),
+		MaxWait:     msOr(rs.ComboCooldownWait.MaxWaitMs, ComboCooldownWaitMaxWait),
+		MaxAttempts: intOr(rs.ComboCooldownWait.MaxAttempts, ComboCooldownWaitMaxAttempts),
+		Budget:      msOr(rs.ComboCooldownWait.BudgetMs, ComboCooldownWaitBudget),
+	}
+	res.Failover = FailoverSettings{
+		MaxAttempts: intOr(rs.Failover.MaxAttempts, FailoverMaxAttempts),
+		Budget:      msOr(rs.Failover.BudgetMs, FailoverBudget),
+	}
+	w := &rs.StreamRecovery.ThroughputWatchdog
+	res.ThroughputWatchdog = ThroughputWatchdogSettings{
+		Enabled:           boolOr(w.Enabled, ThroughputWatchdogEnabled),
+		Window:            msOr(w.WindowMs, ThroughputWatchdogWindow),
+		Warmup:            msOr(w.WarmupMs, ThroughputWatchdogWarmup),
+		MinBytesPerSecond: int64Or(w.MinBytesPerSecond, ThroughputWatchdogMinBytesPerSec),
+		MinOutputBytes:    int64Or(w.MinOutputBytes, ThroughputWatchdogMinOutput),
+	}
+	res.P2CLatency = P2CLatencySettings{
+		Weight:     intOr(rs.P2CLatency.Weight, P2CLatencyWeight),
+		Samples:    P2CLatencySamples,
+		Window:     P2CLatencyWindow,
+		MinSamples: P2CLatencyMinSamples,
+	}
+	res.SessionAffinityTTL = msOr(rs.SessionAffinityTtlMs, SessionAffinityTTL)
+	res.SessionAffinityHeaders = slices.Clone(SessionAffinityHeaders)
+	res.Admin = AdminSettings{
+		Enabled:    p.Admin.Token != "",
+		PathPrefix: stringOr(p.Admin.PathPrefix, AdminPathPrefix),
+		Token:      Secret(p.Admin.Token),
+	}
+	res.MaxRequestBodyBytes = int64Or(p.MaxRequestBodyBytes, MaxRequestBodyBytes)
+
+	for i := range p.Providers {
+		res.Providers = append(res.Providers, res.resolveProvider(p, i))
+	}
+	for i := range p.Routes {
+		res.Routes = append(res.Routes, res.resolveRoute(&p.Routes[i]))
+		route := &res.Routes[i]
+		if route.IsGlob {
+			res.globRoutes = append(res.globRoutes, i)
+		} else if _, dup := res.exactRoutes[route.Model]; !dup {
+			res.exactRoutes[route.Model] = i
+		}
+	}
+	return res
+}
+
+func (res *Resolved) resolveProvider(p *Policy, index int) ResolvedProvider {
+	pr := &p.Providers[index]
+	rs := &p.Resilience
+	profile := pr.Profile
+	if profile == "" {
+		profile = ProfileAPIKey
+	}
+	out := ResolvedProvider{
+		ID:                 pr.ID,
+		Profile:            profile,
+		Cluster:            pr.Cluster,
+		Authority:          pr.Authority,
+		Index:              index,
+		Breaker:            resolveBreaker(&rs.ProviderBreaker, profile),
+		ProviderCooldown:   resolveProviderCooldown(&rs.ProviderCooldown, profile),
+		ConnectionCooldown: resolveConnectionCooldown(&rs.ConnectionCooldown, profile),
+	}
+	if _, dup := res.providerByID[pr.ID]; !dup {
+		res.providerByID[pr.ID] = index
+	}
+	for _, glob := range sortedKeys(pr.QuotaFamilies) {
+		if g, err := CompileGlob(glob); err == nil {
+			out.QuotaFamilies = append(out.QuotaFamilies, QuotaFamily{Glob: g, Family: pr.QuotaFamilies[glob]})
+		}
+	}
+	queueWait := msOr(rs.RequestQueue.MaxWaitMs, RequestQueueMaxWait)
+	execWait := msOr(rs.RequestQueue.ExecutionMaxWaitMs, RequestQueueExecutionMaxWait)
+	for ci := range pr.Connections {
+		c := &pr.Connections[ci]
+		rc := ResolvedConnection{
+			ID:               c.ID,
+			Provider:         index,
+			Index:            ci,
+			MaxConcurrent:    intOr(c.MaxConcurrent, 0),
+			Weight:           intOr(c.Weight, 1),
+			QueueMaxWait:     queueWait,
+			ExecutionMaxWait: execWait,
+			MaxQueueDepth:    intOr(rs.RequestQueue.MaxQueueDepth, RequestQueueMaxDepth),
+		}
+		if c.Credential != nil {
+			rc.CredentialHeader = c.Credential.Header
+			rc.CredentialValue = Secret(c.Credential.Value)
+		}
+		if len(c.ModelConcurrency) > 0 {
+			rc.ModelConcurrency = make(map[string]int, len(c.ModelConcurrency))
+			for m, n := range c.ModelConcurrency {
+				rc.ModelConcurrency[m] = n
+			}
+		}
+		if o := c.RateLimitOverrides; o != nil {
+			rc.QueueMaxWait = msOr(o.MaxWaitMs, queueWait)
+			rc.ExecutionMaxWait = msOr(o.ExecutionMaxWaitMs, execWait)
+		}
+		if _, dup := res.connByID[c.ID]; !dup {
+			res.connByID[c.ID] = connRef{provider: index, index: ci}
+		}
+		out.Connections = append(out.Connections, rc)
+	}
+	for i := range rs.StatusRestatement {
+		r := &rs.StatusRestatement[i]
+		if r.Provider != pr.ID {
+			continue
+		}
+		out.StatusRestatement = append(out.StatusRestatement, RestatementSettings{
+			ID:                r.ID,
+			Provider:          r.Provider,
+			FromStatuses:      slices.Clone(r.FromStatuses),
+			ToStatus:          r.ToStatus,
+			TextMarkers:       slices.Clone(r.TextMarkers),
+			ExcludeMarkers:    slices.Clone(r.ExcludeMarkers),
+			DefaultRetryAfter: msOr(r.DefaultRetryAfterMs, RestatementDefaultRetryAfter),
+			text:              toBytes(r.TextMarkers),
+			exclude:           toBytes(r.ExcludeMarkers),
+		})
+	}
+	for i := range rs.ProviderErrorRules {
+		r := &rs.ProviderErrorRules[i]
+		if r.Provider != pr.ID {
+			continue
+		}
+		out.ErrorRules = append(out.ErrorRules, ErrorRuleSettings{
+			ID:             r.ID,
+			Provider:       r.Provider,
+			Status:         intOr(r.Status, 0),
+			TextMarkers:    slices.Clone(r.TextMarkers),
+			ExcludeMarkers: slices.Clone(r.ExcludeMarkers),
+			Reason:         r.Reason,
+			Scope:          r.Scope,
+			Cooldown:       msOr(r.CooldownMs, 0),
+			HasCooldown:    r.CooldownMs != nil,
+			text:           toBytes(r.TextMarkers),
+			exclude:        toBytes(r.ExcludeMarkers),
+		})
+	}
+	return out
+}
+
+func (res *Resolved) resolveRoute(r *Route) ResolvedRoute {
+	out := ResolvedRoute{Model: r.Model, Strategy: r.Strategy, IsGlob: IsGlob(r.Model)}
+	if out.Strategy == "" {
+		out.Strategy = StrategyPriority
+	}
+	if out.IsGlob {
+		out.Glob, _ = CompileGlob(r.Model) // validated; an invalid glob matches nothing
+	}
+	for _, t := range r.Targets {
+		rt := ResolvedTarget{
+			Provider:     -1,
+			ProviderID:   t.Provider,
+			Connection:   -1,
+			ConnectionID: t.Connection,
+			Model:        t.Model,
+			Weight:       intOr(t.Weight, 1),
+		}
+		if i, ok := res.providerByID[t.Provider]; ok {
+			rt.Provider = i
+		}
+		if ref, ok := res.connByID[t.Connection]; ok && t.Connection != "" {
+			rt.Connection = ref.index
+		}
+		out.Targets = append(out.Targets, rt)
+	}
+	return out
+}
+
+// profile returns the block's settings for one profile.
+func (b *ProviderBreaker) profile(p Profile) *BreakerProfile {
+	switch p {
+	case ProfileOAuth:
+		return &b.OAuth
+	case ProfileLocal:
+		return &b.Local
+	}
+	return &b.APIKey
+}
+
+func (c *ProviderCooldown) profile(p Profile) *ProviderCooldownProfile {
+	switch p {
+	case ProfileOAuth:
+		return &c.OAuth
+	case ProfileLocal:
+		return &c.Local
+	}
+	return &c.APIKey
+}
+
+func (c *ConnectionCooldown) profile(p Profile) *ConnectionCooldownProfile {
+	switch p {
+	case ProfileOAuth:
+		return &c.OAuth
+	case ProfileLocal:
+		return &c.Local
+	}
+	return &c.APIKey
+}
+
+// defaultBreaker returns the guide's breaker defaults for a profile.
+func defaultBreaker(p Profile) BreakerSettings {
+	b := BreakerSettings{
+		MaxBackoffMultiplier: BreakerMaxBackoffMultiplier,
+		RecoverySuccesses:    BreakerRecoverySuccesses,
+		TripStatuses:         BreakerTripStatuses,
+	}
+	switch p {
+	case ProfileOAuth:
+		b.DegradationThreshold, b.FailureThreshold, b.ResetTimeout =
+			BreakerOAuthDegradationThreshold, BreakerOAuthFailureThreshold, BreakerOAuthResetTimeout
+	case ProfileLocal:
+		b.DegradationThreshold, b.FailureThreshold, b.ResetTimeout =
+			BreakerLocalDegradationThreshold, BreakerLocalFailureThreshold, BreakerLocalResetTimeout
+	default:
+		b.DegradationThreshold, b.FailureThreshold, b.ResetTimeout =
+			BreakerAPIKeyDegradationThreshold, BreakerAPIKeyFailureThreshold, BreakerAPIKeyResetTimeout
+	}
+	return b
+}
+
+func resolveBreaker(b *ProviderBreaker, p Profile) BreakerSettings {
+	out := defaultBreaker(p)
+	bp := b.profile(p)
+	out.FailureThreshold = intOr(bp.FailureThreshold, out.FailureThreshold)
+	if bp.DegradationThreshold != nil {
+		out.DegradationThreshold = *bp.DegradationThreshold
+	} else if out.DegradationThreshold > out.FailureThreshold {
+		// A lowered failure threshold drags the default degradation threshold with it.
+		out.DegradationThreshold = out.FailureThreshold
+	}
+	out.ResetTimeout = msOr(bp.ResetTimeoutMs, out.ResetTimeout)
+	if len(bp.CooldownByKind) > 0 {
+		out.CooldownByKind = make(map[string]time.Duration, len(bp.CooldownByKind))
+		for k, ms := range bp.CooldownByKind {
+			out.CooldownByKind[k] = time.Duration(ms) * time.Millisecond
+		}
+	}
+	out.MaxBackoffMultiplier = intOr(bp.MaxBackoffMultiplier, out.MaxBackoffMultiplier)
+	out.RecoverySuccesses = intOr(bp.RecoverySuccesses, out.RecoverySuccesses)
+	if b.TripStatuses != nil {
+		out.TripStatuses = b.TripStatuses
+	}
+	out.TripStatuses = slices.Clone(out.TripStatuses)
+	return out
+}
+
+func resolveProviderCooldown(c *ProviderCooldown, p Profile) ProviderCooldownSettings {
+	var out ProviderCooldownSettings
+	switch p {
+	case ProfileOAuth:
+		out = ProviderCooldownSettings{FailureThreshold: ProviderCooldownOAuthThreshold,
+			FailureWindow: ProviderCooldownOAuthWindow, Cooldown: ProviderCooldownOAuthCooldown}
+	case ProfileLocal:
+		out = ProviderCooldownSettings{FailureThreshold: ProviderCooldownLocalThreshold,
+			FailureWindow: ProviderCooldownLocalWindow, Cooldown: ProviderCooldownLocalCooldown}
+	default:
+		out = ProviderCooldownSettings{FailureThreshold: ProviderCooldownAPIKeyThreshold,
+			FailureWindow: ProviderCooldownAPIKeyWindow, Cooldown: ProviderCooldownAPIKeyCooldown}
+	}
+	cp := c.profile(p)
+	out.FailureThreshold = intOr(cp.ProviderFailureThreshold, out.FailureThreshold)
+	out.FailureWindow = msOr(cp.ProviderFailureWindowMs, out.FailureWindow)
+	out.Cooldown = msOr(cp.ProviderCooldownMs, out.Cooldown)
+	out.MinRetryCooldown = msOr(cp.MinRetryCooldownMs, ProviderCooldownMinRetryCooldown)
+	out.MaxRetryCooldown = msOr(cp.MaxRetryCooldownMs, ProviderCooldownMaxRetryCooldown)
+	return out
+}
+
+// defaultConnectionBase returns the guide's base connection cooldown for a profile.
+func defaultConnectionBase(p Profile) time.Duration {
+	switch p {
+	case ProfileOAuth:
+		return ConnectionCooldownOAuthBase
+	case ProfileLocal:
+		return ConnectionCooldownLocalBase
+	}
+	return ConnectionCooldownAPIKeyBase
+}
+
+func resolveConnectionCooldown(c *ConnectionCooldown, p Profile) ConnectionCooldownSettings {
+	cp := c.profile(p)
+	return ConnectionCooldownSettings{
+		BaseCooldown:             msOr(cp.BaseCooldownMs, defaultConnectionBase(p)),
+		MaxBackoffSteps:          intOr(cp.MaxBackoffSteps, ConnectionCooldownMaxBackoffSteps),
+		MaxCooldown:              msOr(cp.MaxCooldownMs, ConnectionCooldownMax),
+		UseUpstreamRetryHints:    boolOr(cp.UseUpstreamRetryHints, ConnectionCooldownUseUpstreamRetryHints),
+		StreamStallCooldown:      boolOr(c.StreamStallCooldown.Enabled, StreamStallCooldownEnabled),
+		ConcurrencyLimitCooldown: msOr(c.ConcurrencyLimitCooldownMs, ConcurrencyLimitCooldown),
+		ExpiredRetryMax:          intOr(c.ExpiredRetryMax, ExpiredRetryMax),
+		RequestRejectedStreak:    intOr(c.RequestRejectedStreak, RequestRejectedStreak),
+	}
+}
+
+func resolveModelLockout(m *ModelLockout) ModelLockoutSettings {
+	codes := ModelLockoutErrorCodes
+	if m.ErrorCodes != nil {
+		codes = m.ErrorCodes
+	}
+	return ModelLockoutSettings{
+		Enabled:               boolOr(m.Enabled, ModelLockoutEnabled),
+		ErrorCodes:            slices.Clone(codes),
+		BaseCooldown:          msOr(m.BaseCooldownMs, ModelLockoutBaseCooldown),
+		MaxCooldown:           msOr(m.MaxCooldownMs, ModelLockoutMaxCooldown),
+		MaxBackoffSteps:       intOr(m.MaxBackoffSteps, ModelLockoutMaxBackoffSteps),
+		UseExponentialBackoff: boolOr(m.UseExponentialBackoff, ModelLockoutUseExponentialBackoff),
+		LongRetryCap:          ModelLockoutLongRetryCap,
+	}
+}
+
+func toBytes(list []string) [][]byte {
+	if len(list) == 0 {
+		return nil
+	}
+	out := make([][]byte, len(list))
+	for i, s := range list {
+		out[i] = []byte(s)
+	}
+	return out
+}
+
+func boolOr(p *bool, def bool) bool {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+func intOr(p *int, def int) int {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+func int64Or(p *int64, def int64) int64 {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+func msOr(p *int64, def time.Duration) time.Duration {
+	if p == nil {
+		return def
+	}
+	return time.Duration(*p) * time.Millisecond
+}
+
+func stringOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,309 @@
+package policies
+
+import (
+	"sort"
+	"strconv"
+)
+
+// Range policy for resilience settings. Where the guide says a value is clamped during
+// normalisation (queue waits 1 ms–24 h, queue depth 0–100000, the lockout card's
+// base/max/steps, the watchdog's numbers, p2c weight 0–20) an out-of-range value is clamped
+// and listed in Policy.Warnings. Everywhere else an out-of-range value is a mistake and is
+// rejected: a negative duration, a threshold of 0, an HTTP status outside 100–599.
+
+const (
+	msSecond = int64(1000)
+	msMinute = 60 * msSecond
+	msHour   = 60 * msMinute
+	msDay    = 24 * msHour
+)
+
+func (v *validator) resilience(r *Resilience, path string) {
+	v.providerBreaker(&r.ProviderBreaker, joinField(path, "providerBreaker"))
+	v.providerCooldown(&r.ProviderCooldown, joinField(path, "providerCooldown"))
+	v.connectionCooldown(&r.ConnectionCooldown, joinField(path, "connectionCooldown"))
+	v.modelLockout(&r.ModelLockout, joinField(path, "modelLockout"))
+	v.requestQueue(&r.RequestQueue, joinField(path, "requestQueue"))
+	v.comboCooldownWait(&r.ComboCooldownWait, joinField(path, "comboCooldownWait"))
+	v.failover(&r.Failover, joinField(path, "failover"))
+	ids := make(map[string]int)
+	for i := range r.StatusRestatement {
+		v.restatementRule(&r.StatusRestatement[i], joinIndex(joinField(path, "statusRestatement"), i), ids, i)
+	}
+	ids = make(map[string]int)
+	for i := range r.ProviderErrorRules {
+		v.providerErrorRule(&r.ProviderErrorRules[i], joinIndex(joinField(path, "providerErrorRules"), i), ids, i)
+	}
+	v.throughputWatchdog(&r.StreamRecovery.ThroughputWatchdog, joinField(path, "streamRecovery.throughputWatchdog"))
+	v.clampInt(joinField(path, "p2cLatency.weight"), r.P2CLatency.Weight, 0, P2CLatencyWeightMax)
+	v.rangeMs(joinField(path, "sessionAffinityTtlMs"), r.SessionAffinityTtlMs, 0, 7*msDay)
+}
+
+func (v *validator) providerBreaker(b *ProviderBreaker, path string) {
+	for _, prof := range Profiles {
+		bp := b.profile(prof)
+		pp := joinField(path, string(prof))
+		def := defaultBreaker(prof)
+		if bp.DegradationThreshold != nil {
+			v.rangeInt(joinField(pp, "degradationThreshold"), *bp.DegradationThreshold, 1, 1_000_000, "")
+		}
+		if bp.FailureThreshold != nil {
+			v.rangeInt(joinField(pp, "failureThreshold"), *bp.FailureThreshold, 1, 1_000_000, "")
+		}
+		if bp.DegradationThreshold != nil {
+			failure := def.FailureThreshold
+			if bp.FailureThreshold != nil {
+				failure = *bp.FailureThreshold
+			}
+			if *bp.DegradationThreshold > failure {
+				v.fail(joinField(pp, "degradationThreshold"), "must not exceed failureThreshold ("+
+					strconv.Itoa(failure)+")")
+			}
+		}
+		v.rangeMs(joinField(pp, "resetTimeoutMs"), bp.ResetTimeoutMs, msSecond, msDay)
+		kp := joinField(pp, "cooldownByKind")
+		for _, kind := range sortedKeys(bp.CooldownByKind) {
+			keyPath := joinKey(kp, kind)
+			if !validFailureKind(kind) {
+				v.fail(keyPath, "unknown failure kind "+strconv.Quote(truncate(kind, 64))+" (want one of "+failureKindList()+")")
+				continue
+			}
+			ms := bp.CooldownByKind[kind]
+			v.rangeMs(keyPath, &ms, msSecond, msDay)
+		}
+		if bp.MaxBackoffMultiplier != nil {
+			v.rangeInt(joinField(pp, "maxBackoffMultiplier"), *bp.MaxBackoffMultiplier, 1, 1024, "")
+		}
+		if bp.RecoverySuccesses != nil {
+			v.rangeInt(joinField(pp, "recoverySuccesses"), *bp.RecoverySuccesses, 1, 1000, "")
+		}
+	}
+	v.statuses(joinField(path, "tripStatuses"), b.TripStatuses)
+}
+
+func (v *validator) providerCooldown(c *ProviderCooldown, path string) {
+	for _, prof := range Profiles {
+		cp := c.profile(prof)
+		pp := joinField(path, string(prof))
+		if cp.ProviderFailureThreshold != nil {
+			v.rangeInt(joinField(pp, "providerFailureThreshold"), *cp.ProviderFailureThreshold, 1, 1_000_000, "")
+		}
+		v.rangeMs(joinField(pp, "providerFailureWindowMs"), cp.ProviderFailureWindowMs, msSecond, msDay)
+		v.rangeMs(joinField(pp, "providerCooldownMs"), cp.ProviderCooldownMs, msSecond, msDay)
+		v.rangeMs(joinField(pp, "minRetryCooldownMs"), cp.MinRetryCooldownMs, 1, msDay)
+		v.rangeMs(joinField(pp, "maxRetryCooldownMs"), cp.MaxRetryCooldownMs, 1, msDay)
+		lo := ProviderCooldownMinRetryCooldown.Milliseconds()
+		if cp.MinRetryCooldownMs != nil {
+			lo = *cp.MinRetryCooldownMs
+		}
+		hi := ProviderCooldownMaxRetryCooldown.Milliseconds()
+		if cp.MaxRetryCooldownMs != nil {
+			hi = *cp.MaxRetryCooldownMs
+		}
+		if (cp.MinRetryCooldownMs != nil || cp.MaxRetryCooldownMs != nil) && hi < lo {
+			v.fail(joinField(pp, "maxRetryCooldownMs"), "must not be below minRetryCooldownMs ("+formatMs(lo)+"), got "+formatMs(hi))
+		}
+	}
+}
+
+func (v *validator) connectionCooldown(c *ConnectionCooldown, path string) {
+	for _, prof := range Profiles {
+		cp := c.profile(prof)
+		pp := joinField(path, string(prof))
+		v.rangeMs(joinField(pp, "baseCooldownMs"), cp.BaseCooldownMs, 0, msDay)
+		v.rangeMs(joinField(pp, "maxCooldownMs"), cp.MaxCooldownMs, 0, msDay)
+		if cp.MaxBackoffSteps != nil {
+			v.rangeInt(joinField(pp, "maxBackoffSteps"), *cp.MaxBackoffSteps, 0, 30, "")
+		}
+		if cp.BaseCooldownMs != nil || cp.MaxCooldownMs != nil {
+			base := defaultConnectionBase(prof).Milliseconds()
+			if cp.BaseCooldownMs != nil {
+				base = *cp.BaseCooldownMs
+			}
+			maxMs := ConnectionCooldownMax.Milliseconds()
+			if cp.MaxCooldownMs != nil {
+				maxMs = *cp.MaxCooldownMs
+			}
+			if maxMs < base && base <= msDay && maxMs >= 0 {
+				v.fail(joinField(pp, "maxCooldownMs"), "must not be below baseCooldownMs ("+formatMs(base)+"), got "+formatMs(maxMs))
+			}
+		}
+	}
+	v.rangeMs(joinField(path, "concurrencyLimitCooldownMs"), c.ConcurrencyLimitCooldownMs, 0, 10*msMinute)
+	if c.ExpiredRetryMax != nil {
+		v.rangeInt(joinField(path, "expiredRetryMax"), *c.ExpiredRetryMax, 0, 100, "")
+	}
+	if c.RequestRejectedStreak != nil {
+		v.rangeInt(joinField(path, "requestRejectedStreak"), *c.RequestRejectedStreak, 1, 100, "")
+	}
+}
+
+// modelLockout applies the lockout card's clamps: base 1 s–24 h, max base–24 h, steps 0–30.
+func (v *validator) modelLockout(m *ModelLockout, path string) {
+	v.statuses(joinField(path, "errorCodes"), m.ErrorCodes)
+	v.clampMs(joinField(path, "baseCooldownMs"), m.BaseCooldownMs, msSecond, msDay)
+	base := ModelLockoutBaseCooldown.Milliseconds()
+	if m.BaseCooldownMs != nil {
+		base = *m.BaseCooldownMs
+	}
+	if m.MaxCooldownMs != nil {
+		v.clampMs(joinField(path, "maxCooldownMs"), m.MaxCooldownMs, base, msDay)
+	} else if base > ModelLockoutMaxCooldown.Milliseconds() {
+		// The default max is below the operator's base: raise it, as the card does.
+		raised := base
+		m.MaxCooldownMs = &raised
+		v.warn(joinField(path, "maxCooldownMs"), "raised the default "+formatMs(ModelLockoutMaxCooldown.Milliseconds())+
+			" to baseCooldownMs ("+formatMs(base)+")")
+	}
+	v.clampInt(joinField(path, "maxBackoffSteps"), m.MaxBackoffSteps, 0, 30)
+}
+
+// requestQueue applies the guide's normalisation: waits 1 ms–24 h, depth 0–100000.
+func (v *validator) requestQueue(q *RequestQueue, path string) {
+	lo, hi := RequestQueueMinWait.Milliseconds(), RequestQueueMaxWaitCap.Milliseconds()
+	v.clampMs(joinField(path, "maxWaitMs"), q.MaxWaitMs, lo, hi)
+	v.clampMs(joinField(path, "executionMaxWaitMs"), q.ExecutionMaxWaitMs, lo, hi)
+	v.clampInt(joinField(path, "maxQueueDepth"), q.MaxQueueDepth, 0, RequestQueueMaxDepthCap)
+}
+
+func (v *validator) comboCooldownWait(c *ComboCooldownWait, path string) {
+	v.rangeMs(joinField(path, "maxWaitMs"), c.MaxWaitMs, 0, msDay)
+	if c.MaxAttempts != nil {
+		v.rangeInt(joinField(path, "maxAttempts"), *c.MaxAttempts, 0, 10, "")
+	}
+	v.rangeMs(joinField(path, "budgetMs"), c.BudgetMs, 0, msDay)
+}
+
+func (v *validator) failover(f *Failover, path string) {
+	if f.MaxAttempts != nil {
+		v.rangeInt(joinField(path, "maxAttempts"), *f.MaxAttempts, 1, 20, "")
+	}
+	v.rangeMs(joinField(path, "budgetMs"), f.BudgetMs, msSecond, msDay)
+}
+
+func (v *validator) restatementRule(r *RestatementRule, path string, ids map[string]int, index int) {
+	v.ruleID(joinField(path, "id"), r.ID, ids, index)
+	v.ruleProvider(joinField(path, "provider"), r.Provider)
+	fp := joinField(path, "fromStatuses")
+	if len(r.FromStatuses) == 0 {
+		v.fail(fp, "at least one status is required")
+	}
+	v.statuses(fp, r.FromStatuses)
+	tp := joinField(path, "toStatus")
+	if r.ToStatus == 0 {
+		v.fail(tp, "required")
+	} else {
+		v.status(tp, r.ToStatus)
+	}
+	v.markers(joinField(path, "textMarkers"), r.TextMarkers)
+	v.markers(joinField(path, "excludeMarkers"), r.ExcludeMarkers)
+	v.rangeMs(joinField(path, "defaultRetryAfterMs"), r.DefaultRetryAfterMs, 0, msDay)
+}
+
+func (v *validator) providerErrorRule(r *ProviderErrorRule, path string, ids map[string]int, index int) {
+	v.ruleID(joinField(path, "id"), r.ID, ids, index)
+	v.ruleProvider(joinField(path, "provider"), r.Provider)
+	if r.Status != nil {
+		v.status(joinField(path, "status"), *r.Status)
+	}
+	v.markers(joinField(path, "textMarkers"), r.TextMarkers)
+	v.markers(joinField(path, "excludeMarkers"), r.ExcludeMarkers)
+	rp := joinField(path, "reason")
+	switch {
+	case r.Reason == "":
+		v.fail(rp, "required")
+	case !validRuleReason(r.Reason):
+		v.fail(rp, "unknown reason "+v.quote(rp, r.Reason)+" (want one of "+ruleReasonList()+")")
+	}
+	sp := joinField(path, "scope")
+	switch {
+	case r.Scope == "":
+		v.fail(sp, "required")
+	case !validRuleScope(r.Scope):
+		v.fail(sp, "unknown scope "+v.quote(sp, r.Scope)+" (want provider, connection, quota, model or exact)")
+	}
+	v.rangeMs(joinField(path, "cooldownMs"), r.CooldownMs, 0, 30*msDay)
+}
+
+// throughputWatchdog clamps into the normalisation ranges (guide §6 leaves them to the
+// normalisation layer; the ranges are Spillway's).
+func (v *validator) throughputWatchdog(w *ThroughputWatchdog, path string) {
+	v.clampMs(joinField(path, "windowMs"), w.WindowMs, msSecond, 10*msMinute)
+	v.clampMs(joinField(path, "warmupMs"), w.WarmupMs, 0, 10*msMinute)
+	v.clampInt64(joinField(path, "minBytesPerSecond"), w.MinBytesPerSecond, 1, 1<<20)
+	v.clampInt64(joinField(path, "minOutputBytes"), w.MinOutputBytes, 0, 1<<20)
+}
+
+func (v *validator) clampInt64(path string, n *int64, lo, hi int64) {
+	if n == nil {
+		return
+	}
+	orig := *n
+	switch {
+	case orig < lo:
+		*n = lo
+	case orig > hi:
+		*n = hi
+	default:
+		return
+	}
+	v.warn(path, "clamped "+strconv.FormatInt(orig, 10)+" to "+strconv.FormatInt(*n, 10)+
+		" (allowed "+strconv.FormatInt(lo, 10)+"–"+strconv.FormatInt(hi, 10)+")")
+}
+
+func (v *validator) ruleID(path, id string, ids map[string]int, index int) {
+	if !v.identifier(path, id) {
+		return
+	}
+	if prev, dup := ids[id]; dup {
+		v.fail(path, "duplicate rule id "+v.quote(path, id)+" (also rule ["+strconv.Itoa(prev)+"])")
+		return
+	}
+	ids[id] = index
+}
+
+func (v *validator) ruleProvider(path, id string) {
+	switch _, known := v.providers[id]; {
+	case id == "":
+		v.fail(path, "required")
+	case !known:
+		v.fail(path, "unknown provider "+v.quote(path, id))
+	}
+}
+
+func (v *validator) markers(path string, markers []string) {
+	for i, m := range markers {
+		if m == "" {
+			v.fail(joinIndex(path, i), "marker must not be empty")
+		}
+	}
+}
+
+// statuses checks a status list: each 100–599, no duplicates.
+func (v *validator) statuses(path string, list []int) {
+	seen := make(map[int]bool, len(list))
+	for i, s := range list {
+		ip := joinIndex(path, i)
+		v.status(ip, s)
+		if seen[s] {
+			v.fail(ip, "duplicate status "+strconv.Itoa(s))
+		}
+		seen[s] = true
+	}
+}
+
+func (v *validator) status(path string, s int) {
+	if s < 100 || s > 599 {
+		v.fail(path, "HTTP status must be between 100 and 599, got "+strconv.Itoa(s))
+	}
+}
+
+// sortedKeys returns a map's keys in order, so problems are reported deterministically.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

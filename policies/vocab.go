@@ -1,0 +1,36 @@
+package policies
+
+import "strings"
+
+// The failure vocabulary a policy may name. The strings are the engine's failure reasons and
+// scopes (plugin/internal/failure), which this package cannot import; tests there keep the
+// two lists in step.
+
+// FailureKinds are the failure kinds providerBreaker.*.cooldownByKind may key on: the
+// reasons that can count against a provider's breaker.
+var FailureKinds = []string{"server_error", "timeout", "transport_error", "rate_limit", "model_capacity", "unknown"}
+
+// RuleReasons are the reasons a provider error rule may declare.
+var RuleReasons = []string{
+	"rate_limit", "quota_exhausted", "concurrency_limited", "server_error", "timeout",
+	"auth_error", "not_found", "model_capacity", "credits_exhausted", "banned", "expired",
+	"request_rejected", "bad_request",
+}
+
+// RuleScopes are the scopes a provider error rule may blame, widest first.
+var RuleScopes = []string{"provider", "connection", "quota", "model", "exact"}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func validFailureKind(s string) bool { return contains(FailureKinds, s) }
+func validRuleReason(s string) bool  { return contains(RuleReasons, s) }
+func validRuleScope(s string) bool   { return contains(RuleScopes, s) }
+func failureKindList() string        { return strings.Join(FailureKinds, ", ") }
+func ruleReasonList() string         { return strings.Join(RuleReasons, ", ") }
