@@ -1,0 +1,100 @@
+package breaker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/policies"
+)
+
+// t0 is an arbitrary start instant for the manual clock.
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// env is one shared store and clock with a Breaker over them.
+type env struct {
+	store *state.MemStore
+	clock *state.ManualClock
+	b     *Breaker
+	sets  int // Set calls seen by the store
+	tb    testing.TB
+}
+
+// t returns the test the env belongs to (for helpers called from table closures).
+func (e *env) t() testing.TB { return e.tb }
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	e := &env{store: state.NewMemStore(), clock: state.NewManualClock(t0), tb: t}
+	e.store.BeforeSet = func(string) { e.sets++ }
+	e.b = New(e.store, e.clock)
+	return e
+}
+
+// worker returns another Breaker over the same store and clock, like another Envoy worker.
+func (e *env) worker() *Breaker { return New(e.store, e.clock) }
+
+// provider builds a provider with a profile's defaults, adjusted by edit (may be nil).
+func provider(t testing.TB, id string, profile policies.Profile, edit func(*Config)) Provider {
+	t.Helper()
+	cfg, err := DefaultConfig(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	p, err := NewProvider(id, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// verdict503 is a provider-level server error.
+var verdict503 = failure.Verdict{Status: 503, Reason: failure.ReasonServerError, CountBreaker: true}
+
+// fail records n failures with verdict v and returns the last state.
+func fail(t testing.TB, b *Breaker, p Provider, n int, v failure.Verdict) State {
+	t.Helper()
+	st := Closed
+	for i := 0; i < n; i++ {
+		var err error
+		if st, err = b.RecordFailure(p, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
+}
+
+// succeed records n successes and returns the last state.
+func succeed(t testing.TB, b *Breaker, p Provider, n int) State {
+	t.Helper()
+	st := Closed
+	for i := 0; i < n; i++ {
+		var err error
+		if st, err = b.RecordSuccess(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
+}
+
+func status(t testing.TB, b *Breaker, p Provider) Status {
+	t.Helper()
+	s, err := b.Status(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func allow(t testing.TB, b *Breaker, p Provider) Decision {
+	t.Helper()
+	d, err := b.Allow(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}

@@ -1,0 +1,182 @@
+package breaker
+
+import (
+	"fmt"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/state"
+)
+
+// State is a provider circuit's state.
+type State uint8
+
+// Circuit states (guide §1).
+const (
+	Closed   State = iota // normal traffic
+	Degraded              // traffic flows; failures passed the degradation threshold
+	Open                  // provider skipped until its OPEN period ends
+	HalfOpen              // OPEN period over: exactly one probe request may go through
+
+	stateCount
+)
+
+// String returns the state's name as the guide spells it.
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "CLOSED"
+	case Degraded:
+		return "DEGRADED"
+	case Open:
+		return "OPEN"
+	case HalfOpen:
+		return "HALF_OPEN"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// MarshalText renders the state by name (admin output).
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Record encoding in shared data: kind 'B', version 1.
+const (
+	recordKind    = 'B'
+	recordVersion = 1
+	// maxRecordLen is the longest encoding: the kind and version bytes, then five
+	// unsigned and three signed varints of at most 10 bytes each.
+	maxRecordLen = 2 + 5*10 + 3*10
+	// maxCycles bounds the stored OPEN cycle count; escalation is capped long before.
+	maxCycles = 64
+)
+
+// record is one provider's breaker state. Times are Unix milliseconds of the filter's
+// clock; zero means "never" or "not set".
+type record struct {
+	state         State
+	failures      uint64 // failures counted since the provider was last CLOSED and clean
+	successes     uint64 // successes in a row while DEGRADED
+	cycles        uint64 // OPEN cycles since the provider was last quiet (escalation level)
+	lastKind      Kind   // kind of the latest counted failure
+	lastFailureAt int64  // when the latest counted failure happened
+	openUntil     int64  // end of the OPEN period (state Open)
+	probeUntil    int64  // deadline of the current probe claim (state HalfOpen), 0 = none
+}
+
+// clean reports whether the record holds nothing worth storing.
+func (r record) clean() bool { return r == record{} }
+
+func (r record) encode() []byte {
+	return state.NewEncoder(make([]byte, 0, maxRecordLen), recordKind, recordVersion).
+		Uint(uint64(r.state)).
+		Uint(r.failures).
+		Uint(r.successes).
+		Uint(r.cycles).
+		Uint(uint64(r.lastKind)).
+		Int(r.lastFailureAt).
+		Int(r.openUntil).
+		Int(r.probeUntil).
+		Bytes()
+}
+
+// decodeRecord reads a stored record. Anything it cannot trust is state.ErrCorrupt.
+func decodeRecord(b []byte) (record, error) {
+	d := state.NewDecoder(b, recordKind, recordVersion)
+	st := d.Uint()
+	r := record{
+		failures:      d.Uint(),
+		successes:     d.Uint(),
+		cycles:        d.Uint(),
+		lastKind:      Kind(min(d.Uint(), 255)),
+		lastFailureAt: d.Int(),
+		openUntil:     d.Int(),
+		probeUntil:    d.Int(),
+	}
+	if err := d.Err(); err != nil {
+		return record{}, err
+	}
+	if st >= uint64(stateCount) || r.lastKind >= kindCount || r.cycles > maxCycles ||
+		r.failures > maxThreshold*2 || r.successes > maxThreshold*2 {
+		return record{}, fmt.Errorf("%w: breaker record out of range", state.ErrCorrupt)
+	}
+	r.state = State(st)
+	return r, nil
+}
+
+// refreshed applies lazy recovery at time now: an OPEN period that ended becomes
+// HALF_OPEN, a probe claim that lapsed is released, and a provider that stayed quiet for
+// its quiet period forgets its failures, DEGRADED state and escalation. Deadlines further
+// away than the configuration allows can only come from a clock that moved back; they
+// are treated as passed, so one probe decides instead of an endless OPEN.
+func (r record) refreshed(c Config, now int64) record {
+	switch r.state {
+	case Open:
+		if now >= r.openUntil || r.openUntil-now > c.longestOpen().Milliseconds() {
+			r.state, r.probeUntil, r.successes = HalfOpen, 0, 0
+		}
+	case HalfOpen:
+		if r.probeUntil != 0 && (now >= r.probeUntil || r.probeUntil-now > c.ProbeTimeout.Milliseconds()) {
+			r.probeUntil = 0
+		}
+	case Closed, Degraded:
+		quiet := c.QuietPeriod(r.lastKind).Milliseconds()
+		if since := now - r.lastFailureAt; since >= quiet || -since > quiet {
+			return record{}
+		}
+	}
+	return r
+}
+
+// afterFailure is the record after a counted failure of kind k at time now (on a
+// refreshed record).
+func (r record) afterFailure(c Config, k Kind, now int64) record {
+	switch r.state {
+	case Open:
+		return r // the provider is already skipped; in-flight stragglers change nothing
+	case HalfOpen:
+		return r.opened(c, k, now)
+	}
+	r.failures = min(r.failures+1, maxThreshold*2)
+	r.successes = 0
+	r.lastKind, r.lastFailureAt = k, now
+	switch {
+	case r.failures >= uint64(c.FailureThreshold):
+		return r.opened(c, k, now)
+	case r.failures >= uint64(c.DegradationThreshold):
+		r.state = Degraded
+	}
+	return r
+}
+
+// opened moves the record to OPEN for the next escalation cycle.
+func (r record) opened(c Config, k Kind, now int64) record {
+	r.state = Open
+	r.cycles = min(r.cycles+1, maxCycles)
+	r.successes, r.probeUntil = 0, 0
+	r.lastKind, r.lastFailureAt = k, now
+	r.openUntil = now + c.OpenPeriod(k, int(r.cycles)).Milliseconds()
+	return r
+}
+
+// afterSuccess is the record after a successful attempt (on a refreshed record).
+func (r record) afterSuccess(c Config) record {
+	switch r.state {
+	case Closed:
+		r.failures = 0
+	case Degraded:
+		r.successes++
+		if r.successes >= uint64(c.RecoverySuccesses) {
+			r.state, r.failures, r.successes = Closed, 0, 0
+		}
+	case HalfOpen:
+		r.state, r.failures, r.successes, r.probeUntil = Closed, 0, 0, 0
+	}
+	return r.tidied()
+}
+
+// tidied drops a CLOSED record's leftovers once nothing in it matters any more, so a
+// healthy provider reads as absent (the cheapest read).
+func (r record) tidied() record {
+	if r.state == Closed && r.failures == 0 && r.cycles == 0 {
+		return record{}
+	}
+	return r
+}
