@@ -1,0 +1,96 @@
+// Package conncooldown keeps one connection's (account's or key's) cooldown and terminal state in
+// shared data: escalating backoff, upstream retry hints, thundering-herd protection, lazy
+// recovery, and the terminal states banned, expired and credits_exhausted.
+package conncooldown
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spillwayproxy/spillway/policies"
+)
+
+// Bounds on configured values, so arithmetic stays far from overflow.
+const (
+	maxBackoffStepsLimit = 30
+	maxCooldownLimit     = 24 * time.Hour
+	maxStreakLimit       = 100
+)
+
+// Config holds the resolved connection-cooldown settings of one provider profile.
+type Config struct {
+	// BaseCooldown is the first cooldown of a failing connection (baseCooldownMs).
+	BaseCooldown time.Duration
+	// MaxBackoffSteps caps failureIndex in BaseCooldown × 2^failureIndex, and so backoffLevel.
+	MaxBackoffSteps int
+	// MaxCooldown clamps every cooldown, upstream retry hints included.
+	MaxCooldown time.Duration
+	// PreferRetryHint makes a 429 cool for the upstream's own retry hint (Retry-After, reset
+	// headers, parseable reset text) instead of the computed backoff.
+	PreferRetryHint bool
+	// ConcurrencyLimitCooldown is the fixed cooldown of a concurrency-limit 429 that carries
+	// no upstream hint (CONCURRENCY_LIMIT_COOLDOWN_MS).
+	ConcurrencyLimitCooldown time.Duration
+	// ExpiredRetryMax is the expired-credential verdict that makes the state terminal
+	// (EXPIRED_RETRY_MAX): the earlier ones only cool with backoff.
+	ExpiredRetryMax int
+	// RequestRejectedStreak is how many consecutive request_rejected verdicts ban the
+	// connection; fewer only cool it.
+	RequestRejectedStreak int
+	// StreamStallCooldown makes a content stall cool the connection like any other failure
+	// (streamStallCooldown.enabled); when false it only records the error.
+	StreamStallCooldown bool
+}
+
+// DefaultConfig returns the guide's defaults for profile p. An unknown profile gets the API-key
+// defaults; policy validation rejects unknown profiles before they reach the engine.
+func DefaultConfig(p policies.Profile) Config {
+	c := Config{
+		BaseCooldown:             policies.ConnectionCooldownAPIKeyBase,
+		MaxBackoffSteps:          policies.ConnectionCooldownMaxBackoffSteps,
+		MaxCooldown:              policies.ConnectionCooldownMax,
+		PreferRetryHint:          true,
+		ConcurrencyLimitCooldown: policies.ConcurrencyLimitCooldown,
+		ExpiredRetryMax:          policies.ExpiredRetryMax,
+		RequestRejectedStreak:    policies.RequestRejectedStreak,
+		StreamStallCooldown:      policies.StreamStallCooldownEnabled,
+	}
+	switch p {
+	case policies.ProfileOAuth:
+		c.BaseCooldown = policies.ConnectionCooldownOAuthBase
+		// The guide prefers upstream hints for API-key 429s only; subscription accounts
+		// keep the computed backoff.
+		c.PreferRetryHint = false
+	case policies.ProfileLocal:
+		c.BaseCooldown = policies.ConnectionCooldownLocalBase
+	}
+	return c
+}
+
+// Validate reports the first setting that is out of range.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxCooldown <= 0 || c.MaxCooldown > maxCooldownLimit:
+		return fmt.Errorf("conncooldown: maxCooldown %v outside (0, %v]", c.MaxCooldown, maxCooldownLimit)
+	case c.BaseCooldown <= 0 || c.BaseCooldown > c.MaxCooldown:
+		return fmt.Errorf("conncooldown: baseCooldown %v outside (0, maxCooldown %v]", c.BaseCooldown, c.MaxCooldown)
+	case c.MaxBackoffSteps < 0 || c.MaxBackoffSteps > maxBackoffStepsLimit:
+		return fmt.Errorf("conncooldown: maxBackoffSteps %d outside [0, %d]", c.MaxBackoffSteps, maxBackoffStepsLimit)
+	case c.ConcurrencyLimitCooldown <= 0 || c.ConcurrencyLimitCooldown > c.MaxCooldown:
+		return fmt.Errorf("conncooldown: concurrencyLimitCooldown %v outside (0, maxCooldown %v]", c.ConcurrencyLimitCooldown, c.MaxCooldown)
+	case c.ExpiredRetryMax < 1 || c.ExpiredRetryMax > maxStreakLimit:
+		return fmt.Errorf("conncooldown: expiredRetryMax %d outside [1, %d]", c.ExpiredRetryMax, maxStreakLimit)
+	case c.RequestRejectedStreak < 1 || c.RequestRejectedStreak > maxStreakLimit:
+		return fmt.Errorf("conncooldown: requestRejectedStreak %d outside [1, %d]", c.RequestRejectedStreak, maxStreakLimit)
+	}
+	return nil
+}
+
+// backoff returns base × 2^index, clamped to max, without overflowing.
+func backoff(base time.Duration, index int, max time.Duration) time.Duration {
+	d := base
+	for i := 0; i < index && d < max; i++ {
+		d *= 2
+	}
+	return min(d, max)
+}

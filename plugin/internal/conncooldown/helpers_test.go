@@ -1,0 +1,71 @@
+package conncooldown
+
+import (
+	"testing"
+	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/policies"
+)
+
+var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	tr    *Tracker
+	store *state.MemStore
+	clock *state.ManualClock
+	conn  Conn
+}
+
+func newFixture(tb testing.TB, cfg Config) *fixture {
+	tb.Helper()
+	store := state.NewMemStore()
+	clock := state.NewManualClock(t0)
+	tr, err := New(store, clock, cfg)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	conn, err := NewConn("openai", "openai-a", "fp-1")
+	if err != nil {
+		tb.Fatalf("NewConn: %v", err)
+	}
+	return &fixture{tr: tr, store: store, clock: clock, conn: conn}
+}
+
+func (f *fixture) fail(tb testing.TB, v failure.Verdict, started time.Time) Outcome {
+	tb.Helper()
+	out, err := f.tr.RecordFailure(f.conn, Failure{Verdict: v, Started: started, Message: "upstream said no"})
+	if err != nil {
+		tb.Fatalf("RecordFailure: %v", err)
+	}
+	return out
+}
+
+func (f *fixture) check(tb testing.TB) Availability {
+	tb.Helper()
+	a, err := f.tr.Check(f.conn)
+	if err != nil {
+		tb.Fatalf("Check: %v", err)
+	}
+	return a
+}
+
+// Verdicts as the classifier produces them.
+var (
+	vServer      = failure.Verdict{Status: 500, Reason: failure.ReasonServerError, Scope: failure.ScopeConnection}
+	vRateLimit   = failure.Verdict{Status: 429, Reason: failure.ReasonRateLimit, Scope: failure.ScopeConnection}
+	vConcurrency = failure.Verdict{Status: 429, Reason: failure.ReasonConcurrencyLimited, Scope: failure.ScopeConnection, KeepBackoff: true}
+	vStall       = failure.Verdict{Reason: failure.ReasonStreamStall, Scope: failure.ScopeConnection}
+	vBanned      = failure.Verdict{Status: 403, Reason: failure.ReasonBanned, Terminal: failure.TerminalBanned}
+	vCredits     = failure.Verdict{Status: 402, Reason: failure.ReasonCreditsExhausted, Terminal: failure.TerminalCreditsExhausted}
+	vExpired     = failure.Verdict{Status: 401, Reason: failure.ReasonExpired, Terminal: failure.TerminalExpired}
+	vRejected    = failure.Verdict{Status: 403, Reason: failure.ReasonRequestRejected, Scope: failure.ScopeConnection}
+)
+
+func withHint(v failure.Verdict, d time.Duration, src failure.HintSource) failure.Verdict {
+	v.RetryHint, v.HintSource = d, src
+	return v
+}
+
+func apikey() Config { return DefaultConfig(policies.ProfileAPIKey) }

@@ -1,0 +1,204 @@
+package conncooldown
+
+import (
+	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+)
+
+// Status is a connection's state as routing and the admin API see it. The values are stable.
+type Status string
+
+// Statuses.
+const (
+	StatusAvailable        Status = "available"   // eligible for routing
+	StatusUnavailable      Status = "unavailable" // cooling down (the guide's testStatus "unavailable")
+	StatusBanned           Status = "banned"
+	StatusExpired          Status = "expired"
+	StatusCreditsExhausted Status = "credits_exhausted"
+)
+
+// Terminal reports whether s is a terminal state, which only an operator reset or a credential
+// change clears.
+func (s Status) Terminal() bool {
+	return s == StatusBanned || s == StatusExpired || s == StatusCreditsExhausted
+}
+
+// Failure is one failed attempt on a connection, as the response path reports it.
+type Failure struct {
+	// Verdict is the classifier's decision about the attempt.
+	Verdict failure.Verdict
+	// Started is when the failed attempt was sent; zero if unknown. A failure of an attempt
+	// that started before the connection's current cooldown was set is a concurrent one and
+	// does not escalate.
+	Started time.Time
+	// Message is a short operator-facing summary (the guide's lastError), never a credential
+	// or an upstream body; it is truncated to 160 bytes.
+	Message string
+}
+
+// failureKind sorts a verdict into the rule that handles it.
+type failureKind int
+
+const (
+	kindTransient   failureKind = iota // escalating backoff
+	kindConcurrency                    // busy account: fixed cooldown, backoff level kept
+	kindStall                          // content stall: error recorded, cooling only if enabled
+	kindExpired                        // expired credential: cools, terminal on the Nth
+	kindRejected                       // upstream refused the request: cools, banned on a streak
+	kindBanned                         // terminal at once
+	kindCredits                        // terminal at once
+)
+
+func classify(v failure.Verdict) failureKind {
+	switch {
+	case v.Terminal == failure.TerminalBanned || v.Reason == failure.ReasonBanned:
+		return kindBanned
+	case v.Terminal == failure.TerminalCreditsExhausted || v.Reason == failure.ReasonCreditsExhausted:
+		return kindCredits
+	case v.Terminal == failure.TerminalExpired || v.Reason == failure.ReasonExpired:
+		return kindExpired
+	case v.Reason == failure.ReasonRequestRejected:
+		return kindRejected
+	case v.Reason == failure.ReasonStreamStall:
+		return kindStall
+	case v.KeepBackoff || v.Reason == failure.ReasonConcurrencyLimited:
+		return kindConcurrency
+	}
+	return kindTransient
+}
+
+// upstreamHint returns the verdict's retry hint if it came from the upstream itself. A
+// restatement rule's synthetic default only tells the client when to retry; it is not the
+// connection's cooldown (guide §7).
+func upstreamHint(v failure.Verdict) time.Duration {
+	switch v.HintSource {
+	case failure.HintRetryAfter, failure.HintRateLimitReset, failure.HintGoogleRetryInfo,
+		failure.HintBodyField, failure.HintBodyText:
+		return max(v.RetryHint, 0)
+	}
+	return 0
+}
+
+// applyFailure is the pure transition of a stored record on a failure at now (Unix ms). It
+// returns the next record and whether it differs enough to be written. cur must already be
+// the effective record (absent, corrupt or another credential's record read as zero).
+func (c Config) applyFailure(cur record, f Failure, now int64) (next record, write bool) {
+	if cur.terminal != failure.TerminalNone {
+		return cur, false // never overwritten by anything but a reset or a new credential
+	}
+	v := f.Verdict
+	next = cur
+	kind := classify(v)
+	switch kind {
+	case kindBanned, kindCredits:
+		next.noteError(f, now)
+		next.setTerminal(kind, now)
+		return next, true
+	case kindStall:
+		if !c.StreamStallCooldown {
+			next.noteError(f, now)
+			return next, true
+		}
+	}
+	started := millis(f.Started)
+	cooling := cur.until > now
+	inFlightBefore := started != 0 && cur.setAt != 0 && started < cur.setAt
+	if cooling || inFlightBefore {
+		// Thundering herd: this failure overlaps one that was already counted.
+		return cur, false
+	}
+	next.noteError(f, now)
+	if kind != kindRejected {
+		next.rejectStreak = 0
+	}
+	switch kind {
+	case kindConcurrency:
+		d := upstreamHint(v)
+		if d == 0 {
+			d = v.Cooldown
+		}
+		if d <= 0 {
+			d = c.ConcurrencyLimitCooldown
+		}
+		next.cool(min(d, c.MaxCooldown), now)
+		return next, true
+	case kindExpired:
+		next.expiredCount = min(next.expiredCount+1, maxStreakLimit)
+		if next.expiredCount >= c.ExpiredRetryMax {
+			next.setTerminal(kind, now)
+			return next, true
+		}
+	case kindRejected:
+		next.rejectStreak = min(next.rejectStreak+1, maxStreakLimit)
+		if next.rejectStreak >= c.RequestRejectedStreak {
+			next.setTerminal(kindBanned, now)
+			return next, true
+		}
+	}
+	next.cool(c.escalatedCooldown(v, cur.level), now)
+	next.level = min(cur.level+1, c.MaxBackoffSteps)
+	return next, true
+}
+
+// escalatedCooldown is the cooldown of a counted failure at backoff level level: the upstream
+// hint of a 429 where preferred, otherwise base × 2^level, with a rule's declared cooldown as
+// the base, all clamped to MaxCooldown.
+func (c Config) escalatedCooldown(v failure.Verdict, level int) time.Duration {
+	if hint := upstreamHint(v); c.PreferRetryHint && v.Status == 429 && hint > 0 {
+		return min(hint, c.MaxCooldown)
+	}
+	base := c.BaseCooldown
+	if v.Cooldown > 0 {
+		base = min(v.Cooldown, c.MaxCooldown)
+	}
+	return backoff(base, min(level, c.MaxBackoffSteps), c.MaxCooldown)
+}
+
+func (r *record) noteError(f Failure, now int64) {
+	r.lastFailureAt = now
+	r.errorCode = f.Verdict.Status
+	if r.errorCode < 0 || r.errorCode > 999 {
+		r.errorCode = 0
+	}
+	r.lastErrorType = f.Verdict.Reason
+	if len(r.lastErrorType) > maxMessageBytes {
+		r.lastErrorType = failure.ReasonUnknown
+	}
+	r.lastError = truncateMessage(f.Message)
+}
+
+func (r *record) cool(d time.Duration, now int64) {
+	r.until = now + d.Milliseconds()
+	r.setAt = now
+}
+
+func (r *record) setTerminal(kind failureKind, now int64) {
+	switch kind {
+	case kindBanned:
+		r.terminal = failure.TerminalBanned
+	case kindCredits:
+		r.terminal = failure.TerminalCreditsExhausted
+	default:
+		r.terminal = failure.TerminalExpired
+	}
+	r.terminalAt = now
+	r.until = 0
+}
+
+// status derives the routing status of a record at now (lazy recovery: an elapsed cooldown
+// reads as available, no timer involved).
+func (r record) status(now int64) Status {
+	switch r.terminal {
+	case failure.TerminalBanned:
+		return StatusBanned
+	case failure.TerminalExpired:
+		return StatusExpired
+	case failure.TerminalCreditsExhausted:
+		return StatusCreditsExhausted
+	}
+	if r.until > now {
+		return StatusUnavailable
+	}
+	return StatusAvailable
+}
