@@ -203,8 +203,8 @@ type BreakerProfile struct {
 	// ResetTimeoutMs is how long the breaker stays OPEN before HALF_OPEN. Rejected
 	// outside 1 s–24 h.
 	ResetTimeoutMs *int64 `json:"resetTimeoutMs,omitempty" jsonschema:"minimum=1000,maximum=86400000"`
-	// CooldownByKind overrides resetTimeoutMs per failure kind of the last failure
-	// (server_error, timeout, transport_error, rate_limit, ...). Values 1 s–24 h.
+	// CooldownByKind overrides resetTimeoutMs by the kind of the last failure
+	// (server_error, timeout, transport_error). Values 1 s–24 h.
 	CooldownByKind map[string]int64 `json:"cooldownByKind,omitempty"`
 	// MaxBackoffMultiplier caps how far the OPEN period escalates over repeated OPEN
 	// cycles (resetTimeout × 2^cycles, at most × this). Default 8; rejected outside 1–1024.

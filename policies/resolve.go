@@ -129,6 +129,8 @@ type BreakerSettings struct {
 	CooldownByKind       map[string]time.Duration
 	MaxBackoffMultiplier int
 	RecoverySuccesses    int
+	// ProbeTimeout frees a HALF_OPEN probe claim whose outcome never came.
+	ProbeTimeout time.Duration
 	// TripStatuses count against the breaker (transport failures always do).
 	TripStatuses []int
 }
@@ -592,6 +594,7 @@ func defaultBreaker(p Profile) BreakerSettings {
 	b := BreakerSettings{
 		MaxBackoffMultiplier: BreakerMaxBackoffMultiplier,
 		RecoverySuccesses:    BreakerRecoverySuccesses,
+		ProbeTimeout:         BreakerProbeTimeout,
 		TripStatuses:         BreakerTripStatuses,
 	}
 	switch p {

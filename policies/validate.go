@@ -26,12 +26,31 @@ func newValidator(p *Policy, fromEnv, failed map[string]bool) *validator {
 		providers: make(map[string]int), connections: make(map[string]connRef)}
 }
 
-// fail records a problem unless decoding already reported that path.
+// fail records a problem unless decoding already reported that path or one above it (a
+// field that failed to decode is left empty; saying so again would be noise).
 func (v *validator) fail(path, message string) {
-	if v.failed[path] {
-		return
+	for p := path; len(v.failed) > 0; p = parentPath(p) {
+		if v.failed[p] {
+			return
+		}
+		if p == "" {
+			break
+		}
 	}
 	v.errs.add(path, message)
+}
+
+// parentPath strips the last element of a path: a.b[2].c -> a.b[2] -> a.b -> a -> "".
+func parentPath(path string) string {
+	if strings.HasSuffix(path, "]") {
+		if i := strings.LastIndexByte(path, '['); i >= 0 {
+			return path[:i]
+		}
+	}
+	if i := strings.LastIndexAny(path, ".["); i >= 0 {
+		return path[:i]
+	}
+	return ""
 }
 
 func (v *validator) warn(path, message string) {

@@ -3,12 +3,13 @@ package policies
 import "strings"
 
 // The failure vocabulary a policy may name. The strings are the engine's failure reasons and
-// scopes (plugin/internal/failure), which this package cannot import; tests there keep the
-// two lists in step.
+// scopes (plugin/internal/failure), which this package, being below the plugin, cannot
+// import: keep the lists in step with it.
 
 // FailureKinds are the failure kinds providerBreaker.*.cooldownByKind may key on: the
-// reasons that can count against a provider's breaker.
-var FailureKinds = []string{"server_error", "timeout", "transport_error", "rate_limit", "model_capacity", "unknown"}
+// provider-level kinds the breaker distinguishes (any other configured trip status counts
+// as server_error).
+var FailureKinds = []string{"server_error", "timeout", "transport_error"}
 
 // RuleReasons are the reasons a provider error rule may declare.
 var RuleReasons = []string{

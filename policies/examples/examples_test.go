@@ -1,0 +1,131 @@
+package examples_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/spillwayproxy/spillway/policies"
+	"github.com/spillwayproxy/spillway/policies/examples"
+	"github.com/spillwayproxy/spillway/policies/policyfile"
+)
+
+// anyEnv sets every variable to a recognisable fake value.
+func anyEnv(name string) (string, bool) { return "fake-" + strings.ToLower(name), true }
+
+func TestEveryExampleParses(t *testing.T) {
+	names := examples.Names()
+	if len(names) < 3 {
+		t.Fatalf("Names() = %v, want at least demo, multi-provider and agentrouter", names)
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			data, err := examples.Get(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := policyfile.Parse(data, policies.ParseOptions{LookupEnv: anyEnv})
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if len(p.Warnings) > 0 {
+				t.Errorf("an example should not need clamping: %v", p.Warnings)
+			}
+			if !bytes.Contains(data, []byte("$schema=../spillway.schema.json")) {
+				t.Errorf("%s lacks the yaml-language-server schema modeline", name)
+			}
+		})
+	}
+}
+
+func TestDemoWorksWithoutEnvironment(t *testing.T) {
+	p, err := policyfile.Parse(examples.Demo(), policies.ParseOptions{})
+	if err != nil {
+		t.Fatalf("demo must work offline with no environment: %v", err)
+	}
+	r := p.Resolved()
+	clusters := map[string]bool{}
+	for _, pr := range r.Providers {
+		clusters[pr.Cluster] = true
+	}
+	if !clusters["fake-openai"] || !clusters["fake-anthropic"] {
+		t.Errorf("demo clusters = %v, want the built-in fake-openai and fake-anthropic", clusters)
+	}
+	openai, ok := r.Provider("openai")
+	if !ok || len(openai.Connections) < 2 {
+		t.Fatalf("demo needs a provider with at least two connections")
+	}
+	route, ok := r.Route("gpt-4o")
+	if !ok || len(route.Targets) < 2 || route.Targets[0].ProviderID == route.Targets[1].ProviderID {
+		t.Errorf("demo needs a combo that falls back to another provider, got %+v", route)
+	}
+	if r.RequestQueue.MaxQueueDepth == 0 {
+		t.Error("demo should cap the queue depth")
+	}
+	if !r.Admin.Enabled {
+		t.Error("demo should enable the admin API with its demo token")
+	}
+	if got := openai.Connections[0].CredentialValue.Reveal(); got != "Bearer demo-key-a" {
+		t.Errorf("demo credential default = %q, want Bearer demo-key-a", got)
+	}
+}
+
+func TestDemoTakesKeysFromEnvironment(t *testing.T) {
+	env := map[string]string{"OPENAI_KEY_A": "sk-real"}
+	p, err := policyfile.Parse(examples.Demo(), policies.ParseOptions{LookupEnv: func(n string) (string, bool) {
+		v, ok := env[n]
+		return v, ok
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, conn, ok := p.Resolved().Connection("openai-a")
+	if !ok || conn.CredentialValue.Reveal() != "Bearer sk-real" {
+		t.Errorf("openai-a credential not taken from the environment")
+	}
+}
+
+func TestAgentrouterRulesMatchTheGuide(t *testing.T) {
+	p, err := policyfile.Parse(examples.Agentrouter(), policies.ParseOptions{LookupEnv: anyEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ar, ok := p.Resolved().Provider("agentrouter")
+	if !ok || len(ar.StatusRestatement) != 1 || len(ar.ErrorRules) != 2 {
+		t.Fatalf("agentrouter rules missing: %+v", ar)
+	}
+	rule := &ar.StatusRestatement[0]
+	tests := []struct {
+		status int    // upstream status
+		body   string // upstream error body
+		want   bool   // restated to 429?
+	}{
+		{403, `{"error":{"message":"用户额度不足"}}`, true},
+		{400, `{"error":{"message":"额度不足"}}`, true},
+		{403, `{"error":{"message":"无权访问模型 额度不足"}}`, false}, // permanent: vetoed
+		{401, `{"error":{"message":"额度不足"}}`, false},        // status not covered
+		{403, `{"error":{"message":"forbidden"}}`, false},     // no marker
+	}
+	for _, tt := range tests {
+		if got := rule.Matches(tt.status, []byte(tt.body)); got != tt.want {
+			t.Errorf("restatement Matches(%d, %s) = %v, want %v", tt.status, tt.body, got, tt.want)
+		}
+	}
+	if rule.ToStatus != 429 || rule.DefaultRetryAfter.Seconds() != 60 {
+		t.Errorf("restatement to %d after %v, want 429 after 60s", rule.ToStatus, rule.DefaultRetryAfter)
+	}
+	denied := &ar.ErrorRules[0]
+	if denied.Scope != "model" || denied.Reason != "auth_error" || denied.Cooldown != policies.AgentrouterModelAccessDeniedCooldown {
+		t.Errorf("model access denied rule = %+v", denied)
+	}
+	quota := &ar.ErrorRules[1]
+	if quota.Scope != "connection" || quota.Reason != "quota_exhausted" || quota.HasCooldown {
+		t.Errorf("quota rule = %+v", quota)
+	}
+}
+
+func TestGetUnknown(t *testing.T) {
+	if _, err := examples.Get("missing.yaml"); err == nil {
+		t.Error("Get(missing.yaml) succeeded")
+	}
+}
