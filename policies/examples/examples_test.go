@@ -104,7 +104,7 @@ func TestAgentrouterRulesMatchTheGuide(t *testing.T) {
 		{400, `{"error":{"message":"额度不足"}}`, true},
 		{403, `{"error":{"message":"无权访问模型 额度不足"}}`, false}, // permanent: vetoed
 		{401, `{"error":{"message":"额度不足"}}`, false},        // status not covered
-		{403, `{"error":{"message":"forbidden"}}`, false},     // no marker
+		{403, `{"error":{"message":"forbidden"}}`, false},   // no marker
 	}
 	for _, tt := range tests {
 		if got := rule.Matches(tt.status, []byte(tt.body)); got != tt.want {
