@@ -101,14 +101,16 @@ func (s *Selector) Order(req Request) (Decision, error) {
 				ErrBadCandidate, c.cfg.Name, cands[i].Provider, cands[i].Connection, idx, c.cfg.Targets-1)
 		}
 	}
-	if !req.Pin.IsZero() {
-		for i := range cands {
-			if cands[i].Connection == req.Pin.Connection && cands[i].Provider == req.Pin.Provider {
-				moveToFront(cands, i)
-				degraded, err := s.orderRest(c, cands[1:])
-				return Decision{Pinned: true, Degraded: degraded}, err
-			}
+	if i := findPin(cands, req.Pin); i >= 0 {
+		if c.cfg.Strategy == RoundRobin {
+			// The rest keep the rotation's order over the whole list, read, not taken.
+			degraded := s.orderRoundRobin(c, cands, false)
+			moveToFront(cands, findPin(cands, req.Pin))
+			return Decision{Pinned: true, Degraded: degraded}, nil
 		}
+		moveToFront(cands, i)
+		degraded, err := s.orderRest(c, cands[1:])
+		return Decision{Pinned: true, Degraded: degraded}, err
 	}
 	var degraded, err error
 	switch c.cfg.Strategy {
@@ -124,6 +126,19 @@ func (s *Selector) Order(req Request) (Decision, error) {
 	return Decision{Degraded: degraded}, err
 }
 
+// findPin returns the position of the pinned candidate, or -1.
+func findPin(cands []Candidate, pin Pin) int {
+	if pin.IsZero() {
+		return -1
+	}
+	for i := range cands {
+		if cands[i].Connection == pin.Connection && cands[i].Provider == pin.Provider {
+			return i
+		}
+	}
+	return -1
+}
+
 // orderRest orders candidates by strategy without advancing any shared or smooth state.
 func (s *Selector) orderRest(c *Combo, cands []Candidate) (degraded, err error) {
 	if len(cands) < 2 {
@@ -133,7 +148,7 @@ func (s *Selector) orderRest(c *Combo, cands []Candidate) (degraded, err error) 
 	case Priority:
 	case Weighted:
 		sortByWeight(cands)
-	case RoundRobin:
+	case RoundRobin: // not reached: Order rotates the whole list for a pinned request
 		degraded = s.orderRoundRobin(c, cands, false)
 	case FillFirst:
 		orderFillFirst(cands)
