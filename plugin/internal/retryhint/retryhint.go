@@ -1,0 +1,349 @@
+// Package retryhint reads an upstream's own retry hint from a failed response — headers,
+// typed and untyped JSON body fields, reset text — as a bounded delay with its source.
+//
+// Sources, most authoritative first (Find): a typed google.rpc.RetryInfo detail,
+// retry-after-ms, Retry-After, untyped body fields (retry_after_ms, retryAfter, retryDelay,
+// ...), rate-limit reset headers (X-RateLimit-Reset, x-ratelimit-reset-requests,
+// anthropic-ratelimit-*-reset, ...), and finally reset text in the body ("try again in 30s",
+// "reset after 2h30m14s", "retry after 20 seconds"). Every delay is positive and at most
+// MaxDelay; anything else is no hint. Only HintGoogleRetryInfo may later become a long model
+// lockout (guide §5, "Retries uit de body").
+package retryhint
+
+import (
+	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/classify/textscan"
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/policies"
+	"github.com/tidwall/gjson"
+)
+
+// MaxDelay caps every hint: the longest any layer honours an upstream hint (a typed Google
+// RetryInfo model lockout, policies.ModelLockoutLongRetryCap). Longer or overflowing values
+// are clamped to it, not dropped: the upstream did say "a long time".
+const MaxDelay = policies.ModelLockoutLongRetryCap
+
+// maxHeaders bounds how many response headers are looked at.
+const maxHeaders = 128
+
+// Hint is an upstream retry hint.
+type Hint struct {
+	Delay  time.Duration      // how long the upstream asks to wait; 0 = no hint
+	Source failure.HintSource // where Delay came from; HintNone when there is no hint
+}
+
+// Found reports whether the hint holds a delay.
+func (h Hint) Found() bool { return h.Source != failure.HintNone }
+
+// Find returns the most authoritative hint in a failed response: typed Google RetryInfo,
+// then Retry-After headers, untyped body fields, rate-limit reset headers, and reset text
+// (see the package doc). headers are name/value pairs as proxy-wasm delivers them; names
+// are matched case-insensitively. At most textscan.MaxScanBytes of body are read.
+func Find(headers [][2]string, body []byte, now time.Time) Hint {
+	body = textscan.Cap(body)
+	json := textscan.String(body)
+	if d, ok := googleRetryInfo(json); ok {
+		return Hint{d, failure.HintGoogleRetryInfo}
+	}
+	if h := fromRetryAfterHeaders(headers, now); h.Found() {
+		return h
+	}
+	if d, ok := bodyField(json); ok {
+		return Hint{d, failure.HintBodyField}
+	}
+	if d, ok := rateLimitReset(headers, now); ok {
+		return Hint{d, failure.HintRateLimitReset}
+	}
+	if d, ok := FromText(json); ok {
+		return Hint{d, failure.HintBodyText}
+	}
+	return Hint{}
+}
+
+// FromHeaders returns the hint in the response headers alone: retry-after-ms, Retry-After,
+// then rate-limit reset headers.
+func FromHeaders(headers [][2]string, now time.Time) Hint {
+	if h := fromRetryAfterHeaders(headers, now); h.Found() {
+		return h
+	}
+	if d, ok := rateLimitReset(headers, now); ok {
+		return Hint{d, failure.HintRateLimitReset}
+	}
+	return Hint{}
+}
+
+// RetryAfter returns the Retry-After header's delay (see ParseRetryAfter), ignoring every
+// other source.
+func RetryAfter(headers [][2]string, now time.Time) (time.Duration, bool) {
+	for i, h := range headers {
+		if i == maxHeaders {
+			break
+		}
+		if textscan.EqualFold(h[0], "retry-after") {
+			return ParseRetryAfter(h[1], now)
+		}
+	}
+	return 0, false
+}
+
+// fromRetryAfterHeaders reads retry-after-ms (OpenAI's precise form) or Retry-After.
+func fromRetryAfterHeaders(headers [][2]string, now time.Time) Hint {
+	var seconds string
+	haveSeconds := false
+	for i, h := range headers {
+		if i == maxHeaders {
+			break
+		}
+		switch {
+		case textscan.EqualFold(h[0], "retry-after-ms"):
+			if d, ok := ParseReset(h[1], now, true); ok {
+				return Hint{d, failure.HintRetryAfter}
+			}
+		case !haveSeconds && textscan.EqualFold(h[0], "retry-after"):
+			seconds, haveSeconds = h[1], true
+		}
+	}
+	if haveSeconds {
+		if d, ok := ParseRetryAfter(seconds, now); ok {
+			return Hint{d, failure.HintRetryAfter}
+		}
+	}
+	return Hint{}
+}
+
+// rateLimitReset reads the reset headers: every header whose name holds both "ratelimit"
+// and "reset". When a header's "remaining" twin (x-ratelimit-reset-tokens ↔
+// x-ratelimit-remaining-tokens) says that limit still has room, that limit did not cause
+// the failure and its reset is ignored, unless no limit is known to be spent. Of the rest
+// the longest wait wins: the request can go only when every spent limit has reset.
+func rateLimitReset(headers [][2]string, now time.Time) (time.Duration, bool) {
+	var spent, any time.Duration
+	for i, h := range headers {
+		if i == maxHeaders {
+			break
+		}
+		name := h[0]
+		at := textscan.IndexFold(name, "reset")
+		if at < 0 || !textscan.ContainsFold(name, "ratelimit") {
+			continue
+		}
+		millis := len(name) > 3 && textscan.EqualFold(name[len(name)-3:], "-ms")
+		d, ok := ParseReset(h[1], now, millis)
+		if !ok {
+			continue
+		}
+		any = max(any, d)
+		if !remainingHasRoom(headers, name, at) {
+			spent = max(spent, d)
+		}
+	}
+	switch {
+	case spent > 0:
+		return spent, true
+	case any > 0:
+		return any, true
+	}
+	return 0, false
+}
+
+// remainingHasRoom reports whether the twin of reset header name (with "reset" at index at
+// replaced by "remaining") is present with a positive value.
+func remainingHasRoom(headers [][2]string, name string, at int) bool {
+	const reset, remaining = "reset", "remaining"
+	prefix, suffix := name[:at], name[at+len(reset):]
+	for i, h := range headers {
+		if i == maxHeaders {
+			break
+		}
+		n := h[0]
+		if len(n) != len(prefix)+len(remaining)+len(suffix) ||
+			!textscan.EqualFold(n[:len(prefix)], prefix) ||
+			!textscan.EqualFold(n[len(prefix):len(prefix)+len(remaining)], remaining) ||
+			!textscan.EqualFold(n[len(prefix)+len(remaining):], suffix) {
+			continue
+		}
+		v := trimSpace(h[1])
+		num, ok := parseNumber(v, 0)
+		return ok && num.end == len(v) && (num.whole > 0 || num.frac > 0)
+	}
+	return false
+}
+
+// googleRetryType is the @type of a typed Google retry hint.
+const googleRetryType = "type.googleapis.com/google.rpc.RetryInfo"
+
+// detailsPaths are where Google puts error details: the usual object, and the array a
+// streaming Gemini endpoint wraps errors in.
+var detailsPaths = [...]string{"error.details", "0.error.details"}
+
+// googleRetryInfo reads retryDelay from a typed google.rpc.RetryInfo detail.
+func googleRetryInfo(json string) (time.Duration, bool) {
+	for _, path := range detailsPaths {
+		details := gjson.Get(json, path)
+		if !details.IsArray() {
+			continue
+		}
+		var delay time.Duration
+		found := false
+		details.ForEach(func(_, detail gjson.Result) bool {
+			if !detail.IsObject() || typeOf(detail) != googleRetryType {
+				return true
+			}
+			delay, found = protoDuration(detail.Get("retryDelay"))
+			return !found
+		})
+		if found {
+			return delay, true
+		}
+	}
+	return 0, false
+}
+
+// typeOf returns a detail's "@type". It walks the keys instead of querying `\@type`: an
+// escaped gjson path allocates on every call.
+func typeOf(detail gjson.Result) string {
+	var typ string
+	detail.ForEach(func(key, value gjson.Result) bool {
+		if key.Str == "@type" {
+			typ = value.Str
+			return false
+		}
+		return true
+	})
+	return typ
+}
+
+// protoDuration reads a google.protobuf.Duration in its JSON form ("30s", "1.5s") or, as
+// some encoders write it, as an object {"seconds": 30, "nanos": 0}.
+func protoDuration(v gjson.Result) (time.Duration, bool) {
+	switch v.Type {
+	case gjson.String:
+		return ParseDuration(v.Str)
+	case gjson.JSON:
+		if !v.IsObject() {
+			return 0, false
+		}
+		seconds, nanos := v.Get("seconds"), v.Get("nanos")
+		var d time.Duration
+		if s, ok := nonNegativeNumber(seconds, time.Second); ok {
+			d = s
+		}
+		if n, ok := nonNegativeNumber(nanos, time.Nanosecond); ok && n < time.Second {
+			d += n
+		}
+		return clamp(d)
+	}
+	return 0, false
+}
+
+// bodyFields are the untyped hint fields, at the top level or under "error", with the unit
+// of a bare number. The string forms may be ISO-8601 ("PT30S") or Go-style ("30s").
+var bodyFields = [...]struct {
+	path string
+	unit time.Duration
+}{
+	{"retry_after_ms", time.Millisecond},
+	{"error.retry_after_ms", time.Millisecond},
+	{"retryAfterMs", time.Millisecond},
+	{"error.retryAfterMs", time.Millisecond},
+	{"retry_after", time.Second},
+	{"error.retry_after", time.Second},
+	{"retryAfter", time.Second},
+	{"error.retryAfter", time.Second},
+	{"retry_after_seconds", time.Second},
+	{"error.retry_after_seconds", time.Second},
+	{"resets_in_seconds", time.Second}, // Codex usage_limit_reached
+	{"error.resets_in_seconds", time.Second},
+	{"retryDelay", time.Second},
+	{"error.retryDelay", time.Second},
+	{"error.details.#.retryDelay", time.Second}, // a RetryInfo-shaped detail without its @type
+}
+
+// bodyField reads the first untyped hint field present.
+func bodyField(json string) (time.Duration, bool) {
+	for _, f := range bodyFields {
+		v := gjson.Get(json, f.path)
+		if v.IsArray() { // the details query: take the first element
+			v = v.Get("0")
+		}
+		switch v.Type {
+		case gjson.Number:
+			if d, ok := nonNegativeNumber(v, f.unit); ok {
+				if d, ok := clamp(d); ok {
+					return d, true
+				}
+			}
+		case gjson.String:
+			if d, ok := stringDelay(v.Str, f.unit); ok {
+				return d, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// stringDelay parses a body field's string: ISO-8601, a duration with a unit, or a bare
+// number in unit.
+func stringDelay(s string, unit time.Duration) (time.Duration, bool) {
+	s = trimSpace(s)
+	if len(s) > 0 && s[0]|0x20 == 'p' {
+		return ParseISO8601(s)
+	}
+	if n, ok := parseNumber(s, 0); ok && n.end == len(s) {
+		return clamp(n.times(unit))
+	}
+	return ParseDuration(s)
+}
+
+// nonNegativeNumber converts a JSON number in unit to a duration using its raw text, so
+// no float rounding or overflow applies; negative and exponent forms are rejected.
+func nonNegativeNumber(v gjson.Result, unit time.Duration) (time.Duration, bool) {
+	if v.Type != gjson.Number {
+		return 0, false
+	}
+	n, ok := parseNumber(v.Raw, 0)
+	if !ok || n.end != len(v.Raw) {
+		return 0, false
+	}
+	return n.times(unit), true
+}
+
+// textTriggers introduce a relative wait in an error message. Matching ignores ASCII case.
+var textTriggers = [...]string{
+	"try again in ",
+	"try again after ",
+	"retry in ",
+	"retry after ",
+	"reset after ",
+	"resets after ",
+	"reset in ",
+	"resets in ",
+	"wait for ",
+}
+
+// FromText finds a relative wait in free text: a trigger phrase ("try again in", "retry
+// after", "reset after", "resets in", ...) followed by a duration ("30s", "20 seconds",
+// "2h30m14s", "1.5 minutes"). At most textscan.MaxScanBytes are read. The result is clamped
+// to MaxDelay.
+func FromText(s string) (time.Duration, bool) {
+	if len(s) > textscan.MaxScanBytes {
+		s = s[:textscan.MaxScanBytes]
+	}
+	for _, trigger := range textTriggers {
+		rest := s
+		for {
+			at := textscan.IndexFold(rest, trigger)
+			if at < 0 {
+				break
+			}
+			rest = rest[at+len(trigger):]
+			if d, _, ok := scanDuration(rest, 0, true); ok {
+				if d, ok := clamp(d); ok {
+					return d, true
+				}
+			}
+		}
+	}
+	return 0, false
+}

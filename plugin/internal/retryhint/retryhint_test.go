@@ -1,0 +1,214 @@
+package retryhint
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+)
+
+// Real-looking upstream bodies.
+const (
+	geminiPerMinute429 = `{
+  "error": {
+    "code": 429,
+    "message": "You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.\n* Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_free_tier_requests, limit: 10, model: gemini-2.0-flash\nPlease retry in 38.922534355s.",
+    "status": "RESOURCE_EXHAUSTED",
+    "details": [
+      {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests", "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier", "quotaDimensions": {"location": "global", "model": "gemini-2.0-flash"}, "quotaValue": "10"}]},
+      {"@type": "type.googleapis.com/google.rpc.Help", "links": [{"description": "Learn more about Gemini API quotas", "url": "https://ai.google.dev/gemini-api/docs/rate-limits"}]},
+      {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "38s"}
+    ]
+  }
+}`
+	geminiStreamArray429 = `[{"error":{"code":429,"message":"Resource exhausted","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"86399s"}]}}]`
+	openAIRateLimit429   = `{"error":{"message":"Rate limit reached for gpt-4o in organization org-abc on tokens per min (TPM): Limit 30000, Used 29755, Requested 1200. Please try again in 1.91s. Visit https://platform.openai.com/account/rate-limits to learn more.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`
+	codexUsageLimit      = `{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached","plan_type":"plus","resets_in_seconds":5400}}`
+	antigravityQuota     = `{"error":{"code":429,"message":"Individual quota reached. Contact your administrator to enable overages. Resets in 164h27m24s.","status":"RESOURCE_EXHAUSTED"}}`
+)
+
+func TestFindSources(t *testing.T) {
+	cases := []struct {
+		name    string             // what the row shows
+		headers [][2]string        // response headers
+		body    string             // response body
+		want    time.Duration      // expected delay
+		source  failure.HintSource // expected source
+	}{
+		{"typed Google RetryInfo", nil, geminiPerMinute429, 38 * time.Second, failure.HintGoogleRetryInfo},
+		{"Gemini streaming array", nil, geminiStreamArray429, 86399 * time.Second, failure.HintGoogleRetryInfo},
+		{"RetryInfo as proto object", nil, `{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":{"seconds":12,"nanos":500000000}}]}}`, 12*time.Second + 500*time.Millisecond, failure.HintGoogleRetryInfo},
+		{"untyped retryDelay in details", nil, `{"error":{"details":[{"retryDelay":"7s"}]}}`, 7 * time.Second, failure.HintBodyField},
+		{"Retry-After seconds", [][2]string{{"Retry-After", "20"}}, `{}`, 20 * time.Second, failure.HintRetryAfter},
+		{"Retry-After date", [][2]string{{"retry-after", "Sun, 01 Jun 2025 12:02:00 GMT"}}, ``, 2 * time.Minute, failure.HintRetryAfter},
+		{"retry-after-ms wins over Retry-After", [][2]string{{"retry-after", "2"}, {"retry-after-ms", "1250"}}, ``, 1250 * time.Millisecond, failure.HintRetryAfter},
+		{"bad retry-after-ms falls back to Retry-After", [][2]string{{"retry-after-ms", "soon"}, {"Retry-After", "3"}}, ``, 3 * time.Second, failure.HintRetryAfter},
+		{"retry_after_ms field", nil, `{"error":{"message":"slow down"},"retry_after_ms":2500}`, 2500 * time.Millisecond, failure.HintBodyField},
+		{"error.retry_after seconds", nil, `{"error":{"retry_after":7}}`, 7 * time.Second, failure.HintBodyField},
+		{"ISO-8601 retryAfter", nil, `{"retryAfter":"PT1M30S"}`, 90 * time.Second, failure.HintBodyField},
+		{"retryAfter numeric string", nil, `{"error":{"retryAfter":"45"}}`, 45 * time.Second, failure.HintBodyField},
+		{"negative body field is skipped", nil, `{"retry_after_ms":-5,"retry_after":4}`, 4 * time.Second, failure.HintBodyField},
+		{"float exponent field is skipped", nil, `{"retry_after":1e3}`, 0, failure.HintNone},
+		{"x-ratelimit-reset seconds", [][2]string{{"X-RateLimit-Reset", "30"}}, ``, 30 * time.Second, failure.HintRateLimitReset},
+		{"x-ratelimit-reset epoch", [][2]string{{"x-ratelimit-reset", "1748779320"}}, ``, 2 * time.Minute, failure.HintRateLimitReset},
+		{"x-ratelimit-reset-ms", [][2]string{{"x-ratelimit-reset-ms", "750"}}, ``, 750 * time.Millisecond, failure.HintRateLimitReset},
+		{"anthropic RFC 3339 reset", [][2]string{{"anthropic-ratelimit-requests-reset", "2025-06-01T12:00:15Z"}}, ``, 15 * time.Second, failure.HintRateLimitReset},
+		{"header beats body text", [][2]string{{"x-ratelimit-reset-tokens", "5s"}}, openAIRateLimit429, 5 * time.Second, failure.HintRateLimitReset},
+		{"OpenAI body text", nil, openAIRateLimit429, 1910 * time.Millisecond, failure.HintBodyText},
+		{"antigravity resets in", nil, antigravityQuota, MaxDelay, failure.HintBodyText},
+		{"reset after text", nil, `{"error":{"message":"All accounts have exhausted their quota (reset after 2h30m14s)"}}`, 2*time.Hour + 30*time.Minute + 14*time.Second, failure.HintBodyText},
+		{"retry after worded", nil, `too many requests, retry after 20 seconds`, 20 * time.Second, failure.HintBodyText},
+		{"first trigger without duration is skipped", nil, `please try again in a moment; try again in 9s`, 9 * time.Second, failure.HintBodyText},
+		{"Google typed beats Retry-After", [][2]string{{"Retry-After", "1"}}, geminiPerMinute429, 38 * time.Second, failure.HintGoogleRetryInfo},
+		{"Retry-After beats body field", [][2]string{{"Retry-After", "1"}}, `{"retry_after_ms":9000}`, time.Second, failure.HintRetryAfter},
+		{"no hint", [][2]string{{"content-type", "application/json"}}, `{"error":{"message":"bad"}}`, 0, failure.HintNone},
+		{"zero Retry-After is no hint", [][2]string{{"Retry-After", "0"}}, ``, 0, failure.HintNone},
+		{"Codex resets_in_seconds", nil, codexUsageLimit, 90 * time.Minute, failure.HintBodyField},
+		{"HTML error page", nil, `<html><body><h1>429 Too Many Requests</h1></body></html>`, 0, failure.HintNone},
+	}
+	for _, c := range cases {
+		got := Find(c.headers, []byte(c.body), now)
+		if got.Delay != c.want || got.Source != c.source {
+			t.Errorf("%s: Find = %v/%d, want %v/%d", c.name, got.Delay, got.Source, c.want, c.source)
+		}
+		if got.Found() != (c.source != failure.HintNone) {
+			t.Errorf("%s: Found() = %v", c.name, got.Found())
+		}
+	}
+}
+
+func TestRateLimitResetPrefersTheSpentLimit(t *testing.T) {
+	cases := []struct {
+		name    string        // what the row shows
+		headers [][2]string   // OpenAI-style limit headers
+		want    time.Duration // expected wait
+	}{
+		{"tokens spent, requests free", [][2]string{
+			{"x-ratelimit-remaining-requests", "59"}, {"x-ratelimit-reset-requests", "1s"},
+			{"x-ratelimit-remaining-tokens", "0"}, {"x-ratelimit-reset-tokens", "12s"},
+		}, 12 * time.Second},
+		{"requests spent, tokens free with a longer reset", [][2]string{
+			{"x-ratelimit-remaining-requests", "0"}, {"x-ratelimit-reset-requests", "6s"},
+			{"x-ratelimit-remaining-tokens", "4000"}, {"x-ratelimit-reset-tokens", "30s"},
+		}, 6 * time.Second},
+		{"both spent: the longer wait", [][2]string{
+			{"X-RateLimit-Remaining-Requests", "0"}, {"X-RateLimit-Reset-Requests", "6s"},
+			{"X-RateLimit-Remaining-Tokens", "0"}, {"X-RateLimit-Reset-Tokens", "30s"},
+		}, 30 * time.Second},
+		{"no remaining headers: the longer wait", [][2]string{
+			{"x-ratelimit-reset-requests", "2s"}, {"x-ratelimit-reset-tokens", "9s"},
+		}, 9 * time.Second},
+		{"all limits claim room: the longer wait anyway", [][2]string{
+			{"x-ratelimit-remaining-requests", "3"}, {"x-ratelimit-reset-requests", "2s"},
+			{"x-ratelimit-remaining-tokens", "10"}, {"x-ratelimit-reset-tokens", "4s"},
+		}, 4 * time.Second},
+		{"garbage remaining counts as unknown", [][2]string{
+			{"x-ratelimit-remaining-requests", "lots"}, {"x-ratelimit-reset-requests", "2s"},
+			{"x-ratelimit-remaining-tokens", "10"}, {"x-ratelimit-reset-tokens", "4s"},
+		}, 2 * time.Second},
+	}
+	for _, c := range cases {
+		h := FromHeaders(c.headers, now)
+		if h.Delay != c.want || h.Source != failure.HintRateLimitReset {
+			t.Errorf("%s: FromHeaders = %v/%d, want %v/%d", c.name, h.Delay, h.Source, c.want, failure.HintRateLimitReset)
+		}
+	}
+}
+
+func TestRetryAfterReadsOnlyTheHeader(t *testing.T) {
+	headers := [][2]string{{"x-ratelimit-reset", "30"}, {"Retry-After", "12"}}
+	if d, ok := RetryAfter(headers, now); !ok || d != 12*time.Second {
+		t.Fatalf("RetryAfter = %v, %v; want 12s", d, ok)
+	}
+	if d, ok := RetryAfter([][2]string{{"x-ratelimit-reset", "30"}}, now); ok {
+		t.Fatalf("RetryAfter without the header = %v, want none", d)
+	}
+}
+
+func TestFromText(t *testing.T) {
+	cases := []parseCase{
+		{"Please try again in 20ms.", 20 * time.Millisecond, true},                    // OpenAI sub-second
+		{"Please retry in 31.123456s.", 31123456 * time.Microsecond, true},            // Gemini message
+		{"Rate limited. Try Again After 5 Minutes", 5 * time.Minute, true},            // case-insensitive
+		{"quota resets in 3h", 3 * time.Hour, true},                                   // resets in
+		{"Your limit will reset after 1 hour and 30 minutes", 90 * time.Minute, true}, // worded compound
+		{"wait for 10 seconds", 10 * time.Second, true},                               // wait for
+		{"retry after 60", time.Minute, true},                                         // bare seconds
+		{"try again in 5 months", 0, false},                                           // unknown unit
+		{"try again in a few seconds", 0, false},                                      // no number
+		{"try again in 0s", 0, false},                                                 // zero
+		{"retry in -5s", 0, false},                                                    // negative
+		{"", 0, false},                                                                // empty
+	}
+	runParseTable(t, "FromText", FromText, cases)
+}
+
+func TestHugeBodiesAreCapped(t *testing.T) {
+	// A hint placed after the scan cap is never seen, however valid.
+	body := strings.Repeat("x", 70<<10) + " try again in 5s"
+	if h := Find(nil, []byte(body), now); h.Found() {
+		t.Fatalf("hint beyond the scan cap was read: %+v", h)
+	}
+	if d, ok := FromText(body); ok {
+		t.Fatalf("FromText read beyond the cap: %v", d)
+	}
+	// The same hint inside the cap is found.
+	if h := Find(nil, []byte("try again in 5s "+strings.Repeat("x", 70<<10)), now); h.Delay != 5*time.Second {
+		t.Fatalf("hint inside the cap: %+v", h)
+	}
+}
+
+func FuzzFind(f *testing.F) {
+	for _, seed := range []string{
+		geminiPerMinute429, geminiStreamArray429, openAIRateLimit429, codexUsageLimit, antigravityQuota,
+		`{"retry_after_ms":99999999999999999999999}`, `{"retryAfter":"PT99999999999999999999H"}`,
+		`{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":{"seconds":-1,"nanos":-5}}]}}`,
+		`try again in 1.` + strings.Repeat("9", 100) + `s`, `[[[[[[[[[[`, "\xff\xfe\x00",
+	} {
+		f.Add([]byte(seed), "Retry-After", "Sun, 01 Jun 2025 12:01:30 GMT")
+		f.Add([]byte(seed), "x-ratelimit-reset-tokens", "1m30s")
+	}
+	f.Fuzz(func(t *testing.T, body []byte, name, value string) {
+		headers := [][2]string{{name, value}, {"retry-after-ms", value}, {"x-ratelimit-remaining-tokens", value}}
+		h := Find(headers, body, now)
+		if h.Found() != (h.Delay > 0) || h.Delay < 0 || h.Delay > MaxDelay {
+			t.Fatalf("Find = %+v: delay must be in (0, MaxDelay] exactly when found", h)
+		}
+		for _, parse := range []func(string) (time.Duration, bool){
+			ParseDuration, ParseISO8601, FromText,
+			func(s string) (time.Duration, bool) { return ParseRetryAfter(s, now) },
+			func(s string) (time.Duration, bool) { return ParseReset(s, now, false) },
+		} {
+			if d, ok := parse(value); ok != (d > 0) || d > MaxDelay {
+				t.Fatalf("parser(%q) = %v, %v: out of range", value, d, ok)
+			}
+		}
+	})
+}
+
+func BenchmarkFindGoogleRetryInfo(b *testing.B) {
+	body := []byte(geminiPerMinute429)
+	b.ReportAllocs()
+	for b.Loop() {
+		if h := Find(nil, body, now); h.Source != failure.HintGoogleRetryInfo {
+			b.Fatal(h)
+		}
+	}
+}
+
+func BenchmarkFindOpenAIHeaders(b *testing.B) {
+	body := []byte(openAIRateLimit429)
+	headers := [][2]string{
+		{"content-type", "application/json"},
+		{"x-ratelimit-limit-requests", "10000"}, {"x-ratelimit-remaining-requests", "9999"},
+		{"x-ratelimit-reset-requests", "6ms"}, {"x-ratelimit-limit-tokens", "30000"},
+		{"x-ratelimit-remaining-tokens", "0"}, {"x-ratelimit-reset-tokens", "1.91s"},
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if h := Find(headers, body, now); h.Source != failure.HintRateLimitReset {
+			b.Fatal(h)
+		}
+	}
+}
