@@ -145,6 +145,18 @@ const SessionAffinityTTL = 0
 // SessionAffinityHeaders are read for the session key and never forwarded upstream.
 var SessionAffinityHeaders = []string{"x-session-id", "x-codex-session-id", "x-omniroute-session"}
 
+// Session affinity storage (Spillway's choices; the guide keeps pins in a database table).
+const (
+	// SessionAffinityRefreshInterval: a pin's last-use time is rewritten in shared data at
+	// most this often (and at most a tenth of the TTL apart), so a busy session does not
+	// write on every request.
+	SessionAffinityRefreshInterval = 10 * time.Second
+	// SessionAffinitySlots is the size of the fixed pin table in shared data. Shared data
+	// has no delete, so pins live in this many hashed slots instead of one key per session;
+	// a colliding newer session takes the slot over.
+	SessionAffinitySlots = 16384
+)
+
 // Slow-stream throughput watchdog (guide §6): off by default. The guide leaves the numbers
 // to its normalisation layer; these are Spillway's.
 const (

@@ -1,0 +1,274 @@
+package affinity
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/state"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// countingStore counts writes.
+type countingStore struct {
+	*state.MemStore
+	sets int
+}
+
+func (c *countingStore) Set(key string, v []byte, cas uint32) error {
+	c.sets++
+	return c.MemStore.Set(key, v, cas)
+}
+
+func newTable(t testing.TB, cfg Config) (*Table, *countingStore, *state.ManualClock) {
+	t.Helper()
+	store := &countingStore{MemStore: state.NewMemStore()}
+	clock := state.NewManualClock(t0)
+	tab, err := New(store, clock, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tab, store, clock
+}
+
+func mustKey(t testing.TB, id string) Key {
+	t.Helper()
+	k, err := NewKey("route", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestNewValidates(t *testing.T) {
+	store, clock := state.NewMemStore(), state.NewManualClock(t0)
+	tests := []struct {
+		name string // what the config shows
+		cfg  Config // config to try
+		ok   bool   // whether New accepts it
+	}{
+		{name: "off", cfg: Config{}, ok: true},
+		{name: "on with defaults", cfg: Config{TTL: time.Hour}, ok: true},
+		{name: "negative TTL", cfg: Config{TTL: -1}},
+		{name: "negative refresh", cfg: Config{TTL: time.Hour, RefreshInterval: -1}},
+		{name: "negative slots", cfg: Config{TTL: time.Hour, Slots: -1}},
+		{name: "too many slots", cfg: Config{TTL: time.Hour, Slots: MaxSlots + 1}},
+	}
+	for _, tc := range tests {
+		if _, err := New(store, clock, tc.cfg); (err == nil) != tc.ok {
+			t.Errorf("%s: error = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+	if _, err := New(nil, clock, Config{}); err == nil {
+		t.Error("nil store accepted")
+	}
+}
+
+func TestPinExpiresTTLAfterLastUse(t *testing.T) {
+	tests := []struct {
+		name  string        // when the lookup happens
+		after time.Duration // time since the pin was written
+		found bool          // whether the pin is still live
+	}{
+		{name: "right away", after: 0, found: true},
+		{name: "just before the TTL", after: 30*time.Minute - time.Millisecond, found: true},
+		{name: "at the TTL", after: 30 * time.Minute},
+		{name: "long after", after: 24 * time.Hour},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tab, _, clock := newTable(t, Config{TTL: 30 * time.Minute})
+			k := mustKey(t, "s")
+			if wrote, err := tab.Record(k, "p", "c1", Pin{}); !wrote || err != nil {
+				t.Fatalf("Record = %v, %v", wrote, err)
+			}
+			clock.Advance(tc.after)
+			pin, err := tab.Lookup(k)
+			if err != nil || pin.IsZero() == tc.found {
+				t.Fatalf("Lookup after %v = %+v, %v; want found=%v", tc.after, pin, err, tc.found)
+			}
+			if tc.found && (pin.Provider != "p" || pin.Connection != "c1" || !pin.LastUse.Equal(t0)) {
+				t.Fatalf("pin = %+v", pin)
+			}
+		})
+	}
+}
+
+func TestRefreshIsRateLimited(t *testing.T) {
+	tab, store, clock := newTable(t, Config{TTL: 10 * time.Minute, RefreshInterval: 30 * time.Second})
+	k := mustKey(t, "s")
+	write := func() bool {
+		pin, err := tab.Lookup(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrote, err := tab.Record(k, "p", "c1", pin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wrote
+	}
+	if !write() {
+		t.Fatal("first use did not pin")
+	}
+	// Requests every 5 s: a write at most every 30 s, and the pin never expires.
+	writes := 0
+	for i := 0; i < 60; i++ { // 5 minutes
+		clock.Advance(5 * time.Second)
+		if write() {
+			writes++
+		}
+	}
+	if writes != 10 || store.sets != 11 {
+		t.Fatalf("refresh writes %d (store sets %d), want one per 30 s: 10 (11)", writes, store.sets)
+	}
+	// The refreshed pin outlives the original TTL.
+	clock.Advance(9 * time.Minute)
+	if pin, _ := tab.Lookup(k); pin.Connection != "c1" {
+		t.Fatalf("refreshed pin expired: %+v", pin)
+	}
+}
+
+func TestRefreshCappedAtATenthOfTheTTL(t *testing.T) {
+	tab, store, clock := newTable(t, Config{TTL: 50 * time.Second}) // default 10 s, TTL/10 = 5 s
+	k := mustKey(t, "s")
+	tab.Record(k, "p", "c", Pin{})
+	clock.Advance(5 * time.Second)
+	pin, _ := tab.Lookup(k)
+	if wrote, _ := tab.Record(k, "p", "c", pin); !wrote || store.sets != 2 {
+		t.Fatalf("refresh after TTL/10 did not write (sets %d)", store.sets)
+	}
+}
+
+func TestRepinWritesAtOnce(t *testing.T) {
+	tab, _, clock := newTable(t, Config{TTL: time.Hour})
+	k := mustKey(t, "s")
+	tab.Record(k, "p", "c1", Pin{})
+	clock.Advance(time.Second)
+	pin, _ := tab.Lookup(k)
+	// c1 was not eligible; the request went to c2: the pin moves right away.
+	if wrote, err := tab.Record(k, "p", "c2", pin); !wrote || err != nil {
+		t.Fatalf("re-pin = %v, %v", wrote, err)
+	}
+	if pin, _ := tab.Lookup(k); pin.Connection != "c2" || !pin.LastUse.Equal(t0.Add(time.Second)) {
+		t.Fatalf("after re-pin: %+v", pin)
+	}
+	// Same connection id under another provider is another connection.
+	pin, _ = tab.Lookup(k)
+	if wrote, _ := tab.Record(k, "q", "c2", pin); !wrote {
+		t.Fatal("provider change did not re-pin")
+	}
+}
+
+func TestDisabledTableDoesNothing(t *testing.T) {
+	tab, store, _ := newTable(t, Config{TTL: 0})
+	k := mustKey(t, "s")
+	if tab.Enabled() {
+		t.Fatal("TTL 0 reported enabled")
+	}
+	if wrote, err := tab.Record(k, "p", "c", Pin{}); wrote || err != nil || store.sets != 0 {
+		t.Fatalf("Record with TTL 0 = %v, %v (sets %d)", wrote, err, store.sets)
+	}
+	if pin, err := tab.Lookup(k); !pin.IsZero() || err != nil {
+		t.Fatalf("Lookup with TTL 0 = %+v, %v", pin, err)
+	}
+}
+
+func TestZeroKeyAndEmptyConnection(t *testing.T) {
+	tab, store, _ := newTable(t, Config{TTL: time.Hour})
+	if wrote, _ := tab.Record(Key{}, "p", "c", Pin{}); wrote {
+		t.Fatal("zero key pinned")
+	}
+	if wrote, _ := tab.Record(mustKey(t, "s"), "p", "", Pin{}); wrote {
+		t.Fatal("empty connection pinned")
+	}
+	if pin, _ := tab.Lookup(Key{}); !pin.IsZero() || store.sets != 0 {
+		t.Fatalf("zero key lookup = %+v (sets %d)", pin, store.sets)
+	}
+}
+
+func TestSlotCollisionTakesOver(t *testing.T) {
+	tab, _, _ := newTable(t, Config{TTL: time.Hour, Slots: 1}) // every session shares one slot
+	a, b := mustKey(t, "a"), mustKey(t, "b")
+	tab.Record(a, "p", "c1", Pin{})
+	if pin, _ := tab.Lookup(b); !pin.IsZero() {
+		t.Fatalf("session b sees a's pin %+v", pin)
+	}
+	tab.Record(b, "p", "c2", Pin{})
+	if pin, _ := tab.Lookup(a); !pin.IsZero() {
+		t.Fatalf("session a still pinned after b took the slot: %+v", pin)
+	}
+	if pin, _ := tab.Lookup(b); pin.Connection != "c2" {
+		t.Fatalf("session b pin = %+v", pin)
+	}
+}
+
+func TestCorruptPinIsAbsent(t *testing.T) {
+	for _, tc := range []struct {
+		name  string // what is wrong
+		value []byte // stored record
+	}{
+		{name: "garbage", value: []byte("xyz")},
+		{name: "other version", value: state.NewEncoder(nil, kindPin, 9).String("f").Bytes()},
+		{name: "truncated", value: state.NewEncoder(nil, kindPin, pinVersion).String("0123456789abcdef").Bytes()},
+		{name: "trailing bytes", value: append(state.NewEncoder(nil, kindPin, pinVersion).
+			String("0123456789abcdef").String("p").String("c").Int(t0.UnixMilli()).Bytes(), 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tab, store, _ := newTable(t, Config{TTL: time.Hour, Slots: 1})
+			k := mustKey(t, "s")
+			if err := store.MemStore.Set(tab.slotKey(k), tc.value, 0); err != nil {
+				t.Fatal(err)
+			}
+			if pin, err := tab.Lookup(k); !pin.IsZero() || err != nil {
+				t.Fatalf("Lookup = %+v, %v; want no pin", pin, err)
+			}
+			if wrote, err := tab.Record(k, "p", "c", Pin{}); !wrote || err != nil {
+				t.Fatalf("Record over a corrupt slot = %v, %v", wrote, err)
+			}
+			if pin, _ := tab.Lookup(k); pin.Connection != "c" {
+				t.Fatalf("pin after rewrite = %+v", pin)
+			}
+		})
+	}
+}
+
+func TestFutureLastUseIsClampedToNow(t *testing.T) {
+	tab, store, clock := newTable(t, Config{TTL: time.Minute, Slots: 1})
+	k := mustKey(t, "s")
+	future := state.NewEncoder(nil, kindPin, pinVersion).
+		String(string(fingerprint(k))).String("p").String("c").Int(t0.Add(time.Hour).UnixMilli()).Bytes()
+	store.MemStore.Set(tab.slotKey(k), future, 0)
+	pin, _ := tab.Lookup(k)
+	if pin.Connection != "c" || !pin.LastUse.Equal(t0) {
+		t.Fatalf("pin = %+v, want last use clamped to now", pin)
+	}
+	clock.Advance(time.Minute)
+	if pin, _ := tab.Lookup(k); pin.IsZero() {
+		// the stored time is still in the future: it stays clamped, not "expired"
+		t.Fatalf("a future last use expired: %+v", pin)
+	}
+}
+
+type brokenStore struct{}
+
+var errDown = errors.New("down")
+
+func (brokenStore) Get(string) ([]byte, uint32, bool, error) { return nil, 0, false, errDown }
+func (brokenStore) Set(string, []byte, uint32) error         { return errDown }
+func (brokenStore) CreateCAS() (uint32, error)               { return 0, errDown }
+
+func TestStoreFailuresAreReported(t *testing.T) {
+	tab, err := New(brokenStore{}, state.NewManualClock(t0), Config{TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := mustKey(t, "s")
+	if _, err := tab.Lookup(k); !errors.Is(err, errDown) {
+		t.Fatalf("Lookup error = %v", err)
+	}
+	if _, err := tab.Record(k, "p", "c", Pin{}); !errors.Is(err, errDown) {
+		t.Fatalf("Record error = %v", err)
+	}
+}
