@@ -35,7 +35,7 @@ type Provider struct {
 	ID string `json:"id" jsonschema:"required,minLength=1,maxLength=64,pattern=^[A-Za-z0-9][A-Za-z0-9._-]*$"`
 	// Profile selects the default thresholds: oauth (subscription accounts), apikey or
 	// local. Default apikey.
-	Profile Profile `json:"profile,omitempty" jsonschema:"enum=oauth,enum=apikey,enum=local"`
+	Profile Profile `json:"profile,omitempty"`
 	// Cluster is the Envoy cluster requests for this provider are sent to.
 	Cluster string `json:"cluster" jsonschema:"required,minLength=1"`
 	// Authority optionally rewrites the :authority (Host) header, e.g. api.openai.com.
@@ -59,7 +59,7 @@ type Connection struct {
 	Credential *Credential `json:"credential,omitempty"`
 	// MaxConcurrent caps the requests in flight on this connection; unset = no cap.
 	// Requests over the cap queue (requestQueue). Rejected below 1.
-	MaxConcurrent *int `json:"maxConcurrent,omitempty" jsonschema:"minimum=1"`
+	MaxConcurrent *int `json:"maxConcurrent,omitempty" jsonschema:"minimum=1,maximum=100000"`
 	// ModelConcurrency caps the requests in flight per upstream model on this connection
 	// (exact model id as sent upstream); both this and maxConcurrent apply. Values ≥ 1.
 	ModelConcurrency map[string]int `json:"modelConcurrency,omitempty"`
@@ -128,7 +128,7 @@ type Route struct {
 	Model string `json:"model" jsonschema:"required,minLength=1"`
 	// Strategy chooses among the candidates: each target expanded into its provider's
 	// connections, in declaration order. Default priority.
-	Strategy Strategy `json:"strategy,omitempty" jsonschema:"enum=priority,enum=weighted,enum=round-robin,enum=fill-first,enum=random,enum=strict-random,enum=least-used,enum=p2c"`
+	Strategy Strategy `json:"strategy,omitempty"`
 	// Targets are where the request may go, in fallback order; at least one.
 	Targets []Target `json:"targets" jsonschema:"required,minItems=1"`
 }
@@ -383,7 +383,7 @@ type ProviderErrorRule struct {
 	Reason string `json:"reason" jsonschema:"required"`
 	// Scope is what the failure blames: provider, connection, quota (the model's quota
 	// family), model or exact (provider+connection+model).
-	Scope string `json:"scope" jsonschema:"required,enum=provider,enum=connection,enum=quota,enum=model,enum=exact"`
+	Scope string `json:"scope" jsonschema:"required"`
 	// CooldownMs is the declared base cooldown; unset = the layer's own backoff. Model
 	// lockouts are still clamped to modelLockout.maxCooldownMs. Rejected outside 0–30 days.
 	CooldownMs *int64 `json:"cooldownMs,omitempty" jsonschema:"minimum=0,maximum=2592000000"`
