@@ -113,6 +113,8 @@ type Decision struct {
 	// outcome with RecordSuccess or RecordFailure, or give the probe up with ReleaseProbe
 	// if the attempt ended without a provider-level verdict.
 	Probe bool
+
+	claim int64 // the probe claim's deadline, which identifies the claim for ReleaseProbe
 }
 
 // Allow decides whether a request may go to the provider now. On a store error it
@@ -145,7 +147,7 @@ func (b *Breaker) Allow(p Provider) (Decision, error) {
 	_, err = b.update(p, now, func(r record) record {
 		if r.state == HalfOpen && r.probeUntil == 0 {
 			r.probeUntil = now + p.cfg.ProbeTimeout.Milliseconds()
-			d = Decision{Allowed: true, State: HalfOpen, Probe: true}
+			d = Decision{Allowed: true, State: HalfOpen, Probe: true, claim: r.probeUntil}
 			return r
 		}
 		d = decide(r, now)
@@ -220,12 +222,17 @@ func (b *Breaker) ConnectionTestPassed(p Provider) (State, error) {
 	})
 }
 
-// ReleaseProbe gives up the HALF_OPEN probe this caller holds, when its attempt ended
-// without a provider-level outcome (client went away, account-level error): the next
-// request may probe at once instead of waiting for the claim to lapse.
-func (b *Breaker) ReleaseProbe(p Provider) error {
+// ReleaseProbe gives up the HALF_OPEN probe granted by probe (the Decision of Allow),
+// when its attempt ended without a provider-level outcome (client went away,
+// account-level error): the next request may probe at once instead of waiting for the
+// claim to lapse. A claim that already lapsed and was taken by another request is left
+// alone, and a Decision that is not a probe releases nothing.
+func (b *Breaker) ReleaseProbe(p Provider, probe Decision) error {
+	if !probe.Probe {
+		return p.check()
+	}
 	_, err := b.apply(p, "release probe", func(r record) record {
-		if r.state == HalfOpen {
+		if r.state == HalfOpen && r.probeUntil == probe.claim {
 			r.probeUntil = 0
 		}
 		return r

@@ -340,21 +340,35 @@ func TestLazyRefreshOfAnExpiredOpenCircuit(t *testing.T) {
 func TestHalfOpenProbe(t *testing.T) {
 	tests := []struct {
 		name      string
-		outcome   func(*env, Provider) // what happens to the probe
-		wantState State                // circuit state afterwards
-		wantAllow bool                 // whether the next request (another worker) is allowed
-		wantRetry time.Duration        // and its RetryAfter
+		outcome   func(*env, Provider, Decision) // what happens to the probe
+		wantState State                          // circuit state afterwards
+		wantAllow bool                           // whether the next request (another worker) is allowed
+		wantRetry time.Duration                  // and its RetryAfter
 	}{
-		{"probe succeeds: closes", func(e *env, p Provider) { succeed(e.t(), e.b, p, 1) }, Closed, true, 0},
-		{"probe fails: reopens for 30 s × 2", func(e *env, p Provider) { fail(e.t(), e.b, p, 1, verdict503) }, Open, false, 60 * time.Second},
-		{"probe still running: others wait for its claim", func(*env, Provider) {}, HalfOpen, false, policies.BreakerProbeTimeout},
-		{"probe abandoned: claim lapses after the probe timeout", func(e *env, p Provider) { e.clock.Advance(policies.BreakerProbeTimeout) }, HalfOpen, true, 0},
-		{"probe released: next request probes at once", func(e *env, p Provider) {
-			if err := e.b.ReleaseProbe(p); err != nil {
+		{"probe succeeds: closes", func(e *env, p Provider, _ Decision) { succeed(e.t(), e.b, p, 1) }, Closed, true, 0},
+		{"probe fails: reopens for 30 s × 2", func(e *env, p Provider, _ Decision) { fail(e.t(), e.b, p, 1, verdict503) }, Open, false, 60 * time.Second},
+		{"probe still running: others wait for its claim", func(*env, Provider, Decision) {}, HalfOpen, false, policies.BreakerProbeTimeout},
+		{"probe abandoned: claim lapses after the probe timeout", func(e *env, p Provider, _ Decision) { e.clock.Advance(policies.BreakerProbeTimeout) }, HalfOpen, true, 0},
+		{"probe released: next request probes at once", func(e *env, p Provider, probe Decision) {
+			if err := e.b.ReleaseProbe(p, probe); err != nil {
 				e.t().Fatal(err)
 			}
 		}, HalfOpen, true, 0},
-		{"non-counting outcome (429) changes nothing", func(e *env, p Provider) {
+		{"a non-probe decision releases nothing", func(e *env, p Provider, _ Decision) {
+			if err := e.b.ReleaseProbe(p, Decision{Allowed: true, State: Closed}); err != nil {
+				e.t().Fatal(err)
+			}
+		}, HalfOpen, false, policies.BreakerProbeTimeout},
+		{"a lapsed probe cannot release its successor's claim", func(e *env, p Provider, probe Decision) {
+			e.clock.Advance(policies.BreakerProbeTimeout)
+			if next := allow(e.t(), e.worker(), p); !next.Probe {
+				e.t().Fatalf("no second probe after the claim lapsed: %+v", next)
+			}
+			if err := e.b.ReleaseProbe(p, probe); err != nil {
+				e.t().Fatal(err)
+			}
+		}, HalfOpen, false, policies.BreakerProbeTimeout},
+		{"non-counting outcome (429) changes nothing", func(e *env, p Provider, _ Decision) {
 			fail(e.t(), e.b, p, 1, failure.Verdict{Status: 429, Reason: failure.ReasonRateLimit})
 		}, HalfOpen, false, policies.BreakerProbeTimeout},
 	}
@@ -364,10 +378,11 @@ func TestHalfOpenProbe(t *testing.T) {
 			p := provider(t, "prov", policies.ProfileAPIKey, nil)
 			fail(t, e.b, p, 12, verdict503)
 			e.clock.Advance(30 * time.Second)
-			if d := allow(t, e.b, p); !d.Probe || !d.Allowed {
-				t.Fatalf("first request after OPEN: %+v, want the probe", d)
+			probe := allow(t, e.b, p)
+			if !probe.Probe || !probe.Allowed {
+				t.Fatalf("first request after OPEN: %+v, want the probe", probe)
 			}
-			tc.outcome(e, p)
+			tc.outcome(e, p, probe)
 			if s := status(t, e.b, p); s.State != tc.wantState {
 				t.Fatalf("state %s, want %s", s.State, tc.wantState)
 			}
