@@ -1,0 +1,188 @@
+package admission
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func ms(v int64) *int64 { return &v }
+
+func TestDefaultQueueConfigIsTheGuides(t *testing.T) {
+	c := DefaultQueueConfig()
+	if c.MaxWait != 30*time.Second || c.ExecutionMaxWait != 10*time.Minute || c.MaxQueueDepth != 0 {
+		t.Fatalf("DefaultQueueConfig() = %+v, want 30s / 10m / 0", c)
+	}
+}
+
+func TestResolveQueuePrecedenceAndClamps(t *testing.T) {
+	tests := []struct {
+		name   string
+		env    QueueLayer  // RATE_LIMIT_* variables: the default only
+		policy QueueLayer  // resilience.requestQueue
+		conn   QueueLayer  // the connection's rateLimitOverrides
+		want   QueueConfig // resolved and clamped
+	}{
+		{
+			name: "nothing set: guide defaults",
+			want: QueueConfig{MaxWait: 30 * time.Second, ExecutionMaxWait: 10 * time.Minute, MaxQueueDepth: 0},
+		},
+		{
+			name: "env supplies the default",
+			env:  QueueLayer{MaxWaitMs: ms(5000), ExecutionMaxWaitMs: ms(120000), MaxQueueDepth: ms(10)},
+			want: QueueConfig{MaxWait: 5 * time.Second, ExecutionMaxWait: 2 * time.Minute, MaxQueueDepth: 10},
+		},
+		{
+			name:   "a stored policy value beats the env",
+			env:    QueueLayer{MaxWaitMs: ms(5000), ExecutionMaxWaitMs: ms(120000), MaxQueueDepth: ms(10)},
+			policy: QueueLayer{MaxWaitMs: ms(8000), MaxQueueDepth: ms(0)},
+			want:   QueueConfig{MaxWait: 8 * time.Second, ExecutionMaxWait: 2 * time.Minute, MaxQueueDepth: 0},
+		},
+		{
+			name:   "a per-connection override beats both",
+			env:    QueueLayer{MaxWaitMs: ms(5000)},
+			policy: QueueLayer{MaxWaitMs: ms(8000), ExecutionMaxWaitMs: ms(300000)},
+			conn:   QueueLayer{MaxWaitMs: ms(60000), ExecutionMaxWaitMs: ms(900000)},
+			want:   QueueConfig{MaxWait: time.Minute, ExecutionMaxWait: 15 * time.Minute, MaxQueueDepth: 0},
+		},
+		{
+			name:   "waits clamp to 1 ms",
+			policy: QueueLayer{MaxWaitMs: ms(0), ExecutionMaxWaitMs: ms(-5)},
+			want:   QueueConfig{MaxWait: time.Millisecond, ExecutionMaxWait: time.Millisecond},
+		},
+		{
+			name:   "waits clamp to 24 h, even from absurd values",
+			policy: QueueLayer{MaxWaitMs: ms(86400001), ExecutionMaxWaitMs: ms(1 << 62)},
+			want:   QueueConfig{MaxWait: 24 * time.Hour, ExecutionMaxWait: 24 * time.Hour},
+		},
+		{
+			name:   "depth clamps to 0–100000",
+			env:    QueueLayer{MaxQueueDepth: ms(-3)},
+			policy: QueueLayer{MaxQueueDepth: ms(250000)},
+			want:   QueueConfig{MaxWait: 30 * time.Second, ExecutionMaxWait: 10 * time.Minute, MaxQueueDepth: 100000},
+		},
+		{
+			name: "negative depth clamps to 0 (unbounded)",
+			env:  QueueLayer{MaxQueueDepth: ms(-3)},
+			want: QueueConfig{MaxWait: 30 * time.Second, ExecutionMaxWait: 10 * time.Minute, MaxQueueDepth: 0},
+		},
+	}
+	for _, tc := range tests {
+		if got := ResolveQueue(tc.env, tc.policy, tc.conn); got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestEnvQueueLayer(t *testing.T) {
+	env := map[string]string{
+		EnvMaxWait:          " 15000 ",
+		EnvExecutionMaxWait: "ten minutes",
+		EnvMaxQueueDepth:    "",
+	}
+	l, err := EnvQueueLayer(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if l.MaxWaitMs == nil || *l.MaxWaitMs != 15000 {
+		t.Errorf("MaxWaitMs = %v, want 15000", l.MaxWaitMs)
+	}
+	if l.ExecutionMaxWaitMs != nil {
+		t.Errorf("a bad value was kept: %d", *l.ExecutionMaxWaitMs)
+	}
+	if l.MaxQueueDepth != nil {
+		t.Errorf("an empty variable was taken as set")
+	}
+	if err == nil || !strings.Contains(err.Error(), EnvExecutionMaxWait) || !strings.HasPrefix(err.Error(), "admission: ") {
+		t.Errorf("error = %v, want one naming %s", err, EnvExecutionMaxWait)
+	}
+	// No variables: nothing set, no error.
+	l, err = EnvQueueLayer(func(string) (string, bool) { return "", false })
+	if err != nil || l != (QueueLayer{}) {
+		t.Errorf("empty env: %+v, %v", l, err)
+	}
+}
+
+func TestNewGateValidates(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  GateConfig // input
+		bad  string     // fragment of the expected error ("" = valid)
+	}{
+		{name: "valid", cfg: GateConfig{Provider: "glm", Connection: "a", MaxConcurrent: 4, ModelConcurrency: map[string]int{"glm-5": 1}}},
+		{name: "no ids", cfg: GateConfig{}, bad: "ids are required"},
+		{name: "negative cap", cfg: GateConfig{Provider: "p", Connection: "c", MaxConcurrent: -1}, bad: "maxConcurrent=-1"},
+		{name: "huge cap", cfg: GateConfig{Provider: "p", Connection: "c", ProviderMaxConcurrent: MaxCap + 1}, bad: "providerMaxConcurrent"},
+		{name: "zero model cap", cfg: GateConfig{Provider: "p", Connection: "c", ModelConcurrency: map[string]int{"m": 0}}, bad: `modelConcurrency["m"]=0`},
+		{name: "empty model id", cfg: GateConfig{Provider: "p", Connection: "c", ModelConcurrency: map[string]int{"": 1}}, bad: "empty model id"},
+	}
+	for _, tc := range tests {
+		g, err := NewGate(tc.cfg)
+		switch {
+		case tc.bad == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.bad != "" && (err == nil || !strings.Contains(err.Error(), tc.bad)):
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.bad)
+		case tc.bad != "" && g != nil:
+			t.Errorf("%s: got a gate with an error", tc.name)
+		}
+	}
+}
+
+func TestGateModelCapsAreExact(t *testing.T) {
+	g, err := NewGate(GateConfig{Provider: "zai", Connection: "a", ModelConcurrency: map[string]int{"glm-5": 1, "glm-4.7": 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		model   string // model asked for
+		cap     int    // its cap
+		limited bool   // goes through admission
+	}{
+		{model: "glm-5", cap: 1, limited: true},
+		{model: "glm-4.7", cap: 3, limited: true},
+		{model: "zai/glm-5", cap: 0, limited: false}, // a client-side alias does not match
+		{model: "GLM-5", cap: 0, limited: false},     // exact, case included
+		{model: "glm-4", cap: 0, limited: false},     // no cap and no connection cap
+	}
+	for _, tc := range tests {
+		if c := g.ModelCap(tc.model); c != tc.cap {
+			t.Errorf("ModelCap(%q) = %d, want %d", tc.model, c, tc.cap)
+		}
+		if l := g.Limited(tc.model); l != tc.limited {
+			t.Errorf("Limited(%q) = %v, want %v", tc.model, l, tc.limited)
+		}
+	}
+}
+
+func TestGateKeysAreUnambiguous(t *testing.T) {
+	a, _ := NewGate(GateConfig{Provider: "a:b", Connection: "c", MaxConcurrent: 1})
+	b, _ := NewGate(GateConfig{Provider: "a", Connection: "b:c", MaxConcurrent: 1})
+	if a.connKey == b.connKey {
+		t.Fatalf("two connections share key %q", a.connKey)
+	}
+	if !strings.HasPrefix(a.connKey, "spw1:") || !strings.HasPrefix(a.providerKey, "spw1:") || !strings.HasPrefix(a.globalKey, "spw1:") {
+		t.Fatalf("keys lack the state prefix: %q %q %q", a.connKey, a.providerKey, a.globalKey)
+	}
+}
+
+func TestGateReplies(t *testing.T) {
+	g, _ := NewGate(GateConfig{Provider: "glm", Connection: "a", MaxConcurrent: 1, Queue: QueueConfig{MaxWait: 30 * time.Second, ExecutionMaxWait: 10 * time.Minute, MaxQueueDepth: 5}})
+	tests := []struct {
+		err    error
+		status int    // HTTP status
+		code   string // error.code
+	}{
+		{err: ErrQueueFull, status: 429, code: "RATE_LIMIT_QUEUE_FULL"},
+		{err: ErrQueueTimeout, status: 429, code: "RATE_LIMIT_QUEUE_TIMEOUT"},
+		{err: ErrExecutionTimeout, status: 504, code: "RATE_LIMIT_EXECUTION_TIMEOUT"},
+	}
+	for _, tc := range tests {
+		r, ok := g.Reply(tc.err)
+		var typed *Error
+		if !ok || r.Status != tc.status || r.Code != tc.code || !errors.As(tc.err, &typed) || typed.Status != tc.status || typed.Code != tc.code {
+			t.Errorf("%v: reply %d %q ok=%v", tc.err, r.Status, r.Code, ok)
+		}
+	}
+	if _, ok := g.Reply(errors.New("store down")); ok {
+		t.Error("a store error became a client reply")
+	}
+}

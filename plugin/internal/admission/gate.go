@@ -1,0 +1,128 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/state"
+)
+
+// GateConfig is the resolved admission setting of one provider connection.
+type GateConfig struct {
+	Provider   string // provider id
+	Connection string // connection id
+	// GlobalMaxConcurrent caps requests in flight over every gate that sets it (0 = none).
+	GlobalMaxConcurrent int
+	// ProviderMaxConcurrent caps requests in flight to the provider (0 = none).
+	ProviderMaxConcurrent int
+	// MaxConcurrent is the connection's cap (maxConcurrent; 0 = none).
+	MaxConcurrent int
+	// ModelConcurrency caps requests per exact upstream model id on this connection
+	// (modelConcurrency); values are positive.
+	ModelConcurrency map[string]int
+	// Queue is the connection's resolved request-queue setting (see ResolveQueue).
+	Queue QueueConfig
+}
+
+// Gate is one connection's compound gate (global → provider → connection → model), built
+// once per policy so no key is rebuilt per request. It is read-only and may be shared.
+type Gate struct {
+	provider, connection            string
+	globalKey, providerKey, connKey string
+	globalCap, providerCap, connCap int
+	models                          []modelLimit
+	queue                           QueueConfig
+	executionMaxWaitMs, maxWaitMs   int64
+}
+
+type modelLimit struct {
+	name string
+	hash uint64
+	cap  int
+}
+
+// NewGate validates cfg and builds the gate. Caps must be 0–MaxCap (model caps 1–MaxCap);
+// the queue setting is clamped.
+func NewGate(cfg GateConfig) (*Gate, error) {
+	var errs []error
+	if cfg.Provider == "" || cfg.Connection == "" {
+		errs = append(errs, errors.New("admission: provider and connection ids are required"))
+	}
+	checkCap := func(name string, v, lo int) {
+		if v < lo || v > MaxCap {
+			errs = append(errs, fmt.Errorf("admission: %s/%s: %s=%d, want %d–%d", cfg.Provider, cfg.Connection, name, v, lo, MaxCap))
+		}
+	}
+	checkCap("globalMaxConcurrent", cfg.GlobalMaxConcurrent, 0)
+	checkCap("providerMaxConcurrent", cfg.ProviderMaxConcurrent, 0)
+	checkCap("maxConcurrent", cfg.MaxConcurrent, 0)
+	g := &Gate{
+		provider:    cfg.Provider,
+		connection:  cfg.Connection,
+		globalKey:   state.KeyPrefix + "adm:g",
+		providerKey: state.KeyPrefix + "adm:p:" + cfg.Provider,
+		// The length prefix keeps ("a:b", "c") and ("a", "b:c") apart.
+		connKey:     state.KeyPrefix + "adm:c:" + strconv.Itoa(len(cfg.Provider)) + ":" + cfg.Provider + ":" + cfg.Connection,
+		globalCap:   cfg.GlobalMaxConcurrent,
+		providerCap: cfg.ProviderMaxConcurrent,
+		connCap:     cfg.MaxConcurrent,
+		queue:       cfg.Queue.Normalize(),
+	}
+	for name, c := range cfg.ModelConcurrency {
+		if name == "" {
+			errs = append(errs, fmt.Errorf("admission: %s/%s: modelConcurrency has an empty model id", cfg.Provider, cfg.Connection))
+			continue
+		}
+		checkCap("modelConcurrency["+strconv.Quote(name)+"]", c, 1)
+		g.models = append(g.models, modelLimit{name: name, hash: hashModel(name), cap: c})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	sort.Slice(g.models, func(i, j int) bool { return g.models[i].name < g.models[j].name })
+	g.executionMaxWaitMs = g.queue.ExecutionMaxWait.Milliseconds()
+	g.maxWaitMs = g.queue.MaxWait.Milliseconds()
+	return g, nil
+}
+
+// Provider returns the gate's provider id.
+func (g *Gate) Provider() string { return g.provider }
+
+// Connection returns the gate's connection id.
+func (g *Gate) Connection() string { return g.connection }
+
+// Queue returns the gate's clamped queue setting.
+func (g *Gate) Queue() QueueConfig { return g.queue }
+
+// ModelCap returns the cap on model (an exact upstream model id; no alias matching), or 0.
+func (g *Gate) ModelCap(model string) int {
+	for i := range g.models {
+		if g.models[i].name == model {
+			return g.models[i].cap
+		}
+	}
+	return 0
+}
+
+// Limited reports whether a request for model goes through admission at all. When no cap
+// applies it does not, and Admit touches no shared data.
+func (g *Gate) Limited(model string) bool {
+	return g.globalCap > 0 || g.providerCap > 0 || g.connCap > 0 || g.ModelCap(model) > 0
+}
+
+// String names the gate in errors and logs.
+func (g *Gate) String() string { return g.provider + "/" + g.connection }
+
+func (g *Gate) hasUpper() bool { return g.globalCap > 0 || g.providerCap > 0 }
+
+// modelLimit returns model's hash and cap.
+func (g *Gate) modelLimit(model string) (uint64, int) {
+	for i := range g.models {
+		if g.models[i].name == model {
+			return g.models[i].hash, g.models[i].cap
+		}
+	}
+	return hashModel(model), 0
+}
