@@ -1,13 +1,18 @@
 package conncooldown
 
 import (
-	"testing"
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
 )
+
+// tHelper is what the fixtures need from *testing.T, *testing.B and *rapid.T.
+type tHelper interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 
@@ -18,7 +23,7 @@ type fixture struct {
 	conn  Conn
 }
 
-func newFixture(tb testing.TB, cfg Config) *fixture {
+func newFixture(tb tHelper, cfg Config) *fixture {
 	tb.Helper()
 	store := state.NewMemStore()
 	clock := state.NewManualClock(t0)
@@ -33,7 +38,7 @@ func newFixture(tb testing.TB, cfg Config) *fixture {
 	return &fixture{tr: tr, store: store, clock: clock, conn: conn}
 }
 
-func (f *fixture) fail(tb testing.TB, v failure.Verdict, started time.Time) Outcome {
+func (f *fixture) fail(tb tHelper, v failure.Verdict, started time.Time) Outcome {
 	tb.Helper()
 	out, err := f.tr.RecordFailure(f.conn, Failure{Verdict: v, Started: started, Message: "upstream said no"})
 	if err != nil {
@@ -42,7 +47,7 @@ func (f *fixture) fail(tb testing.TB, v failure.Verdict, started time.Time) Outc
 	return out
 }
 
-func (f *fixture) check(tb testing.TB) Availability {
+func (f *fixture) check(tb tHelper) Availability {
 	tb.Helper()
 	a, err := f.tr.Check(f.conn)
 	if err != nil {
