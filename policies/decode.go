@@ -321,12 +321,12 @@ func (d *decoder) decode(n *node, v reflect.Value, path string) {
 			d.fail(path, "expected a whole number, got "+n.describe())
 			return
 		}
-		i, ok := parseWholeNumber(n.text)
-		if !ok {
+		i, whole, inRange := wholeNumber(n.text)
+		if !whole {
 			d.fail(path, "expected a whole number")
 			return
 		}
-		if v.OverflowInt(i) {
+		if !inRange || v.OverflowInt(i) {
 			d.fail(path, "number is out of range")
 			return
 		}
@@ -368,13 +368,27 @@ func (d *decoder) decodeStruct(n *node, v reflect.Value, path string) {
 }
 
 // parseWholeNumber parses a JSON number that must be an integer: 30000, -1, 3e4, 30000.0.
+// ok is false for fractions and for integers beyond int64.
 func parseWholeNumber(text string) (int64, bool) {
+	n, whole, inRange := wholeNumber(text)
+	return n, whole && inRange
+}
+
+// wholeNumber tells a fraction (whole=false) from an integer too large for int64
+// (inRange=false).
+func wholeNumber(text string) (n int64, whole, inRange bool) {
 	if i, err := strconv.ParseInt(text, 10, 64); err == nil {
-		return i, true
+		return i, true, true
 	}
 	f, err := strconv.ParseFloat(text, 64)
-	if err != nil || f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
-		return 0, false
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false, false
 	}
-	return int64(f), true
+	if math.IsInf(f, 0) || f == math.Trunc(f) {
+		if f < math.MinInt64 || f >= math.MaxInt64 || math.IsInf(f, 0) {
+			return 0, true, false
+		}
+		return int64(f), true, true
+	}
+	return 0, false, false
 }

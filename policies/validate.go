@@ -470,9 +470,11 @@ func (v *validator) clampInt(path string, n *int, lo, hi int) {
 	v.warn(path, "clamped "+strconv.Itoa(orig)+" to "+strconv.Itoa(*n)+" (allowed "+strconv.Itoa(lo)+"–"+strconv.Itoa(hi)+")")
 }
 
-// formatMs renders milliseconds for humans: 1 ms, 30 s, 10 min, 24 h, 1500 ms.
+// formatMs renders milliseconds for humans: 1 ms, 30 s, 10 min, 24 h, 7 days, 1500 ms.
 func formatMs(ms int64) string {
 	switch {
+	case ms >= 2*86_400_000 && ms%86_400_000 == 0:
+		return strconv.FormatInt(ms/86_400_000, 10) + " days"
 	case ms != 0 && ms%3_600_000 == 0:
 		return strconv.FormatInt(ms/3_600_000, 10) + " h"
 	case ms != 0 && ms%60_000 == 0:
