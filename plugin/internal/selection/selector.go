@@ -35,10 +35,17 @@ type Selector struct {
 	tracker       *latency.Tracker
 	latencyWeight int
 
-	mark []int32  // strict-random scratch: Index -> position+1 among the candidates
-	seen []uint64 // strict-random scratch: deck entries already read
-	deck []int32  // strict-random scratch: the deck's remaining targets
-	buf  []byte   // record encoding scratch
+	drawn     []int32  // strict-random scratch: Indexes drawn this cycle
+	drawnBits []uint64 // strict-random scratch: the same as a bitmap, all zero between calls
+	listed    []uint64 // strict-random scratch: duplicate check, all zero between calls
+	buf       []byte   // record encoding scratch
+
+	// CAS steps bound once (see updateTurn, updateDraw) and their inputs and results.
+	turnUpdate, drawUpdate state.UpdateFunc
+	turn                   uint64
+	drawCombo              *Combo
+	drawCands              []Candidate
+	picked                 int
 }
 
 // New returns a Selector for cfg.
@@ -52,13 +59,15 @@ func New(cfg Config) (*Selector, error) {
 	if cfg.Latency != nil && cfg.Clock == nil {
 		return nil, errors.New("selection: config with Latency needs a Clock")
 	}
-	return &Selector{
+	s := &Selector{
 		store:         cfg.Store,
 		clock:         cfg.Clock,
 		rng:           rand.New(cfg.Random),
 		tracker:       cfg.Latency,
 		latencyWeight: latency.ClampWeight(cfg.LatencyWeight),
-	}, nil
+	}
+	s.turnUpdate, s.drawUpdate = s.updateTurn, s.updateDraw
+	return s, nil
 }
 
 // Request asks for an order of one route's eligible candidates.

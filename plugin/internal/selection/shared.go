@@ -10,7 +10,7 @@ import (
 //
 //	round-robin counter  'R' 1: next turn (uint)
 //	strict-random deck   'K' 1: targets (uint), last drawn Index + 1 (uint, 0 = none),
-//	                            remaining count (uint), remaining Indexes (uint each)
+//	                            count (uint), Indexes drawn this cycle (uint each)
 const (
 	kindCounter   = 'R'
 	kindDeck      = 'K'
@@ -53,16 +53,19 @@ func decodeTurn(b []byte, found bool) uint64 {
 }
 
 func (s *Selector) takeTurn(c *Combo) (uint64, error) {
-	var turn uint64
-	_, err := state.Update(s.store, c.counterKey, func(cur []byte, found bool) ([]byte, state.Mutation, error) {
-		turn = decodeTurn(cur, found)
-		s.buf = state.NewEncoder(s.buf, kindCounter, recordVersion).Uint(turn + 1).Bytes()
-		return s.buf, state.Write, nil
-	})
-	if err != nil {
+	if _, err := state.Update(s.store, c.counterKey, s.turnUpdate); err != nil {
 		return 0, fmt.Errorf("selection: round-robin turn of %q: %w", c.cfg.Name, err)
 	}
-	return turn, nil
+	return s.turn, nil
+}
+
+// updateTurn is the CAS step of takeTurn: it takes the stored turn and stores the next.
+// (Bound once as s.turnUpdate, with its result in s.turn, so a decision does not allocate
+// a closure.)
+func (s *Selector) updateTurn(cur []byte, found bool) ([]byte, state.Mutation, error) {
+	s.turn = decodeTurn(cur, found)
+	s.buf = state.NewEncoder(s.buf, kindCounter, recordVersion).Uint(s.turn + 1).Bytes()
+	return s.buf, state.Write, nil
 }
 
 func (s *Selector) peekTurn(c *Combo) (uint64, error) {
@@ -73,114 +76,143 @@ func (s *Selector) peekTurn(c *Combo) (uint64, error) {
 	return decodeTurn(b, found), nil
 }
 
-// orderStrictRandom orders by the route's shared deck. With draw, the first remaining
-// eligible target of the deck is drawn (removed) and leads; when no remaining target is
-// eligible a new cycle starts with a fresh shuffle of every target whose first eligible
-// entry is not the last one drawn. The rest follow in deck order, then the eligible
-// targets already drawn this cycle, in random order. Without draw the deck is only read.
+// orderStrictRandom draws without replacement, the same as dealing from a shuffled deck of
+// the route's targets that every worker shares: the shared record lists the targets drawn
+// in the current cycle. With draw, a random eligible target not drawn yet leads and joins
+// the list; when every eligible target has been drawn, a new cycle starts (the list
+// empties) and its first draw avoids the last target drawn whenever another is eligible,
+// so no target is drawn twice in a row. The rest follow: targets not drawn yet first, then
+// those already drawn this cycle, each group in random order. Without draw the record is
+// only read. Cost is proportional to the eligible and drawn targets, not the configured
+// ones.
 func (s *Selector) orderStrictRandom(c *Combo, cands []Candidate, draw bool) (degraded, err error) {
-	s.shuffle(cands) // targets outside the deck's order end up in random order
-	if err := s.markEligible(c, cands); err != nil {
+	if err := s.checkDistinct(c, cands); err != nil {
 		return nil, err
 	}
-	defer s.unmarkEligible(cands)
-
-	drawn := int32(-1)
+	s.shuffle(cands) // "a random undrawn target" is the first undrawn one after this
+	picked := -1
 	if draw {
-		_, err = state.Update(s.store, c.deckKey, func(cur []byte, found bool) ([]byte, state.Mutation, error) {
-			last := s.loadDeck(c, cur, found)
-			pos := s.firstEligible(0)
-			if pos < 0 {
-				s.newCycle(c, last)
-				pos = s.firstEligible(0)
-			}
-			drawn = s.deck[pos]
-			s.deck = append(s.deck[:pos], s.deck[pos+1:]...)
-			e := state.NewEncoder(s.buf, kindDeck, recordVersion).
-				Uint(uint64(c.cfg.Targets)).Uint(uint64(drawn) + 1).Uint(uint64(len(s.deck)))
-			for _, idx := range s.deck {
-				e.Uint(uint64(idx))
-			}
-			s.buf = e.Bytes()
-			return s.buf, state.Write, nil
-		})
+		s.drawCombo, s.drawCands = c, cands
+		_, err = state.Update(s.store, c.deckKey, s.drawUpdate)
+		picked = s.picked
+		s.drawCombo, s.drawCands = nil, nil
 	} else {
 		var b []byte
 		var found bool
 		if b, _, found, err = s.store.Get(c.deckKey); err == nil {
-			s.loadDeck(c, b, found)
+			s.loadDrawn(c, b, found)
 		}
 	}
 	if err != nil {
+		s.clearDrawn()
 		// Shared data failed: the shuffle above is the order.
 		return fmt.Errorf("selection: strict-random deck of %q: %w", c.cfg.Name, err), nil
 	}
-
-	unranked := int64(len(s.deck)) + 1
 	for i := range cands {
-		cands[i].score = unranked
-	}
-	for rank, idx := range s.deck {
-		if p := s.mark[idx]; p != 0 {
-			cands[p-1].score = int64(rank) + 1
+		cands[i].score = 1
+		if s.isDrawn(int32(cands[i].Index)) {
+			cands[i].score = 2
 		}
 	}
-	if drawn >= 0 {
-		cands[s.mark[drawn]-1].score = 0
+	if picked >= 0 {
+		cands[picked].score = 0
 	}
+	s.clearDrawn()
 	sortByScore(cands)
 	return nil, nil
 }
 
-// markEligible records each candidate's position by Index, rejecting duplicates.
-func (s *Selector) markEligible(c *Combo, cands []Candidate) error {
-	if len(s.mark) < c.cfg.Targets {
-		s.mark = make([]int32, c.cfg.Targets)
+// updateDraw is the CAS step of a strict-random draw over s.drawCombo and s.drawCands; it
+// leaves the drawn position in s.picked. (Bound once as s.drawUpdate so a decision does not
+// allocate a closure.)
+func (s *Selector) updateDraw(cur []byte, found bool) ([]byte, state.Mutation, error) {
+	c, cands := s.drawCombo, s.drawCands
+	last := s.loadDrawn(c, cur, found)
+	s.picked = s.firstUndrawn(cands, -1)
+	if s.picked < 0 { // cycle complete for every eligible target
+		s.clearDrawn()
+		if s.picked = s.firstUndrawn(cands, last); s.picked < 0 {
+			s.picked = 0 // the last target drawn is the only one eligible
+		}
+	}
+	idx := int32(cands[s.picked].Index)
+	s.markDrawn(idx)
+	e := state.NewEncoder(s.buf, kindDeck, recordVersion).
+		Uint(uint64(c.cfg.Targets)).Uint(uint64(idx) + 1).Uint(uint64(len(s.drawn)))
+	for _, d := range s.drawn {
+		e.Uint(uint64(d))
+	}
+	s.buf = e.Bytes()
+	return s.buf, state.Write, nil
+}
+
+// checkDistinct rejects a candidate list that names one Index twice.
+func (s *Selector) checkDistinct(c *Combo, cands []Candidate) error {
+	s.growBits(c.cfg.Targets)
+	dup := -1
+	for i := range cands {
+		idx := cands[i].Index
+		if s.listed[idx/64]&(1<<(idx%64)) != 0 {
+			dup = idx
+			break
+		}
+		s.listed[idx/64] |= 1 << (idx % 64)
 	}
 	for i := range cands {
 		idx := cands[i].Index
-		if s.mark[idx] != 0 {
-			s.unmarkEligible(cands[:i])
-			return fmt.Errorf("%w: route %q lists index %d twice", ErrBadCandidate, c.cfg.Name, idx)
-		}
-		s.mark[idx] = int32(i + 1)
+		s.listed[idx/64] &^= 1 << (idx % 64)
+	}
+	if dup >= 0 {
+		return fmt.Errorf("%w: route %q lists index %d twice", ErrBadCandidate, c.cfg.Name, dup)
 	}
 	return nil
 }
 
-func (s *Selector) unmarkEligible(cands []Candidate) {
-	for i := range cands {
-		s.mark[cands[i].Index] = 0
+func (s *Selector) growBits(targets int) {
+	if words := (targets + 63) / 64; len(s.drawnBits) < words {
+		s.drawnBits = make([]uint64, words)
+		s.listed = make([]uint64, words)
 	}
 }
 
-// firstEligible returns the position of the first eligible deck entry from start, or -1.
-func (s *Selector) firstEligible(start int) int {
-	for i := start; i < len(s.deck); i++ {
-		if s.mark[s.deck[i]] != 0 {
+func (s *Selector) isDrawn(idx int32) bool { return s.drawnBits[idx/64]&(1<<(idx%64)) != 0 }
+
+func (s *Selector) markDrawn(idx int32) {
+	s.drawnBits[idx/64] |= 1 << (idx % 64)
+	s.drawn = append(s.drawn, idx)
+}
+
+// clearDrawn empties the drawn list and its bits (kept all zero between decisions).
+func (s *Selector) clearDrawn() {
+	for _, idx := range s.drawn {
+		s.drawnBits[idx/64] &^= 1 << (idx % 64)
+	}
+	s.drawn = s.drawn[:0]
+}
+
+// firstUndrawn returns the position of the first candidate not drawn this cycle whose
+// Index is not except, or -1.
+func (s *Selector) firstUndrawn(cands []Candidate, except int32) int {
+	for i := range cands {
+		if idx := int32(cands[i].Index); idx != except && !s.isDrawn(idx) {
 			return i
 		}
 	}
 	return -1
 }
 
-// loadDeck decodes a stored deck into s.deck and returns the last drawn Index (-1 for
-// none). A missing, corrupt or stale (other target count) deck reads as empty.
-func (s *Selector) loadDeck(c *Combo, b []byte, found bool) (last int32) {
-	s.deck = s.deck[:0]
+// loadDrawn decodes the stored cycle into the drawn list and returns the last Index drawn
+// (-1 for none). A missing, corrupt or stale (other target count) record reads as a fresh
+// cycle.
+func (s *Selector) loadDrawn(c *Combo, b []byte, found bool) (last int32) {
+	s.clearDrawn()
 	if !found {
 		return -1
 	}
-	words := (c.cfg.Targets + 63) / 64
-	if cap(s.seen) < words {
-		s.seen = make([]uint64, words)
-	}
-	s.seen = s.seen[:words]
-	clear(s.seen)
 	targets := uint64(c.cfg.Targets)
-	// Decoder.Err also reports unread bytes, so it is checked once, after the last field;
-	// a failed read returns 0, which the range checks below cannot tell from a real 0, but
-	// the final check catches it.
+	// Decoder.Err also reports unread bytes, so it is checked once, after the last field.
+	// A failed read returns 0, which the checks below cannot tell from a real 0, but the
+	// final check catches it.
 	d := state.NewDecoder(b, kindDeck, recordVersion)
 	stored, lastPlusOne, n := d.Uint(), d.Uint(), d.Uint()
 	if stored != targets || lastPlusOne > targets || n > targets {
@@ -188,37 +220,15 @@ func (s *Selector) loadDeck(c *Combo, b []byte, found bool) (last int32) {
 	}
 	for i := uint64(0); i < n; i++ {
 		idx := d.Uint()
-		if idx >= targets || s.seen[idx/64]&(1<<(idx%64)) != 0 {
-			s.deck = s.deck[:0]
+		if idx >= targets || s.isDrawn(int32(idx)) {
+			s.clearDrawn()
 			return -1
 		}
-		s.seen[idx/64] |= 1 << (idx % 64)
-		s.deck = append(s.deck, int32(idx))
+		s.markDrawn(int32(idx))
 	}
 	if d.Err() != nil {
-		s.deck = s.deck[:0]
+		s.clearDrawn()
 		return -1
 	}
 	return int32(lastPlusOne) - 1
-}
-
-// newCycle deals a fresh shuffled deck of every target, then, if its first eligible entry
-// is the last target drawn and another eligible entry exists, swaps the two so no target
-// is drawn twice in a row.
-func (s *Selector) newCycle(c *Combo, last int32) {
-	s.deck = s.deck[:0]
-	for i := 0; i < c.cfg.Targets; i++ {
-		s.deck = append(s.deck, int32(i))
-	}
-	for i := len(s.deck) - 1; i > 0; i-- {
-		j := s.rng.IntN(i + 1)
-		s.deck[i], s.deck[j] = s.deck[j], s.deck[i]
-	}
-	first := s.firstEligible(0)
-	if first < 0 || s.deck[first] != last {
-		return
-	}
-	if next := s.firstEligible(first + 1); next >= 0 {
-		s.deck[first], s.deck[next] = s.deck[next], s.deck[first]
-	}
 }
