@@ -17,17 +17,17 @@ func TestExpandEnv(t *testing.T) {
 		{"Bearer ${KEY}", "Bearer sk-123", true, ""},
 		{"${KEY}${KEY}", "sk-123sk-123", true, ""},
 		{"${_U9}", "u", true, ""},
-		{"${EMPTY}", "", true, ""},                            // set but empty is set
-		{"${MISSING:-fallback}", "fallback", true, ""},        // default when unset
-		{"${EMPTY:-fallback}", "fallback", true, ""},          // default when empty
-		{"${KEY:-fallback}", "sk-123", true, ""},              // value wins over default
-		{"${MISSING:-}", "", true, ""},                        // empty default
-		{"$${KEY}", "${KEY}", false, ""},                      // escape
-		{"$$${KEY}", "$${KEY}", false, ""},                    // '$' then the escape
-		{"cost $5", "cost $5", false, ""},                     // lone '$'
-		{"$", "$", false, ""},                                 // trailing '$'
-		{"${MISSING}", "", false, `"MISSING" is not set`},     // unset is an error
-		{"${KEY", "", false, "unterminated ${"},               // no closing brace
+		{"${EMPTY}", "", true, ""},                        // set but empty is set
+		{"${MISSING:-fallback}", "fallback", true, ""},    // default when unset
+		{"${EMPTY:-fallback}", "fallback", true, ""},      // default when empty
+		{"${KEY:-fallback}", "sk-123", true, ""},          // value wins over default
+		{"${MISSING:-}", "", true, ""},                    // empty default
+		{"$${KEY}", "${KEY}", false, ""},                  // escape
+		{"$$${KEY}", "$${KEY}", false, ""},                // '$' then the escape
+		{"cost $5", "cost $5", false, ""},                 // lone '$'
+		{"$", "$", false, ""},                             // trailing '$'
+		{"${MISSING}", "", false, `"MISSING" is not set`}, // unset is an error
+		{"${KEY", "", false, "unterminated ${"},           // no closing brace
 		{"${}", "", false, "invalid environment variable name"},
 		{"${9X}", "", false, "invalid environment variable name"},
 		{"${A-B}", "", false, "invalid environment variable name"},
