@@ -78,6 +78,11 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 		requests: proxywasm.DefineCounterMetric("spillway_requests_total"),
 		panics:   proxywasm.DefineCounterMetric("spillway_panics_total"),
 	}
+	// Reserve the creation CAS now (a shared-data write, not allowed during _initialize) so
+	// the first request that records state does not pay for it.
+	if _, err := p.store.CreateCAS(); err != nil {
+		proxywasm.LogWarnf("spillway: %v", err)
+	}
 	proxywasm.LogInfof("spillway: policy loaded: %d providers, %d routes", len(policy.Providers), len(policy.Routes))
 	return types.OnPluginStartStatusOK
 }
