@@ -13,8 +13,9 @@ import (
 // MaxSlots bounds Config.Slots.
 const MaxSlots = 1 << 20
 
-// Pin record (state codec kind 'A', version 1): fingerprint (16-byte string), provider,
-// connection (strings), last use (signed varint, Unix milliseconds).
+// Pin record (state codec kind 'A', version 1): fingerprint (two uints, the key digest's
+// bytes 8..15 and 16..23), provider, connection (strings), last use (signed varint, Unix
+// milliseconds).
 const (
 	kindPin    = 'A'
 	pinVersion = 1
@@ -98,7 +99,10 @@ func (t *Table) slotKey(k Key) string {
 	return string(strconv.AppendUint(append(b[:0], state.KeyPrefix+"aff:"...), slot, 10))
 }
 
-func fingerprint(k Key) []byte { return k.digest[8:24] }
+// fingerprint identifies the session within its slot.
+func fingerprint(k Key) (uint64, uint64) {
+	return binary.BigEndian.Uint64(k.digest[8:16]), binary.BigEndian.Uint64(k.digest[16:24])
+}
 
 // Lookup returns the session's live pin: none when affinity is off, the key is zero, the
 // slot is empty, holds another session's pin, holds a corrupt record, or the pin's last use
@@ -115,8 +119,10 @@ func (t *Table) Lookup(k Key) (Pin, error) {
 		return Pin{}, nil
 	}
 	d := state.NewDecoder(b, kindPin, pinVersion)
-	fp, provider, connection, lastMs := d.String(), d.String(), d.String(), d.Int()
-	if d.Err() != nil || fp != string(fingerprint(k)) || connection == "" ||
+	fp1, fp2 := d.Uint(), d.Uint()
+	provider, connection, lastMs := d.String(), d.String(), d.Int()
+	want1, want2 := fingerprint(k)
+	if d.Err() != nil || fp1 != want1 || fp2 != want2 || connection == "" ||
 		len(provider) > maxIDBytes || len(connection) > maxIDBytes {
 		return Pin{}, nil // absent, another session's, or corrupt: no pin
 	}
@@ -147,8 +153,9 @@ func (t *Table) Record(k Key, provider, connection string, seen Pin) (bool, erro
 	if len(provider) > maxIDBytes || len(connection) > maxIDBytes {
 		return false, fmt.Errorf("affinity: connection id of %d bytes too long to pin", max(len(provider), len(connection)))
 	}
+	fp1, fp2 := fingerprint(k)
 	e := state.NewEncoder(t.buf, kindPin, pinVersion)
-	e.String(string(fingerprint(k))).String(provider).String(connection).Int(now.UnixMilli())
+	e.Uint(fp1).Uint(fp2).String(provider).String(connection).Int(now.UnixMilli())
 	t.buf = e.Bytes()
 	if err := t.store.Set(t.slotKey(k), t.buf, 0); err != nil {
 		return false, fmt.Errorf("affinity: record: %w", err)

@@ -205,15 +205,19 @@ func TestSlotCollisionTakesOver(t *testing.T) {
 }
 
 func TestCorruptPinIsAbsent(t *testing.T) {
+	fp1, fp2 := fingerprint(mustKey(t, "s"))
 	for _, tc := range []struct {
 		name  string // what is wrong
 		value []byte // stored record
 	}{
 		{name: "garbage", value: []byte("xyz")},
-		{name: "other version", value: state.NewEncoder(nil, kindPin, 9).String("f").Bytes()},
-		{name: "truncated", value: state.NewEncoder(nil, kindPin, pinVersion).String("0123456789abcdef").Bytes()},
-		{name: "trailing bytes", value: append(state.NewEncoder(nil, kindPin, pinVersion).
-			String("0123456789abcdef").String("p").String("c").Int(t0.UnixMilli()).Bytes(), 1)},
+		{name: "other version", value: state.NewEncoder(nil, kindPin, 9).Uint(fp1).Uint(fp2).
+			String("p").String("c").Int(t0.UnixMilli()).Bytes()},
+		{name: "truncated", value: state.NewEncoder(nil, kindPin, pinVersion).Uint(fp1).Uint(fp2).Bytes()},
+		{name: "trailing bytes", value: append(state.NewEncoder(nil, kindPin, pinVersion).Uint(fp1).Uint(fp2).
+			String("p").String("c").Int(t0.UnixMilli()).Bytes(), 1)},
+		{name: "empty connection", value: state.NewEncoder(nil, kindPin, pinVersion).Uint(fp1).Uint(fp2).
+			String("p").String("").Int(t0.UnixMilli()).Bytes()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tab, store, _ := newTable(t, Config{TTL: time.Hour, Slots: 1})
@@ -237,8 +241,9 @@ func TestCorruptPinIsAbsent(t *testing.T) {
 func TestFutureLastUseIsClampedToNow(t *testing.T) {
 	tab, store, clock := newTable(t, Config{TTL: time.Minute, Slots: 1})
 	k := mustKey(t, "s")
+	fp1, fp2 := fingerprint(k)
 	future := state.NewEncoder(nil, kindPin, pinVersion).
-		String(string(fingerprint(k))).String("p").String("c").Int(t0.Add(time.Hour).UnixMilli()).Bytes()
+		Uint(fp1).Uint(fp2).String("p").String("c").Int(t0.Add(time.Hour).UnixMilli()).Bytes()
 	store.MemStore.Set(tab.slotKey(k), future, 0)
 	pin, _ := tab.Lookup(k)
 	if pin.Connection != "c" || !pin.LastUse.Equal(t0) {
