@@ -1,0 +1,89 @@
+package providercooldown
+
+import (
+	"testing"
+	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/policies"
+)
+
+// t0 is an arbitrary start instant for the manual clock.
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// env is one shared store and clock with a Gate over them.
+type env struct {
+	store *state.MemStore
+	clock *state.ManualClock
+	g     *Gate
+	sets  int // Set calls seen by the store
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	e := &env{store: state.NewMemStore(), clock: state.NewManualClock(t0)}
+	e.store.BeforeSet = func(string) { e.sets++ }
+	e.g = New(e.store, e.clock)
+	return e
+}
+
+// enabled returns a profile's defaults with the gate turned on, adjusted by edit (may be nil).
+func enabled(t testing.TB, profile policies.Profile, edit func(*Config)) Config {
+	t.Helper()
+	cfg, err := DefaultConfig(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Enabled = true
+	if edit != nil {
+		edit(&cfg)
+	}
+	return cfg
+}
+
+func providerEntry(t testing.TB, id string, cfg Config) Entry {
+	t.Helper()
+	e, err := ProviderEntry(id, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func connectionEntry(t testing.TB, provider, conn string, cfg Config) Entry {
+	t.Helper()
+	e, err := ConnectionEntry(provider, conn, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// fail records n failures and returns the last status.
+func fail(t testing.TB, g *Gate, e Entry, n int) Status {
+	t.Helper()
+	var s Status
+	for i := 0; i < n; i++ {
+		var err error
+		if s, err = g.RecordFailure(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func check(t testing.TB, g *Gate, e Entry) Status {
+	t.Helper()
+	s, err := g.Check(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func succeed(t testing.TB, g *Gate, e Entry) {
+	t.Helper()
+	if err := g.RecordSuccess(e); err != nil {
+		t.Fatal(err)
+	}
+}
