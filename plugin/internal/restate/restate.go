@@ -2,7 +2,7 @@
 // §7): a gateway that reports temporary quota exhaustion as 403/400 is restated to 429.
 //
 // A Rule matches one provider (case-insensitive), one of its fromStatuses, and a body that
-// holds one of its textMarkers and none of its excludeMarkers. The first matching rule wins:
+// holds one of its textMarkers (if it declares any) and none of its excludeMarkers. The first matching rule wins:
 // operator rules in their order, then the built-in rules an operator rule does not replace
 // by id. The restated response advertises the upstream's own positive Retry-After, or the
 // rule's default (60 s); that value is only what the client is told, never the internal
@@ -34,7 +34,7 @@ type Rule struct {
 	FromStatuses []int  // upstream statuses the rule applies to (400..599)
 	ToStatus     int    // the status to report instead (400..599)
 	// TextMarkers: the body must hold at least one (ASCII case-insensitive; other bytes
-	// exactly, so Chinese markers match as written).
+	// exactly, so Chinese markers match as written). Empty = any body.
 	TextMarkers []string
 	// ExcludeMarkers veto the rule even when a text marker matched: a permanent error
 	// keeps its status.
@@ -143,10 +143,10 @@ func normalize(r Rule) (Rule, error) {
 			return r, fmt.Errorf("fromStatuses: %d is the toStatus itself", s)
 		}
 	}
-	if err := validMarkers("textMarkers", r.TextMarkers, true); err != nil {
+	if err := validMarkers("textMarkers", r.TextMarkers); err != nil {
 		return r, err
 	}
-	if err := validMarkers("excludeMarkers", r.ExcludeMarkers, false); err != nil {
+	if err := validMarkers("excludeMarkers", r.ExcludeMarkers); err != nil {
 		return r, err
 	}
 	if r.DefaultRetryAfter == 0 {
@@ -160,13 +160,10 @@ func normalize(r Rule) (Rule, error) {
 
 func errorStatus(s int) bool { return 400 <= s && s <= 599 }
 
-// validMarkers checks a marker list; a rule without text markers would restate every
-// response of its status, so at least one is required there.
-func validMarkers(field string, markers []string, required bool) error {
-	switch {
-	case required && len(markers) == 0:
-		return fmt.Errorf("%s must hold at least one marker", field)
-	case len(markers) > MaxMarkers:
+// validMarkers checks a marker list: bounded count and length, no empty marker (it would
+// match everything, which an empty list already says explicitly).
+func validMarkers(field string, markers []string) error {
+	if len(markers) > MaxMarkers {
 		return fmt.Errorf("%s: %d markers, at most %d", field, len(markers), MaxMarkers)
 	}
 	for i, m := range markers {
@@ -192,7 +189,8 @@ func (t *Table) Apply(provider string, status int, headers [][2]string, body []b
 		if text == nil {
 			text = textscan.Searchable(body)
 		}
-		if !textscan.ContainsAnyFold(text, r.TextMarkers) || textscan.ContainsAnyFold(text, r.ExcludeMarkers) {
+		if (len(r.TextMarkers) > 0 && !textscan.ContainsAnyFold(text, r.TextMarkers)) ||
+			textscan.ContainsAnyFold(text, r.ExcludeMarkers) {
 			continue
 		}
 		res.Restated, res.Status, res.RuleID = true, r.ToStatus, r.ID
