@@ -45,7 +45,7 @@ type Provider struct {
 	// QuotaFamilies maps model globs to a quota family name: a quota or entitlement failure
 	// (429/403/402) locks out the whole family on that connection, e.g. {"gpt-5*": "gpt-5"}.
 	// Models matching no glob are their own family. Globs are tried in key order.
-	QuotaFamilies map[string]string `json:"quotaFamilies,omitempty"`
+	QuotaFamilies map[string]string `json:"quotaFamilies,omitzero"`
 }
 
 // Connection is one account or API key of a provider: the scope of the connection cooldown,
@@ -62,7 +62,7 @@ type Connection struct {
 	MaxConcurrent *int `json:"maxConcurrent,omitempty" jsonschema:"minimum=1,maximum=100000"`
 	// ModelConcurrency caps the requests in flight per upstream model on this connection
 	// (exact model id as sent upstream); both this and maxConcurrent apply. Values ≥ 1.
-	ModelConcurrency map[string]int `json:"modelConcurrency,omitempty"`
+	ModelConcurrency map[string]int `json:"modelConcurrency,omitzero"`
 	// Weight is this connection's share for weighted strategies. Default 1; 0 takes it
 	// out of weighted selection; rejected outside 0–1000.
 	Weight *int `json:"weight,omitempty" jsonschema:"minimum=0,maximum=1000"`
@@ -166,10 +166,10 @@ type Resilience struct {
 	Failover Failover `json:"failover,omitzero"`
 	// StatusRestatement rewrites misleading upstream statuses before classification
 	// (guide §7), e.g. agentrouter's 403 "额度不足" to 429.
-	StatusRestatement []RestatementRule `json:"statusRestatement,omitempty"`
+	StatusRestatement []RestatementRule `json:"statusRestatement,omitzero"`
 	// ProviderErrorRules are operator classification rules: provider + status + markers →
 	// reason, scope and cooldown (guide §7, settings.providerErrorRules).
-	ProviderErrorRules []ProviderErrorRule `json:"providerErrorRules,omitempty"`
+	ProviderErrorRules []ProviderErrorRule `json:"providerErrorRules,omitzero"`
 	// StreamRecovery holds the stream watchdogs.
 	StreamRecovery StreamRecovery `json:"streamRecovery,omitzero"`
 	// P2CLatency is the opt-in latency signal for p2c selection (guide §2).
@@ -190,7 +190,7 @@ type ProviderBreaker struct {
 	Local BreakerProfile `json:"local,omitzero"`
 	// TripStatuses are the upstream statuses that count against a provider (transport
 	// failures always count). Default [408, 500, 502, 503, 504]. Each 100–599.
-	TripStatuses []int `json:"tripStatuses,omitempty"`
+	TripStatuses []int `json:"tripStatuses,omitzero"`
 }
 
 // BreakerProfile is one profile's breaker thresholds.
@@ -205,7 +205,7 @@ type BreakerProfile struct {
 	ResetTimeoutMs *int64 `json:"resetTimeoutMs,omitempty" jsonschema:"minimum=1000,maximum=86400000"`
 	// CooldownByKind overrides resetTimeoutMs by the kind of the last failure
 	// (server_error, timeout, transport_error). Values 1 s–24 h.
-	CooldownByKind map[string]int64 `json:"cooldownByKind,omitempty"`
+	CooldownByKind map[string]int64 `json:"cooldownByKind,omitzero"`
 	// MaxBackoffMultiplier caps how far the OPEN period escalates over repeated OPEN
 	// cycles (resetTimeout × 2^cycles, at most × this). Default 8; rejected outside 1–1024.
 	MaxBackoffMultiplier *int `json:"maxBackoffMultiplier,omitempty" jsonschema:"minimum=1,maximum=1024"`
@@ -293,7 +293,7 @@ type ModelLockout struct {
 	Enabled *bool `json:"enabled,omitempty"`
 	// ErrorCodes are the upstream statuses that count as model-level failures. Default
 	// [403, 404, 429, 502, 503, 504]. Each 100–599.
-	ErrorCodes []int `json:"errorCodes,omitempty"`
+	ErrorCodes []int `json:"errorCodes,omitzero"`
 	// BaseCooldownMs is the first lockout. Default 120 s; clamped to 1 s–24 h.
 	BaseCooldownMs *int64 `json:"baseCooldownMs,omitempty"`
 	// MaxCooldownMs caps the escalated lockout. Default 30 min; clamped to
@@ -354,10 +354,10 @@ type RestatementRule struct {
 	ToStatus int `json:"toStatus" jsonschema:"required,minimum=100,maximum=599"`
 	// TextMarkers: the rule matches when the error body contains any of them
 	// (case-sensitive substring). Empty = any body.
-	TextMarkers []string `json:"textMarkers,omitempty"`
+	TextMarkers []string `json:"textMarkers,omitzero"`
 	// ExcludeMarkers veto the rule when the body contains any of them, even if a text
 	// marker matched (permanent errors keep their status).
-	ExcludeMarkers []string `json:"excludeMarkers,omitempty"`
+	ExcludeMarkers []string `json:"excludeMarkers,omitzero"`
 	// DefaultRetryAfterMs is the Retry-After told to the client when upstream gave none.
 	// Default 60 s; rejected outside 0–24 h.
 	DefaultRetryAfterMs *int64 `json:"defaultRetryAfterMs,omitempty" jsonschema:"minimum=0,maximum=86400000"`
@@ -376,9 +376,9 @@ type ProviderErrorRule struct {
 	Status *int `json:"status,omitempty" jsonschema:"minimum=100,maximum=599"`
 	// TextMarkers: the rule matches when the error body contains any of them
 	// (case-sensitive substring). Empty = any body.
-	TextMarkers []string `json:"textMarkers,omitempty"`
+	TextMarkers []string `json:"textMarkers,omitzero"`
 	// ExcludeMarkers veto the rule when the body contains any of them.
-	ExcludeMarkers []string `json:"excludeMarkers,omitempty"`
+	ExcludeMarkers []string `json:"excludeMarkers,omitzero"`
 	// Reason is the failure reason to record (e.g. quota_exhausted, auth_error).
 	Reason string `json:"reason" jsonschema:"required"`
 	// Scope is what the failure blames: provider, connection, quota (the model's quota

@@ -1,0 +1,90 @@
+package policies
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+const fuzzSecret = "FUZZ-SECRET-7731"
+
+// FuzzParse: Parse never panics, always returns either a policy or Errors, never echoes an
+// environment value in an error, and a policy it accepts resolves and survives a
+// marshal/parse round trip unchanged.
+func FuzzParse(f *testing.F) {
+	for _, seed := range []string{minimal, richBase, withResilience(`{"requestQueue":{"maxWaitMs":0}}`),
+		`{"providers":[{"id":"${X}","cluster":"$${X}","connections":[{"id":"a","credential":{"header":"h","value":"${X:-d}"}}]}],"routes":[{"model":"[a-z]*","targets":[{"provider":"${X}"}]}]}`,
+		`{}`, `[]`, `{"a":`, `{"providers":null}`, `{"providers":[{"id":1}]}`} {
+		f.Add([]byte(seed))
+	}
+	env := func(name string) (string, bool) {
+		if strings.HasPrefix(name, "U") {
+			return "", false
+		}
+		return fuzzSecret, true
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := Parse(data, ParseOptions{LookupEnv: env})
+		if err != nil {
+			if p != nil {
+				t.Fatal("policy returned with an error")
+			}
+			errs, ok := err.(Errors)
+			if !ok || len(errs) == 0 {
+				t.Fatalf("error is not a non-empty Errors: %T %v", err, err)
+			}
+			if strings.Contains(err.Error(), fuzzSecret) {
+				t.Fatalf("error echoes an environment value: %v", err)
+			}
+			return
+		}
+		for _, w := range p.Warnings {
+			if strings.Contains(w.Error(), fuzzSecret) {
+				t.Fatalf("warning echoes an environment value: %v", w)
+			}
+		}
+		r := p.Resolved()
+		for i := range p.Routes {
+			if _, ok := r.Route(p.Routes[i].Model); !ok && !IsGlob(p.Routes[i].Model) {
+				t.Fatalf("route %q does not find itself", p.Routes[i].Model)
+			}
+		}
+		out, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(out, []byte("${")) {
+			return // an escaped "$${" was expanded to a literal "${"; not re-parseable as is
+		}
+		q, err := Parse(out, ParseOptions{})
+		if err != nil {
+			t.Fatalf("re-parse of an accepted policy failed: %v\n%s", err, out)
+		}
+		if len(q.Warnings) != 0 {
+			t.Fatalf("clamped values are clamped again: %v", q.Warnings)
+		}
+		p.Warnings = nil
+		if !reflect.DeepEqual(p, q) {
+			t.Fatalf("round trip changed the policy:\n%s", out)
+		}
+	})
+}
+
+// FuzzGlob: compiling never panics and a valid literal pattern matches itself.
+func FuzzGlob(f *testing.F) {
+	for _, s := range []string{"claude-*", "a[b-c]?", `x\*`, "[", "**", "é?"} {
+		f.Add(s, "claude-3")
+	}
+	f.Fuzz(func(t *testing.T, pattern, model string) {
+		g, err := CompileGlob(pattern)
+		if err != nil {
+			return
+		}
+		g.Match(model)
+		if !IsGlob(pattern) && !g.Match(pattern) {
+			t.Fatalf("literal %q does not match itself", pattern)
+		}
+	})
+}
