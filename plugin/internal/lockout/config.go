@@ -1,0 +1,137 @@
+// Package lockout keeps model lockouts (provider + connection + model) in shared data: keyed
+// by quota family, bare model or exact model according to the failing status, escalating,
+// decayed by successes, listed through a bounded per-connection index.
+package lockout
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spillwayproxy/spillway/policies"
+)
+
+// Bounds on configured values, so arithmetic stays far from overflow.
+const (
+	maxBackoffStepsLimit = 30
+	maxCooldownLimit     = 24 * time.Hour
+	maxLongRetryCap      = 7 * 24 * time.Hour
+)
+
+// Config holds the resolved model-lockout settings of one provider
+// (DEFAULT_MODEL_LOCKOUT_SETTINGS plus the long-retry rule).
+type Config struct {
+	// Enabled is the master switch (default off). Long typed Google RetryInfo hints lock
+	// even when it is off: they replace a queue pause, which is not opt-in.
+	Enabled bool
+	// ErrorCodes are the upstream statuses that count as model-level failures.
+	ErrorCodes []int
+	// BaseCooldown is the first lockout's length.
+	BaseCooldown time.Duration
+	// MaxCooldown caps every escalated lockout, a rule's declared cooldown included.
+	MaxCooldown time.Duration
+	// MaxBackoffSteps caps the exponent of BaseCooldown × 2^(failures-1).
+	MaxBackoffSteps int
+	// UseExponentialBackoff escalates repeated failures; false locks for BaseCooldown every time.
+	UseExponentialBackoff bool
+	// LongRetryCap caps a lockout made from a typed Google RetryInfo hint that is longer
+	// than the queue wait budget.
+	LongRetryCap time.Duration
+	// QueueMaxWait is the queue wait budget (requestQueue.maxWaitMs): a typed Google
+	// RetryInfo hint longer than this becomes a lockout instead of pacing. A Failure may
+	// carry the connection's own budget instead.
+	QueueMaxWait time.Duration
+	// EscalationWindow is how long after a lockout ends a new failure still escalates from
+	// its failure count; later, counting starts again at one.
+	EscalationWindow time.Duration
+	// Family maps a model to its quota family (429/402/403 lock the family). Nil means the
+	// model is its own family. See FamilyMap for a table.
+	Family func(model string) string
+	// Bare maps a model to its bare name (404 locks the bare model). Nil means BareModel.
+	Bare func(model string) string
+}
+
+// DefaultConfig returns the guide's defaults. They are the same for every profile; the
+// parameter keeps the constructor shape of the other engine packages.
+func DefaultConfig(policies.Profile) Config {
+	return Config{
+		Enabled:               policies.ModelLockoutEnabled,
+		ErrorCodes:            append([]int(nil), policies.ModelLockoutErrorCodes...),
+		BaseCooldown:          policies.ModelLockoutBaseCooldown,
+		MaxCooldown:           policies.ModelLockoutMaxCooldown,
+		MaxBackoffSteps:       policies.ModelLockoutMaxBackoffSteps,
+		UseExponentialBackoff: policies.ModelLockoutUseExponentialBackoff,
+		LongRetryCap:          policies.ModelLockoutLongRetryCap,
+		QueueMaxWait:          policies.RequestQueueMaxWait,
+		// The guide names an escalation window without a length: one maximum lockout.
+		EscalationWindow: policies.ModelLockoutMaxCooldown,
+	}
+}
+
+// Validate reports the first setting that is out of range.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxCooldown <= 0 || c.MaxCooldown > maxCooldownLimit:
+		return fmt.Errorf("lockout: maxCooldown %v outside (0, %v]", c.MaxCooldown, maxCooldownLimit)
+	case c.BaseCooldown <= 0 || c.BaseCooldown > c.MaxCooldown:
+		return fmt.Errorf("lockout: baseCooldown %v outside (0, maxCooldown %v]", c.BaseCooldown, c.MaxCooldown)
+	case c.MaxBackoffSteps < 0 || c.MaxBackoffSteps > maxBackoffStepsLimit:
+		return fmt.Errorf("lockout: maxBackoffSteps %d outside [0, %d]", c.MaxBackoffSteps, maxBackoffStepsLimit)
+	case c.LongRetryCap <= 0 || c.LongRetryCap > maxLongRetryCap:
+		return fmt.Errorf("lockout: longRetryCap %v outside (0, %v]", c.LongRetryCap, maxLongRetryCap)
+	case c.QueueMaxWait < 0 || c.QueueMaxWait > maxCooldownLimit:
+		return fmt.Errorf("lockout: queueMaxWait %v outside [0, %v]", c.QueueMaxWait, maxCooldownLimit)
+	case c.EscalationWindow < 0 || c.EscalationWindow > maxCooldownLimit:
+		return fmt.Errorf("lockout: escalationWindow %v outside [0, %v]", c.EscalationWindow, maxCooldownLimit)
+	}
+	for i, code := range c.ErrorCodes {
+		if code < 100 || code > 599 {
+			return fmt.Errorf("lockout: errorCodes[%d] %d is not an HTTP status", i, code)
+		}
+	}
+	return nil
+}
+
+// BareModel is the default bare-model mapping: the part after the last '/', so
+// "models/gemini-2.5-pro" and "google/gemini-2.5-pro" both become "gemini-2.5-pro".
+func BareModel(model string) string {
+	if i := strings.LastIndexByte(model, '/'); i >= 0 && i < len(model)-1 {
+		return model[i+1:]
+	}
+	return model
+}
+
+// FamilyMap is a table mapping of models to quota families: an exact entry first, then the
+// first matching prefix, else the model itself.
+type FamilyMap struct {
+	Models   map[string]string // exact model → family
+	Prefixes []FamilyPrefix    // tried in order
+}
+
+// FamilyPrefix maps every model that starts with Prefix to Family.
+type FamilyPrefix struct {
+	Prefix string
+	Family string
+}
+
+// Family returns model's quota family.
+func (m FamilyMap) Family(model string) string {
+	if f, ok := m.Models[model]; ok {
+		return f
+	}
+	for _, p := range m.Prefixes {
+		if strings.HasPrefix(model, p.Prefix) {
+			return p.Family
+		}
+	}
+	return model
+}
+
+// backoff returns base × 2^index, clamped to max, without overflowing.
+func backoff(base time.Duration, index int, max time.Duration) time.Duration {
+	d := base
+	for i := 0; i < index && d < max; i++ {
+		d *= 2
+	}
+	return min(d, max)
+}

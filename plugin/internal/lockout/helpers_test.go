@@ -1,0 +1,91 @@
+package lockout
+
+import (
+	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/policies"
+)
+
+// tHelper is what the fixtures need from *testing.T, *testing.B and *rapid.T.
+type tHelper interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	tr    *Tracker
+	store *state.MemStore
+	clock *state.ManualClock
+	conn  Conn
+}
+
+func newFixture(tb tHelper, cfg Config) *fixture {
+	tb.Helper()
+	store := state.NewMemStore()
+	clock := state.NewManualClock(t0)
+	tr, err := New(store, clock, cfg)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	conn, err := NewConn("codex", "codex-a")
+	if err != nil {
+		tb.Fatalf("NewConn: %v", err)
+	}
+	return &fixture{tr: tr, store: store, clock: clock, conn: conn}
+}
+
+func (f *fixture) fail(tb tHelper, model string, v failure.Verdict, started time.Time) Outcome {
+	tb.Helper()
+	out, err := f.tr.RecordFailure(f.conn, Failure{Model: model, Verdict: v, Started: started})
+	if err != nil {
+		tb.Fatalf("RecordFailure: %v", err)
+	}
+	return out
+}
+
+func (f *fixture) locked(tb tHelper, model string) (Lock, bool) {
+	tb.Helper()
+	l, ok, err := f.tr.Locked(f.conn, model)
+	if err != nil {
+		tb.Fatalf("Locked: %v", err)
+	}
+	return l, ok
+}
+
+func (f *fixture) succeed(tb tHelper, model string) {
+	tb.Helper()
+	if err := f.tr.RecordSuccess(f.conn, model); err != nil {
+		tb.Fatalf("RecordSuccess: %v", err)
+	}
+}
+
+// enabled is the guide's defaults with the master switch on.
+func enabled() Config {
+	c := DefaultConfig(policies.ProfileAPIKey)
+	c.Enabled = true
+	return c
+}
+
+// codexFamilies maps every gpt-5* model to the codex quota family.
+var codexFamilies = FamilyMap{
+	Models:   map[string]string{"codex-mini-latest": "codex"},
+	Prefixes: []FamilyPrefix{{Prefix: "gpt-5", Family: "codex"}},
+}
+
+// Verdicts as the classifier produces them.
+var (
+	v429 = failure.Verdict{Status: 429, Reason: failure.ReasonRateLimit}
+	v403 = failure.Verdict{Status: 403, Reason: failure.ReasonAuthError}
+	v404 = failure.Verdict{Status: 404, Reason: failure.ReasonNotFound}
+	v502 = failure.Verdict{Status: 502, Reason: failure.ReasonServerError}
+	v500 = failure.Verdict{Status: 500, Reason: failure.ReasonServerError}
+)
+
+func hinted(v failure.Verdict, d time.Duration, src failure.HintSource) failure.Verdict {
+	v.RetryHint, v.HintSource = d, src
+	return v
+}

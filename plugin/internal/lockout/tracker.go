@@ -1,0 +1,170 @@
+package lockout
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/plugin/internal/state"
+)
+
+// Tracker applies one Config to the model lockouts of connections whose state lives in a
+// shared Store. It keeps no lockout memory of its own, so every worker VM sees the same state;
+// it is safe for concurrent use.
+type Tracker struct {
+	store   state.Store
+	clock   state.Clock
+	cfg     Config
+	codes   [10]uint64 // bitset of cfg.ErrorCodes
+	family  func(string) string
+	bare    func(string) string
+	corrupt atomic.Uint64
+}
+
+// New returns a Tracker, or an error if cfg is out of range or store or clock is missing.
+func New(store state.Store, clock state.Clock, cfg Config) (*Tracker, error) {
+	if store == nil || clock == nil {
+		return nil, errors.New("lockout: store and clock are required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	t := &Tracker{store: store, clock: clock, cfg: cfg, family: cfg.Family, bare: cfg.Bare}
+	for _, code := range cfg.ErrorCodes {
+		t.codes[code/64] |= 1 << (code % 64)
+	}
+	if t.family == nil {
+		t.family = func(model string) string { return model }
+	}
+	if t.bare == nil {
+		t.bare = BareModel
+	}
+	return t, nil
+}
+
+// Config returns the tracker's settings.
+func (t *Tracker) Config() Config { return t.cfg }
+
+// CorruptRecords counts stored records that could not be decoded and were treated as absent.
+func (t *Tracker) CorruptRecords() uint64 { return t.corrupt.Load() }
+
+func (t *Tracker) countsAsModelFailure(status int) bool {
+	return status > 0 && status < 640 && t.codes[status/64]&(1<<(status%64)) != 0
+}
+
+// Lock describes an active lockout.
+type Lock struct {
+	Scope        failure.Scope  // quota (family), model (bare) or exact
+	Name         string         // the locked family, bare model or exact model
+	Until        time.Time      // when it ends (expiresAt)
+	Reason       failure.Reason // the failure that set it
+	Status       int            // the upstream status that set it
+	FailureCount int            // failures counted toward escalation
+}
+
+// Transient reports whether waiting could release the model soon (rate limits, capacity,
+// server errors), as opposed to quota, auth and not-found lockouts (combo retry never waits
+// on those).
+func (l Lock) Transient() bool { return failure.Verdict{Reason: l.Reason}.Transient() }
+
+// candidate is one key a model's lockout may live under.
+type candidate struct {
+	scope failure.Scope
+	name  string
+	hash  uint64
+}
+
+// candidates returns the exact, bare-model and family keys of model, without hashes.
+func (t *Tracker) candidates(model string) [3]candidate {
+	return [3]candidate{
+		{scope: failure.ScopeExact, name: model},
+		{scope: failure.ScopeModel, name: t.bare(model)},
+		{scope: failure.ScopeQuotaFamily, name: t.family(model)},
+	}
+}
+
+// scanIndex reads the index's fixed-size triples after maxUntil and returns, per candidate,
+// the until recorded for it (0 = not listed). It decodes no string. A corrupt index can only
+// produce matches that the lock records then fail to confirm.
+func scanIndex(d *state.Decoder, cands *[3]candidate) (untils [3]int64) {
+	for j := range cands {
+		cands[j].hash = entryHash(cands[j].scope, cands[j].name)
+	}
+	n := d.Uint()
+	if n > maxIndexEntries {
+		return untils
+	}
+	for i := uint64(0); i < n; i++ {
+		sc, until, h := d.Uint(), d.Int(), d.Uint()
+		for j := range cands {
+			if h == cands[j].hash && sc == scopeCode(cands[j].scope) {
+				untils[j] = max(untils[j], until)
+			}
+		}
+	}
+	return untils
+}
+
+// Locked reports whether model is locked on the connection: under its exact name, its bare
+// name or its quota family. When several are, it returns the one that ends last. A connection
+// with no lockout history costs one shared-data read and no allocation. On a store error it
+// fails open (not locked) and returns the error.
+func (t *Tracker) Locked(c Conn, model string) (Lock, bool, error) {
+	if err := validModel(model); err != nil {
+		return Lock{}, false, err
+	}
+	b, _, found, err := t.store.Get(c.indexKey)
+	if err != nil {
+		return Lock{}, false, fmt.Errorf("lockout: read index of %s/%s: %w", c.provider, c.connection, err)
+	}
+	if !found {
+		return Lock{}, false, nil
+	}
+	now := t.nowMillis()
+	d := state.NewDecoder(b, indexKind, indexVersion)
+	if d.Int() <= now {
+		return Lock{}, false, nil // every listed lockout has ended
+	}
+	cands := t.candidates(model)
+	untils := scanIndex(d, &cands)
+	var best Lock
+	locked := false
+	for j, u := range untils {
+		if u <= now {
+			continue
+		}
+		l, ok, err := t.readLock(c, cands[j].scope, cands[j].name)
+		if err != nil {
+			return Lock{}, false, err
+		}
+		if ok && l.until > now && (!locked || l.until > millis(best.Until)) {
+			best, locked = l.public(cands[j].scope, cands[j].name), true
+		}
+	}
+	return best, locked, nil
+}
+
+// readLock reads one lock record; absent and corrupt records report ok=false.
+func (t *Tracker) readLock(c Conn, s failure.Scope, name string) (lock, bool, error) {
+	b, _, found, err := t.store.Get(c.lockKey(s, name))
+	if err != nil {
+		return lock{}, false, fmt.Errorf("lockout: read %s/%s %s:%s: %w", c.provider, c.connection, s, name, err)
+	}
+	if !found {
+		return lock{}, false, nil
+	}
+	l, err := decodeLock(b)
+	if err != nil {
+		t.corrupt.Add(1)
+		return lock{}, false, nil
+	}
+	return l, true, nil
+}
+
+func (l lock) public(s failure.Scope, name string) Lock {
+	return Lock{Scope: s, Name: name, Until: time.UnixMilli(l.until).UTC(), Reason: l.reason, Status: l.status, FailureCount: l.count}
+}
+
+func (t *Tracker) nowMillis() int64 { return t.clock.Now().UnixMilli() }
