@@ -136,7 +136,7 @@ func (r record) afterFailure(c Config, k Kind, now int64) record {
 	}
 	r.failures = min(r.failures+1, maxThreshold*2)
 	r.successes = 0
-	r.lastKind, r.lastFailureAt = k, now
+	r.lastKind, r.lastFailureAt = k, max(r.lastFailureAt, now) // another worker's clock may be ahead
 	switch {
 	case r.failures >= uint64(c.FailureThreshold):
 		return r.opened(c, k, now)
@@ -151,7 +151,7 @@ func (r record) opened(c Config, k Kind, now int64) record {
 	r.state = Open
 	r.cycles = min(r.cycles+1, maxCycles)
 	r.successes, r.probeUntil = 0, 0
-	r.lastKind, r.lastFailureAt = k, now
+	r.lastKind, r.lastFailureAt = k, max(r.lastFailureAt, now)
 	r.openUntil = now + c.OpenPeriod(k, int(r.cycles)).Milliseconds()
 	return r
 }

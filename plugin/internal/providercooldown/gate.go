@@ -209,7 +209,7 @@ func (g *Gate) RecordFailure(e Entry) (Status, error) {
 		if out.coolingUntil != 0 { // already cooling: same incident (never after corrupt)
 			return nil, state.Keep, false
 		}
-		out.failures = append(out.failures, now)
+		out.failures = insertSorted(out.failures, now)
 		if over := len(out.failures) - e.cfg.FailureThreshold; over > 0 {
 			out.failures = out.failures[over:] // only the newest threshold matter
 		}
@@ -302,6 +302,19 @@ func (w window) refreshed(c Config, now int64) window {
 		}
 	}
 	return out
+}
+
+// insertSorted adds a failure time keeping the list oldest first: another worker (with
+// its own clock reading) may have stored a slightly later failure since this one began.
+func insertSorted(failures []int64, at int64) []int64 {
+	i := len(failures)
+	for i > 0 && failures[i-1] > at {
+		i--
+	}
+	failures = append(failures, 0)
+	copy(failures[i+1:], failures[i:])
+	failures[i] = at
+	return failures
 }
 
 // refreshed ends a cooldown that ran out, and forgets the backoff once the connection
