@@ -85,7 +85,7 @@ func (t *Tracker) Delete(c Conn, model string) (int, error) {
 		}
 		x.entries = kept
 		for _, k := range cands {
-			x.remove(k.scope, k.name, always)
+			x.remove(k.scope, k.name)
 		}
 	})
 	if err != nil {

@@ -2,7 +2,6 @@ package lockout
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
@@ -239,21 +238,16 @@ func (x *index) upsert(s failure.Scope, name string, until, now, window int64) {
 	}
 }
 
-// remove drops (scope, name) if its recorded until is at most ifUntilAtMost, and reports
-// whether it did. The bound keeps a removal from dropping an entry that a newer failure has
-// extended meanwhile.
-func (x *index) remove(s failure.Scope, name string, ifUntilAtMost int64) bool {
+// remove drops (scope, name) and reports whether it was listed.
+func (x *index) remove(s failure.Scope, name string) bool {
 	for i, e := range x.entries {
-		if e.scope == s && e.name == name && e.until <= ifUntilAtMost {
+		if e.scope == s && e.name == name {
 			x.entries = append(x.entries[:i], x.entries[i+1:]...)
 			return true
 		}
 	}
 	return false
 }
-
-// always is the removal bound that removes unconditionally.
-const always = math.MaxInt64
 
 // millis converts t to Unix milliseconds, with the zero time as 0.
 func millis(t time.Time) int64 {

@@ -214,14 +214,14 @@ func (t *Tracker) indexUpsert(c Conn, s failure.Scope, name string, until, now i
 	return nil
 }
 
-// indexRemove drops (scope, name) from the index if its until is at most bound.
-func (t *Tracker) indexRemove(c Conn, s failure.Scope, name string, bound int64) error {
+// indexRemove drops (scope, name) from the index.
+func (t *Tracker) indexRemove(c Conn, s failure.Scope, name string) error {
 	_, err := state.Update(t.store, c.indexKey, func(cur []byte, found bool) ([]byte, state.Mutation, error) {
 		if !found {
 			return nil, state.Keep, nil
 		}
 		x := t.loadIndex(cur, found)
-		if !x.remove(s, name, bound) {
+		if !x.remove(s, name) {
 			return nil, state.Keep, nil
 		}
 		if len(x.entries) == 0 {
@@ -272,20 +272,18 @@ func (t *Tracker) RecordSuccess(c Conn, model string) error {
 		if listed == 0 {
 			continue
 		}
-		if err := t.decay(c, cands[j].scope, cands[j].name, listed, now); err != nil {
+		if err := t.decay(c, cands[j].scope, cands[j].name, now); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// decay halves one lock's failure count and removes it at 0 (from the index too).
-func (t *Tracker) decay(c Conn, s failure.Scope, name string, listed, now int64) error {
+// decay halves one lock's failure count and removes it at 0, from the index too.
+func (t *Tracker) decay(c Conn, s failure.Scope, name string, now int64) error {
 	var gone bool
-	var bound int64
 	_, err := state.Update(t.store, c.lockKey(s, name), func(cur []byte, found bool) ([]byte, state.Mutation, error) {
 		l := t.liveLock(cur, found, now)
-		bound = max(listed, l.until)
 		l.count /= 2
 		gone = l.count == 0
 		if gone {
@@ -296,8 +294,18 @@ func (t *Tracker) decay(c Conn, s failure.Scope, name string, listed, now int64)
 	if err != nil {
 		return fmt.Errorf("lockout: decay %s/%s %s:%s: %w", c.provider, c.connection, s, name, err)
 	}
-	if gone {
-		return t.indexRemove(c, s, name, bound)
+	if !gone {
+		return nil
 	}
-	return nil
+	if err := t.indexRemove(c, s, name); err != nil {
+		return err
+	}
+	// A failure may have locked the key again after the delete. If its record write came
+	// before this read, list it again here; if after, its own index write follows ours.
+	// Either way no live lock is left out of the index.
+	l, ok, err := t.readLock(c, s, name)
+	if err != nil || !ok || l.until+t.cfg.EscalationWindow.Milliseconds() <= now {
+		return err
+	}
+	return t.indexUpsert(c, s, name, l.until, now)
 }
