@@ -110,8 +110,8 @@ type Decision struct {
 	// again: the rest of the OPEN period, or the rest of another worker's probe claim.
 	RetryAfter time.Duration
 	// Probe says this caller holds the single HALF_OPEN probe. It must report the
-	// outcome with RecordSuccess or RecordFailure, or give the probe up with ReleaseProbe
-	// if the attempt ended without a provider-level verdict.
+	// outcome with RecordSuccess or RecordFailure, or give the probe up with
+	// ReleaseProbe(p, thisDecision) if the attempt ended without a provider-level verdict.
 	Probe bool
 
 	claim int64 // the probe claim's deadline, which identifies the claim for ReleaseProbe
