@@ -184,3 +184,18 @@ const (
 	FailoverMaxAttempts = 3
 	FailoverBudget      = RequestQueueExecutionMaxWait
 )
+
+// Clamp ranges: where the guide says a setting is normalised into a range, policies clamps
+// an out-of-range value into it (and warns) instead of rejecting the policy. The queue
+// ranges are above (RequestQueueMinWait, RequestQueueMaxWaitCap, RequestQueueMaxDepthCap)
+// and P2CLatencyWeightMax; the guide's lockout card clamps without naming its bounds, and
+// the watchdog's bounds are left to "the normalisation layer", so these are Spillway's.
+const (
+	ModelLockoutMinBaseCooldown   = 1 * time.Second
+	ModelLockoutMaxCooldownCap    = 24 * time.Hour
+	ModelLockoutMaxBackoffStepCap = 30
+	ThroughputWatchdogMinWindow   = 1 * time.Second
+	ThroughputWatchdogMaxWindow   = 10 * time.Minute
+	ThroughputWatchdogMaxWarmup   = 10 * time.Minute
+	ThroughputWatchdogMaxBytes    = 1 << 20 // cap of minBytesPerSecond and minOutputBytes
+)

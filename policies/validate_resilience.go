@@ -138,16 +138,17 @@ func (v *validator) connectionCooldown(c *ConnectionCooldown, path string) {
 	}
 }
 
-// modelLockout applies the lockout card's clamps: base 1 s–24 h, max base–24 h, steps 0–30.
+// modelLockout applies the lockout card's clamps (base 1 s–24 h, max base–24 h, steps 0–30)
+// and keeps max ≥ base, as the card does.
 func (v *validator) modelLockout(m *ModelLockout, path string) {
 	v.statuses(joinField(path, "errorCodes"), m.ErrorCodes)
-	v.clampMs(joinField(path, "baseCooldownMs"), m.BaseCooldownMs, msSecond, msDay)
+	v.clampMs(joinField(path, "baseCooldownMs"), m.BaseCooldownMs, ModelLockoutMinBaseCooldown.Milliseconds(), ModelLockoutMaxCooldownCap.Milliseconds())
 	base := ModelLockoutBaseCooldown.Milliseconds()
 	if m.BaseCooldownMs != nil {
 		base = *m.BaseCooldownMs
 	}
 	if m.MaxCooldownMs != nil {
-		v.clampMs(joinField(path, "maxCooldownMs"), m.MaxCooldownMs, base, msDay)
+		v.clampMs(joinField(path, "maxCooldownMs"), m.MaxCooldownMs, base, ModelLockoutMaxCooldownCap.Milliseconds())
 	} else if base > ModelLockoutMaxCooldown.Milliseconds() {
 		// The default max is below the operator's base: raise it, as the card does.
 		raised := base
@@ -155,7 +156,7 @@ func (v *validator) modelLockout(m *ModelLockout, path string) {
 		v.warn(joinField(path, "maxCooldownMs"), "raised the default "+formatMs(ModelLockoutMaxCooldown.Milliseconds())+
 			" to baseCooldownMs ("+formatMs(base)+")")
 	}
-	v.clampInt(joinField(path, "maxBackoffSteps"), m.MaxBackoffSteps, 0, 30)
+	v.clampInt(joinField(path, "maxBackoffSteps"), m.MaxBackoffSteps, 0, ModelLockoutMaxBackoffStepCap)
 }
 
 // requestQueue applies the guide's normalisation: waits 1 ms–24 h, depth 0–100000.
@@ -228,10 +229,10 @@ func (v *validator) providerErrorRule(r *ProviderErrorRule, path string, ids map
 // throughputWatchdog clamps into the normalisation ranges (guide §6 leaves them to the
 // normalisation layer; the ranges are Spillway's).
 func (v *validator) throughputWatchdog(w *ThroughputWatchdog, path string) {
-	v.clampMs(joinField(path, "windowMs"), w.WindowMs, msSecond, 10*msMinute)
-	v.clampMs(joinField(path, "warmupMs"), w.WarmupMs, 0, 10*msMinute)
-	v.clampInt64(joinField(path, "minBytesPerSecond"), w.MinBytesPerSecond, 1, 1<<20)
-	v.clampInt64(joinField(path, "minOutputBytes"), w.MinOutputBytes, 0, 1<<20)
+	v.clampMs(joinField(path, "windowMs"), w.WindowMs, ThroughputWatchdogMinWindow.Milliseconds(), ThroughputWatchdogMaxWindow.Milliseconds())
+	v.clampMs(joinField(path, "warmupMs"), w.WarmupMs, 0, ThroughputWatchdogMaxWarmup.Milliseconds())
+	v.clampInt64(joinField(path, "minBytesPerSecond"), w.MinBytesPerSecond, 1, ThroughputWatchdogMaxBytes)
+	v.clampInt64(joinField(path, "minOutputBytes"), w.MinOutputBytes, 0, ThroughputWatchdogMaxBytes)
 }
 
 func (v *validator) clampInt64(path string, n *int64, lo, hi int64) {
