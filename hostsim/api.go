@@ -1,0 +1,324 @@
+package hostsim
+
+import (
+	"errors"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// The proxytest-shaped stream API. Each call runs one filter callback the way Envoy's filter
+// manager would (lazy context creation, pause rules, deferred continue/close/local reply),
+// then drains the asynchronous events it caused. Errors are guest traps; the VM is then
+// failed and the stream follows the failure policy.
+
+// InitializeHttpContext allocates a stream context id. As in Envoy, proxy_on_context_create
+// runs lazily with the request headers (proxytest creates it here).
+func (vm *VM) InitializeHttpContext() uint32 {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.streams == nil {
+		return 0
+	}
+	return vm.newStream().id
+}
+
+// withStream runs f on a stream with the VM locked, then drains events.
+func (vm *VM) withStream(id uint32, f func(s *Stream) (types.Action, error)) (types.Action, error) {
+	vm.mu.Lock()
+	s, err := vm.stream(id)
+	var a types.Action
+	if err == nil {
+		a, err = f(s)
+	}
+	vm.mu.Unlock()
+	return a, joinErr(err, vm.host.drain())
+}
+
+// CallOnRequestHeaders delivers request headers and returns the effective action
+// (ActionPause when the callback paused or sent a local reply).
+func (vm *VM) CallOnRequestHeaders(contextID uint32, headers [][2]string, endOfStream bool) (types.Action, error) {
+	return vm.withStream(contextID, func(s *Stream) (types.Action, error) {
+		if err := vm.beginStream(s); err != nil {
+			return types.ActionPause, err
+		}
+		if s.final != nil && !s.created {
+			s.req.gotHeaders = true
+			return types.ActionPause, nil
+		}
+		return s.onHeaders(&s.req, headers, endOfStream)
+	})
+}
+
+// CallOnRequestBody delivers a request body chunk. While the headers are paused the chunk
+// is held back without a callback (ActionPause) and delivered on continue.
+func (vm *VM) CallOnRequestBody(contextID uint32, body []byte, endOfStream bool) (types.Action, error) {
+	return vm.withStream(contextID, func(s *Stream) (types.Action, error) { return s.onBody(&s.req, body, endOfStream) })
+}
+
+// CallOnRequestTrailers delivers request trailers.
+func (vm *VM) CallOnRequestTrailers(contextID uint32, trailers [][2]string) (types.Action, error) {
+	return vm.withStream(contextID, func(s *Stream) (types.Action, error) { return s.onTrailers(&s.req, trailers) })
+}
+
+// CallOnResponseHeaders delivers upstream response headers.
+func (vm *VM) CallOnResponseHeaders(contextID uint32, headers [][2]string, endOfStream bool) (types.Action, error) {
+	return vm.withStream(contextID, func(s *Stream) (types.Action, error) {
+		if s.resp.halted {
+			return types.ActionPause, nil
+		}
+		return s.onHeaders(&s.resp, headers, endOfStream)
+	})
+}
+
+// CallOnResponseBody delivers an upstream response body chunk.
+func (vm *VM) CallOnResponseBody(contextID uint32, body []byte, endOfStream bool) (types.Action, error) {
+	return vm.withStream(contextID, func(s *Stream) (types.Action, error) { return s.onBody(&s.resp, body, endOfStream) })
+}
+
+// CallOnResponseTrailers delivers upstream response trailers.
+func (vm *VM) CallOnResponseTrailers(contextID uint32, trailers [][2]string) (types.Action, error) {
+	return vm.withStream(contextID, func(s *Stream) (types.Action, error) { return s.onTrailers(&s.resp, trailers) })
+}
+
+// CompleteHttpContext ends the stream: proxy_on_log, proxy_on_done, proxy_on_delete.
+func (vm *VM) CompleteHttpContext(contextID uint32) error {
+	_, err := vm.withStream(contextID, func(s *Stream) (types.Action, error) { return 0, s.complete() })
+	return err
+}
+
+func (vm *VM) streamView(id uint32, f func(s *Stream)) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if s := vm.streams[id]; s != nil {
+		f(s)
+	}
+}
+
+// GetCurrentHttpStreamAction returns the action of the stream's last callback.
+func (vm *VM) GetCurrentHttpStreamAction(contextID uint32) (a types.Action) {
+	vm.streamView(contextID, func(s *Stream) { a = s.action })
+	return a
+}
+
+// GetCurrentRequestHeaders returns the request headers as the plugin left them.
+func (vm *VM) GetCurrentRequestHeaders(contextID uint32) (h [][2]string) {
+	vm.streamView(contextID, func(s *Stream) { h = clonePairs(s.req.headers) })
+	return h
+}
+
+// GetCurrentResponseHeaders returns the response headers as the plugin left them.
+func (vm *VM) GetCurrentResponseHeaders(contextID uint32) (h [][2]string) {
+	vm.streamView(contextID, func(s *Stream) { h = clonePairs(s.resp.headers) })
+	return h
+}
+
+// GetCurrentRequestTrailers returns the request trailers as the plugin left them.
+func (vm *VM) GetCurrentRequestTrailers(contextID uint32) (h [][2]string) {
+	vm.streamView(contextID, func(s *Stream) { h = clonePairs(s.req.trailers) })
+	return h
+}
+
+// GetCurrentResponseTrailers returns the response trailers as the plugin left them.
+func (vm *VM) GetCurrentResponseTrailers(contextID uint32) (h [][2]string) {
+	vm.streamView(contextID, func(s *Stream) { h = clonePairs(s.resp.trailers) })
+	return h
+}
+
+// GetCurrentRequestBody returns the request body the plugin last saw (the whole buffered
+// body while it buffers).
+func (vm *VM) GetCurrentRequestBody(contextID uint32) (b []byte) {
+	vm.streamView(contextID, func(s *Stream) { b = append([]byte(nil), s.req.body...) })
+	return b
+}
+
+// GetCurrentResponseBody returns the response body the plugin last saw.
+func (vm *VM) GetCurrentResponseBody(contextID uint32) (b []byte) {
+	vm.streamView(contextID, func(s *Stream) { b = append([]byte(nil), s.resp.body...) })
+	return b
+}
+
+// GetSentLocalResponse returns the local reply the plugin sent on the stream (nil if none).
+// A reply from the failure policy (503 wasm_fail_stream) is reported here too.
+func (vm *VM) GetSentLocalResponse(contextID uint32) (lr *LocalResponse) {
+	vm.streamView(contextID, func(s *Stream) {
+		lr = s.local
+		if lr == nil {
+			lr = s.final
+		}
+	})
+	return lr
+}
+
+// StreamState is a snapshot of where a stream is, for assertions on pause semantics.
+type StreamState struct {
+	Created                                     bool   // proxy_on_context_create ran
+	RequestHeadersForwarded, RequestComplete    bool   // what passed the filter upstream
+	ResponseHeadersForwarded, ResponseComplete  bool   // what passed the filter downstream
+	ForwardedRequestBody, ForwardedResponseBody []byte // bodies that passed the filter
+	HeldRequestBody, HeldResponseBody           int    // bytes held back while headers are paused
+	Reset                                       string // reset details ("wasm_close_stream", ...)
+	Replaced                                    *LocalResponse
+	FilterSkipped                               bool // FAIL_OPEN bypass
+}
+
+// StreamState returns a snapshot of the stream (false if it does not exist).
+func (vm *VM) StreamState(contextID uint32) (st StreamState, ok bool) {
+	vm.streamView(contextID, func(s *Stream) {
+		ok = true
+		st = StreamState{Created: s.created, RequestHeadersForwarded: s.req.fwdHeaders, RequestComplete: s.req.complete,
+			ResponseHeadersForwarded: s.resp.fwdHeaders, ResponseComplete: s.resp.complete,
+			ForwardedRequestBody: append([]byte(nil), s.req.fwdBody...), ForwardedResponseBody: append([]byte(nil), s.resp.fwdBody...),
+			HeldRequestBody: len(s.req.pendBody), HeldResponseBody: len(s.resp.pendBody),
+			Reset: s.reset, Replaced: s.final, FilterSkipped: s.skip}
+	})
+	return st, ok
+}
+
+// GetFilterState returns what the plugin stored with proxy_set_property on the stream.
+func (vm *VM) GetFilterState(contextID uint32, path []string) (v []byte, ok bool) {
+	vm.streamView(contextID, func(s *Stream) { v, ok = s.filterState[joinPath(path)] })
+	return v, ok
+}
+
+// ---------------------------------------------------------------------------------------
+// Host conveniences: the proxytest API on worker 0.
+
+var errNotStarted = errors.New("hostsim: plugin not started (call StartPlugin)")
+
+func (h *Host) w0() *VM { return h.Worker(0) }
+
+// InitializeHttpContext allocates a stream on worker 0.
+func (h *Host) InitializeHttpContext() uint32 {
+	if w := h.w0(); w != nil {
+		return w.InitializeHttpContext()
+	}
+	return 0
+}
+
+// CallOnRequestHeaders runs on worker 0 (see VM.CallOnRequestHeaders).
+func (h *Host) CallOnRequestHeaders(id uint32, headers [][2]string, eos bool) (types.Action, error) {
+	if w := h.w0(); w != nil {
+		return w.CallOnRequestHeaders(id, headers, eos)
+	}
+	return 0, errNotStarted
+}
+
+// CallOnRequestBody runs on worker 0.
+func (h *Host) CallOnRequestBody(id uint32, body []byte, eos bool) (types.Action, error) {
+	if w := h.w0(); w != nil {
+		return w.CallOnRequestBody(id, body, eos)
+	}
+	return 0, errNotStarted
+}
+
+// CallOnRequestTrailers runs on worker 0.
+func (h *Host) CallOnRequestTrailers(id uint32, trailers [][2]string) (types.Action, error) {
+	if w := h.w0(); w != nil {
+		return w.CallOnRequestTrailers(id, trailers)
+	}
+	return 0, errNotStarted
+}
+
+// CallOnResponseHeaders runs on worker 0.
+func (h *Host) CallOnResponseHeaders(id uint32, headers [][2]string, eos bool) (types.Action, error) {
+	if w := h.w0(); w != nil {
+		return w.CallOnResponseHeaders(id, headers, eos)
+	}
+	return 0, errNotStarted
+}
+
+// CallOnResponseBody runs on worker 0.
+func (h *Host) CallOnResponseBody(id uint32, body []byte, eos bool) (types.Action, error) {
+	if w := h.w0(); w != nil {
+		return w.CallOnResponseBody(id, body, eos)
+	}
+	return 0, errNotStarted
+}
+
+// CallOnResponseTrailers runs on worker 0.
+func (h *Host) CallOnResponseTrailers(id uint32, trailers [][2]string) (types.Action, error) {
+	if w := h.w0(); w != nil {
+		return w.CallOnResponseTrailers(id, trailers)
+	}
+	return 0, errNotStarted
+}
+
+// CompleteHttpContext runs on worker 0.
+func (h *Host) CompleteHttpContext(id uint32) error {
+	if w := h.w0(); w != nil {
+		return w.CompleteHttpContext(id)
+	}
+	return errNotStarted
+}
+
+// GetSentLocalResponse reads worker 0's stream.
+func (h *Host) GetSentLocalResponse(id uint32) *LocalResponse {
+	if w := h.w0(); w != nil {
+		return w.GetSentLocalResponse(id)
+	}
+	return nil
+}
+
+// GetCurrentRequestHeaders reads worker 0's stream.
+func (h *Host) GetCurrentRequestHeaders(id uint32) [][2]string {
+	if w := h.w0(); w != nil {
+		return w.GetCurrentRequestHeaders(id)
+	}
+	return nil
+}
+
+// GetCurrentResponseHeaders reads worker 0's stream.
+func (h *Host) GetCurrentResponseHeaders(id uint32) [][2]string {
+	if w := h.w0(); w != nil {
+		return w.GetCurrentResponseHeaders(id)
+	}
+	return nil
+}
+
+// GetCurrentRequestBody reads worker 0's stream.
+func (h *Host) GetCurrentRequestBody(id uint32) []byte {
+	if w := h.w0(); w != nil {
+		return w.GetCurrentRequestBody(id)
+	}
+	return nil
+}
+
+// GetCurrentResponseBody reads worker 0's stream.
+func (h *Host) GetCurrentResponseBody(id uint32) []byte {
+	if w := h.w0(); w != nil {
+		return w.GetCurrentResponseBody(id)
+	}
+	return nil
+}
+
+// GetCurrentHttpStreamAction reads worker 0's stream.
+func (h *Host) GetCurrentHttpStreamAction(id uint32) types.Action {
+	if w := h.w0(); w != nil {
+		return w.GetCurrentHttpStreamAction(id)
+	}
+	return 0
+}
+
+// GetCalloutAttributesFromContext reads worker 0's stream.
+func (h *Host) GetCalloutAttributesFromContext(id uint32) []HttpCalloutAttribute {
+	if w := h.w0(); w != nil {
+		return w.GetCalloutAttributesFromContext(id)
+	}
+	return nil
+}
+
+// GetTickPeriod returns worker 0's tick period in milliseconds.
+func (h *Host) GetTickPeriod() uint32 {
+	if w := h.w0(); w != nil {
+		return w.GetTickPeriod()
+	}
+	return 0
+}
+
+// Tick runs proxy_on_tick on worker 0 now (proxytest). Advance fires real ticks on every VM.
+func (h *Host) Tick() error {
+	if w := h.w0(); w != nil {
+		return w.Tick()
+	}
+	return errNotStarted
+}

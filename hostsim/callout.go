@@ -1,0 +1,230 @@
+package hostsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Callout is an HTTP callout a plugin dispatched with proxy_http_call. It belongs to the
+// root context of the VM that made it (Envoy issues it on the root), whichever stream was
+// the effective context.
+type Callout struct {
+	// Token is the callout id the guest received.
+	Token uint32
+	// VM names the VM that made the call.
+	VM string
+	// RootID is the owning root context; ContextID the effective context at the call.
+	RootID, ContextID uint32
+	// Upstream is the cluster name.
+	Upstream string
+	// Headers, Body and Trailers are what the plugin sent.
+	Headers, Trailers [][2]string
+	Body              []byte
+	// Timeout is the requested timeout (0: none).
+	Timeout time.Duration
+	// Sent is the host time of the call.
+	Sent time.Time
+
+	vm   *VM
+	gen  uint64
+	done bool
+}
+
+// CalloutResponse answers a callout.
+type CalloutResponse struct {
+	// Headers must include ":status".
+	Headers, Trailers [][2]string
+	Body              []byte
+	// Delay is how long after the call the response arrives (virtual time with a virtual clock).
+	Delay time.Duration
+	// Fail makes the callout fail (stream reset): the plugin gets zero counts and
+	// proxy_get_status answers BrokenConnection, "reset".
+	Fail bool
+}
+
+// HttpCalloutAttribute is proxytest's view of a pending callout.
+type HttpCalloutAttribute struct {
+	CalloutID uint32
+	Upstream  string
+	Headers   [][2]string
+	Trailers  [][2]string
+	Body      []byte
+}
+
+func (vm *VM) httpCall(s []uint64) Status {
+	h := vm.host
+	up, ok1 := vm.read(u32(s[0]), u32(s[1]))
+	hb, ok2 := vm.read(u32(s[2]), u32(s[3]))
+	body, ok3 := vm.read(u32(s[4]), u32(s[5]))
+	tb, ok4 := vm.read(u32(s[6]), u32(s[7]))
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return StatusInvalidMemoryAccess
+	}
+	timeout := int32(u32(s[8]))
+	tokenPtr := u32(s[9])
+	headers, _ := DecodePairs(hb)
+	trailers, _ := DecodePairs(tb)
+	h.mu.Lock()
+	h.nextToken++
+	if h.nextToken == 0 {
+		h.nextToken = 1
+	}
+	token := h.nextToken
+	clusters := h.cfg.clusters
+	h.mu.Unlock()
+	if !vm.mem.WriteUint32Le(tokenPtr, token) {
+		return StatusInvalidMemoryAccess
+	}
+	if len(clusters) > 0 && !clusters[string(up)] {
+		return StatusBadArgument
+	}
+	for _, k := range []string{":path", ":method", ":authority"} {
+		if v, ok := headerValue(headers, k); !ok || v == "" {
+			return StatusBadArgument
+		}
+	}
+	if timeout < 0 {
+		return StatusBadArgument
+	}
+	c := &Callout{Token: token, VM: vm.name, RootID: vm.rootID, ContextID: vm.rootID, Upstream: string(up),
+		Headers: headers, Trailers: trailers, Body: append([]byte(nil), body...),
+		Timeout: time.Duration(timeout) * time.Millisecond, Sent: h.clock.Now(), vm: vm, gen: vm.gen}
+	if len(c.Body) > 0 {
+		c.Headers = setHeader(c.Headers, "content-length", fmt.Sprint(len(c.Body)))
+	}
+	if fr := vm.frame; fr != nil && fr.stream != nil {
+		c.ContextID = fr.stream.id
+		fr.stream.callouts = append(fr.stream.callouts, c)
+	}
+	h.mu.Lock()
+	h.callouts[token] = c
+	handler := h.cfg.calloutHandler
+	h.mu.Unlock()
+	if handler != nil {
+		h.post(event{kind: evCalloutInvoke, callout: c})
+	}
+	if c.Timeout > 0 {
+		h.schedule(c.Sent.Add(c.Timeout), event{kind: evCalloutTimeout, vm: vm, gen: vm.gen, callout: c})
+	}
+	return StatusOK
+}
+
+// invokeCallout asks the handler, outside the VM (on its own goroutine with a real clock).
+func (h *Host) invokeCallout(c *Callout) {
+	run := func() {
+		resp := h.cfg.calloutHandler(context.Background(), c)
+		if resp == nil {
+			return // unanswered: pending until it times out or the test answers
+		}
+		ev := event{kind: evCalloutDeliver, vm: c.vm, gen: c.gen, callout: c, resp: resp}
+		if resp.Delay > 0 {
+			h.schedule(h.clock.Now().Add(resp.Delay), ev)
+			return
+		}
+		h.post(ev)
+	}
+	if h.realtime {
+		go run()
+		return
+	}
+	run()
+}
+
+// deliverCallout runs proxy_on_http_call_response on the owning root (VM locked).
+func (vm *VM) deliverCallout(c *Callout, resp *CalloutResponse, timedOut bool) error {
+	h := vm.host
+	h.mu.Lock()
+	if c.done {
+		h.mu.Unlock()
+		return nil
+	}
+	c.done = true
+	delete(h.callouts, c.Token)
+	h.mu.Unlock()
+	if timedOut {
+		// The async client's router answers a timeout with a local 504.
+		resp = &CalloutResponse{Headers: [][2]string{{":status", "504"}, {"content-length", "24"},
+			{"content-type", "text/plain"}}, Body: []byte("upstream request timeout")}
+	}
+	fr := vm.rootFrame()
+	var nh, nb, nt int
+	if resp == nil || resp.Fail {
+		vm.status, vm.statusMsg = StatusBrokenConnection, "reset"
+	} else {
+		cr := &CalloutResponse{Headers: lowerKeys(resp.Headers), Trailers: lowerKeys(resp.Trailers),
+			Body: append([]byte(nil), resp.Body...)}
+		if cr.Headers == nil {
+			cr.Headers = [][2]string{}
+		}
+		fr.callout = cr
+		nh, nb, nt = len(cr.Headers), len(cr.Body), len(cr.Trailers)
+		vm.status, vm.statusMsg = StatusOK, ""
+	}
+	_, err := vm.call("proxy_on_http_call_response", vm.fns.httpCallResponse, fr,
+		uint64(c.RootID), uint64(c.Token), uint64(nh), uint64(nb), uint64(nt))
+	if err != nil {
+		return err
+	}
+	vm.afterCallback()
+	return nil
+}
+
+// CallOnHttpCallResponse answers a pending callout now (proxytest).
+func (h *Host) CallOnHttpCallResponse(calloutID uint32, headers, trailers [][2]string, body []byte) error {
+	return h.answer(calloutID, &CalloutResponse{Headers: headers, Trailers: trailers, Body: body})
+}
+
+// FailHttpCall makes a pending callout fail (reset) now.
+func (h *Host) FailHttpCall(calloutID uint32) error {
+	return h.answer(calloutID, &CalloutResponse{Fail: true})
+}
+
+func (h *Host) answer(token uint32, resp *CalloutResponse) error {
+	h.mu.Lock()
+	c := h.callouts[token]
+	h.mu.Unlock()
+	if c == nil {
+		return fmt.Errorf("hostsim: no pending callout %d", token)
+	}
+	vm := c.vm
+	vm.mu.Lock()
+	var err error
+	if vm.gen != c.gen || vm.isFailed() {
+		err = errors.Join(errors.New("hostsim: the VM that made the callout is gone"), vm.failedErr())
+	} else {
+		err = vm.deliverCallout(c, resp, false)
+	}
+	vm.mu.Unlock()
+	return joinErr(err, h.drain())
+}
+
+// PendingCallouts returns the callouts not answered yet, oldest first.
+func (h *Host) PendingCallouts() []*Callout {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*Callout, 0, len(h.callouts))
+	for _, c := range h.callouts {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Token < out[j].Token })
+	return out
+}
+
+// GetCalloutAttributesFromContext returns the callouts a stream made (proxytest).
+func (vm *VM) GetCalloutAttributesFromContext(contextID uint32) []HttpCalloutAttribute {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	s := vm.streams[contextID]
+	if s == nil {
+		return nil
+	}
+	out := make([]HttpCalloutAttribute, 0, len(s.callouts))
+	for _, c := range s.callouts {
+		out = append(out, HttpCalloutAttribute{CalloutID: c.Token, Upstream: c.Upstream, Headers: c.Headers,
+			Trailers: c.Trailers, Body: c.Body})
+	}
+	return out
+}

@@ -1,0 +1,459 @@
+package hostsim
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+)
+
+// envCommon are the env imports cpp-host links for every ABI version
+// (include/proxy-wasm/exports.h FOR_ALL_HOST_FUNCTIONS, plus Envoy's own and the stubs).
+var envCommon = nameSet("proxy_log", "proxy_get_status", "proxy_set_property", "proxy_get_property",
+	"proxy_send_local_response", "proxy_get_shared_data", "proxy_set_shared_data", "proxy_register_shared_queue",
+	"proxy_resolve_shared_queue", "proxy_dequeue_shared_queue", "proxy_enqueue_shared_queue",
+	"proxy_get_header_map_value", "proxy_add_header_map_value", "proxy_replace_header_map_value",
+	"proxy_remove_header_map_value", "proxy_get_header_map_pairs", "proxy_set_header_map_pairs",
+	"proxy_get_header_map_size", "proxy_get_buffer_status", "proxy_get_buffer_bytes", "proxy_set_buffer_bytes",
+	"proxy_http_call", "proxy_grpc_call", "proxy_grpc_stream", "proxy_grpc_close", "proxy_grpc_cancel",
+	"proxy_grpc_send", "proxy_set_tick_period_milliseconds", "proxy_get_current_time_nanoseconds",
+	"proxy_define_metric", "proxy_increment_metric", "proxy_record_metric", "proxy_get_metric",
+	"proxy_set_effective_context", "proxy_done", "proxy_call_foreign_function",
+	"pthread_equal", "emscripten_notify_memory_growth", "envoy_resolve_dns")
+
+// envByABI are the imports that depend on the module's ABI marker ([host] src/wasm.cc).
+var envByABI = map[ABIVersion]map[string]bool{
+	ABI010: nameSet("proxy_get_configuration", "proxy_continue_request", "proxy_continue_response", "proxy_clear_route_cache"),
+	ABI020: nameSet("proxy_continue_stream", "proxy_close_stream"),
+	ABI021: nameSet("proxy_continue_stream", "proxy_close_stream", "proxy_get_log_level"),
+}
+
+func envImportAllowed(name string, abi ABIVersion) bool {
+	return envCommon[name] || envByABI[abi][name]
+}
+
+// wrapHostFunc finds the calling VM in the context and enforces the restricted phases.
+func wrapHostFunc(module string, f hostFunc) api.GoModuleFunc {
+	full := module + "." + f.name
+	return func(ctx context.Context, m api.Module, s []uint64) {
+		vm, _ := ctx.Value(vmKey{}).(*VM)
+		if vm == nil {
+			panic(fmt.Errorf("hostsim: %s called outside a hostsim VM", full))
+		}
+		if r := vm.restrict; r != restrictNone {
+			allow := f.allow&restrictMask(r) != 0 ||
+				(vm.host.cfg.wasi == WASICppHostHead && f.allow&(restrictMask(r)<<2) != 0)
+			if !allow {
+				phase := "start-up (_initialize/main)"
+				if r == restrictMalloc {
+					phase = "proxy_on_memory_allocate"
+				}
+				panic(&RestrictedCallError{Function: full, Phase: phase})
+			}
+		}
+		f.fn(vm, m, s)
+	}
+}
+
+func instantiateEnv(ctx context.Context, rt wazero.Runtime) error {
+	b := rt.NewHostModuleBuilder("env")
+	for _, f := range envFuncs() {
+		b.NewFunctionBuilder().WithGoModuleFunction(wrapHostFunc("env", f), f.params, f.results).Export(f.name)
+	}
+	if _, err := b.Instantiate(ctx); err != nil {
+		return fmt.Errorf("hostsim: env: %w", err)
+	}
+	return nil
+}
+
+func u32(v uint64) uint32 { return uint32(v) }
+
+func st(s []uint64, v Status) { s[0] = uint64(v) }
+
+// envFuncs is the proxy-wasm ABI 0.1.0/0.2.x host side, after cpp-host src/exports.cc and
+// Envoy's context.cc.
+func envFuncs() []hostFunc {
+	r := sig(1, i32)
+	return []hostFunc{
+		{name: "proxy_log", params: sig(3, i32), results: r, allow: allowStartup | allowMalloc, fn: func(vm *VM, _ api.Module, s []uint64) {
+			level := LogLevel(u32(s[0]))
+			if level >= logLevels {
+				st(s, StatusBadArgument)
+				return
+			}
+			msg, ok := vm.read(u32(s[1]), u32(s[2]))
+			if !ok {
+				st(s, StatusInvalidMemoryAccess)
+				return
+			}
+			vm.host.log(vm, level, string(msg))
+			st(s, StatusOK)
+		}},
+		{name: "proxy_get_log_level", params: sig(1, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			vm.mem.WriteUint32Le(u32(s[0]), uint32(vm.host.cfg.logLevel))
+			st(s, StatusOK)
+		}},
+		{name: "proxy_get_status", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			if !vm.mem.WriteUint32Le(u32(s[0]), uint32(vm.status)) {
+				st(s, StatusInvalidMemoryAccess)
+				return
+			}
+			st(s, vm.copyOut([]byte(vm.statusMsg), u32(s[1]), u32(s[2])))
+		}},
+		{name: "proxy_set_property", params: sig(4, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.setProperty(u32(s[0]), u32(s[1]), u32(s[2]), u32(s[3])))
+		}},
+		{name: "proxy_get_property", params: sig(4, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			path, ok := vm.read(u32(s[0]), u32(s[1]))
+			if !ok {
+				st(s, StatusInvalidMemoryAccess)
+				return
+			}
+			v, status := vm.getProperty(string(path))
+			if status != StatusOK {
+				st(s, status)
+				return
+			}
+			st(s, vm.copyOut(v, u32(s[2]), u32(s[3])))
+		}},
+		{name: "proxy_send_local_response", params: sig(8, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.sendLocalResponse(s))
+		}},
+		{name: "proxy_get_shared_data", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			key, ok := vm.read(u32(s[0]), u32(s[1]))
+			if !ok {
+				st(s, StatusInvalidMemoryAccess)
+				return
+			}
+			v, cas, found := vm.host.proc.get(vm.host.cfg.vmID, string(key))
+			if !found {
+				st(s, StatusNotFound)
+				return
+			}
+			if status := vm.copyOut(v, u32(s[2]), u32(s[3])); status != StatusOK {
+				st(s, status)
+				return
+			}
+			if !vm.mem.WriteUint32Le(u32(s[4]), cas) {
+				st(s, StatusInvalidMemoryAccess)
+				return
+			}
+			st(s, StatusOK)
+		}},
+		{name: "proxy_set_shared_data", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			key, ok1 := vm.read(u32(s[0]), u32(s[1]))
+			val, ok2 := vm.read(u32(s[2]), u32(s[3]))
+			if !ok1 || !ok2 {
+				st(s, StatusInvalidMemoryAccess)
+				return
+			}
+			st(s, vm.host.proc.set(vm.host.cfg.vmID, string(key), val, u32(s[4])))
+		}},
+		{name: "proxy_register_shared_queue", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			name, ok := vm.read(u32(s[0]), u32(s[1]))
+			if !ok {
+				st(s, StatusInvalidMemoryAccess)
+				return
+			}
+			token := vm.host.proc.register(vm.host.cfg.vmID, string(name), vm, vm.rootID)
+			if !vm.mem.WriteUint32Le(u32(s[2]), token) {
+				st(s, StatusInvalidMemoryAccess)
+				return
+			}
+			st(s, StatusOK)
+		}},
+		{name: "proxy_resolve_shared_queue", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			vmID, ok1 := vm.read(u32(s[0]), u32(s[1]))
+			name, ok2 := vm.read(u32(s[2]), u32(s[3]))
+			if !ok1 || !ok2 {
+				st(s, StatusInvalidMemoryAccess)
+				return
+			}
+			id := string(vmID)
+			if id == "" {
+				id = vm.host.cfg.vmID
+			}
+			token, found := vm.host.proc.resolve(id, string(name))
+			if !found {
+				st(s, StatusNotFound)
+				return
+			}
+			if !vm.mem.WriteUint32Le(u32(s[4]), token) {
+				st(s, StatusInvalidMemoryAccess)
+				return
+			}
+			st(s, StatusOK)
+		}},
+		{name: "proxy_enqueue_shared_queue", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			val, ok := vm.read(u32(s[1]), u32(s[2]))
+			if !ok {
+				st(s, StatusInvalidMemoryAccess)
+				return
+			}
+			target, gen, root, status := vm.host.proc.enqueue(u32(s[0]), val)
+			if status == StatusOK && target != nil {
+				vm.host.post(event{kind: evQueueReady, vm: target, gen: gen, root: root, token: u32(s[0])})
+			}
+			st(s, status)
+		}},
+		{name: "proxy_dequeue_shared_queue", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			v, status := vm.host.proc.dequeue(u32(s[0]))
+			if status != StatusOK {
+				st(s, status)
+				return
+			}
+			st(s, vm.copyOut(v, u32(s[1]), u32(s[2])))
+		}},
+		{name: "proxy_get_header_map_value", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.getHeaderMapValue(MapType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
+		}},
+		{name: "proxy_add_header_map_value", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.mutateHeaderMap(mapAdd, MapType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
+		}},
+		{name: "proxy_replace_header_map_value", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.mutateHeaderMap(mapReplace, MapType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
+		}},
+		{name: "proxy_remove_header_map_value", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.mutateHeaderMap(mapRemove, MapType(u32(s[0])), u32(s[1]), u32(s[2]), 0, 0))
+		}},
+		{name: "proxy_get_header_map_pairs", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.getHeaderMapPairs(MapType(u32(s[0])), u32(s[1]), u32(s[2])))
+		}},
+		{name: "proxy_set_header_map_pairs", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.setHeaderMapPairs(MapType(u32(s[0])), u32(s[1]), u32(s[2])))
+		}},
+		{name: "proxy_get_header_map_size", params: sig(2, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			m, status := vm.headerMap(MapType(u32(s[0])), false)
+			if status != StatusOK {
+				st(s, status)
+				return
+			}
+			if !vm.mem.WriteUint32Le(u32(s[1]), uint32(pairsByteSize(*m))) {
+				st(s, StatusInvalidMemoryAccess)
+				return
+			}
+			st(s, StatusOK)
+		}},
+		{name: "proxy_get_buffer_status", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			if u32(s[0]) > uint32(BufferCallData) {
+				st(s, StatusBadArgument)
+				return
+			}
+			b, ok := vm.buffer(BufferType(u32(s[0])))
+			if !ok {
+				st(s, StatusNotFound)
+				return
+			}
+			vm.mem.WriteUint32Le(u32(s[1]), uint32(len(*b)))
+			vm.mem.WriteUint32Le(u32(s[2]), 0)
+			st(s, StatusOK)
+		}},
+		{name: "proxy_get_buffer_bytes", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.getBufferBytes(BufferType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
+		}},
+		{name: "proxy_set_buffer_bytes", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.setBufferBytes(BufferType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
+		}},
+		{name: "proxy_continue_stream", params: sig(1, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.continueStream(StreamType(u32(s[0]))))
+		}},
+		{name: "proxy_close_stream", params: sig(1, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.closeStream(StreamType(u32(s[0]))))
+		}},
+		{name: "proxy_continue_request", results: r, fn: func(vm *VM, _ api.Module, s []uint64) { st(s, vm.continueStream(StreamRequest)) }},
+		{name: "proxy_continue_response", results: r, fn: func(vm *VM, _ api.Module, s []uint64) { st(s, vm.continueStream(StreamResponse)) }},
+		{name: "proxy_clear_route_cache", results: r, fn: func(vm *VM, _ api.Module, s []uint64) { st(s, StatusOK) }},
+		{name: "proxy_get_configuration", params: sig(2, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.copyOut(vm.host.cfg.pluginConfig, u32(s[0]), u32(s[1])))
+		}},
+		{name: "proxy_http_call", params: sig(10, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.httpCall(s))
+		}},
+		{name: "proxy_grpc_call", params: sig(12, i32), results: r, fn: unimplemented},
+		{name: "proxy_grpc_stream", params: sig(9, i32), results: r, fn: unimplemented},
+		{name: "proxy_grpc_close", params: sig(1, i32), results: r, fn: unimplemented},
+		{name: "proxy_grpc_cancel", params: sig(1, i32), results: r, fn: unimplemented},
+		{name: "proxy_grpc_send", params: sig(4, i32), results: r, fn: unimplemented},
+		{name: "envoy_resolve_dns", params: sig(3, i32), results: r, fn: unimplemented},
+		{name: "proxy_set_tick_period_milliseconds", params: sig(1, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			vm.setTickPeriod(u32(s[0]))
+			st(s, StatusOK)
+		}},
+		{name: "proxy_get_current_time_nanoseconds", params: sig(1, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			if !vm.mem.WriteUint64Le(u32(s[0]), uint64(vm.host.clock.Now().UnixNano())) {
+				st(s, StatusInvalidMemoryAccess)
+				return
+			}
+			st(s, StatusOK)
+		}},
+		{name: "proxy_define_metric", params: sig(4, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			name, ok := vm.read(u32(s[1]), u32(s[2]))
+			if !ok {
+				st(s, StatusInvalidMemoryAccess)
+				return
+			}
+			id, status := vm.host.defineMetric(MetricType(u32(s[0])), string(name))
+			if status == StatusOK && !vm.mem.WriteUint32Le(u32(s[3]), id) {
+				status = StatusInvalidMemoryAccess
+			}
+			st(s, status)
+		}},
+		{name: "proxy_increment_metric", params: []api.ValueType{i32, i64}, results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.host.incrementMetric(u32(s[0]), int64(s[1])))
+		}},
+		{name: "proxy_record_metric", params: []api.ValueType{i32, i64}, results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.host.recordMetric(u32(s[0]), s[1]))
+		}},
+		{name: "proxy_get_metric", params: sig(2, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			v, status := vm.host.getMetric(u32(s[0]))
+			if status == StatusOK && !vm.mem.WriteUint64Le(u32(s[1]), v) {
+				status = StatusInvalidMemoryAccess
+			}
+			st(s, status)
+		}},
+		{name: "proxy_set_effective_context", params: sig(1, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.setEffectiveContext(u32(s[0])))
+		}},
+		{name: "proxy_done", results: r, fn: func(vm *VM, _ api.Module, s []uint64) { st(s, StatusNotFound) }},
+		{name: "proxy_call_foreign_function", params: sig(6, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			st(s, vm.callForeign(u32(s[0]), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4]), u32(s[5])))
+		}},
+		{name: "pthread_equal", params: sig(2, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+			if u32(s[0]) == u32(s[1]) {
+				s[0] = 1
+			} else {
+				s[0] = 0
+			}
+		}},
+		{name: "emscripten_notify_memory_growth", params: sig(1, i32), allow: allowStartup, fn: func(*VM, api.Module, []uint64) {}},
+	}
+}
+
+func unimplemented(_ *VM, _ api.Module, s []uint64) { st(s, StatusUnimplemented) }
+
+func (vm *VM) setEffectiveContext(id uint32) Status {
+	fr := vm.frame
+	if fr == nil {
+		return StatusBadArgument
+	}
+	if id == vm.rootID {
+		fr.effective, fr.stream = id, nil
+		return StatusOK
+	}
+	s := vm.streams[id]
+	if s == nil || !s.created || s.deleted {
+		return StatusBadArgument
+	}
+	fr.effective, fr.stream = id, s
+	return StatusOK
+}
+
+func (vm *VM) callForeign(np, nl, ap, al, rp, rs uint32) Status {
+	name, ok1 := vm.read(np, nl)
+	args, ok2 := vm.read(ap, al)
+	if !ok1 || !ok2 {
+		return StatusInvalidMemoryAccess
+	}
+	n := string(name)
+	vm.host.mu.Lock()
+	f := vm.host.cfg.foreign[n]
+	vm.host.mu.Unlock()
+	if f == nil {
+		if n == "clear_route_cache" { // Envoy ≥ 1.33 registers it
+			if fr := vm.frame; fr != nil && fr.stream != nil {
+				fr.stream.RouteCacheClears++
+			}
+			return StatusOK
+		}
+		return StatusNotFound
+	}
+	out, err := f(append([]byte(nil), args...))
+	if err != nil {
+		return StatusInternalFailure
+	}
+	return vm.copyOut(out, rp, rs)
+}
+
+// getProperty resolves a property path the way Envoy ≥ 1.33 does.
+func (vm *VM) getProperty(path string) ([]byte, Status) {
+	h := vm.host
+	var s *Stream
+	if fr := vm.frame; fr != nil {
+		s = fr.stream
+	}
+	top, rest, _ := cutNUL(path)
+	switch top {
+	case "plugin_name":
+		return []byte(h.cfg.pluginName), StatusOK
+	case "plugin_root_id":
+		return []byte(h.cfg.rootID), StatusOK
+	case "plugin_vm_id":
+		return []byte(h.cfg.vmID), StatusOK
+	case "node", "cluster_name", "cluster_metadata", "route_name", "route_metadata", "listener_direction",
+		"listener_metadata", "upstream_host_metadata":
+		// Removed from get_property in Envoy 1.33 (use xds.*), unless set as filter state.
+		if s != nil {
+			if v, ok := s.filterState[path]; ok {
+				return v, StatusOK
+			}
+		}
+		return nil, StatusNotFound
+	case "request", "response", "connection", "upstream", "source", "destination", "filter_state", "upstream_filter_state":
+		if s == nil {
+			return nil, StatusNotFound // no stream info in a root context
+		}
+		if v, ok := s.streamProperty(top, rest); ok {
+			return v, StatusOK
+		}
+		if v, ok := h.property(path); ok {
+			return v, StatusOK
+		}
+		return nil, StatusNotFound
+	case "xds", "metadata":
+		if v, ok := h.property(path); ok {
+			return v, StatusOK
+		}
+		return nil, StatusNotFound
+	}
+	if s != nil {
+		if v, ok := s.filterState[path]; ok {
+			return v, StatusOK
+		}
+	}
+	if v, ok := h.property(path); ok {
+		return v, StatusOK
+	}
+	return nil, StatusNotFound
+}
+
+func (vm *VM) setProperty(pp, pl, vp, vl uint32) Status {
+	path, ok1 := vm.read(pp, pl)
+	val, ok2 := vm.read(vp, vl)
+	if !ok1 || !ok2 {
+		return StatusInvalidMemoryAccess
+	}
+	fr := vm.frame
+	if fr == nil || fr.stream == nil {
+		return StatusNotFound // no stream info
+	}
+	if fr.stream.filterState == nil {
+		fr.stream.filterState = map[string][]byte{}
+	}
+	fr.stream.filterState[string(path)] = append([]byte(nil), val...)
+	return StatusOK
+}
+
+func cutNUL(s string) (before, after string, found bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// PropertyUint64 encodes an integer property the way Envoy serializes it (8 bytes, little
+// endian).
+func PropertyUint64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }

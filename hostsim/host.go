@@ -1,0 +1,883 @@
+package hostsim
+
+import (
+	"bytes"
+	"container/heap"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Host is one simulated Envoy process running one HTTP wasm filter: a base VM, a canary,
+// the main-thread VM and N worker VMs, plus the process-wide state they share.
+type Host struct {
+	cfg      config
+	rt       *Runtime
+	ownsRT   bool
+	module   *Module
+	proc     *Process
+	clock    Clock
+	start    time.Time
+	realtime bool
+
+	lifecycle sync.Mutex // StartVM / StartPlugin / Close
+	vmStarted bool
+	started   bool
+	closed    bool
+	canary    *VM
+	mainVM    *VM
+	workers   []*VM
+
+	mu        sync.Mutex // guards everything below
+	logs      []LogEntry
+	metrics   []*metric
+	metricIDs map[string]uint32
+	timers    timerHeap
+	timerSeq  uint64
+	pending   []event
+	callouts  map[uint32]*Callout
+	nextToken uint32
+	asyncErrs []error
+	vmSeq     int
+	randMu    sync.Mutex
+
+	rr atomic.Uint64 // RunHTTP round-robin
+
+	wake chan struct{} // real clock: kicks the dispatcher
+	stop chan struct{}
+	done chan struct{}
+}
+
+// LogEntry is one guest log line.
+type LogEntry struct {
+	Level   LogLevel
+	VM      string // "worker-0", "main", "canary", "base"
+	Message string
+}
+
+// New compiles wasm (once per Runtime), checks what Envoy checks at load (ABI marker,
+// allocator, imports within the WASI mode and ABI), and runs the base VM's _initialize.
+// Start the plugin with StartPlugin.
+func New(wasm []byte, opts ...Option) (*Host, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.workers < 1 {
+		return nil, fmt.Errorf("hostsim: need at least one worker, got %d", cfg.workers)
+	}
+	h := &Host{cfg: cfg, rt: cfg.runtime, clock: cfg.clock, realtime: cfg.realtime,
+		metricIDs: map[string]uint32{}, callouts: map[uint32]*Callout{}}
+	if h.clock == nil {
+		h.clock = NewVirtualClock(VirtualStart())
+	}
+	h.start = h.clock.Now()
+	if h.rt == nil {
+		rt, err := NewRuntime()
+		if err != nil {
+			return nil, err
+		}
+		h.rt, h.ownsRT = rt, true
+	}
+	mod, err := h.rt.Compile(wasm, cfg.wasi)
+	if err == nil {
+		err = mod.CheckExports()
+	}
+	if err == nil {
+		err = mod.CheckImports(cfg.wasi)
+	}
+	if err != nil {
+		h.closeRuntime()
+		return nil, err
+	}
+	h.module = mod
+	h.proc = cfg.process
+	if h.proc == nil {
+		h.proc = NewProcess()
+	}
+	h.proc.acquire(cfg.vmID)
+	base := h.newVM(vmBase, 0)
+	if err := base.instantiate(); err != nil {
+		h.proc.release(cfg.vmID)
+		h.closeRuntime()
+		return nil, err
+	}
+	// The base VM only loads and initializes; clones do the rest.
+	base.close()
+	return h, nil
+}
+
+func (h *Host) closeRuntime() {
+	if h.ownsRT {
+		h.rt.Close()
+	}
+}
+
+// Module returns the compiled module and what it imports and exports.
+func (h *Host) Module() *Module { return h.module }
+
+// Process returns the process-wide shared data and queues.
+func (h *Host) Process() *Process { return h.proc }
+
+// Clock returns the host's clock.
+func (h *Host) Clock() Clock { return h.clock }
+
+// StartVM creates the root context and runs proxy_on_vm_start in the canary (or, with
+// WithoutCanary, in the main and worker VMs). It reports the guest's answer.
+func (h *Host) StartVM() (bool, error) {
+	h.lifecycle.Lock()
+	defer h.lifecycle.Unlock()
+	return h.startVMLocked()
+}
+
+func (h *Host) startVMLocked() (bool, error) {
+	if h.closed {
+		return false, errors.New("hostsim: host closed")
+	}
+	if h.vmStarted {
+		return false, errors.New("hostsim: StartVM called twice")
+	}
+	h.vmStarted = true
+	if h.cfg.noCanary {
+		return h.startClones(false)
+	}
+	h.canary = h.newVM(vmCanary, 0)
+	if err := h.canary.instantiate(); err != nil {
+		return false, err
+	}
+	return h.canary.startRoot()
+}
+
+// StartPlugin runs proxy_on_configure (after StartVM, which it runs first if needed). With
+// a canary: the canary configures and is killed without on_done/on_delete (its side effects
+// stay), then the main-thread VM and every worker start the same way. It returns false if
+// any VM refused its configuration; a VM that refused is failed.
+func (h *Host) StartPlugin() (bool, error) {
+	h.lifecycle.Lock()
+	defer h.lifecycle.Unlock()
+	if !h.vmStarted {
+		ok, err := h.startVMLocked()
+		if err != nil || !ok {
+			return ok, err
+		}
+	}
+	if h.started {
+		return false, errors.New("hostsim: StartPlugin called twice")
+	}
+	h.started = true
+	if h.cfg.noCanary {
+		return h.configureClones()
+	}
+	ok, err := h.canary.configureRoot()
+	h.canary.kill()
+	if err != nil || !ok {
+		return ok, err
+	}
+	if ok, err := h.startClones(true); err != nil || !ok {
+		return ok, err
+	}
+	if h.realtime {
+		h.startDispatcher()
+	}
+	return true, nil
+}
+
+// startClones creates the main-thread VM and the workers; with configure it also runs
+// on_configure in each.
+func (h *Host) startClones(configure bool) (bool, error) {
+	h.mainVM = h.newVM(vmMain, 0)
+	vms := []*VM{h.mainVM}
+	for i := 0; i < h.cfg.workers; i++ {
+		w := h.newVM(vmWorker, i)
+		h.workers = append(h.workers, w)
+		vms = append(vms, w)
+	}
+	all := true
+	for _, vm := range vms {
+		if err := vm.instantiate(); err != nil {
+			return false, err
+		}
+		ok, err := vm.startRoot()
+		if err != nil {
+			return false, err
+		}
+		if ok && configure {
+			ok, err = vm.configureRoot()
+			if err != nil {
+				return false, err
+			}
+		}
+		all = all && ok
+	}
+	return all, h.drain()
+}
+
+func (h *Host) configureClones() (bool, error) {
+	all := true
+	for _, vm := range h.VMs() {
+		ok, err := vm.configureRoot()
+		if err != nil {
+			return false, err
+		}
+		all = all && ok
+	}
+	if h.realtime {
+		h.startDispatcher()
+	}
+	return all, h.drain()
+}
+
+// VMs returns the main-thread VM followed by the workers (nil before StartVM/StartPlugin).
+func (h *Host) VMs() []*VM {
+	if h.mainVM == nil {
+		return nil
+	}
+	return append([]*VM{h.mainVM}, h.workers...)
+}
+
+// Worker returns worker VM i (0-based); nil if the plugin has not started or i is out of range.
+func (h *Host) Worker(i int) *VM {
+	if i < 0 || i >= len(h.workers) {
+		return nil
+	}
+	return h.workers[i]
+}
+
+// Workers returns the worker VMs.
+func (h *Host) Workers() []*VM { return append([]*VM(nil), h.workers...) }
+
+// MainVM returns the main-thread VM, which never receives streams but ticks and can be
+// notified of queue items.
+func (h *Host) MainVM() *VM { return h.mainVM }
+
+// Close shuts the plugin down like Envoy when the VMs go: proxy_on_done on each live root
+// context, then proxy_on_delete when it returned true (a root that answered false would
+// wait for proxy_done; hostsim does not wait). It then frees the VMs.
+func (h *Host) Close() error {
+	h.lifecycle.Lock()
+	defer h.lifecycle.Unlock()
+	if h.closed {
+		return nil
+	}
+	h.closed = true
+	if h.stop != nil {
+		close(h.stop)
+		<-h.done
+	}
+	var errs []error
+	for _, vm := range h.VMs() {
+		errs = append(errs, vm.shutdown())
+	}
+	h.proc.release(h.cfg.vmID)
+	h.closeRuntime()
+	return errors.Join(errs...)
+}
+
+// FinishVM runs proxy_on_done on worker 0's root context (proxytest's FinishVM).
+func (h *Host) FinishVM() (bool, error) {
+	w := h.Worker(0)
+	if w == nil {
+		return false, errors.New("hostsim: plugin not started")
+	}
+	return w.FinishRoot()
+}
+
+func (h *Host) newVM(kind vmKind, index int) *VM {
+	h.mu.Lock()
+	h.vmSeq++
+	seq := h.vmSeq
+	h.mu.Unlock()
+	vm := &VM{host: h, kind: kind, index: index, seq: seq}
+	switch kind {
+	case vmBase:
+		vm.name = "base"
+	case vmCanary:
+		vm.name = "canary"
+	case vmMain:
+		vm.name = "main"
+	default:
+		vm.name = fmt.Sprintf("worker-%d", index)
+	}
+	return vm
+}
+
+// monotonic is the guest's CLOCK_MONOTONIC: nanoseconds since the host started, plus one.
+func (h *Host) monotonic() uint64 {
+	return uint64(h.clock.Now().Sub(h.start).Nanoseconds()) + 1
+}
+
+func (h *Host) random(buf []byte) {
+	if h.cfg.random == nil {
+		_, _ = rand.Read(buf)
+		return
+	}
+	h.randMu.Lock()
+	defer h.randMu.Unlock()
+	_, _ = h.cfg.random.Read(buf)
+}
+
+// ---------------------------------------------------------------------------------------
+// Logs
+
+func (h *Host) log(vm *VM, level LogLevel, msg string) {
+	h.mu.Lock()
+	h.logs = append(h.logs, LogEntry{Level: level, VM: vm.name, Message: msg})
+	w := h.cfg.logWriter
+	h.mu.Unlock()
+	if w != nil {
+		fmt.Fprintf(w, "[%s] %s: %s\n", level, vm.name, msg)
+	}
+}
+
+// stdio logs guest stdout (info) and stderr (error) line by line. cpp-host logs each
+// fd_write call as it comes; the Go runtime writes a traceback in many small pieces, so
+// hostsim joins them into lines. The first "fatal error:" or "panic:" line is kept for
+// TrapError.
+func (h *Host) stdio(vm *VM, fd uint32, b []byte, level LogLevel) {
+	buf := &vm.stdout
+	if fd == 2 {
+		buf = &vm.stderr
+	}
+	*buf = append(*buf, b...)
+	for {
+		i := bytes.IndexByte(*buf, '\n')
+		if i < 0 {
+			break
+		}
+		line := string((*buf)[:i])
+		*buf = append((*buf)[:0], (*buf)[i+1:]...)
+		if vm.fatal == "" && (strings.HasPrefix(line, "fatal error:") || strings.HasPrefix(line, "panic:")) {
+			vm.fatal = line
+		}
+		h.log(vm, level, line)
+	}
+	if len(*buf) > 64<<10 { // no newline for a long time: flush as is
+		h.log(vm, level, string(*buf))
+		*buf = (*buf)[:0]
+	}
+}
+
+// Logs returns every log line so far.
+func (h *Host) Logs() []LogEntry {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]LogEntry(nil), h.logs...)
+}
+
+// LogsAt returns the messages logged at level, in order.
+func (h *Host) LogsAt(level LogLevel) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, e := range h.logs {
+		if e.Level == level {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+// GetTraceLogs returns the trace-level messages (proxytest).
+func (h *Host) GetTraceLogs() []string { return h.LogsAt(LogTrace) }
+
+// GetDebugLogs returns the debug-level messages (proxytest).
+func (h *Host) GetDebugLogs() []string { return h.LogsAt(LogDebug) }
+
+// GetInfoLogs returns the info-level messages, guest stdout included (proxytest).
+func (h *Host) GetInfoLogs() []string { return h.LogsAt(LogInfo) }
+
+// GetWarnLogs returns the warn-level messages (proxytest).
+func (h *Host) GetWarnLogs() []string { return h.LogsAt(LogWarn) }
+
+// GetErrorLogs returns the error-level messages, guest stderr included (proxytest).
+func (h *Host) GetErrorLogs() []string { return h.LogsAt(LogError) }
+
+// GetCriticalLogs returns the critical-level messages (proxytest).
+func (h *Host) GetCriticalLogs() []string { return h.LogsAt(LogCritical) }
+
+// ResetLogs forgets the logs collected so far.
+func (h *Host) ResetLogs() {
+	h.mu.Lock()
+	h.logs = nil
+	h.mu.Unlock()
+}
+
+// ---------------------------------------------------------------------------------------
+// Metrics. Ids carry the type in their low two bits, as Envoy's do; a name is one stat for
+// the whole process, whichever VM defines it.
+
+type metric struct {
+	name  string
+	typ   MetricType
+	value uint64 // counter, gauge; last recorded value of a histogram
+	hist  []uint64
+}
+
+func (h *Host) defineMetric(t MetricType, name string) (uint32, Status) {
+	if t > MetricHistogram {
+		return 0, StatusBadArgument
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	key := t.String() + "\x00" + name
+	if id, ok := h.metricIDs[key]; ok {
+		return id, StatusOK
+	}
+	h.metrics = append(h.metrics, &metric{name: name, typ: t})
+	id := uint32(len(h.metrics))<<2 | uint32(t)
+	h.metricIDs[key] = id
+	return id, StatusOK
+}
+
+func (h *Host) metricByID(id uint32) *metric {
+	i := int(id >> 2)
+	if i < 1 || i > len(h.metrics) || uint32(h.metrics[i-1].typ) != id&3 {
+		return nil
+	}
+	return h.metrics[i-1]
+}
+
+func (h *Host) incrementMetric(id uint32, offset int64) Status {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.metricByID(id)
+	if m == nil {
+		return StatusNotFound
+	}
+	switch m.typ {
+	case MetricCounter:
+		if offset <= 0 {
+			return StatusBadArgument
+		}
+		m.value += uint64(offset)
+	case MetricGauge:
+		m.value += uint64(offset)
+	default:
+		return StatusBadArgument
+	}
+	return StatusOK
+}
+
+func (h *Host) recordMetric(id uint32, value uint64) Status {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.metricByID(id)
+	if m == nil {
+		return StatusNotFound
+	}
+	switch m.typ {
+	case MetricCounter:
+		m.value += value
+	case MetricGauge:
+		m.value = value
+	default:
+		m.value = value
+		m.hist = append(m.hist, value)
+	}
+	return StatusOK
+}
+
+func (h *Host) getMetric(id uint32) (uint64, Status) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.metricByID(id)
+	if m == nil {
+		return 0, StatusNotFound
+	}
+	if m.typ == MetricHistogram {
+		return 0, StatusBadArgument
+	}
+	return m.value, StatusOK
+}
+
+func (h *Host) metricValue(name string, t MetricType) (uint64, []uint64, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	id, ok := h.metricIDs[t.String()+"\x00"+name]
+	if !ok {
+		for _, m := range h.metrics {
+			if m.name == name {
+				return 0, nil, fmt.Errorf("hostsim: metric %q is a %s, not a %s", name, m.typ, t)
+			}
+		}
+		return 0, nil, fmt.Errorf("hostsim: metric %q not found", name)
+	}
+	m := h.metricByID(id)
+	return m.value, append([]uint64(nil), m.hist...), nil
+}
+
+// GetCounterMetric returns a counter's value (proxytest).
+func (h *Host) GetCounterMetric(name string) (uint64, error) {
+	v, _, err := h.metricValue(name, MetricCounter)
+	return v, err
+}
+
+// GetGaugeMetric returns a gauge's value (proxytest).
+func (h *Host) GetGaugeMetric(name string) (uint64, error) {
+	v, _, err := h.metricValue(name, MetricGauge)
+	return v, err
+}
+
+// GetHistogramMetric returns the last value recorded in a histogram (proxytest).
+func (h *Host) GetHistogramMetric(name string) (uint64, error) {
+	v, _, err := h.metricValue(name, MetricHistogram)
+	return v, err
+}
+
+// GetHistogramValues returns every value recorded in a histogram.
+func (h *Host) GetHistogramValues(name string) ([]uint64, error) {
+	_, vs, err := h.metricValue(name, MetricHistogram)
+	return vs, err
+}
+
+// MetricNames lists the defined metrics as "type:name", sorted.
+func (h *Host) MetricNames() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.metrics))
+	for _, m := range h.metrics {
+		out = append(out, m.typ.String()+":"+m.name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ---------------------------------------------------------------------------------------
+// Shared data and queues, host side.
+
+// GetSharedData reads shared data in this host's vm_id namespace.
+func (h *Host) GetSharedData(key string) (value []byte, cas uint32, found bool) {
+	return h.proc.get(h.cfg.vmID, key)
+}
+
+// SetSharedData writes shared data as another worker would, with the guest's CAS rules.
+func (h *Host) SetSharedData(key string, value []byte, cas uint32) Status {
+	return h.proc.set(h.cfg.vmID, key, value, cas)
+}
+
+// SharedDataKeys lists the keys in this host's vm_id namespace.
+func (h *Host) SharedDataKeys() []string { return h.proc.SharedDataKeys(h.cfg.vmID) }
+
+// GetQueueSize returns the number of items in a shared queue (proxytest).
+func (h *Host) GetQueueSize(queueID uint32) int { return h.proc.QueueSize(queueID) }
+
+// ResolveQueue returns the token of a registered queue in this host's vm_id namespace.
+func (h *Host) ResolveQueue(name string) (uint32, bool) { return h.proc.resolve(h.cfg.vmID, name) }
+
+// EnqueueSharedQueue appends to a queue as another VM would, notifying its registrant.
+func (h *Host) EnqueueSharedQueue(token uint32, value []byte) (Status, error) {
+	target, gen, root, st := h.proc.enqueue(token, value)
+	if st == StatusOK && target != nil {
+		h.post(event{kind: evQueueReady, vm: target, gen: gen, root: root, token: token})
+	}
+	return st, h.drain()
+}
+
+// ---------------------------------------------------------------------------------------
+// Properties, host side (proxytest).
+
+// GetProperty returns a configured property.
+func (h *Host) GetProperty(path []string) ([]byte, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.cfg.properties[joinPath(path)]
+	if !ok {
+		return nil, fmt.Errorf("hostsim: property %q not found", strings.Join(path, "."))
+	}
+	return append([]byte(nil), v...), nil
+}
+
+// SetProperty sets a configured property.
+func (h *Host) SetProperty(path []string, value []byte) error {
+	if len(path) == 0 {
+		return errors.New("hostsim: empty property path")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cfg.properties[joinPath(path)] = append([]byte(nil), value...)
+	return nil
+}
+
+func (h *Host) property(path string) ([]byte, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.cfg.properties[path]
+	return v, ok
+}
+
+// RegisterForeignFunction registers a foreign function (proxytest).
+func (h *Host) RegisterForeignFunction(name string, f func([]byte) []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cfg.foreign[name] = func(b []byte) ([]byte, error) { return f(b), nil }
+}
+
+// ---------------------------------------------------------------------------------------
+// Events and timers. With a virtual clock everything runs in the caller's goroutine: each
+// API call drains the events it caused before returning, and Advance fires timers in time
+// order. With a real clock a dispatcher goroutine does both.
+
+type eventKind int
+
+const (
+	evQueueReady eventKind = iota
+	evTick
+	evCalloutInvoke
+	evCalloutDeliver
+	evCalloutTimeout
+	evUpstreamInvoke
+	evUpstreamDeliver
+)
+
+type event struct {
+	kind    eventKind
+	vm      *VM
+	gen     uint64
+	root    uint32
+	token   uint32
+	tickGen uint64
+	callout *Callout
+	resp    *CalloutResponse
+	ex      *Exchange
+	up      *UpstreamResponse
+	upErr   error
+}
+
+type timer struct {
+	at  time.Time
+	seq uint64
+	ev  event
+}
+
+type timerHeap []timer
+
+func (t timerHeap) Len() int { return len(t) }
+func (t timerHeap) Less(i, j int) bool {
+	if t[i].at.Equal(t[j].at) {
+		return t[i].seq < t[j].seq
+	}
+	return t[i].at.Before(t[j].at)
+}
+func (t timerHeap) Swap(i, j int) { t[i], t[j] = t[j], t[i] }
+func (t *timerHeap) Push(x any)   { *t = append(*t, x.(timer)) }
+func (t *timerHeap) Pop() any {
+	old := *t
+	x := old[len(old)-1]
+	*t = old[:len(old)-1]
+	return x
+}
+
+func (h *Host) schedule(at time.Time, ev event) {
+	h.mu.Lock()
+	h.timerSeq++
+	heap.Push(&h.timers, timer{at: at, seq: h.timerSeq, ev: ev})
+	h.mu.Unlock()
+	h.kick()
+}
+
+func (h *Host) post(ev event) {
+	h.mu.Lock()
+	h.pending = append(h.pending, ev)
+	h.mu.Unlock()
+	h.kick()
+}
+
+func (h *Host) kick() {
+	if h.wake != nil {
+		select {
+		case h.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// maxDrain bounds how many events one drain runs (a guest that re-enqueues forever).
+const maxDrain = 100000
+
+// drain runs pending events until none is left (virtual clock). With a real clock the
+// dispatcher does it.
+func (h *Host) drain() error {
+	if h.realtime && h.wake != nil {
+		return nil
+	}
+	return h.drainNow()
+}
+
+func (h *Host) drainNow() error {
+	var errs []error
+	for i := 0; i < maxDrain; i++ {
+		h.mu.Lock()
+		if len(h.pending) == 0 {
+			h.mu.Unlock()
+			return errors.Join(errs...)
+		}
+		ev := h.pending[0]
+		h.pending[0] = event{}
+		h.pending = h.pending[1:]
+		h.mu.Unlock()
+		if err := h.dispatch(ev); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(append(errs, errors.New("hostsim: event storm: more than 100000 events in one drain"))...)
+}
+
+// Advance moves a virtual clock forward by d, firing ticks, callout deliveries and
+// timeouts in time order on their VMs. Errors are guest traps in those callbacks.
+func (h *Host) Advance(d time.Duration) error {
+	sc, ok := h.clock.(SettableClock)
+	if !ok || h.realtime {
+		return errors.New("hostsim: Advance needs a virtual clock")
+	}
+	target := sc.Now().Add(d)
+	var errs []error
+	if err := h.drainNow(); err != nil {
+		errs = append(errs, err)
+	}
+	for {
+		h.mu.Lock()
+		if len(h.timers) == 0 || h.timers[0].at.After(target) {
+			h.mu.Unlock()
+			break
+		}
+		t := heap.Pop(&h.timers).(timer)
+		h.mu.Unlock()
+		if t.at.After(sc.Now()) {
+			sc.Set(t.at)
+		}
+		if err := h.dispatch(t.ev); err != nil {
+			errs = append(errs, err)
+		}
+		if err := h.drainNow(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if target.After(sc.Now()) {
+		sc.Set(target)
+	}
+	return errors.Join(errs...)
+}
+
+// NextTimer returns when the next timer fires (false if none is scheduled).
+func (h *Host) NextTimer() (time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.timers) == 0 {
+		return time.Time{}, false
+	}
+	return h.timers[0].at, true
+}
+
+// AsyncErrors returns (and forgets) guest traps raised by events the dispatcher ran with a
+// real clock.
+func (h *Host) AsyncErrors() []error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.asyncErrs
+	h.asyncErrs = nil
+	return e
+}
+
+func (h *Host) startDispatcher() {
+	h.wake = make(chan struct{}, 1)
+	h.stop = make(chan struct{})
+	h.done = make(chan struct{})
+	go h.dispatchLoop()
+}
+
+func (h *Host) dispatchLoop() {
+	defer close(h.done)
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		if err := h.drainNow(); err != nil {
+			h.mu.Lock()
+			h.asyncErrs = append(h.asyncErrs, err)
+			h.mu.Unlock()
+		}
+		now := time.Now()
+		wait := time.Hour
+		h.mu.Lock()
+		var due []timer
+		for len(h.timers) > 0 && !h.timers[0].at.After(now) {
+			due = append(due, heap.Pop(&h.timers).(timer))
+		}
+		if len(h.timers) > 0 {
+			wait = h.timers[0].at.Sub(now)
+		}
+		h.mu.Unlock()
+		for _, d := range due {
+			if err := h.dispatch(d.ev); err != nil {
+				h.mu.Lock()
+				h.asyncErrs = append(h.asyncErrs, err)
+				h.mu.Unlock()
+			}
+		}
+		if len(due) > 0 {
+			continue
+		}
+		t.Reset(wait)
+		select {
+		case <-h.stop:
+			return
+		case <-h.wake:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		case <-t.C:
+		}
+	}
+}
+
+// dispatch runs one event.
+func (h *Host) dispatch(ev event) error {
+	switch ev.kind {
+	case evCalloutInvoke:
+		h.invokeCallout(ev.callout)
+		return nil
+	case evUpstreamInvoke:
+		h.invokeUpstream(ev.ex)
+		return nil
+	}
+	vm := ev.vm
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if ev.kind == evUpstreamDeliver {
+		if vm.gen != ev.gen || vm.dead {
+			vm.mu.Unlock()
+			ev.ex.finishFailedVM()
+			vm.mu.Lock()
+			return nil
+		}
+		return ev.ex.deliverUpstream(ev.up, ev.upErr)
+	}
+	if vm.gen != ev.gen || vm.dead || vm.failed != nil {
+		return nil // the VM is gone: Envoy drops the notification silently
+	}
+	switch ev.kind {
+	case evQueueReady:
+		return vm.onQueueReady(ev.root, ev.token)
+	case evTick:
+		return vm.onTick(ev.tickGen)
+	case evCalloutDeliver, evCalloutTimeout:
+		return vm.deliverCallout(ev.callout, ev.resp, ev.kind == evCalloutTimeout)
+	case evUpstreamDeliver:
+		return ev.ex.deliverUpstream(ev.up, ev.upErr)
+	}
+	return nil
+}
+
+func sortedStrings(s []string) []string {
+	sort.Strings(s)
+	return s
+}
+
+func joinPath(path []string) string { return strings.Join(path, "\x00") }

@@ -1,0 +1,153 @@
+package hostsim
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Option configures a Host.
+type Option func(*config)
+
+type config struct {
+	runtime        *Runtime
+	wasi           WASIMode
+	workers        int
+	noCanary       bool
+	pluginConfig   []byte
+	vmConfig       []byte
+	vmID           string
+	rootID         string
+	pluginName     string
+	env            []string
+	properties     map[string][]byte
+	failurePolicy  FailurePolicy
+	clock          Clock
+	realtime       bool
+	clusters       map[string]bool
+	calloutHandler CalloutHandler
+	upstream       UpstreamFunc
+	foreign        map[string]func([]byte) ([]byte, error)
+	logWriter      io.Writer
+	logLevel       LogLevel
+	process        *Process
+	random         io.Reader
+	maxVirtualWait time.Duration
+	bufferLimit    int
+}
+
+func defaultConfig() config {
+	return config{
+		workers:        1,
+		properties:     map[string][]byte{},
+		clusters:       map[string]bool{},
+		foreign:        map[string]func([]byte) ([]byte, error){},
+		maxVirtualWait: time.Hour,
+		bufferLimit:    1 << 20,
+	}
+}
+
+// WithRuntime compiles and runs on a shared Runtime (see hostsimtest.Runtime). Without it
+// the Host creates, and closes, a Runtime of its own.
+func WithRuntime(r *Runtime) Option { return func(c *config) { c.runtime = r } }
+
+// WithWASI chooses the WASI surface (default WASIEnvoy133).
+func WithWASI(m WASIMode) Option { return func(c *config) { c.wasi = m } }
+
+// WithWorkers sets the number of worker VMs, like Envoy's --concurrency (default 1). The
+// main-thread VM and the canary come on top.
+func WithWorkers(n int) Option { return func(c *config) { c.workers = n } }
+
+// WithoutCanary skips the canary VM (its start-up side effects then do not happen).
+func WithoutCanary() Option { return func(c *config) { c.noCanary = true } }
+
+// WithPluginConfiguration sets the plugin configuration (buffer 7 during on_configure).
+func WithPluginConfiguration(b []byte) Option { return func(c *config) { c.pluginConfig = b } }
+
+// WithVMConfiguration sets the VM configuration (buffer 6 during on_vm_start).
+func WithVMConfiguration(b []byte) Option { return func(c *config) { c.vmConfig = b } }
+
+// WithVMID sets vm_id, the shared data and queue namespace (Istio leaves it empty).
+func WithVMID(id string) Option { return func(c *config) { c.vmID = id } }
+
+// WithRootID sets the plugin's root_id (property plugin_root_id).
+func WithRootID(id string) Option { return func(c *config) { c.rootID = id } }
+
+// WithPluginName sets the plugin's name (property plugin_name).
+func WithPluginName(name string) Option { return func(c *config) { c.pluginName = name } }
+
+// WithEnv adds KEY=VALUE to the guest's environment (vm_config.environment_variables).
+func WithEnv(key, value string) Option {
+	return func(c *config) { c.env = append(c.env, key+"="+value) }
+}
+
+// WithProperty sets a property the guest can read with proxy_get_property. Integers must
+// be 8-byte little endian (see PropertyUint64), as Envoy serializes them.
+func WithProperty(path []string, value []byte) Option {
+	return func(c *config) { c.properties[joinPath(path)] = value }
+}
+
+// WithFailurePolicy sets what happens to streams once a VM has failed (default FailClosed).
+func WithFailurePolicy(p FailurePolicy) Option { return func(c *config) { c.failurePolicy = p } }
+
+// WithClock sets the clock. A SettableClock is virtual: time moves only with Advance.
+// Without WithClock or WithRealClock the Host uses a VirtualClock at VirtualStart().
+func WithClock(clk SettableClock) Option {
+	return func(c *config) { c.clock, c.realtime = clk, false }
+}
+
+// WithRealClock uses the wall clock: ticks, callout timeouts and deliveries fire on their
+// own (for `hostsim serve`).
+func WithRealClock() Option { return func(c *config) { c.clock, c.realtime = realClock{}, true } }
+
+// WithCluster declares an upstream cluster for proxy_http_call. When no cluster is
+// declared every name is accepted; once one is, an unknown cluster is BadArgument as in Envoy.
+func WithCluster(names ...string) Option {
+	return func(c *config) {
+		for _, n := range names {
+			c.clusters[n] = true
+		}
+	}
+}
+
+// WithCalloutHandler answers proxy_http_call callouts. Without one, callouts stay pending
+// until the test answers them (CallOnHttpCallResponse) or they time out.
+func WithCalloutHandler(h CalloutHandler) Option { return func(c *config) { c.calloutHandler = h } }
+
+// WithUpstream sets the upstream that RunHTTP forwards requests to.
+func WithUpstream(f UpstreamFunc) Option { return func(c *config) { c.upstream = f } }
+
+// WithForeignFunction registers a function for proxy_call_foreign_function.
+func WithForeignFunction(name string, f func(args []byte) ([]byte, error)) Option {
+	return func(c *config) { c.foreign[name] = f }
+}
+
+// WithLogWriter also writes every guest log line to w ("[level] vm: message").
+func WithLogWriter(w io.Writer) Option { return func(c *config) { c.logWriter = w } }
+
+// WithLogLevel sets the level proxy_get_log_level reports (ABI 0.2.1).
+func WithLogLevel(l LogLevel) Option { return func(c *config) { c.logLevel = l } }
+
+// WithProcess shares shared data and queues with other Hosts on the same Process, as
+// several plugins (modules) in one Envoy share them per vm_id.
+func WithProcess(p *Process) Option { return func(c *config) { c.process = p } }
+
+// WithRandSource feeds WASI random_get from r (default crypto/rand).
+func WithRandSource(r io.Reader) Option { return func(c *config) { c.random = r } }
+
+// WithMaxVirtualWait bounds how far RunHTTP moves a virtual clock waiting for a paused
+// stream (default one hour).
+func WithMaxVirtualWait(d time.Duration) Option { return func(c *config) { c.maxVirtualWait = d } }
+
+// WithBufferLimit sets the connection buffer limit for buffered bodies (default 1 MiB): a
+// request body buffered beyond it is answered 413, a response body 500 (Envoy's
+// per_connection_buffer_limit_bytes).
+func WithBufferLimit(n int) Option { return func(c *config) { c.bufferLimit = n } }
+
+// CalloutHandler answers an HTTP callout. It runs outside the VM (never call back into the
+// Host from it with a virtual clock; with a real clock it runs on its own goroutine).
+type CalloutHandler func(ctx context.Context, c *Callout) *CalloutResponse
+
+// UpstreamFunc answers a request RunHTTP forwards upstream. An error becomes Envoy's 503
+// "upstream connect error" reply.
+type UpstreamFunc func(ctx context.Context, req *UpstreamRequest) (*UpstreamResponse, error)

@@ -1,0 +1,91 @@
+package hostsim
+
+import (
+	"strconv"
+	"strings"
+)
+
+// streamProperty computes the request.* and response.* attributes Envoy derives from the
+// stream (docs/root/intro/arch_overview/advanced/attributes.rst). Paths arrive with their
+// segments joined by NUL.
+func (s *Stream) streamProperty(top, rest string) ([]byte, bool) {
+	name, sub, _ := cutNUL(rest)
+	switch top {
+	case "request":
+		h := s.req.headers
+		get := func(k string) ([]byte, bool) {
+			v, ok := headerValue(h, k)
+			return []byte(v), ok
+		}
+		switch name {
+		case "path":
+			return get(":path")
+		case "url_path":
+			p, ok := headerValue(h, ":path")
+			if i := strings.IndexByte(p, '?'); i >= 0 {
+				p = p[:i]
+			}
+			return []byte(p), ok
+		case "query":
+			p, ok := headerValue(h, ":path")
+			if i := strings.IndexByte(p, '?'); i >= 0 {
+				return []byte(p[i+1:]), ok
+			}
+			return []byte{}, ok
+		case "host":
+			return get(":authority")
+		case "scheme":
+			return get(":scheme")
+		case "method":
+			return get(":method")
+		case "id":
+			return get("x-request-id")
+		case "referer":
+			return get("referer")
+		case "useragent":
+			return get("user-agent")
+		case "protocol":
+			return []byte("HTTP/1.1"), true
+		case "headers":
+			return mapProperty(h, sub)
+		case "trailers":
+			return mapProperty(s.req.trailers, sub)
+		}
+	case "response":
+		if !s.resp.gotHeaders {
+			return nil, false
+		}
+		h := s.resp.headers
+		switch name {
+		case "code":
+			v, ok := headerValue(h, ":status")
+			code, err := strconv.ParseUint(v, 10, 64)
+			if !ok || err != nil {
+				return nil, false
+			}
+			return PropertyUint64(code), true
+		case "code_details":
+			if s.final != nil {
+				return []byte(s.final.StatusCodeDetail), true
+			}
+			if s.local != nil {
+				return []byte(s.local.StatusCodeDetail), true
+			}
+			return []byte("via_upstream"), true
+		case "headers":
+			return mapProperty(h, sub)
+		case "trailers":
+			return mapProperty(s.resp.trailers, sub)
+		}
+	}
+	return nil, false
+}
+
+// mapProperty serializes a header map, or one header's value when a key follows.
+func mapProperty(h [][2]string, key string) ([]byte, bool) {
+	if key == "" {
+		return EncodePairs(h), true
+	}
+	v, ok := headerValue(h, lowerASCII(key))
+	return []byte(v), ok
+}

@@ -1,0 +1,238 @@
+package hostsim
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+)
+
+// envoyMaxMemoryPages is V8's --wasm_max_mem_pages in cpp-host (1 GiB).
+const envoyMaxMemoryPages = 16384
+
+// Runtime compiles modules and links them to the host functions. Share one Runtime across a
+// test suite (or a process) so each module is compiled once; every Host keeps its own
+// state, so Hosts on one Runtime are independent and may run in parallel.
+type Runtime struct {
+	cfg runtimeConfig
+
+	mu      sync.Mutex
+	cache   wazero.CompilationCache
+	engines [2]*engine // engineEnvoy, engineWazero
+	closed  bool
+}
+
+type runtimeConfig struct {
+	interpreter bool
+	cacheDir    string
+}
+
+// RuntimeOption configures a Runtime.
+type RuntimeOption func(*runtimeConfig)
+
+// WithInterpreter makes the Runtime use wazero's interpreter instead of its compiler.
+func WithInterpreter() RuntimeOption { return func(c *runtimeConfig) { c.interpreter = true } }
+
+// WithCompilationCacheDir keeps compiled machine code in dir, so later processes (other test
+// binaries, the next `go test` run) skip compilation.
+func WithCompilationCacheDir(dir string) RuntimeOption {
+	return func(c *runtimeConfig) { c.cacheDir = dir }
+}
+
+// NewRuntime returns a Runtime. Close it when done.
+func NewRuntime(opts ...RuntimeOption) (*Runtime, error) {
+	r := &Runtime{}
+	for _, o := range opts {
+		o(&r.cfg)
+	}
+	if r.cfg.cacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(r.cfg.cacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("hostsim: compilation cache: %w", err)
+		}
+		r.cache = c
+	} else {
+		r.cache = wazero.NewCompilationCache()
+	}
+	return r, nil
+}
+
+// Close releases every compiled module and host VM created on the Runtime.
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	var errs []error
+	for _, e := range r.engines {
+		if e != nil {
+			errs = append(errs, e.rt.Close(context.Background()))
+		}
+	}
+	errs = append(errs, r.cache.Close(context.Background()))
+	return errors.Join(errs...)
+}
+
+type engineKind int
+
+const (
+	engineEnvoy  engineKind = iota // hostsim's own WASI (Envoy modes)
+	engineWazero                   // wazero's full WASI
+)
+
+// engine is one wazero runtime with the host modules linked for one kind of WASI.
+type engine struct {
+	kind    engineKind
+	rt      wazero.Runtime
+	mu      sync.Mutex
+	modules map[[32]byte]*Module
+	seq     atomic.Uint64
+}
+
+func (r *Runtime) engine(kind engineKind) (*engine, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, errors.New("hostsim: runtime closed")
+	}
+	if e := r.engines[kind]; e != nil {
+		return e, nil
+	}
+	ctx := context.Background()
+	rc := wazero.NewRuntimeConfigCompiler()
+	if r.cfg.interpreter {
+		rc = wazero.NewRuntimeConfigInterpreter()
+	}
+	rc = rc.WithCompilationCache(r.cache).WithMemoryLimitPages(envoyMaxMemoryPages).WithCloseOnContextDone(false)
+	e := &engine{kind: kind, rt: wazero.NewRuntimeWithConfig(ctx, rc), modules: map[[32]byte]*Module{}}
+	if err := instantiateEnv(ctx, e.rt); err != nil {
+		e.rt.Close(ctx)
+		return nil, err
+	}
+	var err error
+	if kind == engineWazero {
+		_, err = wasi_snapshot_preview1.Instantiate(ctx, e.rt)
+	} else {
+		err = instantiateEnvoyWASI(ctx, e.rt)
+	}
+	if err != nil {
+		e.rt.Close(ctx)
+		return nil, fmt.Errorf("hostsim: wasi: %w", err)
+	}
+	r.engines[kind] = e
+	return e, nil
+}
+
+// Module is a compiled proxy-wasm module and what it imports and exports.
+type Module struct {
+	// Size is the module's size in bytes.
+	Size int
+	// SHA256 is the module's digest, the compile-cache key.
+	SHA256 [32]byte
+	// Imports lists the imported functions as "module.name", sorted.
+	Imports []string
+	// Exports lists the exported names (functions and memories), sorted.
+	Exports []string
+	// ABI is the proxy-wasm ABI marker found among the exports ("" if none).
+	ABI ABIVersion
+
+	compiled wazero.CompiledModule
+	funcs    map[string]bool
+	imports  []api.FunctionDefinition
+}
+
+// Compile compiles wasm for the given WASI mode's engine, once per distinct module.
+func (r *Runtime) Compile(wasm []byte, mode WASIMode) (*Module, error) {
+	e, err := r.engine(mode.engine())
+	if err != nil {
+		return nil, err
+	}
+	return e.compile(wasm)
+}
+
+func (e *engine) compile(wasm []byte) (*Module, error) {
+	sum := sha256.Sum256(wasm)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if m := e.modules[sum]; m != nil {
+		return m, nil
+	}
+	cm, err := e.rt.CompileModule(context.Background(), wasm)
+	if err != nil {
+		return nil, fmt.Errorf("hostsim: compile: %w", err)
+	}
+	m := &Module{Size: len(wasm), SHA256: sum, compiled: cm, funcs: map[string]bool{}}
+	for name := range cm.ExportedFunctions() {
+		m.funcs[name] = true
+		m.Exports = append(m.Exports, name)
+	}
+	for name := range cm.ExportedMemories() {
+		m.Exports = append(m.Exports, name)
+	}
+	sort.Strings(m.Exports)
+	for _, d := range cm.ImportedFunctions() {
+		mod, name, _ := d.Import()
+		m.Imports = append(m.Imports, mod+"."+name)
+		m.imports = append(m.imports, d)
+	}
+	sort.Strings(m.Imports)
+	// cpp-host stops at the first marker in export order; wazero does not keep the order,
+	// so the oldest ABI wins when a module declares several (none of ours does).
+	for _, v := range []ABIVersion{ABI010, ABI020, ABI021} {
+		if m.funcs[string(v)] {
+			m.ABI = v
+			break
+		}
+	}
+	e.modules[sum] = m
+	return m, nil
+}
+
+// HasExport reports whether the module exports a function or memory named name.
+func (m *Module) HasExport(name string) bool {
+	i := sort.SearchStrings(m.Exports, name)
+	return i < len(m.Exports) && m.Exports[i] == name
+}
+
+// CheckImports reports every import that Envoy, in the given WASI mode and for the module's
+// ABI, would not resolve (Envoy fails the load with "missing import").
+func (m *Module) CheckImports(mode WASIMode) error {
+	var missing []string
+	for _, d := range m.imports {
+		mod, name, _ := d.Import()
+		ok := false
+		switch mod {
+		case "env":
+			ok = envImportAllowed(name, m.ABI)
+		case wasi_snapshot_preview1.ModuleName, "wasi_unstable":
+			ok = mode.provides(name) && (mod == wasi_snapshot_preview1.ModuleName || mode != WASIWazero)
+		}
+		if !ok {
+			missing = append(missing, mod+"."+name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("hostsim: failed to load wasm module due to missing imports (%s): %v", mode, missing)
+	}
+	return nil
+}
+
+// CheckExports reports what cpp-host's load would reject: no ABI marker, or no allocator.
+func (m *Module) CheckExports() error {
+	if m.ABI == "" {
+		return errors.New("hostsim: missing or unknown Proxy-Wasm ABI version")
+	}
+	if !m.funcs["malloc"] && !m.funcs["proxy_on_memory_allocate"] {
+		return errors.New("hostsim: wasm module is missing malloc (no malloc or proxy_on_memory_allocate export)")
+	}
+	return nil
+}

@@ -1,0 +1,913 @@
+package hostsim
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// LocalResponse is a reply the plugin sent with proxy_send_local_response (field names as
+// in proxytest's LocalHttpResponse).
+type LocalResponse struct {
+	StatusCode       uint32
+	StatusCodeDetail string
+	Data             []byte
+	Headers          [][2]string
+	GRPCStatus       int32
+}
+
+// Stream is one HTTP stream's filter context in a VM.
+type Stream struct {
+	vm      *VM
+	id      uint32
+	created bool
+	deleted bool
+	inLog   bool
+	skip    bool // FAIL_OPEN: the filter is bypassed
+
+	req, resp direction
+
+	action      types.Action
+	local       *LocalResponse // first local reply the plugin sent
+	final       *LocalResponse // a reply that replaced the response (response phase, failure, limits)
+	reset       string         // reset details, e.g. "wasm_close_stream"
+	filterState map[string][]byte
+	deferred    []deferredOp
+	callouts    []*Callout
+	ex          *Exchange
+
+	// RouteCacheClears counts clear_route_cache foreign calls.
+	RouteCacheClears int
+}
+
+// direction is one side of the stream as Envoy's filter manager drives this filter.
+type direction struct {
+	headers, trailers [][2]string
+	body              []byte
+	hasTrailers       bool
+
+	hdrAvail, bodyAvail, trlAvail bool // Envoy's request_headers_ etc. pointers
+
+	gotHeaders bool
+	endStream  bool
+	stopAll    bool // headers paused: StopAllIterationAndWatermark
+	buffering  bool // body paused: StopIterationAndBuffer
+	trlStopped bool
+	halted     bool // no more callbacks (local reply, reset, failure)
+
+	pendBody     []byte // data held back while stopped at headers
+	pendEOS      bool
+	havePendBody bool
+	pendTrailers [][2]string
+	havePendTrl  bool
+
+	fwdHeaders  bool
+	fwdBody     []byte
+	fwdTrailers [][2]string
+	complete    bool
+}
+
+type opKind int
+
+const (
+	opContinue opKind = iota
+	opClose
+	opLocalReply
+)
+
+type deferredOp struct {
+	kind  opKind
+	dir   StreamType
+	local *LocalResponse
+}
+
+func (vm *VM) newStream() *Stream {
+	id := vm.nextID
+	vm.nextID++
+	s := &Stream{vm: vm, id: id}
+	vm.streams[id] = s
+	return s
+}
+
+func (vm *VM) stream(id uint32) (*Stream, error) {
+	s := vm.streams[id]
+	if s == nil {
+		return nil, fmt.Errorf("hostsim: %s: no stream with context id %d", vm.name, id)
+	}
+	return s, nil
+}
+
+func (s *Stream) frame() *frame { return &frame{ctxID: s.id, effective: s.id, stream: s} }
+
+// ensureCreated runs proxy_on_context_create lazily, as Envoy does at decodeHeaders (or log).
+func (s *Stream) ensureCreated() error {
+	if s.created {
+		return nil
+	}
+	s.created = true
+	_, err := s.vm.call("proxy_on_context_create", s.vm.fns.contextCreate, s.frame(), uint64(s.id), uint64(s.vm.rootID))
+	return err
+}
+
+// ---------------------------------------------------------------------------------------
+// Callbacks
+
+// callbacks for one direction.
+type dirCallbacks struct {
+	headers, body, trailers string
+}
+
+var (
+	reqCallbacks  = dirCallbacks{"proxy_on_request_headers", "proxy_on_request_body", "proxy_on_request_trailers"}
+	respCallbacks = dirCallbacks{"proxy_on_response_headers", "proxy_on_response_body", "proxy_on_response_trailers"}
+)
+
+func (s *Stream) names(d *direction) dirCallbacks {
+	if d == &s.req {
+		return reqCallbacks
+	}
+	return respCallbacks
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// onHeaders delivers headers to the filter (decodeHeaders / encodeHeaders).
+func (s *Stream) onHeaders(d *direction, headers [][2]string, eos bool) (types.Action, error) {
+	vm := s.vm
+	if d.halted || d.gotHeaders {
+		if d.gotHeaders && !d.halted {
+			return types.ActionPause, fmt.Errorf("hostsim: stream %d: headers delivered twice", s.id)
+		}
+		return types.ActionPause, nil
+	}
+	d.headers, d.gotHeaders, d.endStream = lowerKeys(headers), true, eos
+	if d.headers == nil {
+		d.headers = [][2]string{}
+	}
+	if s.skip {
+		s.forwardHeaders(d)
+		return types.ActionContinue, nil
+	}
+	if err := s.ensureCreated(); err != nil {
+		return types.ActionPause, s.failed(err)
+	}
+	d.hdrAvail = true
+	fr := s.frame()
+	name, fn := s.names(d).headers, vm.fns.requestHeaders
+	if d == &s.resp {
+		fn = vm.fns.responseHeaders
+	}
+	raw, err := vm.call(name, fn, fr, uint64(s.id), uint64(len(headers)), b2u(eos))
+	if err != nil {
+		return types.ActionPause, s.failed(err)
+	}
+	// Envoy: 0 and 2 (ContinueAndEndStream, unknown to its converter) continue; anything
+	// else stops all iteration. A local reply from this callback forces stop.
+	stop := (raw != 0 && raw != 2) || fr.forceStop
+	if stop {
+		d.stopAll = true
+		s.action = types.ActionPause
+	} else {
+		d.hdrAvail = false
+		s.action = types.ActionContinue
+		s.forwardHeaders(d)
+	}
+	a := s.action
+	vm.touch(s)
+	vm.afterCallback()
+	return a, nil
+}
+
+func (s *Stream) forwardHeaders(d *direction) {
+	d.fwdHeaders = true
+	if d.endStream {
+		s.completeDir(d)
+	}
+}
+
+// onBody delivers a data chunk (decodeData / encodeData).
+func (s *Stream) onBody(d *direction, chunk []byte, eos bool) (types.Action, error) {
+	vm := s.vm
+	if d.halted || d.complete {
+		return types.ActionPause, nil
+	}
+	if !d.gotHeaders {
+		return types.ActionPause, fmt.Errorf("hostsim: stream %d: body before headers", s.id)
+	}
+	if d.stopAll {
+		// Stopped at headers: the filter manager buffers without calling the filter.
+		d.pendBody = append(d.pendBody, chunk...)
+		d.pendEOS = d.pendEOS || eos
+		d.havePendBody = true
+		return types.ActionPause, nil
+	}
+	d.endStream = eos
+	if s.skip {
+		d.fwdBody = append(d.fwdBody, chunk...)
+		if eos {
+			s.completeDir(d)
+		}
+		return types.ActionContinue, nil
+	}
+	if d.buffering {
+		d.body = append(d.body, chunk...)
+	} else {
+		d.body = append(d.body[:0], chunk...)
+	}
+	if d.buffering && len(d.body) > vm.host.cfg.bufferLimit {
+		s.overLimit(d)
+		vm.afterCallback()
+		return types.ActionPause, nil
+	}
+	d.bodyAvail = true
+	fr := s.frame()
+	fn := vm.fns.requestBody
+	if d == &s.resp {
+		fn = vm.fns.responseBody
+	}
+	raw, err := vm.call(s.names(d).body, fn, fr, uint64(s.id), uint64(len(d.body)), b2u(eos))
+	if err != nil {
+		return types.ActionPause, s.failed(err)
+	}
+	switch {
+	case raw == 0 && !fr.forceStop:
+		d.bodyAvail = false
+		d.fwdBody = append(d.fwdBody, d.body...)
+		d.buffering = false
+		s.action = types.ActionContinue
+		if eos {
+			s.completeDir(d)
+		}
+	case raw >= 3 && !fr.forceStop: // StopIterationNoBuffer: nobody keeps the data
+		d.bodyAvail = false
+		d.body = d.body[:0]
+		d.buffering = false
+		s.action = types.ActionPause
+	default: // StopIterationAndBuffer / Watermark: keep accumulating
+		d.buffering = true
+		s.action = types.ActionPause
+	}
+	a := s.action
+	vm.touch(s)
+	vm.afterCallback()
+	return a, nil
+}
+
+// onTrailers delivers trailers (decodeTrailers / encodeTrailers).
+func (s *Stream) onTrailers(d *direction, trailers [][2]string) (types.Action, error) {
+	vm := s.vm
+	if d.halted || d.complete {
+		return types.ActionPause, nil
+	}
+	if !d.gotHeaders {
+		return types.ActionPause, fmt.Errorf("hostsim: stream %d: trailers before headers", s.id)
+	}
+	if d.stopAll {
+		d.pendTrailers, d.havePendTrl = lowerKeys(trailers), true
+		return types.ActionPause, nil
+	}
+	d.trailers, d.hasTrailers = lowerKeys(trailers), true
+	if s.skip {
+		s.forwardTrailers(d)
+		return types.ActionContinue, nil
+	}
+	d.trlAvail = true
+	fr := s.frame()
+	fn := vm.fns.requestTrailers
+	if d == &s.resp {
+		fn = vm.fns.responseTrailers
+	}
+	raw, err := vm.call(s.names(d).trailers, fn, fr, uint64(s.id), uint64(len(trailers)))
+	if err != nil {
+		return types.ActionPause, s.failed(err)
+	}
+	if raw == 0 && !fr.forceStop {
+		d.trlAvail = false
+		s.action = types.ActionContinue
+		s.forwardTrailers(d)
+	} else {
+		d.trlStopped = true
+		s.action = types.ActionPause
+	}
+	a := s.action
+	vm.touch(s)
+	vm.afterCallback()
+	return a, nil
+}
+
+func (s *Stream) forwardTrailers(d *direction) {
+	if d.buffering {
+		d.fwdBody = append(d.fwdBody, d.body...)
+		d.buffering = false
+	}
+	d.fwdTrailers = d.trailers
+	s.completeDir(d)
+}
+
+func (s *Stream) completeDir(d *direction) {
+	if d.complete {
+		return
+	}
+	d.complete = true
+	s.vm.touch(s)
+}
+
+// resume is Envoy's continueDecoding/continueEncoding after proxy_continue_stream.
+func (s *Stream) resume(d *direction) error {
+	// Context::continueStream clears the header, body and trailer pointers.
+	d.hdrAvail, d.bodyAvail, d.trlAvail = false, false, false
+	if d.halted || d.complete || !d.gotHeaders {
+		return nil
+	}
+	switch {
+	case d.stopAll:
+		d.stopAll = false
+		s.forwardHeaders(d)
+		if d.havePendBody {
+			chunk, eos := d.pendBody, d.pendEOS
+			d.pendBody, d.pendEOS, d.havePendBody = nil, false, false
+			if _, err := s.onBody(d, chunk, eos); err != nil {
+				return err
+			}
+		}
+		if d.havePendTrl && !d.stopAll {
+			tr := d.pendTrailers
+			d.pendTrailers, d.havePendTrl = nil, false
+			if _, err := s.onTrailers(d, tr); err != nil {
+				return err
+			}
+		}
+	case d.trlStopped:
+		d.trlStopped = false
+		s.forwardTrailers(d)
+	case d.buffering:
+		d.buffering = false
+		d.fwdBody = append(d.fwdBody, d.body...)
+		if d.endStream {
+			s.completeDir(d)
+		}
+	}
+	return nil
+}
+
+// failed applies the failure policy to a stream whose callback trapped.
+func (s *Stream) failed(err error) error {
+	s.vm.touch(s)
+	switch s.vm.host.cfg.failurePolicy {
+	case FailOpen:
+		s.skip = true
+		for _, d := range []*direction{&s.req, &s.resp} {
+			if d.stopAll || d.trlStopped || d.buffering {
+				d.stopAll, d.trlStopped = false, false
+				if !d.fwdHeaders && d.gotHeaders {
+					d.fwdHeaders = true
+				}
+				if d.havePendBody {
+					d.body = append(d.body, d.pendBody...)
+					d.havePendBody = false
+					d.buffering = true
+				}
+				if d.havePendTrl {
+					d.trailers, d.hasTrailers, d.havePendTrl = d.pendTrailers, true, false
+				}
+				if d.buffering {
+					d.fwdBody = append(d.fwdBody, d.body...)
+					d.buffering = false
+				}
+				if d.hasTrailers {
+					d.fwdTrailers = d.trailers
+				}
+				if d.endStream || d.hasTrailers {
+					s.completeDir(d)
+				}
+			} else if d.gotHeaders && !d.fwdHeaders {
+				s.forwardHeaders(d)
+			}
+		}
+	default:
+		s.replaceResponse(failStreamReply())
+	}
+	s.vm.settle()
+	return err
+}
+
+func failStreamReply() *LocalResponse {
+	return &LocalResponse{StatusCode: 503, StatusCodeDetail: "wasm_fail_stream", GRPCStatus: -1}
+}
+
+// replaceResponse ends the stream with a reply that bypasses this filter: Envoy's
+// sendDirectLocalReply, or a reset when response headers already went downstream.
+func (s *Stream) replaceResponse(lr *LocalResponse) {
+	s.req.halted = true
+	if s.resp.fwdHeaders {
+		s.reset = "response headers already sent: " + lr.StatusCodeDetail
+	} else if s.final == nil {
+		s.final = lr
+	}
+	s.resp.halted = true
+	s.resp.complete = true
+	s.vm.touch(s)
+}
+
+// overLimit is Envoy's buffer overflow: 413 for a request, 500 for a response.
+func (s *Stream) overLimit(d *direction) {
+	if d == &s.req {
+		s.localReply(&LocalResponse{StatusCode: 413, StatusCodeDetail: "request_payload_too_large",
+			Data: []byte("Payload Too Large"), GRPCStatus: -1})
+		return
+	}
+	s.replaceResponse(&LocalResponse{StatusCode: 500, StatusCodeDetail: "response_payload_too_large",
+		Data: []byte("Internal Server Error"), GRPCStatus: -1})
+}
+
+// localReply is DownstreamFilterManager::sendLocalReply.
+func (s *Stream) localReply(lr *LocalResponse) {
+	switch {
+	case s.resp.fwdHeaders:
+		s.req.halted, s.resp.halted = true, true
+		s.reset = "local reply after response headers were sent"
+		s.resp.complete = true
+		s.vm.touch(s)
+	case s.resp.gotHeaders:
+		// Response headers exist but have not gone downstream: the reply replaces the
+		// response and bypasses the remaining encoder filters, this one included.
+		s.replaceResponse(lr)
+	default:
+		// Request phase: stop decoding and encode the reply through the filter chain, so
+		// this plugin's own response callbacks see it.
+		s.req.halted = true
+		s.req.stopAll, s.req.buffering = false, false
+		hdrs := localReplyHeaders(lr)
+		eos := len(lr.Data) == 0
+		if _, err := s.onHeaders(&s.resp, hdrs, eos); err != nil {
+			return
+		}
+		if !eos {
+			_, _ = s.onBody(&s.resp, lr.Data, true)
+		}
+	}
+}
+
+// localReplyHeaders builds the headers of Envoy's local reply.
+func localReplyHeaders(lr *LocalResponse) [][2]string {
+	h := make([][2]string, 0, len(lr.Headers)+3)
+	h = append(h, [2]string{":status", strconv.FormatUint(uint64(lr.StatusCode), 10)})
+	for _, kv := range lr.Headers {
+		h = append(h, [2]string{lowerASCII(kv[0]), kv[1]})
+	}
+	if len(lr.Data) > 0 {
+		h = setHeader(h, "content-length", strconv.Itoa(len(lr.Data)))
+		if _, ok := headerValue(h, "content-type"); !ok {
+			h = append(h, [2]string{"content-type", "text/plain"})
+		}
+	}
+	return h
+}
+
+func setHeader(h [][2]string, k, v string) [][2]string {
+	for i := range h {
+		if h[i][0] == k {
+			h[i][1] = v
+			return h
+		}
+	}
+	return append(h, [2]string{k, v})
+}
+
+// touch records that the stream has deferred work or changed state.
+func (vm *VM) touch(s *Stream) {
+	for _, t := range vm.touched {
+		if t == s {
+			return
+		}
+	}
+	vm.touched = append(vm.touched, s)
+}
+
+// afterCallback runs what Envoy defers until the VM call returns: continue, close and
+// local replies, in the order the guest asked for them.
+func (vm *VM) afterCallback() {
+	for i := 0; i < len(vm.touched); i++ {
+		s := vm.touched[i]
+		for len(s.deferred) > 0 {
+			op := s.deferred[0]
+			s.deferred = s.deferred[1:]
+			if vm.failed != nil && op.kind != opClose {
+				continue
+			}
+			switch op.kind {
+			case opContinue:
+				d := &s.req
+				if op.dir == StreamResponse {
+					d = &s.resp
+				}
+				_ = s.resume(d)
+			case opClose:
+				s.req.halted, s.resp.halted = true, true
+				s.reset = "wasm_close_stream"
+				s.resp.complete = true
+			case opLocalReply:
+				if s.local == nil {
+					s.local = op.local
+				}
+				s.localReply(op.local)
+			}
+		}
+	}
+	vm.settle()
+}
+
+// settle lets whole-request drivers (RunHTTP) move on after state changes.
+func (vm *VM) settle() {
+	for len(vm.touched) > 0 {
+		s := vm.touched[0]
+		vm.touched = vm.touched[1:]
+		if len(s.deferred) > 0 {
+			vm.touched = append(vm.touched, s)
+			vm.afterCallback()
+			continue
+		}
+		if s.ex != nil {
+			s.ex.step()
+		}
+	}
+	vm.touched = vm.touched[:0]
+}
+
+// complete runs Envoy's end of stream: on_log (maps readable), on_done (result ignored),
+// on_delete.
+func (s *Stream) complete() error {
+	if s.deleted {
+		return nil
+	}
+	vm := s.vm
+	defer func() {
+		s.deleted = true
+		delete(vm.streams, s.id)
+	}()
+	if s.skip || vm.failed != nil || vm.dead {
+		return nil
+	}
+	if err := s.ensureCreated(); err != nil {
+		return err
+	}
+	s.inLog = true
+	_, err := vm.call("proxy_on_log", vm.fns.log, s.frame(), uint64(s.id))
+	s.inLog = false
+	if err != nil {
+		return err
+	}
+	if _, err := vm.call("proxy_on_done", vm.fns.done, s.frame(), uint64(s.id)); err != nil {
+		return err
+	}
+	_, err = vm.call("proxy_on_delete", vm.fns.delete, s.frame(), uint64(s.id))
+	return err
+}
+
+// beginStream applies the failure policy to a new stream on a failed VM. It reports
+// whether the filter should run.
+func (vm *VM) beginStream(s *Stream) error {
+	if vm.failed == nil && !vm.dead {
+		return nil
+	}
+	switch vm.host.cfg.failurePolicy {
+	case FailOpen:
+		s.skip = true
+	case FailReload:
+		if err := vm.reload(); err != nil {
+			s.skip = false
+			s.replaceResponse(failStreamReply())
+			return err
+		}
+		// The stream was allocated on the old instance; keep its id on the new one.
+		vm.streams[s.id] = s
+		if vm.nextID <= s.id {
+			vm.nextID = s.id + 1
+		}
+	default:
+		s.replaceResponse(failStreamReply())
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------------------
+// Map and buffer access for host functions
+
+type mapOp int
+
+const (
+	mapAdd mapOp = iota
+	mapReplace
+	mapRemove
+)
+
+// headerMap returns the map the guest may see now. Outside its phase: BadArgument; in
+// on_log the maps are read-only and a missing one is NotFound.
+func (vm *VM) headerMap(t MapType, mutable bool) (*[][2]string, Status) {
+	fr := vm.frame
+	if fr == nil {
+		return nil, StatusBadArgument
+	}
+	switch t {
+	case MapHTTPCallResponseHeaders, MapHTTPCallResponseTrailers:
+		if fr.callout == nil || mutable {
+			return nil, StatusBadArgument
+		}
+		if t == MapHTTPCallResponseHeaders {
+			return &fr.callout.Headers, StatusOK
+		}
+		return &fr.callout.Trailers, StatusOK
+	case MapRequestHeaders, MapRequestTrailers, MapResponseHeaders, MapResponseTrailers:
+	default:
+		return nil, StatusBadArgument
+	}
+	s := fr.stream
+	if s == nil {
+		return nil, StatusBadArgument
+	}
+	d := &s.req
+	if t == MapResponseHeaders || t == MapResponseTrailers {
+		d = &s.resp
+	}
+	trailers := t == MapRequestTrailers || t == MapResponseTrailers
+	if s.inLog {
+		if mutable {
+			return nil, StatusBadArgument
+		}
+		if trailers {
+			if !d.hasTrailers {
+				return nil, StatusNotFound
+			}
+			return &d.trailers, StatusOK
+		}
+		if !d.gotHeaders {
+			return nil, StatusNotFound
+		}
+		return &d.headers, StatusOK
+	}
+	if trailers {
+		if d.trlAvail {
+			return &d.trailers, StatusOK
+		}
+		// Trailers can be added from the last body callback (addDecodedTrailers).
+		if mutable && d.bodyAvail && d.endStream && !d.hasTrailers {
+			d.hasTrailers = true
+			d.trailers = [][2]string{}
+			return &d.trailers, StatusOK
+		}
+		return nil, StatusBadArgument
+	}
+	if !d.hdrAvail {
+		return nil, StatusBadArgument
+	}
+	return &d.headers, StatusOK
+}
+
+func (vm *VM) getHeaderMapValue(t MapType, kp, kl, vp, vs uint32) Status {
+	m, status := vm.headerMap(t, false)
+	if status != StatusOK {
+		return status
+	}
+	key, ok := vm.read(kp, kl)
+	if !ok {
+		return StatusInvalidMemoryAccess
+	}
+	k := lowerASCII(string(key))
+	for _, kv := range *m {
+		if kv[0] == k {
+			return vm.copyOut([]byte(kv[1]), vp, vs)
+		}
+	}
+	return StatusNotFound
+}
+
+func (vm *VM) mutateHeaderMap(op mapOp, t MapType, kp, kl, vp, vl uint32) Status {
+	m, status := vm.headerMap(t, true)
+	if status != StatusOK {
+		return status
+	}
+	key, ok1 := vm.read(kp, kl)
+	val, ok2 := vm.read(vp, vl)
+	if !ok1 || !ok2 {
+		return StatusInvalidMemoryAccess
+	}
+	k := lowerASCII(string(key))
+	switch op {
+	case mapAdd: // addCopy: appends a duplicate
+		*m = append(*m, [2]string{k, string(val)})
+	case mapReplace: // setCopy: first value replaced, the others removed
+		found := false
+		out := (*m)[:0]
+		for _, kv := range *m {
+			if kv[0] == k {
+				if found {
+					continue
+				}
+				found = true
+				kv[1] = string(val)
+			}
+			out = append(out, kv)
+		}
+		if !found {
+			out = append(out, [2]string{k, string(val)})
+		}
+		*m = out
+	case mapRemove: // removes every value
+		out := (*m)[:0]
+		for _, kv := range *m {
+			if kv[0] != k {
+				out = append(out, kv)
+			}
+		}
+		*m = out
+	}
+	return StatusOK
+}
+
+func (vm *VM) getHeaderMapPairs(t MapType, rp, rs uint32) Status {
+	m, status := vm.headerMap(t, false)
+	if status != StatusOK {
+		// An unavailable map reads as empty.
+		if !vm.mem.WriteUint32Le(rp, 0) || !vm.mem.WriteUint32Le(rs, 0) {
+			return StatusInvalidMemoryAccess
+		}
+		return StatusOK
+	}
+	vm.scratch = AppendPairs(vm.scratch[:0], *m)
+	return vm.copyOut(vm.scratch, rp, rs)
+}
+
+func (vm *VM) setHeaderMapPairs(t MapType, p, n uint32) Status {
+	m, status := vm.headerMap(t, true)
+	if status != StatusOK {
+		return status
+	}
+	b, ok := vm.read(p, n)
+	if !ok {
+		return StatusInvalidMemoryAccess
+	}
+	pairs, _ := DecodePairs(b)
+	*m = (*m)[:0]
+	for _, kv := range pairs {
+		*m = append(*m, [2]string{lowerASCII(kv[0]), kv[1]})
+	}
+	return StatusOK
+}
+
+// buffer returns the buffer of type t visible now; mutable reports whether it may be set.
+func (vm *VM) buffer(t BufferType) (*[]byte, bool) {
+	b, _, ok := vm.bufferRW(t)
+	return b, ok
+}
+
+func (vm *VM) bufferRW(t BufferType) (b *[]byte, mutable, ok bool) {
+	fr := vm.frame
+	if fr == nil {
+		return nil, false, false
+	}
+	switch t {
+	case BufferRequestBody, BufferResponseBody:
+		s := fr.stream
+		if s == nil {
+			return nil, false, false
+		}
+		d := &s.req
+		if t == BufferResponseBody {
+			d = &s.resp
+		}
+		if !d.bodyAvail {
+			return nil, false, false
+		}
+		return &d.body, true, true
+	case BufferHTTPCallResponseBody:
+		if fr.callout == nil {
+			return nil, false, false
+		}
+		return &fr.callout.Body, false, true
+	case BufferVMConfiguration, BufferPluginConfiguration:
+		if fr.hasBuffer && fr.bufType == t {
+			return &fr.buffer, false, true
+		}
+	}
+	return nil, false, false
+}
+
+func (vm *VM) getBufferBytes(t BufferType, start, max, rp, rs uint32) Status {
+	if t > BufferCallData {
+		return StatusBadArgument
+	}
+	b, ok := vm.buffer(t)
+	if !ok {
+		return StatusNotFound
+	}
+	if uint64(start)+uint64(max) > 0xffffffff {
+		return StatusBadArgument
+	}
+	data := *b
+	if start >= uint32(len(data)) {
+		return vm.copyOut(nil, rp, rs)
+	}
+	end := start + max
+	if end > uint32(len(data)) {
+		end = uint32(len(data))
+	}
+	return vm.copyOut(data[start:end], rp, rs)
+}
+
+func (vm *VM) setBufferBytes(t BufferType, start, length, dp, dl uint32) Status {
+	if t > BufferCallData {
+		return StatusBadArgument
+	}
+	b, mutable, ok := vm.bufferRW(t)
+	if !ok {
+		return StatusNotFound
+	}
+	if !mutable {
+		return StatusBadArgument
+	}
+	data, okr := vm.read(dp, dl)
+	if !okr {
+		return StatusInvalidMemoryAccess
+	}
+	size := uint32(len(*b))
+	switch {
+	case start == 0: // drain length bytes, then prepend
+		n := length
+		if n > size {
+			n = size
+		}
+		rest := (*b)[n:]
+		nb := make([]byte, 0, len(data)+len(rest))
+		nb = append(append(nb, data...), rest...)
+		*b = nb
+	case start >= size:
+		*b = append(*b, data...)
+	default:
+		return StatusBadArgument
+	}
+	return StatusOK
+}
+
+// continueStream records a deferred continue; a no-op in a root context.
+func (vm *VM) continueStream(t StreamType) Status {
+	switch {
+	case t == StreamUpstream:
+		return StatusUnimplemented
+	case t > StreamUpstream:
+		return StatusBadArgument
+	case t == StreamDownstream:
+		return StatusOK
+	}
+	fr := vm.frame
+	if fr == nil || fr.stream == nil {
+		return StatusOK
+	}
+	fr.stream.deferred = append(fr.stream.deferred, deferredOp{kind: opContinue, dir: t})
+	vm.touch(fr.stream)
+	return StatusOK
+}
+
+// closeStream records a deferred reset ("wasm_close_stream"); a no-op in a root context.
+func (vm *VM) closeStream(t StreamType) Status {
+	if t > StreamUpstream {
+		return StatusBadArgument
+	}
+	fr := vm.frame
+	if fr == nil || fr.stream == nil {
+		return StatusOK
+	}
+	fr.stream.deferred = append(fr.stream.deferred, deferredOp{kind: opClose, dir: t})
+	vm.touch(fr.stream)
+	return StatusOK
+}
+
+// sendLocalResponse records a deferred local reply; it always answers Ok, and is a silent
+// no-op without a stream (envoy#39797).
+func (vm *VM) sendLocalResponse(s []uint64) Status {
+	details, ok1 := vm.read(u32(s[1]), u32(s[2]))
+	body, ok2 := vm.read(u32(s[3]), u32(s[4]))
+	hdrs, ok3 := vm.read(u32(s[5]), u32(s[6]))
+	if !ok1 || !ok2 || !ok3 {
+		return StatusInvalidMemoryAccess
+	}
+	fr := vm.frame
+	if fr == nil || fr.stream == nil {
+		return StatusOK
+	}
+	pairs, _ := DecodePairs(hdrs)
+	lr := &LocalResponse{StatusCode: u32(s[0]), StatusCodeDetail: string(details),
+		Data: append([]byte(nil), body...), Headers: pairs, GRPCStatus: int32(u32(s[7]))}
+	fr.stream.deferred = append(fr.stream.deferred, deferredOp{kind: opLocalReply, local: lr})
+	fr.forceStop = true
+	vm.touch(fr.stream)
+	return StatusOK
+}
+
+var errNoStream = errors.New("hostsim: no such stream")

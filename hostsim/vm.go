@@ -1,0 +1,570 @@
+package hostsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+)
+
+type vmKind int
+
+const (
+	vmBase vmKind = iota
+	vmCanary
+	vmMain
+	vmWorker
+)
+
+// Restricted phases (the values match allowStartup and allowMalloc).
+const (
+	restrictNone    uint8 = 0
+	restrictStartup uint8 = 1
+	restrictMalloc  uint8 = 2
+)
+
+type vmKey struct{}
+
+// VM is one instance of the module with its own Go heap: a worker (an Envoy worker
+// thread), the main-thread clone, the canary or the base VM. Calls into one VM are
+// serialized, as on an Envoy thread.
+type VM struct {
+	host  *Host
+	kind  vmKind
+	index int
+	seq   int
+	name  string
+
+	mu  sync.Mutex
+	gen uint64 // bumped when FAIL_RELOAD replaces the instance
+
+	mod        api.Module
+	mem        api.Memory
+	ctx        context.Context
+	fns        vmFuncs
+	stack      []uint64
+	allocStack []uint64
+	scratch    []byte
+
+	restrict uint8
+	exited   bool
+	exitCode int32
+	failed   error
+	dead     bool
+	stdout   []byte // partial lines
+	stderr   []byte
+	fatal    string // first "fatal error:"/"panic:" line since the last trap
+
+	nextID      uint32
+	rootID      uint32
+	rootCreated bool
+	streams     map[uint32]*Stream
+	frame       *frame
+	touched     []*Stream // streams with deferred actions from the current callback
+	tickPeriod  time.Duration
+	tickGen     uint64
+	status      Status // proxy_get_status: last callout result
+	statusMsg   string
+	freeStreams []*Stream
+}
+
+type vmFuncs struct {
+	alloc, contextCreate, vmStart, configure, tick, queueReady                                    api.Function
+	requestHeaders, requestBody, requestTrailers, responseHeaders, responseBody, responseTrailers api.Function
+	httpCallResponse, log, done, delete                                                           api.Function
+}
+
+// frame is the callback running in the VM.
+type frame struct {
+	ctxID     uint32  // context the host called
+	effective uint32  // proxy_set_effective_context
+	stream    *Stream // stream of the effective context (nil: root)
+	buffer    []byte  // configuration buffer visible in this callback
+	bufType   BufferType
+	hasBuffer bool
+	callout   *CalloutResponse // response visible in on_http_call_response
+	forceStop bool             // a local reply overrides the callback's result
+}
+
+// Name is the VM's name: "worker-0", "main", "canary" or "base".
+func (vm *VM) Name() string { return vm.name }
+
+// Err returns why the VM failed (nil while it is healthy).
+func (vm *VM) Err() error {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.failed
+}
+
+func (vm *VM) isFailed() bool { return vm.failed != nil || vm.dead }
+
+// MemoryPages returns the size of the VM's linear memory in 64 KiB pages.
+func (vm *VM) MemoryPages() uint32 {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.mem == nil {
+		return 0
+	}
+	return vm.mem.Size() / 65536
+}
+
+// instantiate creates the module instance and runs its start-up functions under the
+// start-up allow-list.
+func (vm *VM) instantiate() error {
+	h := vm.host
+	e, err := h.rt.engine(h.cfg.wasi.engine())
+	if err != nil {
+		return err
+	}
+	vm.gen++
+	vm.ctx = context.WithValue(context.Background(), vmKey{}, vm)
+	name := fmt.Sprintf("hostsim-%d-%s-%d", e.seq.Add(1), vm.name, vm.gen)
+	mc := wazero.NewModuleConfig().WithName(name).WithStartFunctions()
+	if h.cfg.wasi == WASIWazero {
+		mc = vm.wazeroWASIConfig(mc)
+	}
+	mod, err := e.rt.InstantiateModule(vm.ctx, h.module.compiled, mc)
+	if err != nil {
+		return fmt.Errorf("hostsim: %s: instantiate: %w", vm.name, err)
+	}
+	vm.mod, vm.mem = mod, mod.Memory()
+	if vm.mem == nil {
+		mod.Close(vm.ctx)
+		return fmt.Errorf("hostsim: %s: module exports no memory", vm.name)
+	}
+	f := mod.ExportedFunction
+	vm.fns = vmFuncs{
+		alloc: f("malloc"), contextCreate: f("proxy_on_context_create"), vmStart: f("proxy_on_vm_start"),
+		configure: f("proxy_on_configure"), tick: f("proxy_on_tick"), queueReady: f("proxy_on_queue_ready"),
+		requestHeaders: f("proxy_on_request_headers"), requestBody: f("proxy_on_request_body"),
+		requestTrailers: f("proxy_on_request_trailers"), responseHeaders: f("proxy_on_response_headers"),
+		responseBody: f("proxy_on_response_body"), responseTrailers: f("proxy_on_response_trailers"),
+		httpCallResponse: f("proxy_on_http_call_response"), log: f("proxy_on_log"), done: f("proxy_on_done"),
+		delete: f("proxy_on_delete"),
+	}
+	if vm.fns.alloc == nil {
+		vm.fns.alloc = f("proxy_on_memory_allocate")
+	}
+	vm.stack = make([]uint64, 8)
+	vm.allocStack = make([]uint64, 1)
+	vm.streams = map[uint32]*Stream{}
+	vm.nextID, vm.rootID, vm.rootCreated = 1, 0, false
+	vm.failed, vm.exited, vm.dead = nil, false, false
+	vm.tickPeriod = 0
+	vm.tickGen++
+
+	vm.restrict = restrictStartup
+	defer func() { vm.restrict = restrictNone }()
+	if init := f("_initialize"); init != nil {
+		if err := vm.callRaw("_initialize", init); err != nil {
+			return err
+		}
+	} else if start := f("_start"); start != nil {
+		if err := vm.callRaw("_start", start); err != nil {
+			return err
+		}
+	}
+	if m := f("main"); m != nil && len(m.Definition().ParamTypes()) == 2 {
+		vm.stack[0], vm.stack[1] = 0, 0
+		return vm.callRaw("main", m)
+	}
+	if m := f("__main_void"); m != nil {
+		return vm.callRaw("__main_void", m)
+	}
+	return nil
+}
+
+// wazeroWASIConfig wires wazero's WASI to the host's clock, random source and logs.
+func (vm *VM) wazeroWASIConfig(mc wazero.ModuleConfig) wazero.ModuleConfig {
+	h := vm.host
+	mc = mc.WithWalltime(func() (int64, int32) {
+		t := h.clock.Now()
+		return t.Unix(), int32(t.Nanosecond())
+	}, 1).WithNanotime(func() int64 { return int64(h.monotonic()) }, 1).
+		WithNanosleep(func(ns int64) {
+			if sc, ok := h.clock.(SettableClock); ok && !h.realtime {
+				sc.Set(sc.Now().Add(time.Duration(ns)))
+				return
+			}
+			time.Sleep(time.Duration(ns))
+		}).
+		WithStdout(stdioWriter{vm, 1}).WithStderr(stdioWriter{vm, 2})
+	if h.cfg.random != nil {
+		mc = mc.WithRandSource(lockedReader{h})
+	}
+	for _, kv := range h.cfg.env {
+		k, v, _ := strings.Cut(kv, "=")
+		mc = mc.WithEnv(k, v)
+	}
+	return mc
+}
+
+type stdioWriter struct {
+	vm *VM
+	fd uint32
+}
+
+func (w stdioWriter) Write(p []byte) (int, error) {
+	level := LogInfo
+	if w.fd == 2 {
+		level = LogError
+	}
+	w.vm.host.stdio(w.vm, w.fd, p, level)
+	return len(p), nil
+}
+
+type lockedReader struct{ h *Host }
+
+func (r lockedReader) Read(p []byte) (int, error) {
+	r.h.random(p)
+	return len(p), nil
+}
+
+var _ io.Writer = stdioWriter{}
+
+// callRaw calls f with vm.stack as its stack and turns a trap into a failed VM.
+func (vm *VM) callRaw(name string, f api.Function) error {
+	if err := f.CallWithStack(vm.ctx, vm.stack); err != nil {
+		return vm.trap(name, err)
+	}
+	if vm.exited {
+		return vm.trap(name, fmt.Errorf("guest called proc_exit(%d)", vm.exitCode))
+	}
+	return nil
+}
+
+// call runs one callback with up to five i32 arguments in the given context.
+func (vm *VM) call(name string, f api.Function, fr *frame, args ...uint64) (uint64, error) {
+	if f == nil {
+		return 0, nil
+	}
+	copy(vm.stack, args)
+	vm.frame = fr
+	err := vm.callRaw(name, f)
+	vm.frame = nil
+	if err != nil {
+		return 0, err
+	}
+	return vm.stack[0], nil
+}
+
+// TrapError is a guest trap (or a Go runtime fatal error) in a named callback. The VM that
+// raised it is failed.
+type TrapError struct {
+	VM       string // "worker-0", "main", "canary", "base"
+	Callback string // "proxy_on_request_headers", "_initialize", ...
+	Err      error
+	Fatal    string // the guest's "fatal error: ..." or "panic: ..." line, if it printed one
+}
+
+// Error implements error.
+func (e *TrapError) Error() string {
+	msg := fmt.Sprintf("hostsim: %s: %s trapped: %v", e.VM, e.Callback, firstLine(e.Err.Error()))
+	if e.Fatal != "" {
+		msg += " [guest: " + e.Fatal + "]"
+	}
+	return msg
+}
+
+// Unwrap returns the wazero error.
+func (e *TrapError) Unwrap() error { return e.Err }
+
+// RestrictedCallError is what a host function raises when called where Envoy forbids it
+// (cpp-host's "restricted_callback"): anything but the start-up allow-list during
+// _initialize/main, anything but the malloc allow-list inside proxy_on_memory_allocate.
+type RestrictedCallError struct {
+	Function string // e.g. "env.proxy_get_property"
+	Phase    string // "start-up" or "proxy_on_memory_allocate"
+}
+
+// Error implements error.
+func (e *RestrictedCallError) Error() string {
+	return fmt.Sprintf("restricted_callback: %s is not allowed during %s", e.Function, e.Phase)
+}
+
+// ErrVMFailed is wrapped by errors about calls on a failed VM.
+var errVMFailedSentinel = errors.New("hostsim: VM failed")
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func (vm *VM) partial(fd uint32) []byte {
+	if fd == 2 {
+		return vm.stderr
+	}
+	return vm.stdout
+}
+
+func (vm *VM) trap(name string, err error) error {
+	for _, fd := range []uint32{1, 2} { // flush partial lines
+		if b := vm.partial(fd); len(b) > 0 {
+			vm.host.stdio(vm, fd, []byte{'\n'}, LogLevel(2+2*(fd-1)))
+		}
+	}
+	te := &TrapError{VM: vm.name, Callback: name, Err: err, Fatal: vm.fatal}
+	vm.fatal = ""
+	vm.fail(te)
+	return te
+}
+
+// fail marks the VM failed: its timers stop, notifications to it are dropped and streams
+// follow the failure policy.
+func (vm *VM) fail(err error) {
+	if vm.failed == nil {
+		vm.failed = err
+	}
+	vm.tickGen++
+	vm.host.log(vm, LogCritical, "VM failed: "+firstLine(err.Error()))
+}
+
+// startRoot creates the root context and runs proxy_on_vm_start.
+func (vm *VM) startRoot() (bool, error) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.startRootLocked()
+}
+
+func (vm *VM) startRootLocked() (bool, error) {
+	vm.rootID = vm.nextID
+	vm.nextID++
+	fr := &frame{ctxID: vm.rootID, effective: vm.rootID}
+	if _, err := vm.call("proxy_on_context_create", vm.fns.contextCreate, fr, uint64(vm.rootID), 0); err != nil {
+		return false, err
+	}
+	vm.rootCreated = true
+	vmCfg := vm.host.cfg.vmConfig
+	fr = &frame{ctxID: vm.rootID, effective: vm.rootID, buffer: vmCfg, bufType: BufferVMConfiguration, hasBuffer: true}
+	r, err := vm.call("proxy_on_vm_start", vm.fns.vmStart, fr, uint64(vm.rootID), uint64(len(vmCfg)))
+	if err != nil {
+		return false, err
+	}
+	vm.afterCallback()
+	if r == 0 && vm.fns.vmStart != nil {
+		vm.fail(fmt.Errorf("hostsim: %s: proxy_on_vm_start returned false", vm.name))
+		return false, nil
+	}
+	return true, nil
+}
+
+// configureRoot runs proxy_on_configure with the plugin configuration.
+func (vm *VM) configureRoot() (bool, error) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.configureRootLocked()
+}
+
+func (vm *VM) configureRootLocked() (bool, error) {
+	if vm.failed != nil {
+		return false, nil
+	}
+	cfg := vm.host.cfg.pluginConfig
+	fr := &frame{ctxID: vm.rootID, effective: vm.rootID, buffer: cfg, bufType: BufferPluginConfiguration, hasBuffer: true}
+	r, err := vm.call("proxy_on_configure", vm.fns.configure, fr, uint64(vm.rootID), uint64(len(cfg)))
+	if err != nil {
+		return false, err
+	}
+	vm.afterCallback()
+	if r == 0 && vm.fns.configure != nil {
+		vm.fail(fmt.Errorf("hostsim: %s: proxy_on_configure returned false", vm.name))
+		return false, nil
+	}
+	return true, nil
+}
+
+// FinishRoot runs proxy_on_done on the root context and returns its answer.
+func (vm *VM) FinishRoot() (bool, error) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.isFailed() {
+		return false, vm.failedErr()
+	}
+	r, err := vm.call("proxy_on_done", vm.fns.done, vm.rootFrame(), uint64(vm.rootID))
+	return r != 0 || vm.fns.done == nil, err
+}
+
+func (vm *VM) failedErr() error {
+	if vm.failed != nil {
+		return fmt.Errorf("%w: %s: %w", errVMFailedSentinel, vm.name, vm.failed)
+	}
+	return fmt.Errorf("%w: %s is gone", errVMFailedSentinel, vm.name)
+}
+
+func (vm *VM) rootFrame() *frame { return &frame{ctxID: vm.rootID, effective: vm.rootID} }
+
+// kill ends the canary the way cpp-host does: no on_done, no on_delete.
+func (vm *VM) kill() {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	vm.dead = true
+	vm.tickGen++
+	vm.closeModule()
+}
+
+func (vm *VM) close() {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	vm.dead = true
+	vm.closeModule()
+}
+
+func (vm *VM) closeModule() {
+	if vm.mod != nil {
+		vm.mod.Close(context.Background())
+	}
+}
+
+// shutdown runs on_done / on_delete on a live root and frees the instance.
+func (vm *VM) shutdown() error {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	var err error
+	if !vm.isFailed() && vm.rootCreated {
+		var r uint64
+		r, err = vm.call("proxy_on_done", vm.fns.done, vm.rootFrame(), uint64(vm.rootID))
+		if err == nil && (r != 0 || vm.fns.done == nil) {
+			_, err = vm.call("proxy_on_delete", vm.fns.delete, vm.rootFrame(), uint64(vm.rootID))
+		}
+	}
+	vm.dead = true
+	vm.tickGen++
+	vm.closeModule()
+	return err
+}
+
+// reload replaces a failed VM with a fresh instance and starts its root (FAIL_RELOAD;
+// Envoy's backoff is not modelled: the next stream reloads). The VM is locked.
+func (vm *VM) reload() error {
+	vm.closeModule()
+	if err := vm.instantiate(); err != nil {
+		return err
+	}
+	vm.host.log(vm, LogWarn, "VM reloaded after failure (FAIL_RELOAD)")
+	ok, err := vm.startRootLocked()
+	if err == nil && ok {
+		ok, err = vm.configureRootLocked()
+	}
+	if err == nil && !ok {
+		err = vm.failed
+	}
+	return err
+}
+
+// ---------------------------------------------------------------------------------------
+// Memory
+
+// allocate calls the guest's allocator under the malloc allow-list; a trap propagates as a
+// panic out of the host function, failing the calling callback.
+func (vm *VM) allocate(n uint32) uint32 {
+	prev := vm.restrict
+	vm.restrict = restrictMalloc
+	vm.allocStack[0] = uint64(n)
+	err := vm.fns.alloc.CallWithStack(vm.ctx, vm.allocStack)
+	vm.restrict = prev
+	if err != nil {
+		panic(fmt.Errorf("hostsim: proxy_on_memory_allocate(%d): %w", n, err))
+	}
+	return uint32(vm.allocStack[0])
+}
+
+// copyOut hands data to the guest like cpp-host's copyToPointerSize: allocate in the guest,
+// copy, write the address and size to the out-params. Empty data gives (0, 0).
+func (vm *VM) copyOut(data []byte, ptrPtr, sizePtr uint32) Status {
+	var addr uint32
+	if len(data) > 0 {
+		addr = vm.allocate(uint32(len(data)))
+		if !vm.mem.Write(addr, data) {
+			return StatusInvalidMemoryAccess
+		}
+	}
+	if !vm.mem.WriteUint32Le(ptrPtr, addr) || !vm.mem.WriteUint32Le(sizePtr, uint32(len(data))) {
+		return StatusInvalidMemoryAccess
+	}
+	return StatusOK
+}
+
+// read returns a view of guest memory, valid until the guest runs again.
+func (vm *VM) read(p, n uint32) ([]byte, bool) {
+	if n == 0 {
+		return nil, true
+	}
+	return vm.mem.Read(p, n)
+}
+
+// ---------------------------------------------------------------------------------------
+// Ticks and queue notifications
+
+func (vm *VM) setTickPeriod(ms uint32) {
+	vm.tickGen++
+	vm.tickPeriod = time.Duration(ms) * time.Millisecond
+	if ms > 0 && vm.kind != vmCanary && vm.kind != vmBase {
+		vm.host.schedule(vm.host.clock.Now().Add(vm.tickPeriod), event{kind: evTick, vm: vm, gen: vm.gen, tickGen: vm.tickGen})
+	}
+}
+
+func (vm *VM) onTick(gen uint64) error {
+	if gen != vm.tickGen {
+		return nil
+	}
+	_, err := vm.call("proxy_on_tick", vm.fns.tick, vm.rootFrame(), uint64(vm.rootID))
+	if err != nil {
+		return err
+	}
+	vm.afterCallback()
+	if gen == vm.tickGen && vm.tickPeriod > 0 {
+		vm.host.schedule(vm.host.clock.Now().Add(vm.tickPeriod), event{kind: evTick, vm: vm, gen: vm.gen, tickGen: gen})
+	}
+	return nil
+}
+
+// Tick runs proxy_on_tick on the VM's root context now (proxytest's Tick).
+func (vm *VM) Tick() error {
+	vm.mu.Lock()
+	if vm.isFailed() {
+		vm.mu.Unlock()
+		return vm.failedErr()
+	}
+	_, err := vm.call("proxy_on_tick", vm.fns.tick, vm.rootFrame(), uint64(vm.rootID))
+	if err == nil {
+		vm.afterCallback()
+	}
+	vm.mu.Unlock()
+	return joinErr(err, vm.host.drain())
+}
+
+// GetTickPeriod returns the tick period the VM's root set, in milliseconds.
+func (vm *VM) GetTickPeriod() uint32 {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return uint32(vm.tickPeriod / time.Millisecond)
+}
+
+func (vm *VM) onQueueReady(root, token uint32) error {
+	if root != vm.rootID {
+		return nil
+	}
+	_, err := vm.call("proxy_on_queue_ready", vm.fns.queueReady, vm.rootFrame(), uint64(root), uint64(token))
+	if err == nil {
+		vm.afterCallback()
+	}
+	return err
+}
+
+func joinErr(a, b error) error {
+	if a == nil {
+		return b
+	}
+	if b == nil {
+		return a
+	}
+	return errors.Join(a, b)
+}
