@@ -63,8 +63,9 @@ type Connection struct {
 	// ModelConcurrency caps the requests in flight per upstream model on this connection
 	// (exact model id as sent upstream); both this and maxConcurrent apply. Values ≥ 1.
 	ModelConcurrency map[string]int `json:"modelConcurrency,omitzero"`
-	// Weight is this connection's share for weighted strategies. Default 1; 0 takes it
-	// out of weighted selection; rejected outside 0–1000.
+	// Weight is this connection's share for weighted strategies. Default 1; 0 makes it a
+	// standby, used only after every candidate with a positive weight; rejected outside
+	// 0–1000.
 	Weight *int `json:"weight,omitempty" jsonschema:"minimum=0,maximum=1000"`
 	// RateLimitOverrides override the request queue budgets for this connection only
 	// (precedence: default < resilience.requestQueue < this).
@@ -143,7 +144,7 @@ type Target struct {
 	// Connection pins this target to one connection of the provider; unset = any.
 	Connection string `json:"connection,omitempty"`
 	// Weight is this target's share for weighted strategies (multiplied by the
-	// connection's weight). Default 1; 0 takes it out of weighted selection.
+	// connection's weight). Default 1; 0 makes it a standby; rejected outside 0–1000.
 	Weight *int `json:"weight,omitempty" jsonschema:"minimum=0,maximum=1000"`
 }
 

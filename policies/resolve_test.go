@@ -236,7 +236,10 @@ func TestNoRoute(t *testing.T) {
 func TestQuotaFamily(t *testing.T) {
 	doc := strings.Replace(minimal, `"cluster":"openai"`, `"cluster":"openai","quotaFamilies":{"gpt-5*":"gpt-5","o[134]-*":"o-series"}`, 1)
 	p, _ := mustParse(t, doc, ParseOptions{}).Resolved().Provider("openai")
-	tests := []struct{ model, family string }{
+	tests := []struct {
+		model  string // upstream model
+		family string // expected quota family
+	}{
 		{"gpt-5", "gpt-5"},
 		{"gpt-5.1-codex", "gpt-5"},
 		{"o3-mini", "o-series"},

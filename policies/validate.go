@@ -264,7 +264,7 @@ func (v *validator) route(r *Route, path string, seen map[string]int, index int)
 		}
 	}
 	if r.Strategy == StrategyWeighted && len(r.Targets) > 0 && !positiveWeight {
-		v.fail(tp, "a weighted route needs a target with weight > 0")
+		v.fail(tp, "a weighted route needs a target with weight > 0 (every target is a standby)")
 	}
 }
 
