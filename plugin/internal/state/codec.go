@@ -47,20 +47,25 @@ type Decoder struct {
 	err error
 }
 
-// NewDecoder checks the record's kind and version and returns a decoder for its fields.
+// NewDecoder checks the record's kind and version and returns a decoder for its fields. It
+// is small enough to inline, so a decoder that does not escape the caller stays on its stack.
 func NewDecoder(b []byte, kind, version byte) *Decoder {
 	d := &Decoder{}
+	d.buf, d.err = header(b, kind, version)
+	return d
+}
+
+// header checks a record's kind/version header and returns the fields after it.
+func header(b []byte, kind, version byte) ([]byte, error) {
 	switch {
 	case len(b) < 2:
-		d.err = fmt.Errorf("%w: %d bytes", ErrCorrupt, len(b))
+		return nil, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(b))
 	case b[0] != kind:
-		d.err = fmt.Errorf("%w: kind %q, want %q", ErrCorrupt, b[0], kind)
+		return nil, fmt.Errorf("%w: kind %q, want %q", ErrCorrupt, b[0], kind)
 	case b[1] != version:
-		d.err = fmt.Errorf("%w: kind %q version %d, want %d", ErrCorrupt, kind, b[1], version)
-	default:
-		d.buf = b[2:]
+		return nil, fmt.Errorf("%w: kind %q version %d, want %d", ErrCorrupt, kind, b[1], version)
 	}
-	return d
+	return b[2:], nil
 }
 
 // Uint reads an unsigned varint.
