@@ -19,7 +19,7 @@ help: ## Show this help.
 build: ## Build build/spillway.wasm, the baseline build/noop.wasm and the hostsim test guests.
 	$(WASMBUILD) -o $(BUILD)/spillway.wasm ./plugin
 	$(WASMBUILD) -o $(BUILD)/noop.wasm ./plugin/noop
-	@if [ -f hostsim/testdata/guests/build.sh ]; then bash hostsim/testdata/guests/build.sh $(BUILD)/guests; fi
+	$(GO) run ./hostsim/internal/buildguests
 
 .PHONY: test
 test: build ## Build, then run every test: native engine tests and wasm tests under hostsim.
