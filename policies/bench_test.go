@@ -4,7 +4,7 @@ import (
 	"testing"
 )
 
-// benchResolved resolves a policy with exact and glob routes and restatement rules.
+// benchResolved resolves a policy with exact and glob routes.
 func benchResolved(b *testing.B) *Resolved {
 	b.Helper()
 	p, err := Parse([]byte(`{"providers":[{"id":"p","cluster":"c","quotaFamilies":{"gpt-5*":"gpt-5"},"connections":[{"id":"a"}]}],
@@ -45,18 +45,6 @@ func BenchmarkQuotaFamily(b *testing.B) {
 	for b.Loop() {
 		if p.QuotaFamily("gpt-5.1-codex") != "gpt-5" {
 			b.Fatal("wrong family")
-		}
-	}
-}
-
-func BenchmarkRestatementMatch(b *testing.B) {
-	r := benchResolved(b)
-	rule := &r.Providers[0].StatusRestatement[0]
-	body := []byte(`{"error":{"message":"用户额度不足, 剩余额度: 0","type":"new_api_error"}}`)
-	b.ReportAllocs()
-	for b.Loop() {
-		if !rule.Matches(403, body) {
-			b.Fatal("no match")
 		}
 	}
 }

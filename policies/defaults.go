@@ -175,8 +175,13 @@ const MaxRequestBodyBytes = 8 << 20
 
 // ConnectionCooldownUseUpstreamRetryHints: upstream Retry-After / reset headers / reset text
 // win over the computed backoff. The guide states it for API-key 429s; Spillway applies it
-// to every profile by default.
-const ConnectionCooldownUseUpstreamRetryHints = true
+// to the apikey and local profiles. Subscription (oauth) accounts keep the computed backoff
+// by default (ConnectionCooldownOAuthUseUpstreamRetryHints), as plugin/internal/conncooldown
+// does.
+const (
+	ConnectionCooldownUseUpstreamRetryHints      = true
+	ConnectionCooldownOAuthUseUpstreamRetryHints = false
+)
 
 // Same-request failover bounds (design §4: "Bound attempts and total time"; Spillway's
 // choice, the guide is silent). The budget matches the execution cap of one attempt.

@@ -166,10 +166,12 @@ type Resilience struct {
 	// Failover bounds same-request failover to the next candidate.
 	Failover Failover `json:"failover,omitzero"`
 	// StatusRestatement rewrites misleading upstream statuses before classification
-	// (guide §7), e.g. agentrouter's 403 "额度不足" to 429.
+	// (guide §7), e.g. agentrouter's 403 "额度不足" to 429. At most 32 rules; they come
+	// before Spillway's built-in rules, and one with a built-in rule's id replaces it.
 	StatusRestatement []RestatementRule `json:"statusRestatement,omitzero"`
 	// ProviderErrorRules are operator classification rules: provider + status + markers →
-	// reason, scope and cooldown (guide §7, settings.providerErrorRules).
+	// reason, scope and cooldown (guide §7, settings.providerErrorRules). At most 64
+	// rules, consulted before Spillway's built-in rules.
 	ProviderErrorRules []ProviderErrorRule `json:"providerErrorRules,omitzero"`
 	// StreamRecovery holds the stream watchdogs.
 	StreamRecovery StreamRecovery `json:"streamRecovery,omitzero"`
@@ -190,7 +192,8 @@ type ProviderBreaker struct {
 	// Local overrides the local profile (default 1 / 2 / 15 s).
 	Local BreakerProfile `json:"local,omitzero"`
 	// TripStatuses are the upstream statuses that count against a provider (transport
-	// failures always count). Default [408, 500, 502, 503, 504]. Each 100–599.
+	// failures always count). Default [408, 500, 502, 503, 504]. Each 400–599, never the
+	// account-level 401, 403 or 429; [] = transport failures only.
 	TripStatuses []int `json:"tripStatuses,omitzero"`
 }
 
@@ -230,8 +233,8 @@ type ProviderCooldown struct {
 // ProviderCooldownProfile is one profile's window gate.
 type ProviderCooldownProfile struct {
 	// ProviderFailureThreshold is the failures within the window that cool the provider.
-	// Rejected below 1.
-	ProviderFailureThreshold *int `json:"providerFailureThreshold,omitempty" jsonschema:"minimum=1"`
+	// Rejected outside 1–1000.
+	ProviderFailureThreshold *int `json:"providerFailureThreshold,omitempty" jsonschema:"minimum=1,maximum=1000"`
 	// ProviderFailureWindowMs is the window failures are counted in. Rejected outside
 	// 1 s–24 h.
 	ProviderFailureWindowMs *int64 `json:"providerFailureWindowMs,omitempty" jsonschema:"minimum=1000,maximum=86400000"`
@@ -256,11 +259,11 @@ type ConnectionCooldown struct {
 	// StreamStallCooldown decides whether a content stall cools the connection.
 	StreamStallCooldown StreamStallCooldown `json:"streamStallCooldown,omitzero"`
 	// ConcurrencyLimitCooldownMs is the fixed cooldown of a concurrency-limit 429 (no
-	// backoff step). Default 1 s; rejected outside 0–10 min.
-	ConcurrencyLimitCooldownMs *int64 `json:"concurrencyLimitCooldownMs,omitempty" jsonschema:"minimum=0,maximum=600000"`
+	// backoff step). Default 1 s; rejected outside 1 ms–10 min.
+	ConcurrencyLimitCooldownMs *int64 `json:"concurrencyLimitCooldownMs,omitempty" jsonschema:"minimum=1,maximum=600000"`
 	// ExpiredRetryMax is how many bounded retries an expired credential gets before it
-	// becomes terminal (EXPIRED_RETRY_MAX). Default 3; rejected outside 0–100.
-	ExpiredRetryMax *int `json:"expiredRetryMax,omitempty" jsonschema:"minimum=0,maximum=100"`
+	// becomes terminal (EXPIRED_RETRY_MAX). Default 3; rejected outside 1–100.
+	ExpiredRetryMax *int `json:"expiredRetryMax,omitempty" jsonschema:"minimum=1,maximum=100"`
 	// RequestRejectedStreak is how many consecutive upstream rejections ban a connection.
 	// Default 3; rejected outside 1–100.
 	RequestRejectedStreak *int `json:"requestRejectedStreak,omitempty" jsonschema:"minimum=1,maximum=100"`
@@ -269,15 +272,16 @@ type ConnectionCooldown struct {
 // ConnectionCooldownProfile is one profile's connection cooldown.
 type ConnectionCooldownProfile struct {
 	// BaseCooldownMs is the first cooldown; repeated failures use
-	// baseCooldownMs × 2^failureIndex. Rejected outside 0–24 h.
-	BaseCooldownMs *int64 `json:"baseCooldownMs,omitempty" jsonschema:"minimum=0,maximum=86400000"`
+	// baseCooldownMs × 2^failureIndex. Rejected outside 1 ms–24 h.
+	BaseCooldownMs *int64 `json:"baseCooldownMs,omitempty" jsonschema:"minimum=1,maximum=86400000"`
 	// MaxBackoffSteps caps failureIndex. Default 8; rejected outside 0–30.
 	MaxBackoffSteps *int `json:"maxBackoffSteps,omitempty" jsonschema:"minimum=0,maximum=30"`
 	// MaxCooldownMs clamps every computed cooldown, upstream hints included. Default
-	// 30 min; must be ≥ baseCooldownMs; rejected above 24 h.
-	MaxCooldownMs *int64 `json:"maxCooldownMs,omitempty" jsonschema:"minimum=0,maximum=86400000"`
+	// 30 min; must be ≥ baseCooldownMs and ≥ concurrencyLimitCooldownMs; rejected outside
+	// 1 ms–24 h.
+	MaxCooldownMs *int64 `json:"maxCooldownMs,omitempty" jsonschema:"minimum=1,maximum=86400000"`
 	// UseUpstreamRetryHints prefers upstream Retry-After / reset headers / reset text
-	// over the computed backoff. Default true.
+	// over the computed backoff. Default true for apikey and local, false for oauth.
 	UseUpstreamRetryHints *bool `json:"useUpstreamRetryHints,omitempty"`
 }
 
@@ -348,20 +352,21 @@ type RestatementRule struct {
 	ID string `json:"id" jsonschema:"required,minLength=1"`
 	// Provider is the id of the declared provider the rule applies to.
 	Provider string `json:"provider" jsonschema:"required,minLength=1"`
-	// FromStatuses are the upstream statuses the rule may rewrite; at least one, each
-	// 100–599.
-	FromStatuses []int `json:"fromStatuses" jsonschema:"required,minItems=1"`
-	// ToStatus is the status to restate to (e.g. 429), 100–599.
-	ToStatus int `json:"toStatus" jsonschema:"required,minimum=100,maximum=599"`
-	// TextMarkers: the rule matches when the error body contains any of them
-	// (case-sensitive substring). Empty = any body.
-	TextMarkers []string `json:"textMarkers,omitzero"`
+	// FromStatuses are the upstream statuses the rule may rewrite: 1 to 16 of them, each
+	// 400–599, none equal to toStatus.
+	FromStatuses []int `json:"fromStatuses" jsonschema:"required,minItems=1,maxItems=16"`
+	// ToStatus is the status to restate to (e.g. 429), 400–599.
+	ToStatus int `json:"toStatus" jsonschema:"required,minimum=400,maximum=599"`
+	// TextMarkers: the rule matches when the error body contains any of them (substring;
+	// ASCII letters case-insensitive, other bytes exact, so Chinese markers match as
+	// written). Empty = any body. At most 16, each 1–256 bytes.
+	TextMarkers []string `json:"textMarkers,omitzero" jsonschema:"maxItems=16"`
 	// ExcludeMarkers veto the rule when the body contains any of them, even if a text
-	// marker matched (permanent errors keep their status).
-	ExcludeMarkers []string `json:"excludeMarkers,omitzero"`
+	// marker matched (permanent errors keep their status). At most 16, each 1–256 bytes.
+	ExcludeMarkers []string `json:"excludeMarkers,omitzero" jsonschema:"maxItems=16"`
 	// DefaultRetryAfterMs is the Retry-After told to the client when upstream gave none.
-	// Default 60 s; rejected outside 0–24 h.
-	DefaultRetryAfterMs *int64 `json:"defaultRetryAfterMs,omitempty" jsonschema:"minimum=0,maximum=86400000"`
+	// Default 60 s; rejected outside 1 s–24 h.
+	DefaultRetryAfterMs *int64 `json:"defaultRetryAfterMs,omitempty" jsonschema:"minimum=1000,maximum=86400000"`
 }
 
 // ProviderErrorRule is an operator classification rule (settings.providerErrorRules): when
@@ -373,18 +378,21 @@ type ProviderErrorRule struct {
 	ID string `json:"id" jsonschema:"required,minLength=1"`
 	// Provider is the id of the declared provider the rule applies to.
 	Provider string `json:"provider" jsonschema:"required,minLength=1"`
-	// Status is the upstream status (after restatement) to match; unset = any error status.
-	Status *int `json:"status,omitempty" jsonschema:"minimum=100,maximum=599"`
-	// TextMarkers: the rule matches when the error body contains any of them
-	// (case-sensitive substring). Empty = any body.
-	TextMarkers []string `json:"textMarkers,omitzero"`
-	// ExcludeMarkers veto the rule when the body contains any of them.
-	ExcludeMarkers []string `json:"excludeMarkers,omitzero"`
+	// Status is the upstream status (after restatement) to match, 400–599; unset = any
+	// error status.
+	Status *int `json:"status,omitempty" jsonschema:"minimum=400,maximum=599"`
+	// TextMarkers: the rule matches when the error text contains any of them (substring;
+	// ASCII letters case-insensitive, other bytes exact). Empty = any error of that
+	// provider and status. At most 16, each 1–256 bytes.
+	TextMarkers []string `json:"textMarkers,omitzero" jsonschema:"maxItems=16"`
+	// ExcludeMarkers veto the rule when the error text contains any of them. At most 16,
+	// each 1–256 bytes.
+	ExcludeMarkers []string `json:"excludeMarkers,omitzero" jsonschema:"maxItems=16"`
 	// Reason is the failure reason to record (e.g. quota_exhausted, auth_error).
 	Reason string `json:"reason" jsonschema:"required"`
 	// Scope is what the failure blames: provider, connection, quota (the model's quota
-	// family), model or exact (provider+connection+model).
-	Scope string `json:"scope" jsonschema:"required"`
+	// family), model or exact (provider+connection+model); unset = the status's own scope.
+	Scope string `json:"scope,omitempty"`
 	// CooldownMs is the declared base cooldown; unset = the layer's own backoff. Model
 	// lockouts are still clamped to modelLockout.maxCooldownMs. Rejected outside 0–30 days.
 	CooldownMs *int64 `json:"cooldownMs,omitempty" jsonschema:"minimum=0,maximum=2592000000"`

@@ -1,7 +1,6 @@
 package policies
 
 import (
-	"bytes"
 	"slices"
 	"time"
 )
@@ -237,7 +236,8 @@ type QuotaFamily struct {
 	Family string
 }
 
-// RestatementSettings is one status restatement rule.
+// RestatementSettings is one status restatement rule (matched by plugin/internal/restate:
+// markers are ASCII case-insensitive substrings).
 type RestatementSettings struct {
 	ID                string
 	Provider          string
@@ -246,17 +246,9 @@ type RestatementSettings struct {
 	TextMarkers       []string
 	ExcludeMarkers    []string
 	DefaultRetryAfter time.Duration
-	text, exclude     [][]byte
 }
 
-// Matches reports whether the rule rewrites this upstream status and error body: the status
-// is one of FromStatuses, the body contains a text marker (or there are none) and no
-// exclude marker. It does not allocate.
-func (r *RestatementSettings) Matches(status int, body []byte) bool {
-	return slices.Contains(r.FromStatuses, status) && markersMatch(body, r.text, r.exclude)
-}
-
-// ErrorRuleSettings is one provider error rule.
+// ErrorRuleSettings is one provider error rule (matched by plugin/internal/errorrules).
 type ErrorRuleSettings struct {
 	ID             string
 	Provider       string
@@ -264,34 +256,10 @@ type ErrorRuleSettings struct {
 	TextMarkers    []string
 	ExcludeMarkers []string
 	Reason         string
-	Scope          string
+	Scope          string // "" = the status's own scope
 	// Cooldown is the declared base cooldown, when HasCooldown.
-	Cooldown      time.Duration
-	HasCooldown   bool
-	text, exclude [][]byte
-}
-
-// Matches reports whether the rule applies to this upstream status and error body. It does
-// not allocate.
-func (r *ErrorRuleSettings) Matches(status int, body []byte) bool {
-	return (r.Status == 0 || r.Status == status) && markersMatch(body, r.text, r.exclude)
-}
-
-func markersMatch(body []byte, text, exclude [][]byte) bool {
-	for _, m := range exclude {
-		if bytes.Contains(body, m) {
-			return false
-		}
-	}
-	if len(text) == 0 {
-		return true
-	}
-	for _, m := range text {
-		if bytes.Contains(body, m) {
-			return true
-		}
-	}
-	return false
+	Cooldown    time.Duration
+	HasCooldown bool
 }
 
 // ResolvedRoute is a route with its compiled model matcher.
@@ -504,8 +472,6 @@ func (res *Resolved) resolveProvider(p *Policy, index int) ResolvedProvider {
 			TextMarkers:       slices.Clone(r.TextMarkers),
 			ExcludeMarkers:    slices.Clone(r.ExcludeMarkers),
 			DefaultRetryAfter: msOr(r.DefaultRetryAfterMs, RestatementDefaultRetryAfter),
-			text:              toBytes(r.TextMarkers),
-			exclude:           toBytes(r.ExcludeMarkers),
 		})
 	}
 	for i := range rs.ProviderErrorRules {
@@ -523,8 +489,6 @@ func (res *Resolved) resolveProvider(p *Policy, index int) ResolvedProvider {
 			Scope:          r.Scope,
 			Cooldown:       msOr(r.CooldownMs, 0),
 			HasCooldown:    r.CooldownMs != nil,
-			text:           toBytes(r.TextMarkers),
-			exclude:        toBytes(r.ExcludeMarkers),
 		})
 	}
 	return out
@@ -670,13 +634,20 @@ func defaultConnectionBase(p Profile) time.Duration {
 	return ConnectionCooldownAPIKeyBase
 }
 
+func defaultUseUpstreamRetryHints(p Profile) bool {
+	if p == ProfileOAuth {
+		return ConnectionCooldownOAuthUseUpstreamRetryHints
+	}
+	return ConnectionCooldownUseUpstreamRetryHints
+}
+
 func resolveConnectionCooldown(c *ConnectionCooldown, p Profile) ConnectionCooldownSettings {
 	cp := c.profile(p)
 	return ConnectionCooldownSettings{
 		BaseCooldown:             msOr(cp.BaseCooldownMs, defaultConnectionBase(p)),
 		MaxBackoffSteps:          intOr(cp.MaxBackoffSteps, ConnectionCooldownMaxBackoffSteps),
 		MaxCooldown:              msOr(cp.MaxCooldownMs, ConnectionCooldownMax),
-		UseUpstreamRetryHints:    boolOr(cp.UseUpstreamRetryHints, ConnectionCooldownUseUpstreamRetryHints),
+		UseUpstreamRetryHints:    boolOr(cp.UseUpstreamRetryHints, defaultUseUpstreamRetryHints(p)),
 		StreamStallCooldown:      boolOr(c.StreamStallCooldown.Enabled, StreamStallCooldownEnabled),
 		ConcurrencyLimitCooldown: msOr(c.ConcurrencyLimitCooldownMs, ConcurrencyLimitCooldown),
 		ExpiredRetryMax:          intOr(c.ExpiredRetryMax, ExpiredRetryMax),
@@ -698,17 +669,6 @@ func resolveModelLockout(m *ModelLockout) ModelLockoutSettings {
 		UseExponentialBackoff: boolOr(m.UseExponentialBackoff, ModelLockoutUseExponentialBackoff),
 		LongRetryCap:          ModelLockoutLongRetryCap,
 	}
-}
-
-func toBytes(list []string) [][]byte {
-	if len(list) == 0 {
-		return nil
-	}
-	out := make([][]byte, len(list))
-	for i, s := range list {
-		out[i] = []byte(s)
-	}
-	return out
 }
 
 func boolOr(p *bool, def bool) bool {

@@ -37,7 +37,7 @@ func TestDefaultsPerProfile(t *testing.T) {
 		{"sub",
 			BreakerSettings{5, 8, 60 * time.Second, nil, BreakerMaxBackoffMultiplier, BreakerRecoverySuccesses, BreakerProbeTimeout, []int{408, 500, 502, 503, 504}},
 			ProviderCooldownSettings{10, 15 * time.Minute, 5 * time.Minute, ProviderCooldownMinRetryCooldown, ProviderCooldownMaxRetryCooldown},
-			ConnectionCooldownSettings{5 * time.Second, ConnectionCooldownMaxBackoffSteps, ConnectionCooldownMax, true, false, time.Second, 3, 3}},
+			ConnectionCooldownSettings{5 * time.Second, ConnectionCooldownMaxBackoffSteps, ConnectionCooldownMax, false, false, time.Second, 3, 3}},
 		{"key",
 			BreakerSettings{7, 12, 30 * time.Second, nil, BreakerMaxBackoffMultiplier, BreakerRecoverySuccesses, BreakerProbeTimeout, []int{408, 500, 502, 503, 504}},
 			ProviderCooldownSettings{15, 30 * time.Minute, 10 * time.Minute, ProviderCooldownMinRetryCooldown, ProviderCooldownMaxRetryCooldown},
@@ -106,7 +106,7 @@ func TestOverridesPerProfile(t *testing.T) {
 	r := resolveThree(t, `{
 	 "providerBreaker":{"oauth":{"failureThreshold":3,"cooldownByKind":{"timeout":5000}},"local":{"resetTimeoutMs":2000},"tripStatuses":[503]},
 	 "providerCooldown":{"enabled":true,"apikey":{"providerFailureThreshold":4,"maxRetryCooldownMs":9000}},
-	 "connectionCooldown":{"oauth":{"baseCooldownMs":0,"useUpstreamRetryHints":false},"streamStallCooldown":{"enabled":true},"expiredRetryMax":0}}`)
+	 "connectionCooldown":{"oauth":{"baseCooldownMs":1,"useUpstreamRetryHints":true},"streamStallCooldown":{"enabled":true},"expiredRetryMax":1}}`)
 	sub, _ := r.Provider("sub")
 	if sub.Breaker.FailureThreshold != 3 || sub.Breaker.DegradationThreshold != 3 {
 		t.Errorf("oauth thresholds = %d/%d, want degradation dragged down to 3/3", sub.Breaker.DegradationThreshold, sub.Breaker.FailureThreshold)
@@ -120,7 +120,7 @@ func TestOverridesPerProfile(t *testing.T) {
 	if !sub.Breaker.Trips(503) || sub.Breaker.Trips(500) {
 		t.Errorf("trip statuses = %v, want only 503", sub.Breaker.TripStatuses)
 	}
-	if sub.ConnectionCooldown.BaseCooldown != 0 || sub.ConnectionCooldown.UseUpstreamRetryHints {
+	if sub.ConnectionCooldown.BaseCooldown != time.Millisecond || !sub.ConnectionCooldown.UseUpstreamRetryHints {
 		t.Errorf("oauth connection cooldown = %+v", sub.ConnectionCooldown)
 	}
 	key, _ := r.Provider("key")
@@ -134,7 +134,7 @@ func TestOverridesPerProfile(t *testing.T) {
 	if !r.ProviderCooldownEnabled {
 		t.Error("provider cooldown not enabled")
 	}
-	if !key.ConnectionCooldown.StreamStallCooldown || key.ConnectionCooldown.ExpiredRetryMax != 0 {
+	if !key.ConnectionCooldown.StreamStallCooldown || key.ConnectionCooldown.ExpiredRetryMax != 1 {
 		t.Errorf("policy-wide connection settings not applied: %+v", key.ConnectionCooldown)
 	}
 	loc, _ := r.Provider("loc")
@@ -287,30 +287,25 @@ func TestRulesPerProvider(t *testing.T) {
 	if rs.DefaultRetryAfter != RestatementDefaultRetryAfter || rs.ToStatus != 429 {
 		t.Errorf("restatement = %+v", rs)
 	}
+	if !reflect.DeepEqual(rs.FromStatuses, []int{403}) || !reflect.DeepEqual(rs.TextMarkers, []string{"quota"}) || rs.Provider != "openai" {
+		t.Errorf("restatement = %+v", rs)
+	}
 	er := &openai.ErrorRules[0]
-	tests := []struct {
-		rule   interface{ Matches(int, []byte) bool } // rule under test
-		status int                                    // upstream status
-		body   string                                 // error body
-		want   bool                                   // matches
-	}{
-		{rs, 403, "quota exceeded", true},
-		{rs, 403, "QUOTA", false}, // case-sensitive
-		{rs, 429, "quota", false}, // status not listed
-		{er, 403, "", true},       // no markers = any body
-		{er, 401, "", false},      // other status
-	}
-	for i, tt := range tests {
-		if got := tt.rule.Matches(tt.status, []byte(tt.body)); got != tt.want {
-			t.Errorf("case %d: Matches(%d, %q) = %v", i, tt.status, tt.body, got)
-		}
-	}
-	if er.Cooldown != time.Second || !er.HasCooldown || er.Status != 403 {
+	if er.Cooldown != time.Second || !er.HasCooldown || er.Status != 403 || er.Reason != "auth_error" || er.Scope != "model" {
 		t.Errorf("error rule = %+v", er)
 	}
-	anyStatus := ErrorRuleSettings{text: [][]byte{[]byte("a")}}
-	if !anyStatus.Matches(500, []byte("xa")) || anyStatus.Matches(500, []byte("b")) {
-		t.Error("status 0 must match any status, markers still apply")
+}
+
+func TestRuleDefaults(t *testing.T) {
+	r := mustParse(t, withResilience(`{"providerErrorRules":[{"id":"e","provider":"openai","reason":"rate_limit"}],`+
+		`"statusRestatement":[{"id":"r","provider":"openai","fromStatuses":[400],"toStatus":429,"defaultRetryAfterMs":5000}]}`), ParseOptions{}).Resolved()
+	p, _ := r.Provider("openai")
+	er := p.ErrorRules[0]
+	if er.Status != 0 || er.Scope != "" || er.HasCooldown || er.Cooldown != 0 {
+		t.Errorf("unset status/scope/cooldown = %+v, want any status, the status's own scope, no cooldown", er)
+	}
+	if got := p.StatusRestatement[0].DefaultRetryAfter; got != 5*time.Second {
+		t.Errorf("defaultRetryAfter = %v", got)
 	}
 }
 

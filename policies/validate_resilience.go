@@ -26,6 +26,12 @@ func (v *validator) resilience(r *Resilience, path string) {
 	v.requestQueue(&r.RequestQueue, joinField(path, "requestQueue"))
 	v.comboCooldownWait(&r.ComboCooldownWait, joinField(path, "comboCooldownWait"))
 	v.failover(&r.Failover, joinField(path, "failover"))
+	if n := len(r.StatusRestatement); n > maxRestatementRules {
+		v.fail(joinField(path, "statusRestatement"), "at most "+strconv.Itoa(maxRestatementRules)+" rules, got "+strconv.Itoa(n))
+	}
+	if n := len(r.ProviderErrorRules); n > maxErrorRules {
+		v.fail(joinField(path, "providerErrorRules"), "at most "+strconv.Itoa(maxErrorRules)+" rules, got "+strconv.Itoa(n))
+	}
 	ids := make(map[string]int)
 	for i := range r.StatusRestatement {
 		v.restatementRule(&r.StatusRestatement[i], joinIndex(joinField(path, "statusRestatement"), i), ids, i)
@@ -78,7 +84,16 @@ func (v *validator) providerBreaker(b *ProviderBreaker, path string) {
 			v.rangeInt(joinField(pp, "recoverySuccesses"), *bp.RecoverySuccesses, 1, 1000, "")
 		}
 	}
-	v.statuses(joinField(path, "tripStatuses"), b.TripStatuses)
+	tp := joinField(path, "tripStatuses")
+	v.statuses(tp, b.TripStatuses)
+	for i, s := range b.TripStatuses {
+		switch {
+		case s >= 100 && s < 400:
+			v.fail(joinIndex(tp, i), "status "+strconv.Itoa(s)+" is not an error status (want 400–599)")
+		case s == 401 || s == 403 || s == 429:
+			v.fail(joinIndex(tp, i), "status "+strconv.Itoa(s)+" is account-level: it belongs to connection cooldown or model lockout, never the provider breaker")
+		}
+	}
 }
 
 func (v *validator) providerCooldown(c *ProviderCooldown, path string) {
@@ -86,7 +101,7 @@ func (v *validator) providerCooldown(c *ProviderCooldown, path string) {
 		cp := c.profile(prof)
 		pp := joinField(path, string(prof))
 		if cp.ProviderFailureThreshold != nil {
-			v.rangeInt(joinField(pp, "providerFailureThreshold"), *cp.ProviderFailureThreshold, 1, 1_000_000, "")
+			v.rangeInt(joinField(pp, "providerFailureThreshold"), *cp.ProviderFailureThreshold, 1, 1000, "")
 		}
 		v.rangeMs(joinField(pp, "providerFailureWindowMs"), cp.ProviderFailureWindowMs, msSecond, msDay)
 		v.rangeMs(joinField(pp, "providerCooldownMs"), cp.ProviderCooldownMs, msSecond, msDay)
@@ -107,31 +122,40 @@ func (v *validator) providerCooldown(c *ProviderCooldown, path string) {
 }
 
 func (v *validator) connectionCooldown(c *ConnectionCooldown, path string) {
+	concurrency := ConcurrencyLimitCooldown.Milliseconds()
+	if c.ConcurrencyLimitCooldownMs != nil {
+		concurrency = *c.ConcurrencyLimitCooldownMs
+	}
 	for _, prof := range Profiles {
 		cp := c.profile(prof)
 		pp := joinField(path, string(prof))
-		v.rangeMs(joinField(pp, "baseCooldownMs"), cp.BaseCooldownMs, 0, msDay)
-		v.rangeMs(joinField(pp, "maxCooldownMs"), cp.MaxCooldownMs, 0, msDay)
+		v.rangeMs(joinField(pp, "baseCooldownMs"), cp.BaseCooldownMs, 1, msDay)
+		v.rangeMs(joinField(pp, "maxCooldownMs"), cp.MaxCooldownMs, 1, msDay)
 		if cp.MaxBackoffSteps != nil {
 			v.rangeInt(joinField(pp, "maxBackoffSteps"), *cp.MaxBackoffSteps, 0, 30, "")
 		}
-		if cp.BaseCooldownMs != nil || cp.MaxCooldownMs != nil {
-			base := defaultConnectionBase(prof).Milliseconds()
-			if cp.BaseCooldownMs != nil {
-				base = *cp.BaseCooldownMs
-			}
-			maxMs := ConnectionCooldownMax.Milliseconds()
-			if cp.MaxCooldownMs != nil {
-				maxMs = *cp.MaxCooldownMs
-			}
-			if maxMs < base && base <= msDay && maxMs >= 0 {
-				v.fail(joinField(pp, "maxCooldownMs"), "must not be below baseCooldownMs ("+formatMs(base)+"), got "+formatMs(maxMs))
-			}
+		base := defaultConnectionBase(prof).Milliseconds()
+		if cp.BaseCooldownMs != nil {
+			base = *cp.BaseCooldownMs
+		}
+		maxMs := ConnectionCooldownMax.Milliseconds()
+		if cp.MaxCooldownMs != nil {
+			maxMs = *cp.MaxCooldownMs
+		}
+		if maxMs < 1 || maxMs > msDay || base < 1 || base > msDay {
+			continue // already reported
+		}
+		mp := joinField(pp, "maxCooldownMs")
+		if maxMs < base {
+			v.fail(mp, "must not be below baseCooldownMs ("+formatMs(base)+"), got "+formatMs(maxMs))
+		}
+		if maxMs < concurrency && concurrency >= 1 && concurrency <= 10*msMinute {
+			v.fail(mp, "must not be below concurrencyLimitCooldownMs ("+formatMs(concurrency)+"), got "+formatMs(maxMs))
 		}
 	}
-	v.rangeMs(joinField(path, "concurrencyLimitCooldownMs"), c.ConcurrencyLimitCooldownMs, 0, 10*msMinute)
+	v.rangeMs(joinField(path, "concurrencyLimitCooldownMs"), c.ConcurrencyLimitCooldownMs, 1, 10*msMinute)
 	if c.ExpiredRetryMax != nil {
-		v.rangeInt(joinField(path, "expiredRetryMax"), *c.ExpiredRetryMax, 0, 100, "")
+		v.rangeInt(joinField(path, "expiredRetryMax"), *c.ExpiredRetryMax, 1, 100, "")
 	}
 	if c.RequestRejectedStreak != nil {
 		v.rangeInt(joinField(path, "requestRejectedStreak"), *c.RequestRejectedStreak, 1, 100, "")
@@ -186,26 +210,36 @@ func (v *validator) restatementRule(r *RestatementRule, path string, ids map[str
 	v.ruleID(joinField(path, "id"), r.ID, ids, index)
 	v.ruleProvider(joinField(path, "provider"), r.Provider)
 	fp := joinField(path, "fromStatuses")
-	if len(r.FromStatuses) == 0 {
+	switch {
+	case len(r.FromStatuses) == 0:
 		v.fail(fp, "at least one status is required")
+	case len(r.FromStatuses) > maxRuleStatuses:
+		v.fail(fp, "at most "+strconv.Itoa(maxRuleStatuses)+" statuses, got "+strconv.Itoa(len(r.FromStatuses)))
 	}
 	v.statuses(fp, r.FromStatuses)
+	for i, s := range r.FromStatuses {
+		if s >= 100 && s < 400 {
+			v.fail(joinIndex(fp, i), "status "+strconv.Itoa(s)+" is not an error status (want 400–599)")
+		} else if s == r.ToStatus {
+			v.fail(joinIndex(fp, i), "status "+strconv.Itoa(s)+" is the toStatus itself")
+		}
+	}
 	tp := joinField(path, "toStatus")
 	if r.ToStatus == 0 {
 		v.fail(tp, "required")
 	} else {
-		v.status(tp, r.ToStatus)
+		v.errorStatus(tp, r.ToStatus)
 	}
 	v.markers(joinField(path, "textMarkers"), r.TextMarkers)
 	v.markers(joinField(path, "excludeMarkers"), r.ExcludeMarkers)
-	v.rangeMs(joinField(path, "defaultRetryAfterMs"), r.DefaultRetryAfterMs, 0, msDay)
+	v.rangeMs(joinField(path, "defaultRetryAfterMs"), r.DefaultRetryAfterMs, msSecond, msDay)
 }
 
 func (v *validator) providerErrorRule(r *ProviderErrorRule, path string, ids map[string]int, index int) {
 	v.ruleID(joinField(path, "id"), r.ID, ids, index)
 	v.ruleProvider(joinField(path, "provider"), r.Provider)
 	if r.Status != nil {
-		v.status(joinField(path, "status"), *r.Status)
+		v.errorStatus(joinField(path, "status"), *r.Status)
 	}
 	v.markers(joinField(path, "textMarkers"), r.TextMarkers)
 	v.markers(joinField(path, "excludeMarkers"), r.ExcludeMarkers)
@@ -219,7 +253,6 @@ func (v *validator) providerErrorRule(r *ProviderErrorRule, path string, ids map
 	sp := joinField(path, "scope")
 	switch {
 	case r.Scope == "":
-		v.fail(sp, "required")
 	case !validRuleScope(r.Scope):
 		v.fail(sp, "unknown scope "+v.quote(sp, r.Scope)+" (want provider, connection, quota, model or exact)")
 	}
@@ -272,11 +305,34 @@ func (v *validator) ruleProvider(path, id string) {
 	}
 }
 
+// Bounds on rules, within what the engine's rule tables accept (plugin/internal/restate and
+// errorrules count their built-in rules too), so matching stays cheap.
+const (
+	maxRestatementRules = 32
+	maxErrorRules       = 64
+	maxRuleStatuses     = 16
+	maxMarkers          = 16
+	maxMarkerBytes      = 256
+)
+
 func (v *validator) markers(path string, markers []string) {
+	if len(markers) > maxMarkers {
+		v.fail(path, "at most "+strconv.Itoa(maxMarkers)+" markers, got "+strconv.Itoa(len(markers)))
+	}
 	for i, m := range markers {
-		if m == "" {
+		switch {
+		case m == "":
 			v.fail(joinIndex(path, i), "marker must not be empty")
+		case len(m) > maxMarkerBytes:
+			v.fail(joinIndex(path, i), "marker is longer than "+strconv.Itoa(maxMarkerBytes)+" bytes")
 		}
+	}
+}
+
+// errorStatus checks an HTTP error status (400–599).
+func (v *validator) errorStatus(path string, s int) {
+	if s < 400 || s > 599 {
+		v.fail(path, "HTTP error status must be between 400 and 599, got "+strconv.Itoa(s))
 	}
 }
 

@@ -77,6 +77,24 @@ func mutate(t *testing.T, path string, value any) string {
 	return string(out)
 }
 
+// manyRules makes n rules with rule.
+func manyRules(n int, rule func(i int) map[string]any) []any {
+	out := make([]any, n)
+	for i := range out {
+		out[i] = rule(i)
+	}
+	return out
+}
+
+// manyMarkers makes n distinct markers of size bytes.
+func manyMarkers(n, size int) []any {
+	out := make([]any, n)
+	for i := range out {
+		out[i] = strings.Repeat(string(rune('a'+i)), size)
+	}
+	return out
+}
+
 func TestRichBaseIsValid(t *testing.T) {
 	p := mustParse(t, richBase, ParseOptions{})
 	if len(p.Warnings) != 0 {
@@ -150,6 +168,8 @@ func TestValidationRules(t *testing.T) {
 		{"admin token clean", "admin.token", "0123456789abcdef\n", "admin.token", "control character"},
 		// resilience: statuses
 		{"trip status range", "resilience.providerBreaker.tripStatuses", []any{500, 600}, "resilience.providerBreaker.tripStatuses[1]", "between 100 and 599, got 600"},
+		{"trip status is an error", "resilience.providerBreaker.tripStatuses", []any{302}, "resilience.providerBreaker.tripStatuses[0]", "not an error status"},
+		{"trip status not account-level", "resilience.providerBreaker.tripStatuses", []any{500, 429}, "resilience.providerBreaker.tripStatuses[1]", "account-level"},
 		{"trip status unique", "resilience.providerBreaker.tripStatuses", []any{500, 500}, "resilience.providerBreaker.tripStatuses[1]", "duplicate status 500"},
 		{"lockout code range", "resilience.modelLockout.errorCodes", []any{99}, "resilience.modelLockout.errorCodes[0]", "between 100 and 599"},
 		// resilience: breaker
@@ -162,18 +182,23 @@ func TestValidationRules(t *testing.T) {
 		{"backoff multiplier range", "resilience.providerBreaker.apikey.maxBackoffMultiplier", 0, "resilience.providerBreaker.apikey.maxBackoffMultiplier", "between 1 and 1024"},
 		{"recovery successes range", "resilience.providerBreaker.apikey.recoverySuccesses", 0, "resilience.providerBreaker.apikey.recoverySuccesses", "between 1 and 1000"},
 		// resilience: provider cooldown
+		{"window threshold bounded", "resilience.providerCooldown.apikey.providerFailureThreshold", 1001, "resilience.providerCooldown.apikey.providerFailureThreshold", "between 1 and 1000"},
 		{"window threshold positive", "resilience.providerCooldown.oauth.providerFailureThreshold", 0, "resilience.providerCooldown.oauth.providerFailureThreshold", "between 1 and"},
 		{"window range", "resilience.providerCooldown.oauth.providerFailureWindowMs", 0, "resilience.providerCooldown.oauth.providerFailureWindowMs", "between 1 s and 24 h"},
 		{"provider cooldown range", "resilience.providerCooldown.local.providerCooldownMs", 90000000, "resilience.providerCooldown.local.providerCooldownMs", "between 1 s and 24 h"},
 		{"retry cooldown order", "resilience.providerCooldown.apikey", map[string]any{"minRetryCooldownMs": 5000, "maxRetryCooldownMs": 1000}, "resilience.providerCooldown.apikey.maxRetryCooldownMs", "must not be below minRetryCooldownMs (5 s)"},
 		{"retry min above default max", "resilience.providerCooldown.apikey.minRetryCooldownMs", 300000, "resilience.providerCooldown.apikey.maxRetryCooldownMs", "must not be below minRetryCooldownMs (5 min), got 2 min"},
 		// resilience: connection cooldown
-		{"base cooldown not negative", "resilience.connectionCooldown.apikey.baseCooldownMs", -1, "resilience.connectionCooldown.apikey.baseCooldownMs", "between 0 ms and 24 h"},
+		{"base cooldown positive", "resilience.connectionCooldown.apikey.baseCooldownMs", 0, "resilience.connectionCooldown.apikey.baseCooldownMs", "between 1 ms and 24 h"},
+		{"connection max positive", "resilience.connectionCooldown.apikey.maxCooldownMs", 0, "resilience.connectionCooldown.apikey.maxCooldownMs", "between 1 ms and 24 h"},
+		{"connection max below concurrency cooldown", "resilience.connectionCooldown", map[string]any{"concurrencyLimitCooldownMs": 5000, "oauth": map[string]any{"baseCooldownMs": 1, "maxCooldownMs": 2000}}, "resilience.connectionCooldown.oauth.maxCooldownMs", "must not be below concurrencyLimitCooldownMs (5 s)"},
 		{"backoff steps range", "resilience.connectionCooldown.oauth.maxBackoffSteps", 31, "resilience.connectionCooldown.oauth.maxBackoffSteps", "between 0 and 30"},
 		{"connection max below base", "resilience.connectionCooldown.apikey", map[string]any{"baseCooldownMs": 60000, "maxCooldownMs": 1000}, "resilience.connectionCooldown.apikey.maxCooldownMs", "must not be below baseCooldownMs (1 min)"},
 		{"connection base above default max", "resilience.connectionCooldown.local.baseCooldownMs", 3600000, "resilience.connectionCooldown.local.maxCooldownMs", "must not be below baseCooldownMs (1 h), got 30 min"},
-		{"concurrency cooldown range", "resilience.connectionCooldown.concurrencyLimitCooldownMs", 600001, "resilience.connectionCooldown.concurrencyLimitCooldownMs", "between 0 ms and 10 min"},
-		{"expired retry range", "resilience.connectionCooldown.expiredRetryMax", 101, "resilience.connectionCooldown.expiredRetryMax", "between 0 and 100"},
+		{"concurrency cooldown range", "resilience.connectionCooldown.concurrencyLimitCooldownMs", 600001, "resilience.connectionCooldown.concurrencyLimitCooldownMs", "between 1 ms and 10 min"},
+		{"concurrency cooldown positive", "resilience.connectionCooldown.concurrencyLimitCooldownMs", 0, "resilience.connectionCooldown.concurrencyLimitCooldownMs", "between 1 ms and 10 min"},
+		{"expired retry range", "resilience.connectionCooldown.expiredRetryMax", 101, "resilience.connectionCooldown.expiredRetryMax", "between 1 and 100"},
+		{"expired retry positive", "resilience.connectionCooldown.expiredRetryMax", 0, "resilience.connectionCooldown.expiredRetryMax", "between 1 and 100"},
 		{"rejected streak range", "resilience.connectionCooldown.requestRejectedStreak", 0, "resilience.connectionCooldown.requestRejectedStreak", "between 1 and 100"},
 		// resilience: combo wait, failover, affinity
 		{"combo wait range", "resilience.comboCooldownWait.maxWaitMs", -5, "resilience.comboCooldownWait.maxWaitMs", "between 0 ms and 24 h"},
@@ -191,13 +216,27 @@ func TestValidationRules(t *testing.T) {
 		{"restatement provider known", "resilience.statusRestatement.0.provider", "agentrouter", "resilience.statusRestatement[0].provider", `unknown provider "agentrouter"`},
 		{"restatement from required", "resilience.statusRestatement.0.fromStatuses", []any{}, "resilience.statusRestatement[0].fromStatuses", "at least one status"},
 		{"restatement to required", "resilience.statusRestatement.0.toStatus", remove{}, "resilience.statusRestatement[0].toStatus", "required"},
-		{"restatement to range", "resilience.statusRestatement.0.toStatus", 700, "resilience.statusRestatement[0].toStatus", "between 100 and 599"},
+		{"restatement to range", "resilience.statusRestatement.0.toStatus", 700, "resilience.statusRestatement[0].toStatus", "between 400 and 599"},
+		{"restatement to is an error", "resilience.statusRestatement.0.toStatus", 200, "resilience.statusRestatement[0].toStatus", "between 400 and 599"},
+		{"restatement from is an error", "resilience.statusRestatement.0.fromStatuses", []any{200}, "resilience.statusRestatement[0].fromStatuses[0]", "not an error status"},
+		{"restatement from is not to", "resilience.statusRestatement.0.fromStatuses", []any{403, 429}, "resilience.statusRestatement[0].fromStatuses[1]", "is the toStatus itself"},
+		{"restatement from bounded", "resilience.statusRestatement.0.fromStatuses", []any{400, 401, 402, 403, 404, 405, 406, 407, 408, 409, 410, 411, 412, 413, 414, 415, 416}, "resilience.statusRestatement[0].fromStatuses", "at most 16 statuses"},
+		{"restatement markers bounded", "resilience.statusRestatement.0.textMarkers", []any{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q"}, "resilience.statusRestatement[0].textMarkers", "at most 16 markers"},
+		{"restatement marker length", "resilience.statusRestatement.0.textMarkers", []any{strings.Repeat("x", 257)}, "resilience.statusRestatement[0].textMarkers[0]", "longer than 256 bytes"},
+		{"restatement rules bounded", "resilience.statusRestatement", manyRules(33, func(i int) map[string]any {
+			return map[string]any{"id": "r" + strconv.Itoa(i), "provider": "openai", "fromStatuses": []any{403}, "toStatus": 429}
+		}), "resilience.statusRestatement", "at most 32 rules"},
+		{"error rules bounded", "resilience.providerErrorRules", manyRules(65, func(i int) map[string]any {
+			return map[string]any{"id": "e" + strconv.Itoa(i), "provider": "openai", "reason": "rate_limit"}
+		}), "resilience.providerErrorRules", "at most 64 rules"},
 		{"restatement marker non-empty", "resilience.statusRestatement.0.textMarkers", []any{""}, "resilience.statusRestatement[0].textMarkers[0]", "must not be empty"},
 		{"restatement exclude non-empty", "resilience.statusRestatement.0.excludeMarkers", []any{"x", ""}, "resilience.statusRestatement[0].excludeMarkers[1]", "must not be empty"},
-		{"restatement retry range", "resilience.statusRestatement.0.defaultRetryAfterMs", -1, "resilience.statusRestatement[0].defaultRetryAfterMs", "between 0 ms and 24 h"},
+		{"restatement retry range", "resilience.statusRestatement.0.defaultRetryAfterMs", -1, "resilience.statusRestatement[0].defaultRetryAfterMs", "between 1 s and 24 h"},
 		// resilience: error rules
 		{"error rule provider known", "resilience.providerErrorRules.0.provider", "x", "resilience.providerErrorRules[0].provider", `unknown provider "x"`},
-		{"error rule status range", "resilience.providerErrorRules.0.status", 42, "resilience.providerErrorRules[0].status", "between 100 and 599"},
+		{"error rule status range", "resilience.providerErrorRules.0.status", 42, "resilience.providerErrorRules[0].status", "between 400 and 599"},
+		{"error rule status is an error", "resilience.providerErrorRules.0.status", 204, "resilience.providerErrorRules[0].status", "between 400 and 599"},
+		{"error rule marker non-empty", "resilience.providerErrorRules.0.excludeMarkers", []any{""}, "resilience.providerErrorRules[0].excludeMarkers[0]", "must not be empty"},
 		{"error rule reason required", "resilience.providerErrorRules.0.reason", remove{}, "resilience.providerErrorRules[0].reason", "required"},
 		{"error rule reason known", "resilience.providerErrorRules.0.reason", "quota", "resilience.providerErrorRules[0].reason", `unknown reason "quota"`},
 		{"error rule scope known", "resilience.providerErrorRules.0.scope", "account", "resilience.providerErrorRules[0].scope", `unknown scope "account"`},
@@ -220,7 +259,9 @@ func TestAcceptedEdgeValues(t *testing.T) {
 		value any    // new value
 	}{
 		{"explicit empty trip statuses", "resilience.providerBreaker.tripStatuses", []any{}},
-		{"zero base connection cooldown", "resilience.connectionCooldown.apikey.baseCooldownMs", 0},
+		{"1 ms base connection cooldown", "resilience.connectionCooldown.apikey.baseCooldownMs", 1},
+		{"error rule without scope", "resilience.providerErrorRules.0.scope", remove{}},
+		{"16 markers of 256 bytes", "resilience.statusRestatement.0.textMarkers", manyMarkers(16, 256)},
 		{"degradation equals failure", "resilience.providerBreaker.oauth", map[string]any{"degradationThreshold": 3, "failureThreshold": 3}},
 		{"lower failure threshold alone", "resilience.providerBreaker.apikey.failureThreshold", 2},
 		{"zero weight connection", "providers.0.connections.0.weight", 0},

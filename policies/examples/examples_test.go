@@ -2,8 +2,10 @@ package examples_test
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/examples"
@@ -95,24 +97,16 @@ func TestAgentrouterRulesMatchTheGuide(t *testing.T) {
 		t.Fatalf("agentrouter rules missing: %+v", ar)
 	}
 	rule := &ar.StatusRestatement[0]
-	tests := []struct {
-		status int    // upstream status
-		body   string // upstream error body
-		want   bool   // restated to 429?
-	}{
-		{403, `{"error":{"message":"用户额度不足"}}`, true},
-		{400, `{"error":{"message":"额度不足"}}`, true},
-		{403, `{"error":{"message":"无权访问模型 额度不足"}}`, false}, // permanent: vetoed
-		{401, `{"error":{"message":"额度不足"}}`, false},        // status not covered
-		{403, `{"error":{"message":"forbidden"}}`, false},   // no marker
+	if rule.ID != "agentrouter-quota-misstatus" {
+		t.Errorf("restatement id = %q, want the built-in rule's id so the example replaces it", rule.ID)
 	}
-	for _, tt := range tests {
-		if got := rule.Matches(tt.status, []byte(tt.body)); got != tt.want {
-			t.Errorf("restatement Matches(%d, %s) = %v, want %v", tt.status, tt.body, got, tt.want)
-		}
+	if !reflect.DeepEqual(rule.FromStatuses, []int{400, 403}) || rule.ToStatus != 429 ||
+		!reflect.DeepEqual(rule.TextMarkers, []string{"用户额度不足", "额度不足"}) ||
+		!reflect.DeepEqual(rule.ExcludeMarkers, []string{"无权访问模型"}) {
+		t.Errorf("restatement = %+v, want 400/403 with 额度不足 to 429 unless 无权访问模型", rule)
 	}
-	if rule.ToStatus != 429 || rule.DefaultRetryAfter.Seconds() != 60 {
-		t.Errorf("restatement to %d after %v, want 429 after 60s", rule.ToStatus, rule.DefaultRetryAfter)
+	if rule.DefaultRetryAfter != 60*time.Second {
+		t.Errorf("restatement Retry-After %v, want 60s", rule.DefaultRetryAfter)
 	}
 	denied := &ar.ErrorRules[0]
 	if denied.Scope != "model" || denied.Reason != "auth_error" || denied.Cooldown != policies.AgentrouterModelAccessDeniedCooldown {
