@@ -72,16 +72,24 @@ func (c Config) Validate() error {
 	switch {
 	case c.MaxCooldown <= 0 || c.MaxCooldown > maxCooldownLimit:
 		return fmt.Errorf("conncooldown: maxCooldown %v outside (0, %v]", c.MaxCooldown, maxCooldownLimit)
-	case c.BaseCooldown <= 0 || c.BaseCooldown > c.MaxCooldown:
-		return fmt.Errorf("conncooldown: baseCooldown %v outside (0, maxCooldown %v]", c.BaseCooldown, c.MaxCooldown)
+	case c.BaseCooldown < time.Millisecond || c.BaseCooldown > c.MaxCooldown:
+		return fmt.Errorf("conncooldown: baseCooldown %v outside [1ms, maxCooldown %v]", c.BaseCooldown, c.MaxCooldown)
 	case c.MaxBackoffSteps < 0 || c.MaxBackoffSteps > maxBackoffStepsLimit:
 		return fmt.Errorf("conncooldown: maxBackoffSteps %d outside [0, %d]", c.MaxBackoffSteps, maxBackoffStepsLimit)
-	case c.ConcurrencyLimitCooldown <= 0 || c.ConcurrencyLimitCooldown > c.MaxCooldown:
-		return fmt.Errorf("conncooldown: concurrencyLimitCooldown %v outside (0, maxCooldown %v]", c.ConcurrencyLimitCooldown, c.MaxCooldown)
+	case c.ConcurrencyLimitCooldown < time.Millisecond || c.ConcurrencyLimitCooldown > c.MaxCooldown:
+		return fmt.Errorf("conncooldown: concurrencyLimitCooldown %v outside [1ms, maxCooldown %v]", c.ConcurrencyLimitCooldown, c.MaxCooldown)
 	case c.ExpiredRetryMax < 1 || c.ExpiredRetryMax > maxStreakLimit:
 		return fmt.Errorf("conncooldown: expiredRetryMax %d outside [1, %d]", c.ExpiredRetryMax, maxStreakLimit)
 	case c.RequestRejectedStreak < 1 || c.RequestRejectedStreak > maxStreakLimit:
 		return fmt.Errorf("conncooldown: requestRejectedStreak %d outside [1, %d]", c.RequestRejectedStreak, maxStreakLimit)
+	}
+	for _, d := range [...]struct {
+		name string
+		v    time.Duration
+	}{{"baseCooldown", c.BaseCooldown}, {"maxCooldown", c.MaxCooldown}, {"concurrencyLimitCooldown", c.ConcurrencyLimitCooldown}} {
+		if d.v%time.Millisecond != 0 {
+			return fmt.Errorf("conncooldown: %s %v is not a whole number of milliseconds", d.name, d.v)
+		}
 	}
 	return nil
 }

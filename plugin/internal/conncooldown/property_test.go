@@ -33,11 +33,11 @@ func drawVerdict(t *rapid.T, from []failure.Verdict) failure.Verdict {
 
 func drawConfig(t *rapid.T) Config {
 	c := DefaultConfig(rapid.SampledFrom(policies.Profiles).Draw(t, "profile"))
-	c.MaxCooldown = time.Duration(rapid.Int64Range(int64(time.Second), int64(maxCooldownLimit)).Draw(t, "max"))
+	c.MaxCooldown = time.Millisecond * time.Duration(rapid.Int64Range(1000, maxCooldownLimit.Milliseconds()).Draw(t, "maxMs"))
 	// A base that is a random fraction of max divided by a small power of two, so the
 	// ladder often crosses max a few steps in.
 	frac := rapid.Int64Range(1, 1000).Draw(t, "baseFraction")
-	c.BaseCooldown = max(time.Duration(int64(c.MaxCooldown)/1000*frac)>>rapid.IntRange(0, 6).Draw(t, "baseShift"), time.Millisecond)
+	c.BaseCooldown = max(time.Duration(int64(c.MaxCooldown)/1000*frac)>>rapid.IntRange(0, 6).Draw(t, "baseShift"), time.Millisecond).Truncate(time.Millisecond)
 	c.ConcurrencyLimitCooldown = min(c.ConcurrencyLimitCooldown, c.MaxCooldown)
 	c.MaxBackoffSteps = rapid.IntRange(0, maxBackoffStepsLimit).Draw(t, "steps")
 	c.StreamStallCooldown = rapid.Bool().Draw(t, "stall")

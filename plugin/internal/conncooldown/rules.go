@@ -169,7 +169,7 @@ func (r *record) noteError(f Failure, now int64) {
 }
 
 func (r *record) cool(d time.Duration, now int64) {
-	r.until = now + d.Milliseconds()
+	r.until = now + int64((d+time.Millisecond-1)/time.Millisecond) // round up: never ends before it starts
 	r.setAt = now
 }
 

@@ -51,6 +51,8 @@ func TestConfigValidate(t *testing.T) {
 		{"zero concurrency cooldown", func(c *Config) { c.ConcurrencyLimitCooldown = 0 }, "concurrencyLimitCooldown"},
 		{"zero expired retries", func(c *Config) { c.ExpiredRetryMax = 0 }, "expiredRetryMax"},
 		{"zero rejection streak", func(c *Config) { c.RequestRejectedStreak = 0 }, "requestRejectedStreak"},
+		{"sub-millisecond max", func(c *Config) { c.MaxCooldown += time.Microsecond }, "maxCooldown"},
+		{"sub-millisecond base", func(c *Config) { c.BaseCooldown += time.Microsecond }, "baseCooldown"},
 	}
 	for _, tc := range cases {
 		c := apikey()

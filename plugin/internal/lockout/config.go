@@ -73,8 +73,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.MaxCooldown <= 0 || c.MaxCooldown > maxCooldownLimit:
 		return fmt.Errorf("lockout: maxCooldown %v outside (0, %v]", c.MaxCooldown, maxCooldownLimit)
-	case c.BaseCooldown <= 0 || c.BaseCooldown > c.MaxCooldown:
-		return fmt.Errorf("lockout: baseCooldown %v outside (0, maxCooldown %v]", c.BaseCooldown, c.MaxCooldown)
+	case c.BaseCooldown < time.Millisecond || c.BaseCooldown > c.MaxCooldown:
+		return fmt.Errorf("lockout: baseCooldown %v outside [1ms, maxCooldown %v]", c.BaseCooldown, c.MaxCooldown)
 	case c.MaxBackoffSteps < 0 || c.MaxBackoffSteps > maxBackoffStepsLimit:
 		return fmt.Errorf("lockout: maxBackoffSteps %d outside [0, %d]", c.MaxBackoffSteps, maxBackoffStepsLimit)
 	case c.LongRetryCap <= 0 || c.LongRetryCap > maxLongRetryCap:
@@ -83,6 +83,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("lockout: queueMaxWait %v outside [0, %v]", c.QueueMaxWait, maxCooldownLimit)
 	case c.EscalationWindow < 0 || c.EscalationWindow > maxCooldownLimit:
 		return fmt.Errorf("lockout: escalationWindow %v outside [0, %v]", c.EscalationWindow, maxCooldownLimit)
+	}
+	for _, d := range [...]struct {
+		name string
+		v    time.Duration
+	}{{"baseCooldown", c.BaseCooldown}, {"maxCooldown", c.MaxCooldown}, {"longRetryCap", c.LongRetryCap},
+		{"queueMaxWait", c.QueueMaxWait}, {"escalationWindow", c.EscalationWindow}} {
+		if d.v%time.Millisecond != 0 {
+			return fmt.Errorf("lockout: %s %v is not a whole number of milliseconds", d.name, d.v)
+		}
 	}
 	for i, code := range c.ErrorCodes {
 		if code < 100 || code > 599 {

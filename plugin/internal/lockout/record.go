@@ -249,6 +249,12 @@ func (x *index) remove(s failure.Scope, name string) bool {
 	return false
 }
 
+// ceilMillis converts a positive duration to whole milliseconds, rounding up, so a sub-
+// millisecond lockout still ends after it starts.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
 // millis converts t to Unix milliseconds, with the zero time as 0.
 func millis(t time.Time) int64 {
 	if t.IsZero() {

@@ -143,11 +143,11 @@ func (t *Tracker) applyFailure(prev lock, v failure.Verdict, long bool, started,
 	if overlapping {
 		// Thundering herd: no escalation. Only an explicit longer window extends the lock.
 		d := t.explicitCooldown(v, long)
-		if d <= 0 || now+d.Milliseconds() <= prev.until {
+		if d <= 0 || now+ceilMillis(d) <= prev.until {
 			return prev, false, false
 		}
 		next = prev
-		next.until, next.lockedAt = now+d.Milliseconds(), now
+		next.until, next.lockedAt = now+ceilMillis(d), now
 		next.status, next.reason = v.Status, boundedReason(v.Reason)
 		return next, false, true
 	}
@@ -157,7 +157,7 @@ func (t *Tracker) applyFailure(prev lock, v failure.Verdict, long bool, started,
 		status:   v.Status,
 		reason:   boundedReason(v.Reason),
 	}
-	next.until = now + t.cooldown(next.count, v, long).Milliseconds()
+	next.until = now + ceilMillis(t.cooldown(next.count, v, long))
 	return next, true, true
 }
 

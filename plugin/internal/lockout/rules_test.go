@@ -54,6 +54,8 @@ func TestConfigValidate(t *testing.T) {
 		{"negative window", func(c *Config) { c.EscalationWindow = -1 }, "escalationWindow"},
 		{"status 99", func(c *Config) { c.ErrorCodes = []int{429, 99} }, "errorCodes[1]"},
 		{"status 600", func(c *Config) { c.ErrorCodes = []int{600} }, "errorCodes[0]"},
+		{"sub-millisecond max", func(c *Config) { c.MaxCooldown += time.Microsecond }, "maxCooldown"},
+		{"sub-millisecond window", func(c *Config) { c.EscalationWindow = time.Microsecond }, "escalationWindow"},
 	}
 	for _, tc := range cases {
 		c := enabled()

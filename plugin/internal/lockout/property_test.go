@@ -1,0 +1,147 @@
+package lockout
+
+import (
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+)
+
+var propModels = []string{"gpt-5-mini", "gpt-5.1", "gpt-4o", "models/gemini", "gemini"}
+
+var propVerdicts = []failure.Verdict{
+	v429, v403, v404, v502, v500, v503(),
+	{Status: 403, Reason: failure.ReasonAuthError, Scope: failure.ScopeModel, Cooldown: 6 * time.Hour},
+	{Status: 429, Reason: failure.ReasonRateLimit, Scope: failure.ScopeExact},
+}
+
+var propSources = []failure.HintSource{failure.HintNone, failure.HintRetryAfter, failure.HintGoogleRetryInfo,
+	failure.HintBodyText, failure.HintRestatement}
+
+func drawConfig(t *rapid.T) Config {
+	c := enabled()
+	c.Enabled = rapid.Bool().Draw(t, "enabled")
+	ms := func(lo, hi time.Duration, label string) time.Duration {
+		return time.Millisecond * time.Duration(rapid.Int64Range(lo.Milliseconds(), hi.Milliseconds()).Draw(t, label))
+	}
+	c.MaxCooldown = ms(time.Second, maxCooldownLimit, "max")
+	c.BaseCooldown = max(ms(time.Millisecond, c.MaxCooldown, "base")>>rapid.IntRange(0, 6).Draw(t, "shift"), time.Millisecond).Truncate(time.Millisecond)
+	c.MaxBackoffSteps = rapid.IntRange(0, maxBackoffStepsLimit).Draw(t, "steps")
+	c.UseExponentialBackoff = rapid.Bool().Draw(t, "exponential")
+	c.LongRetryCap = ms(time.Second, maxLongRetryCap, "longCap")
+	c.EscalationWindow = ms(0, time.Hour, "window")
+	c.Family = codexFamilies.Family
+	return c
+}
+
+// Random failures, successes and clock moves; after each event every model's lockout stays
+// within its cap, its count within the steps, and Locked agrees with the lock records.
+func TestPropertyLockoutNeverOutlivesItsCap(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := drawConfig(t)
+		f := newFixture(t, cfg)
+		longHints := false
+		n := rapid.IntRange(1, 50).Draw(t, "events")
+		for i := 0; i < n; i++ {
+			switch rapid.IntRange(0, 2).Draw(t, "advanceKind") {
+			case 0:
+				f.clock.Advance(time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(t, "advance")))
+			case 1:
+				f.clock.Advance(maxLongRetryCap + 2*time.Hour) // past everything
+			}
+			model := rapid.SampledFrom(propModels).Draw(t, "model")
+			if rapid.IntRange(0, 3).Draw(t, "op") == 0 {
+				f.succeed(t, model)
+			} else {
+				v := rapid.SampledFrom(propVerdicts).Draw(t, "verdict")
+				v.HintSource = rapid.SampledFrom(propSources).Draw(t, "source")
+				v.RetryHint = time.Duration(rapid.Int64Range(0, int64(10*24*time.Hour)).Draw(t, "hint"))
+				longHints = longHints || v.HintSource == failure.HintGoogleRetryInfo
+				started := f.clock.Now()
+				if rapid.Bool().Draw(t, "overlapping") {
+					started = started.Add(-time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(t, "startedAgo")))
+				}
+				if _, err := f.tr.RecordFailure(f.conn, Failure{Model: model, Verdict: v, Started: started}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			limit := cfg.MaxCooldown
+			if longHints {
+				limit = max(limit, cfg.LongRetryCap)
+			}
+			now := f.clock.Now()
+			for _, m := range propModels {
+				l, ok := f.locked(t, m)
+				if !ok {
+					continue
+				}
+				if left := l.Until.Sub(now); left <= 0 || left > limit {
+					t.Fatalf("%s locked for %v more, cap %v", m, left, limit)
+				}
+				if l.FailureCount < 1 || l.FailureCount > cfg.MaxBackoffSteps+1 {
+					t.Fatalf("%s failure count %d beyond %d steps", m, l.FailureCount, cfg.MaxBackoffSteps)
+				}
+			}
+			for _, m := range propModels {
+				active := false
+				for _, k := range f.tr.candidates(m) {
+					rec, ok, err := f.tr.readLock(f.conn, k.scope, k.name)
+					if err != nil {
+						t.Fatal(err)
+					}
+					active = active || (ok && rec.until > now.UnixMilli())
+				}
+				if _, locked := f.locked(t, m); locked != active {
+					t.Fatalf("%s: Locked %v but lock records active %v", m, locked, active)
+				}
+			}
+		}
+	})
+}
+
+// The pure transition never escalates an overlapping failure and never sets a lockout beyond
+// the caps.
+func TestPropertyApplyFailureBounded(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := drawConfig(t)
+		tr := newFixture(t, cfg).tr
+		now := rapid.Int64Range(1, 1<<40).Draw(t, "now")
+		prev := lock{}
+		if rapid.Bool().Draw(t, "existing") {
+			prev = lock{
+				count:    rapid.IntRange(1, cfg.MaxBackoffSteps+1).Draw(t, "count"),
+				until:    rapid.Int64Range(1, now+int64(time.Hour/time.Millisecond)).Draw(t, "until"),
+				lockedAt: rapid.Int64Range(1, now).Draw(t, "lockedAt"),
+			}
+		}
+		v := rapid.SampledFrom(propVerdicts).Draw(t, "verdict")
+		v.HintSource = rapid.SampledFrom(propSources).Draw(t, "source")
+		v.RetryHint = time.Duration(rapid.Int64Range(0, int64(10*24*time.Hour)).Draw(t, "hint"))
+		// As in RecordFailure: a long hint exceeds a budget of at least 0.
+		long := v.HintSource == failure.HintGoogleRetryInfo && v.RetryHint > 0 && rapid.Bool().Draw(t, "long")
+		started := rapid.Int64Range(0, now).Draw(t, "started")
+		next, counted, write := tr.applyFailure(prev, v, long, started, now)
+		overlapping := prev.until > now || (started != 0 && prev.lockedAt != 0 && started < prev.lockedAt)
+		if overlapping && (counted || next.count != prev.count) {
+			t.Fatalf("overlapping failure escalated: %+v -> %+v", prev, next)
+		}
+		if !write {
+			if next != prev {
+				t.Fatalf("kept lock changed: %+v -> %+v", prev, next)
+			}
+			return
+		}
+		limit := cfg.MaxCooldown
+		if long {
+			limit = cfg.LongRetryCap
+		}
+		if d := next.until - now; d <= 0 || d > limit.Milliseconds() {
+			t.Fatalf("lockout of %dms, cap %v", d, limit)
+		}
+		if next.until < prev.until {
+			t.Fatalf("lockout shortened: %d -> %d", prev.until, next.until)
+		}
+	})
+}
