@@ -1,0 +1,203 @@
+package main
+
+// The differential suite: the same filter scenarios run natively under the SDK's proxytest
+// (the Go code as a library) and compiled to wasm under hostsim (the module Envoy loads),
+// and must be observably identical: actions, headers, local replies, metrics and logs. It
+// catches what only the wasm build can get wrong — the ABI bridge, 32-bit sizes, memory
+// handed across the boundary, the runtime — and where hostsim's Envoy semantics differ
+// from proxytest's in a way the filter would notice.
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
+	"github.com/spillwayproxy/spillway/plugin/internal/filter"
+	"github.com/spillwayproxy/spillway/policies/examples"
+	"github.com/spillwayproxy/spillway/policies/policyfile"
+)
+
+// emulator is what a scenario may do to a host: proxytest's method set, which hostsimtest
+// mirrors.
+type emulator interface {
+	StartPlugin() types.OnPluginStartStatus
+	InitializeHttpContext() uint32
+	CallOnRequestHeaders(id uint32, headers [][2]string, eos bool) types.Action
+	CallOnRequestBody(id uint32, body []byte, eos bool) types.Action
+	CallOnResponseHeaders(id uint32, headers [][2]string, eos bool) types.Action
+	CallOnResponseBody(id uint32, body []byte, eos bool) types.Action
+	CompleteHttpContext(id uint32)
+	GetCurrentRequestHeaders(id uint32) [][2]string
+	GetCurrentResponseHeaders(id uint32) [][2]string
+	GetCounterMetric(name string) (uint64, error)
+}
+
+// observation is everything a scenario can see of the filter.
+type observation struct {
+	Start           types.OnPluginStartStatus
+	Actions         []string      // "step: action" in order
+	RequestHeaders  [][][2]string // per stream in order (ids differ between hosts), after the filter ran
+	ResponseHeaders [][][2]string
+	LocalResponses  []string // status and body of local replies
+	Metrics         map[string]uint64
+	Logs            map[string][]string // by level
+}
+
+// recorder runs scenario steps against one emulator and records what happens.
+type recorder struct {
+	e     emulator
+	local func(id uint32) string // the stream's local reply, "" if none
+	obs   observation
+}
+
+func (r *recorder) act(step string, a types.Action) {
+	r.obs.Actions = append(r.obs.Actions, step+": "+map[types.Action]string{
+		types.ActionContinue: "continue", types.ActionPause: "pause"}[a])
+}
+
+func (r *recorder) snapshot(id uint32) {
+	r.obs.RequestHeaders = append(r.obs.RequestHeaders, sorted(r.e.GetCurrentRequestHeaders(id)))
+	r.obs.ResponseHeaders = append(r.obs.ResponseHeaders, sorted(r.e.GetCurrentResponseHeaders(id)))
+	r.obs.LocalResponses = append(r.obs.LocalResponses, r.local(id))
+}
+
+func sorted(hs [][2]string) [][2]string {
+	out := append([][2]string(nil), hs...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	return out
+}
+
+// scenario is one filter scenario: a policy and the steps run against a started plugin.
+type scenario struct {
+	name   string
+	config []byte
+	run    func(r *recorder)
+}
+
+func chatRequest(r *recorder, path string, chunks ...string) uint32 {
+	id := r.e.InitializeHttpContext()
+	hs := [][2]string{{":method", "POST"}, {":path", path}, {":authority", "spillway.local"},
+		{"content-type", "application/json"}, {"x-session-id", "sess-1"}, {"x-omniroute-session", "sess-2"}}
+	r.act("request headers", r.e.CallOnRequestHeaders(id, hs, len(chunks) == 0))
+	for i, c := range chunks {
+		r.act("request body", r.e.CallOnRequestBody(id, []byte(c), i == len(chunks)-1))
+	}
+	r.act("response headers", r.e.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, false))
+	r.act("response body", r.e.CallOnResponseBody(id, []byte(`{"id":"x"}`), true))
+	r.snapshot(id)
+	r.e.CompleteHttpContext(id)
+	return id
+}
+
+func scenarios(t *testing.T) []scenario {
+	demo, err := policyfile.ToJSON(examples.Demo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"gpt-4o","stream":false,"messages":[{"role":"user","content":"héllo, 世界"}]}`
+	return []scenario{
+		{name: "chat completion passes through with spillway headers", config: demo, run: func(r *recorder) {
+			chatRequest(r, "/v1/chat/completions", body[:17], body[17:40], body[40:])
+		}},
+		{name: "bodyless request", config: demo, run: func(r *recorder) {
+			id := r.e.InitializeHttpContext()
+			r.act("request headers", r.e.CallOnRequestHeaders(id, [][2]string{{":method", "GET"}, {":path", "/v1/models"},
+				{":authority", "spillway.local"}, {"x-codex-session-id", "s"}}, true))
+			r.act("response headers", r.e.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true))
+			r.snapshot(id)
+			r.e.CompleteHttpContext(id)
+		}},
+		{name: "body that is not JSON", config: demo, run: func(r *recorder) {
+			chatRequest(r, "/v1/completions", "not json at all")
+		}},
+		{name: "several streams in a row", config: demo, run: func(r *recorder) {
+			for i := 0; i < 5; i++ {
+				chatRequest(r, "/v1/chat/completions", body)
+			}
+		}},
+		{name: "invalid policy refuses to start", config: []byte(`{"providers":[{"id":"p","profile":"apikey","cluster":"c","connections":[{"id":"c1"}]}],` +
+			`"routes":[{"model":"m","targets":[{"provider":"nope"}]}],"resilience":{"modelLockout":{"baseCoolDownMs":1}}}`)},
+		{name: "no policy refuses to start", config: nil},
+	}
+}
+
+// observe runs a scenario on one emulator.
+func observe(sc scenario, e emulator, local func(uint32) string, logs func(level string) []string) observation {
+	r := &recorder{e: e, local: local, obs: observation{Metrics: map[string]uint64{}, Logs: map[string][]string{}}}
+	r.obs.Start = e.StartPlugin()
+	if r.obs.Start == types.OnPluginStartStatusOK && sc.run != nil {
+		sc.run(r)
+	}
+	for _, m := range []string{"spillway_requests_total", "spillway_panics_total"} {
+		if v, err := e.GetCounterMetric(m); err == nil {
+			r.obs.Metrics[m] = v
+		}
+	}
+	for _, level := range []string{"debug", "info", "warn", "error", "critical"} {
+		if l := logs(level); len(l) > 0 {
+			r.obs.Logs[level] = l
+		}
+	}
+	return r.obs
+}
+
+func TestDifferentialProxytestVersusHostsim(t *testing.T) {
+	wasm := hostsimtest.ReadModule(t, "build/spillway.wasm")
+	for _, sc := range scenarios(t) {
+		t.Run(sc.name, func(t *testing.T) {
+			// Native: the filter's Go code under proxytest.
+			native, reset := proxytest.NewHostEmulator(proxytest.NewEmulatorOption().
+				WithVMContext(filter.NewVMContext()).WithPluginConfiguration(sc.config))
+			nativeLogs := map[string]func() []string{"debug": native.GetDebugLogs, "info": native.GetInfoLogs,
+				"warn": native.GetWarnLogs, "error": native.GetErrorLogs, "critical": native.GetCriticalLogs}
+			want := observe(sc, native, func(id uint32) string {
+				if lr := native.GetSentLocalResponse(id); lr != nil {
+					return fmt.Sprintf("%d %s %q", lr.StatusCode, lr.Data, sorted(lr.Headers))
+				}
+				return ""
+			}, func(l string) []string { return nativeLogs[l]() })
+			reset()
+
+			// Wasm: build/spillway.wasm under hostsim, one worker VM (proxytest has one).
+			h := hostsimtest.New(t, wasm, hostsim.WithWorkers(1), hostsim.WithPluginConfiguration(sc.config))
+			got := observe(sc, h, func(id uint32) string {
+				if lr := h.GetSentLocalResponse(id); lr != nil {
+					return fmt.Sprintf("%d %s %q", lr.StatusCode, lr.Data, sorted(lr.Headers))
+				}
+				return ""
+			}, func(level string) []string { return vmLogs(h.Host, level) })
+
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("proxytest (-) and hostsim (+) disagree:\n%s", diff)
+			}
+			if sc.run != nil && len(got.Actions) == 0 {
+				t.Fatal("scenario ran no steps: the plugin did not start")
+			}
+		})
+	}
+}
+
+// vmLogs returns one VM's log lines at a level, the VM proxytest's single one corresponds
+// to: worker 0 once the plugin runs, or the canary when it refused to start (Envoy
+// configures the canary first and rejects the plugin there, so no worker ever starts).
+func vmLogs(h *hostsim.Host, level string) []string {
+	vm := "worker-0"
+	if len(h.Workers()) == 0 {
+		vm = "canary"
+	}
+	var out []string
+	for _, e := range h.Logs() {
+		// hostsim's own report of the failed start is not the guest's log.
+		if e.VM == vm && strings.EqualFold(e.Level.String(), level) && !strings.HasPrefix(e.Message, "VM failed: hostsim:") {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
