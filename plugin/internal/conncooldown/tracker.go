@@ -34,8 +34,9 @@ func New(store state.Store, clock state.Clock, cfg Config) (*Tracker, error) {
 // Config returns the tracker's settings.
 func (t *Tracker) Config() Config { return t.cfg }
 
-// CorruptRecords counts stored records that could not be decoded and were treated as absent.
-func (t *Tracker) CorruptRecords() uint64 { return t.corrupt.Load() }
+// CorruptReads counts reads of stored records that could not be decoded and were treated as
+// absent (a read repeated by a CAS retry counts again). Export it as a stat.
+func (t *Tracker) CorruptReads() uint64 { return t.corrupt.Load() }
 
 // Availability is what routing needs to know about a connection now.
 type Availability struct {
@@ -111,7 +112,7 @@ func (t *Tracker) RecordSuccess(c Conn, started time.Time) error {
 		if err != nil || !c.sameCredential(rec) {
 			return nil, state.Delete, nil
 		}
-		if rec.terminal != "" || (start != 0 && rec.setAt != 0 && start < rec.setAt) {
+		if rec.terminal != failure.TerminalNone || (start != 0 && rec.setAt != 0 && start < rec.setAt) {
 			return nil, state.Keep, nil
 		}
 		return nil, state.Delete, nil

@@ -194,7 +194,7 @@ func TestCorruptRecordIsAbsent(t *testing.T) {
 		if a := f.check(t); a.Status != StatusAvailable {
 			t.Fatalf("case %d: corrupt record read as %s", i, a.Status)
 		}
-		if got := f.tr.CorruptRecords(); got != uint64(i+1) {
+		if got := f.tr.CorruptReads(); got != uint64(i+1) {
 			t.Fatalf("case %d: corrupt count %d", i, got)
 		}
 	}

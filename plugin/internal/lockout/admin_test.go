@@ -127,7 +127,7 @@ func TestIndexIsBoundedAndPruned(t *testing.T) {
 	}
 }
 
-func TestCorruptRecordsAreAbsent(t *testing.T) {
+func TestCorruptReadsAreAbsent(t *testing.T) {
 	f := newFixture(t, enabled())
 	f.fail(t, "m", v502, time.Time{})
 	lockKey := f.conn.lockKey(failure.ScopeExact, "m")
@@ -139,8 +139,8 @@ func TestCorruptRecordsAreAbsent(t *testing.T) {
 	if _, ok := f.locked(t, "m"); ok {
 		t.Fatal("corrupt lock record read as locked")
 	}
-	if f.tr.CorruptRecords() != 1 {
-		t.Fatalf("corrupt count %d", f.tr.CorruptRecords())
+	if f.tr.CorruptReads() != 1 {
+		t.Fatalf("corrupt count %d", f.tr.CorruptReads())
 	}
 	if out := f.fail(t, "m", v502, time.Time{}); !out.Counted || out.Lock.FailureCount != 1 {
 		t.Fatalf("failure over corrupt record: %+v", out)

@@ -47,8 +47,9 @@ func New(store state.Store, clock state.Clock, cfg Config) (*Tracker, error) {
 // Config returns the tracker's settings.
 func (t *Tracker) Config() Config { return t.cfg }
 
-// CorruptRecords counts stored records that could not be decoded and were treated as absent.
-func (t *Tracker) CorruptRecords() uint64 { return t.corrupt.Load() }
+// CorruptReads counts reads of stored records that could not be decoded and were treated as
+// absent (a read repeated by a CAS retry counts again). Export it as a stat.
+func (t *Tracker) CorruptReads() uint64 { return t.corrupt.Load() }
 
 func (t *Tracker) countsAsModelFailure(status int) bool {
 	return status > 0 && status < 640 && t.codes[status/64]&(1<<(status%64)) != 0
