@@ -91,6 +91,13 @@ func (vm *VM) streamView(id uint32, f func(s *Stream)) {
 	defer vm.mu.Unlock()
 	if s := vm.streams[id]; s != nil {
 		f(s)
+		return
+	}
+	for _, s := range vm.recent {
+		if s.id == id {
+			f(s)
+			return
+		}
 	}
 }
 

@@ -551,6 +551,7 @@ func (s *Stream) complete() error {
 	defer func() {
 		s.deleted = true
 		delete(vm.streams, s.id)
+		vm.remember(s)
 	}()
 	if s.skip || vm.failed != nil || vm.dead {
 		return nil
@@ -569,6 +570,19 @@ func (s *Stream) complete() error {
 	}
 	_, err = vm.call("proxy_on_delete", vm.fns.delete, s.frame(), uint64(s.id))
 	return err
+}
+
+// recentStreams is how many finished streams a VM keeps for the inspection getters.
+const recentStreams = 64
+
+func (vm *VM) remember(s *Stream) {
+	s.ex = nil
+	if len(vm.recent) < recentStreams {
+		vm.recent = append(vm.recent, s)
+		return
+	}
+	vm.recent[vm.recentNext] = s
+	vm.recentNext = (vm.recentNext + 1) % recentStreams
 }
 
 // beginStream applies the failure policy to a new stream on a failed VM. It reports

@@ -71,7 +71,8 @@ type VM struct {
 	tickGen     uint64
 	status      Status // proxy_get_status: last callout result
 	statusMsg   string
-	freeStreams []*Stream
+	recent      []*Stream // the last finished streams, for the getters
+	recentNext  int
 }
 
 type vmFuncs struct {
