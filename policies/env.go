@@ -14,6 +14,51 @@ import (
 // NAME is [A-Za-z_][A-Za-z0-9_]*; default is literal text up to the first '}'. A '$' not
 // followed by '{' is kept as is. Only values are expanded, never keys.
 
+// Environment variables that supply the request queue's defaults (guide §5). Precedence:
+// built-in default < these < resilience.requestQueue < a connection's rateLimitOverrides.
+// Parse reads them through ParseOptions.LookupEnv; an empty variable is unset.
+const (
+	EnvRequestQueueMaxWait          = "RATE_LIMIT_MAX_WAIT_MS"
+	EnvRequestQueueExecutionMaxWait = "RATE_LIMIT_EXECUTION_MAX_WAIT_MS"
+	EnvRequestQueueMaxDepth         = "RATE_LIMIT_MAX_QUEUE_DEPTH"
+)
+
+// readEnvQueue reads the queue defaults from the environment. A value that is not an integer
+// is ignored with a warning (which never repeats the value).
+func readEnvQueue(lookup func(string) (string, bool), warn func(path, message string)) RequestQueue {
+	var q RequestQueue
+	if lookup == nil {
+		return q
+	}
+	read := func(name string) (int64, bool) {
+		raw, ok := lookup(name)
+		raw = strings.TrimSpace(raw)
+		if !ok || raw == "" {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil {
+			warn(envPath(name), "not a whole number; ignored")
+			return 0, false
+		}
+		return n, true
+	}
+	if n, ok := read(EnvRequestQueueMaxWait); ok {
+		q.MaxWaitMs = &n
+	}
+	if n, ok := read(EnvRequestQueueExecutionMaxWait); ok {
+		q.ExecutionMaxWaitMs = &n
+	}
+	if n, ok := read(EnvRequestQueueMaxDepth); ok {
+		depth := int(max(min(n, 1<<31-1), -(1 << 31))) // fits any int; clamped into range later
+		q.MaxQueueDepth = &depth
+	}
+	return q
+}
+
+// envPath names an environment variable where a field path would go.
+func envPath(name string) string { return "$" + name }
+
 // envError is an expansion problem; its message never contains a variable's value.
 type envError struct {
 	message string

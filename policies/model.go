@@ -23,8 +23,13 @@ type Policy struct {
 	MaxRequestBodyBytes *int64 `json:"maxRequestBodyBytes,omitempty" jsonschema:"minimum=1024,maximum=268435456"`
 
 	// Warnings lists what parsing changed or finds doubtful without rejecting it (values
-	// clamped into their range, weak admin token). Not part of the JSON document.
+	// clamped into their range, weak admin token, unusable environment defaults). Not part
+	// of the JSON document.
 	Warnings Errors `json:"-"`
+
+	// envQueue holds the request-queue defaults read from the environment at Parse
+	// (RATE_LIMIT_* variables): the lowest layer under resilience.requestQueue.
+	envQueue RequestQueue
 }
 
 // Provider is one upstream provider: the scope of the circuit breaker and of the opt-in
@@ -310,7 +315,9 @@ type ModelLockout struct {
 	UseExponentialBackoff *bool `json:"useExponentialBackoff,omitempty"`
 }
 
-// RequestQueue is resilienceSettings.requestQueue (guide §5).
+// RequestQueue is resilienceSettings.requestQueue (guide §5). Precedence for each value:
+// built-in default < environment (RATE_LIMIT_MAX_WAIT_MS, RATE_LIMIT_EXECUTION_MAX_WAIT_MS,
+// RATE_LIMIT_MAX_QUEUE_DEPTH) < this block < a connection's rateLimitOverrides.
 type RequestQueue struct {
 	// MaxWaitMs is the queue budget: how long a request may wait for a slot before 429
 	// RATE_LIMIT_QUEUE_TIMEOUT. Default 30 s; clamped to 1 ms–24 h.

@@ -34,6 +34,8 @@ func Parse(data []byte, opts ParseOptions) (*Policy, error) {
 	d.decode(tree, reflect.ValueOf(p).Elem(), "")
 	v := newValidator(p, d.fromEnv, d.failed)
 	v.errs = d.errs
+	p.envQueue = readEnvQueue(opts.LookupEnv, v.warn)
+	v.requestQueue(&p.envQueue, "")
 	v.run()
 	if len(v.errs) > 0 {
 		return nil, v.errs

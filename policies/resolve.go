@@ -19,8 +19,9 @@ type Resolved struct {
 	ProviderCooldownEnabled bool
 	// ModelLockout is the model lockout layer's settings.
 	ModelLockout ModelLockoutSettings
-	// RequestQueue holds the policy-wide queue settings (per-connection budgets, with
-	// overrides applied, are on ResolvedConnection).
+	// RequestQueue holds the policy-wide queue settings, environment defaults
+	// (RATE_LIMIT_*) applied (per-connection budgets, with overrides applied, are on
+	// ResolvedConnection).
 	RequestQueue RequestQueueSettings
 	// ComboCooldownWait is the cooldown-aware combo retry.
 	ComboCooldownWait ComboCooldownWaitSettings
@@ -86,7 +87,8 @@ type ResolvedConnection struct {
 	ModelConcurrency map[string]int
 	// Weight is the share for weighted strategies.
 	Weight int
-	// QueueMaxWait is the effective queue budget (default < requestQueue < override).
+	// QueueMaxWait is the effective queue budget (default < RATE_LIMIT_MAX_WAIT_MS <
+	// requestQueue < rateLimitOverrides).
 	QueueMaxWait time.Duration
 	// ExecutionMaxWait is the effective per-attempt execution cap.
 	ExecutionMaxWait time.Duration
@@ -348,10 +350,11 @@ func (p *Policy) Resolved() *Resolved {
 
 	res.ProviderCooldownEnabled = boolOr(rs.ProviderCooldown.Enabled, ProviderCooldownEnabled)
 	res.ModelLockout = resolveModelLockout(&rs.ModelLockout)
+	env := &p.envQueue
 	res.RequestQueue = RequestQueueSettings{
-		MaxWait:          msOr(rs.RequestQueue.MaxWaitMs, RequestQueueMaxWait),
-		ExecutionMaxWait: msOr(rs.RequestQueue.ExecutionMaxWaitMs, RequestQueueExecutionMaxWait),
-		MaxQueueDepth:    intOr(rs.RequestQueue.MaxQueueDepth, RequestQueueMaxDepth),
+		MaxWait:          msOr(rs.RequestQueue.MaxWaitMs, msOr(env.MaxWaitMs, RequestQueueMaxWait)),
+		ExecutionMaxWait: msOr(rs.RequestQueue.ExecutionMaxWaitMs, msOr(env.ExecutionMaxWaitMs, RequestQueueExecutionMaxWait)),
+		MaxQueueDepth:    intOr(rs.RequestQueue.MaxQueueDepth, intOr(env.MaxQueueDepth, RequestQueueMaxDepth)),
 	}
 	res.ComboCooldownWait = ComboCooldownWaitSettings{
 		Enabled:     boolOr(rs.ComboCooldownWait.Enabled, ComboCooldownWaitEnabled),
@@ -387,7 +390,7 @@ func (p *Policy) Resolved() *Resolved {
 	res.MaxRequestBodyBytes = int64Or(p.MaxRequestBodyBytes, MaxRequestBodyBytes)
 
 	for i := range p.Providers {
-		res.Providers = append(res.Providers, res.resolveProvider(p, i))
+		res.Providers = append(res.Providers, res.resolveProvider(p, i, res.RequestQueue))
 	}
 	for i := range p.Routes {
 		res.Routes = append(res.Routes, res.resolveRoute(&p.Routes[i]))
@@ -401,7 +404,7 @@ func (p *Policy) Resolved() *Resolved {
 	return res
 }
 
-func (res *Resolved) resolveProvider(p *Policy, index int) ResolvedProvider {
+func (res *Resolved) resolveProvider(p *Policy, index int, queue RequestQueueSettings) ResolvedProvider {
 	pr := &p.Providers[index]
 	rs := &p.Resilience
 	profile := pr.Profile
@@ -426,8 +429,7 @@ func (res *Resolved) resolveProvider(p *Policy, index int) ResolvedProvider {
 			out.QuotaFamilies = append(out.QuotaFamilies, QuotaFamily{Glob: g, Family: pr.QuotaFamilies[glob]})
 		}
 	}
-	queueWait := msOr(rs.RequestQueue.MaxWaitMs, RequestQueueMaxWait)
-	execWait := msOr(rs.RequestQueue.ExecutionMaxWaitMs, RequestQueueExecutionMaxWait)
+	queueWait, execWait := queue.MaxWait, queue.ExecutionMaxWait
 	for ci := range pr.Connections {
 		c := &pr.Connections[ci]
 		rc := ResolvedConnection{
@@ -438,7 +440,7 @@ func (res *Resolved) resolveProvider(p *Policy, index int) ResolvedProvider {
 			Weight:           intOr(c.Weight, 1),
 			QueueMaxWait:     queueWait,
 			ExecutionMaxWait: execWait,
-			MaxQueueDepth:    intOr(rs.RequestQueue.MaxQueueDepth, RequestQueueMaxDepth),
+			MaxQueueDepth:    queue.MaxQueueDepth,
 		}
 		if c.Credential != nil {
 			rc.CredentialHeader = c.Credential.Header

@@ -178,6 +178,57 @@ func TestQueueBudgetPrecedence(t *testing.T) {
 	}
 }
 
+func TestQueueEnvironmentLayer(t *testing.T) {
+	// built-in default < RATE_LIMIT_* < resilience.requestQueue < rateLimitOverrides (guide §5).
+	doc := `{"providers":[{"id":"p","cluster":"c","connections":[{"id":"plain"},{"id":"over","rateLimitOverrides":{"maxWaitMs":100}}]}],` +
+		`"routes":[{"model":"m","targets":[{"provider":"p"}]}]%s}`
+	tests := []struct {
+		name    string            // case
+		env     map[string]string // VM environment
+		queue   string            // resilience.requestQueue ("" = none)
+		wait    time.Duration     // effective wait of "plain"
+		exe     time.Duration     // effective execution cap of "plain"
+		depth   int               // effective depth
+		over    time.Duration     // effective wait of "over"
+		warning string            // expected warning path ("" = none)
+	}{
+		{"defaults", nil, "", 30 * time.Second, 10 * time.Minute, 0, 100 * time.Millisecond, ""},
+		{"environment", map[string]string{"RATE_LIMIT_MAX_WAIT_MS": " 2000 ", "RATE_LIMIT_EXECUTION_MAX_WAIT_MS": "60000", "RATE_LIMIT_MAX_QUEUE_DEPTH": "7"},
+			"", 2 * time.Second, time.Minute, 7, 100 * time.Millisecond, ""},
+		{"policy beats environment", map[string]string{"RATE_LIMIT_MAX_WAIT_MS": "2000", "RATE_LIMIT_MAX_QUEUE_DEPTH": "7"},
+			`{"maxWaitMs":5000}`, 5 * time.Second, 10 * time.Minute, 7, 100 * time.Millisecond, ""},
+		{"empty variable is unset", map[string]string{"RATE_LIMIT_MAX_WAIT_MS": ""}, "", 30 * time.Second, 10 * time.Minute, 0, 100 * time.Millisecond, ""},
+		{"bad variable is ignored", map[string]string{"RATE_LIMIT_MAX_WAIT_MS": "30s"}, "", 30 * time.Second, 10 * time.Minute, 0, 100 * time.Millisecond, "$RATE_LIMIT_MAX_WAIT_MS"},
+		{"environment is clamped", map[string]string{"RATE_LIMIT_MAX_QUEUE_DEPTH": "999999"}, "", 30 * time.Second, 10 * time.Minute, 100000, 100 * time.Millisecond, "$RATE_LIMIT_MAX_QUEUE_DEPTH"},
+	}
+	for _, tt := range tests {
+		extra := ""
+		if tt.queue != "" {
+			extra = `,"resilience":{"requestQueue":` + tt.queue + `}`
+		}
+		p := mustParse(t, fmt.Sprintf(doc, extra), ParseOptions{LookupEnv: envMap(tt.env)})
+		r := p.Resolved()
+		_, plain, _ := r.Connection("plain")
+		_, over, _ := r.Connection("over")
+		if plain.QueueMaxWait != tt.wait || plain.ExecutionMaxWait != tt.exe || plain.MaxQueueDepth != tt.depth || over.QueueMaxWait != tt.over {
+			t.Errorf("%s: plain %v/%v/%d over %v; want %v/%v/%d %v", tt.name, plain.QueueMaxWait, plain.ExecutionMaxWait,
+				plain.MaxQueueDepth, over.QueueMaxWait, tt.wait, tt.exe, tt.depth, tt.over)
+		}
+		if r.RequestQueue.MaxWait != tt.wait || r.RequestQueue.MaxQueueDepth != tt.depth {
+			t.Errorf("%s: policy-wide queue = %+v", tt.name, r.RequestQueue)
+		}
+		switch {
+		case tt.warning == "" && len(p.Warnings) != 0:
+			t.Errorf("%s: unexpected warnings %v", tt.name, p.Warnings)
+		case tt.warning != "" && (len(p.Warnings) != 1 || p.Warnings[0].Path != tt.warning):
+			t.Errorf("%s: warnings %v, want one at %s", tt.name, p.Warnings, tt.warning)
+		}
+		if strings.Contains(p.Warnings.Error(), "30s") {
+			t.Errorf("%s: a warning repeats an environment value: %v", tt.name, p.Warnings)
+		}
+	}
+}
+
 func TestRouteLookup(t *testing.T) {
 	doc := `{"providers":[{"id":"p","cluster":"c","connections":[{"id":"a"},{"id":"b"}]}],"routes":[
 	  {"model":"claude-*","targets":[{"provider":"p"}]},

@@ -183,12 +183,19 @@ func (v *validator) modelLockout(m *ModelLockout, path string) {
 	v.clampInt(joinField(path, "maxBackoffSteps"), m.MaxBackoffSteps, 0, ModelLockoutMaxBackoffStepCap)
 }
 
-// requestQueue applies the guide's normalisation: waits 1 ms–24 h, depth 0–100000.
+// requestQueue applies the guide's normalisation: waits 1 ms–24 h, depth 0–100000. An empty
+// path means the environment layer, whose problems are named by variable.
 func (v *validator) requestQueue(q *RequestQueue, path string) {
 	lo, hi := RequestQueueMinWait.Milliseconds(), RequestQueueMaxWaitCap.Milliseconds()
-	v.clampMs(joinField(path, "maxWaitMs"), q.MaxWaitMs, lo, hi)
-	v.clampMs(joinField(path, "executionMaxWaitMs"), q.ExecutionMaxWaitMs, lo, hi)
-	v.clampInt(joinField(path, "maxQueueDepth"), q.MaxQueueDepth, 0, RequestQueueMaxDepthCap)
+	name := func(field, env string) string {
+		if path == "" {
+			return envPath(env)
+		}
+		return joinField(path, field)
+	}
+	v.clampMs(name("maxWaitMs", EnvRequestQueueMaxWait), q.MaxWaitMs, lo, hi)
+	v.clampMs(name("executionMaxWaitMs", EnvRequestQueueExecutionMaxWait), q.ExecutionMaxWaitMs, lo, hi)
+	v.clampInt(name("maxQueueDepth", EnvRequestQueueMaxDepth), q.MaxQueueDepth, 0, RequestQueueMaxDepthCap)
 }
 
 func (v *validator) comboCooldownWait(c *ComboCooldownWait, path string) {
