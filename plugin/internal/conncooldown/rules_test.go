@@ -273,24 +273,3 @@ func TestFailureRules(t *testing.T) {
 		})
 	}
 }
-
-func TestApplies(t *testing.T) {
-	cases := []struct {
-		v    failure.Verdict // verdict
-		want bool            // whether the connection layer handles it
-	}{
-		{vServer, true},
-		{vConcurrency, true},
-		{vBanned, true},
-		{vRejected, true},
-		{vStall, true},
-		{failure.Verdict{Status: 503, Reason: failure.ReasonServerError, Scope: failure.ScopeProvider}, false},
-		{failure.Verdict{Status: 404, Reason: failure.ReasonNotFound, Scope: failure.ScopeModel}, false},
-		{failure.Verdict{Status: 400, Reason: failure.ReasonBadRequest}, false},
-	}
-	for _, tc := range cases {
-		if got := Applies(tc.v); got != tc.want {
-			t.Errorf("Applies(%+v) = %v, want %v", tc.v, got, tc.want)
-		}
-	}
-}

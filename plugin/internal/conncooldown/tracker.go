@@ -68,14 +68,8 @@ type Outcome struct {
 	Availability Availability
 }
 
-// Applies reports whether a verdict concerns the connection layer: it blames the connection,
-// sets or counts toward a terminal state, reports a busy account or a content stall.
-func Applies(v failure.Verdict) bool {
-	return v.Scope == failure.ScopeConnection || classify(v) != kindTransient
-}
-
-// RecordFailure applies one failed attempt to the connection. Route only verdicts that blame
-// the connection here (see Applies).
+// RecordFailure applies one failed attempt to the connection. Which failures reach the
+// connection layer (rather than, say, a model lockout) is the caller's routing decision.
 func (t *Tracker) RecordFailure(c Conn, f Failure) (Outcome, error) {
 	now := t.nowMillis()
 	var counted bool

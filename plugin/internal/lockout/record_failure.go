@@ -65,7 +65,8 @@ func upstreamHint(v failure.Verdict) time.Duration {
 
 // RecordFailure applies one failed attempt. Only statuses in ErrorCodes lock, and only when
 // lockouts are enabled; a typed Google RetryInfo hint longer than the queue wait budget always
-// locks the exact model, for the hint capped at LongRetryCap, instead of pausing the queue.
+// locks the exact model (whatever the verdict's scope), for the hint capped at LongRetryCap,
+// instead of pausing the queue.
 func (t *Tracker) RecordFailure(c Conn, f Failure) (Outcome, error) {
 	if err := validModel(f.Model); err != nil {
 		return Outcome{}, err
@@ -80,8 +81,8 @@ func (t *Tracker) RecordFailure(c Conn, f Failure) (Outcome, error) {
 		return Outcome{}, nil
 	}
 	scope := ResolveScope(v)
-	if long && !explicitScope(v.Scope) {
-		scope = failure.ScopeExact // long hints lock the exact model unless a rule says otherwise
+	if long {
+		scope = failure.ScopeExact // lockExactModel: never a family or a bare name
 	}
 	name := f.Model
 	switch scope {

@@ -253,6 +253,12 @@ func TestLockoutRules(t *testing.T) {
 				{model: "gemini-2.5-pro"},
 			}},
 		}},
+		{"long Google RetryInfo locks exactly even under a family scope", families, []step{
+			{model: "gpt-5-mini", verdict: withScope(hinted(v429, 2*time.Hour, failure.HintGoogleRetryInfo), failure.ScopeQuotaFamily), counted: true, checks: []check{
+				{"gpt-5-mini", true, 2 * time.Hour, failure.ScopeExact, 1},
+				{model: "gpt-5.1"},
+			}},
+		}},
 		{"long Google RetryInfo capped at 24h", disabled, []step{
 			{model: "g", verdict: hinted(v429, 30*time.Hour, failure.HintGoogleRetryInfo), counted: true, checks: []check{{"g", true, 24 * time.Hour, failure.ScopeExact, 1}}},
 		}},
