@@ -287,7 +287,7 @@ func (c *Catalogue) Match(provider string, status int, text Text) (Match, bool) 
 func matches(markers, exclude []string, text Text, fullText bool) bool {
 	has := func(list []string) bool {
 		return textscan.ContainsAnyFold(text.Code, list) || textscan.ContainsAnyFold(text.Type, list) ||
-			(fullText && textscan.ContainsAnyFold(text.Full, list))
+			(fullText && textscan.ContainsAnyFold(textscan.String(text.Full), list))
 	}
 	if len(markers) > 0 && !has(markers) {
 		return false

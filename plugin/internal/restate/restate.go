@@ -180,14 +180,15 @@ func validMarkers(field string, markers []string) error {
 // no rule's provider and status select costs no allocation.
 func (t *Table) Apply(provider string, status int, headers [][2]string, body []byte, now time.Time) Result {
 	res := Result{Status: status, FromStatus: status}
-	var text []byte // searched text, decoded lazily the first time a rule needs it
+	var text string // searched text, decoded lazily the first time a rule needs it
+	searched := false
 	for i := range t.rules {
 		r := &t.rules[i]
 		if !textscan.EqualFold(r.Provider, provider) || !hasStatus(r.FromStatuses, status) {
 			continue
 		}
-		if text == nil {
-			text = textscan.Searchable(body)
+		if !searched {
+			text, searched = textscan.String(textscan.Searchable(body)), true
 		}
 		if (len(r.TextMarkers) > 0 && !textscan.ContainsAnyFold(text, r.TextMarkers)) ||
 			textscan.ContainsAnyFold(text, r.ExcludeMarkers) {

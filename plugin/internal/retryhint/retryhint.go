@@ -11,6 +11,7 @@
 package retryhint
 
 import (
+	"strings"
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/classify/textscan"
@@ -179,6 +180,9 @@ var detailsPaths = [...]string{"error.details", "0.error.details"}
 
 // googleRetryInfo reads retryDelay from a typed google.rpc.RetryInfo detail.
 func googleRetryInfo(json string) (time.Duration, bool) {
+	if !strings.Contains(json, "RetryInfo") {
+		return 0, false // one fast scan instead of two JSON walks
+	}
 	for _, path := range detailsPaths {
 		details := gjson.Get(json, path)
 		if !details.IsArray() {
@@ -262,6 +266,9 @@ var bodyFields = [...]struct {
 
 // bodyField reads the first untyped hint field present.
 func bodyField(json string) (time.Duration, bool) {
+	if !strings.Contains(json, "retry") && !strings.Contains(json, "resets") {
+		return 0, false // every field name holds one of these: skip the JSON walks
+	}
 	for _, f := range bodyFields {
 		v := gjson.Get(json, f.path)
 		if v.IsArray() { // the details query: take the first element

@@ -7,6 +7,8 @@
 package textscan
 
 import (
+	"slices"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
@@ -44,8 +46,9 @@ func lower(c byte) byte {
 }
 
 // IndexFold returns the index of the first occurrence of sub in s, comparing ASCII letters
-// case-insensitively and every other byte exactly, or -1. An empty sub matches at 0.
-func IndexFold[T string | []byte](s T, sub string) int {
+// case-insensitively and every other byte exactly, or -1. An empty sub matches at 0. Use
+// String to search a []byte.
+func IndexFold(s, sub string) int {
 	n := len(sub)
 	switch {
 	case n == 0:
@@ -54,28 +57,47 @@ func IndexFold[T string | []byte](s T, sub string) int {
 		return -1
 	}
 	first := lower(sub[0])
+	if first < 'a' || first > 'z' {
+		// Not a letter: only this exact byte can start a match.
+		for i := 0; i+n <= len(s); {
+			j := strings.IndexByte(s[i:len(s)-n+1], first)
+			if j < 0 {
+				return -1
+			}
+			i += j
+			if equalFoldTail(s[i+1:i+n], sub[1:]) {
+				return i
+			}
+			i++
+		}
+		return -1
+	}
 	for i := 0; i+n <= len(s); i++ {
-		if lower(s[i]) != first {
-			continue
-		}
-		j := 1
-		for j < n && lower(s[i+j]) == lower(sub[j]) {
-			j++
-		}
-		if j == n {
+		// For a lower-case letter, b|0x20 == first holds exactly for its two cases.
+		if s[i]|0x20 == first && equalFoldTail(s[i+1:i+n], sub[1:]) {
 			return i
 		}
 	}
 	return -1
 }
 
+// equalFoldTail compares equal-length a and b under ASCII case folding.
+func equalFoldTail(a, b string) bool {
+	for i := 0; i < len(b); i++ {
+		if a[i] != b[i] && lower(a[i]) != lower(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
 // ContainsFold reports whether sub is within s (see IndexFold).
-func ContainsFold[T string | []byte](s T, sub string) bool {
+func ContainsFold(s, sub string) bool {
 	return IndexFold(s, sub) >= 0
 }
 
 // ContainsAnyFold reports whether any non-empty needle is within s (see IndexFold).
-func ContainsAnyFold[T string | []byte](s T, needles []string) bool {
+func ContainsAnyFold(s string, needles []string) bool {
 	for _, n := range needles {
 		if n != "" && IndexFold(s, n) >= 0 {
 			return true
@@ -86,15 +108,7 @@ func ContainsAnyFold[T string | []byte](s T, needles []string) bool {
 
 // EqualFold reports whether a and b are equal under ASCII case folding.
 func EqualFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		if lower(a[i]) != lower(b[i]) {
-			return false
-		}
-	}
-	return true
+	return len(a) == len(b) && equalFoldTail(a, b)
 }
 
 // HasUnicodeEscape reports whether b contains a JSON \u escape, the only case in which a
@@ -181,6 +195,31 @@ func hex4(src []byte, at int) (rune, bool) {
 		}
 	}
 	return r, true
+}
+
+// AppendLower appends src to dst with ASCII letters folded to lower case.
+func AppendLower(dst, src []byte) []byte {
+	for _, c := range src {
+		dst = append(dst, lower(c))
+	}
+	return dst
+}
+
+// AppendFolded appends the text to match lower-case fragments against: the capped body,
+// \u-decoded when it holds escapes, with ASCII letters folded to lower case. With a dst
+// of enough capacity it does not allocate.
+func AppendFolded(dst, body []byte) []byte {
+	capped := Cap(body)
+	start := len(dst)
+	dst = slices.Grow(dst, len(capped)) // decoding never grows text: one allocation at most
+	if HasUnicodeEscape(capped) {
+		dst = UnescapeJSON(dst, capped)
+		for i := start; i < len(dst); i++ {
+			dst[i] = lower(dst[i])
+		}
+		return dst
+	}
+	return AppendLower(dst, capped)
 }
 
 // Searchable returns the text to match markers against: the capped body itself, or, when

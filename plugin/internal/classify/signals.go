@@ -1,0 +1,156 @@
+package classify
+
+import "strings"
+
+// A signal is a set of fragments that must all occur in the error text, in any order. The
+// text is folded to lower case first and fragments are written in lower case (a test
+// checks), so ASCII matches case-insensitively and other bytes exactly. Lists are kept to
+// wording that names the condition: generic words alone ("limit", "quota") never decide.
+type signal []string
+
+// folded is an error text prepared for signal matching: folded to lower case, with a
+// bigram filter so that most fragments are ruled out without scanning the text. A body has
+// a few hundred distinct byte pairs; a fragment is scanned for only when every one of its
+// pairs occurs, which keeps classification near one pass over the text however many
+// signals there are.
+type folded struct {
+	text  string
+	pairs [64]uint64 // 4096-bit set of hashed byte pairs present in text
+}
+
+// newFolded indexes text. It returns a value: storing text through a pointer would make
+// escape analysis move the caller's stack buffer to the heap.
+func newFolded(text string) folded {
+	f := folded{text: text}
+	for i := 0; i+1 < len(text); i++ {
+		h := pairHash(text[i], text[i+1])
+		f.pairs[h>>6] |= 1 << (h & 63)
+	}
+	return f
+}
+
+// pairHash maps a byte pair into 0..4095.
+func pairHash(a, b byte) uint {
+	return (uint(a)<<5 ^ uint(b)) & 4095
+}
+
+// contains reports whether fragment occurs in the text.
+func (f *folded) contains(fragment string) bool {
+	for i := 0; i+1 < len(fragment); i++ {
+		h := pairHash(fragment[i], fragment[i+1])
+		if f.pairs[h>>6]&(1<<(h&63)) == 0 {
+			return false
+		}
+	}
+	return strings.Contains(f.text, fragment)
+}
+
+// anyOf reports whether the text shows any of the signals.
+func (f *folded) anyOf(signals []signal) bool {
+	for _, s := range signals {
+		if f.all(s) {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *folded) all(s signal) bool {
+	for _, fragment := range s {
+		if !f.contains(fragment) {
+			return false
+		}
+	}
+	return len(s) > 0
+}
+
+// banSignals say the account is banned, deactivated or suspended (BAN_DETECTION): terminal.
+var banSignals = []signal{
+	{"account_deactivated"},
+	{"account has been deactivated"}, {"account is deactivated"},
+	{"account has been disabled"}, {"account is disabled"},
+	{"account has been suspended"}, {"account is suspended"},
+	{"account has been banned"}, {"account is banned"}, {"account was banned"},
+	{"organization has been disabled"}, {"organization has been deactivated"}, {"organization has been suspended"},
+	{"has been disabled in this account for violation"},
+	{"封禁"},                 // banned
+	{"账号已被禁用"}, {"账户已被禁用"}, // account disabled
+	{"账号已停用"}, {"账户已停用"}, // account deactivated
+}
+
+// creditSignals say the account's prepaid credits or balance are gone
+// (CREDITS_EXHAUSTED_SIGNALS): terminal until someone pays. Generic quota wording is not
+// here: Gemini's transient per-minute 429 says "You exceeded your current quota" too.
+var creditSignals = []signal{
+	{"insufficient_quota"}, // OpenAI: no credits / billing limit
+	{"billing_hard_limit_reached"},
+	{"credit balance is too low"}, {"credit_balance_too_low"}, // Anthropic
+	{"credits exhausted"}, {"credits have been exhausted"}, {"out of credits"},
+	{"insufficient credit"}, // "insufficient credits", "insufficient credit balance"
+	{"insufficient balance"}, {"insufficient_balance"}, {"insufficient account balance"},
+	{"insufficient funds"},
+	{"tier has been exhausted"}, // free-tier depletion
+	{"insufficient_g1_credits_balance"},
+	{"余额不足"}, // GLM 1113 "余额不足或无可用资源包"
+	{"欠费"},   // "您的账户已欠费" (account in arrears)
+}
+
+// quotaSignals say a long-period cap was hit (daily, monthly, plan usage): quota_exhausted,
+// unless the upstream's own hint says the wait is short.
+var quotaSignals = []signal{
+	{"daily", "limit"}, {"daily", "quota"}, {"per day"}, {"perday"},
+	{"weekly", "limit"}, {"monthly", "limit"}, {"monthly", "quota"}, {"per month"},
+	{"quota", "exceed"}, {"exceeded your current quota"}, {"quota", "exhausted"}, {"quota", "reached"},
+	{"usage limit"}, {"usage_limit"},
+	{"plan", "limit"}, {"hard limit"}, {"billing cap"},
+	{"daily free allocation"}, {"enable overages"},
+	{"tpd rate limit"},
+	{"额度不足"},             // quota insufficient (agentrouter, usually via its rule)
+	{"额度已用尽"}, {"额度已用完"}, // quota used up (Kimi, Qwen)
+	{"使用上限"}, {"调用上限"}, // usage / call cap reached (GLM 1308/1310, MiniMax)
+	{"限额将在"}, // "your limit will reset at ..." (GLM)
+}
+
+// concurrencySignals say the account is healthy but busy: concurrency_limited.
+var concurrencySignals = []signal{
+	{"concurrent request"}, {"too many concurrent"}, {"concurrency limit"}, {"concurrency_limit"},
+	{"concurrency", "exceeded"}, {"parallel request"}, {"max concurrency"}, {"maximum concurrency"},
+	{"并发"}, // GLM 1302 "您当前使用该API的并发数过高"
+}
+
+// expiredSignals, on a 401, say the credential expired (not that it is wrong).
+var expiredSignals = []signal{{"expired"}, {"过期"}}
+
+// requestRejectedSignals, on an OAuth 403, are Anthropic's per-request refusal.
+var requestRejectedSignals = []signal{{"request not allowed"}}
+
+// capacitySignals, on a 5xx, say the model is overloaded rather than broken.
+var capacitySignals = []signal{
+	{"overloaded"}, {"capacity"}, {"server is busy"}, {"服务繁忙"}, {"负载已饱和"},
+}
+
+// credentialSignals, on a 400, say the credential is bad (Google answers an invalid API key
+// with 400 INVALID_ARGUMENT / API_KEY_INVALID).
+var credentialSignals = []signal{
+	{"api_key_invalid"}, {"api key not valid"}, {"invalid api key"}, {"invalid_api_key"},
+	{"incorrect api key"}, {"api key", "expired"}, {"authentication", "failed"},
+}
+
+// rateLimitSignals, on a 400, are throttling reported with the wrong status.
+var rateLimitSignals = []signal{
+	{"rate limit"}, {"rate_limit"}, {"too many requests"}, {"频繁"}, {"频率"},
+}
+
+// modelMissingSignals, on a 400, say the model does not exist or is not served.
+var modelMissingSignals = []signal{
+	{"model_not_found"}, {"model", "not found"}, {"model", "does not exist"},
+	{"invalid model"}, {"unsupported model"}, {"model", "not supported"},
+	{"no longer available"}, {"模型不存在"},
+}
+
+// contextOverflowSignals, on a 400, say the prompt does not fit this model's window:
+// another target may have a larger one.
+var contextOverflowSignals = []signal{
+	{"context_length_exceeded"}, {"context length"}, {"context window"}, {"maximum context"},
+	{"prompt is too long"}, {"input is too long"}, {"too many tokens"}, {"tokens exceed"},
+}
