@@ -84,14 +84,14 @@ func TestSuccessShapes(t *testing.T) {
 		},
 		{
 			name: "legacy completion", kind: OpenAI, method: "POST", path: "/v1/completions",
-			body: `{"model":"gpt-3.5-turbo-instruct","prompt":"say hi"}`,
-			want: map[string]any{"object": "text_completion", "model": "gpt-3.5-turbo-instruct"},
+			body:   `{"model":"gpt-3.5-turbo-instruct","prompt":"say hi"}`,
+			want:   map[string]any{"object": "text_completion", "model": "gpt-3.5-turbo-instruct"},
 			checks: [][]any{{"choices", 0, "text"}, {"usage", "prompt_tokens"}},
 		},
 		{
 			name: "embeddings of two strings", kind: OpenAI, method: "POST", path: "/v1/embeddings",
-			body: `{"model":"text-embedding-3-small","input":["a","b"]}`,
-			want: map[string]any{"object": "list", "model": "text-embedding-3-small"},
+			body:   `{"model":"text-embedding-3-small","input":["a","b"]}`,
+			want:   map[string]any{"object": "list", "model": "text-embedding-3-small"},
 			checks: [][]any{{"data", 0, "embedding", 7}, {"data", 1, "embedding", 0}, {"usage", "total_tokens"}},
 		},
 		{
@@ -101,8 +101,8 @@ func TestSuccessShapes(t *testing.T) {
 		},
 		{
 			name: "responses", kind: OpenAI, method: "POST", path: "/v1/responses",
-			body: `{"model":"gpt-4o","input":"hello"}`,
-			want: map[string]any{"object": "response", "status": "completed", "model": "gpt-4o"},
+			body:   `{"model":"gpt-4o","input":"hello"}`,
+			want:   map[string]any{"object": "response", "status": "completed", "model": "gpt-4o"},
 			checks: [][]any{{"output", 0, "content", 0, "text"}, {"usage", "output_tokens"}},
 		},
 		{
@@ -111,8 +111,8 @@ func TestSuccessShapes(t *testing.T) {
 		},
 		{
 			name: "anthropic message", kind: Anthropic, method: "POST", path: "/v1/messages",
-			body: `{"model":"claude-sonnet-4","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`,
-			want: map[string]any{"type": "message", "role": "assistant", "model": "claude-sonnet-4", "stop_reason": "end_turn"},
+			body:   `{"model":"claude-sonnet-4","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`,
+			want:   map[string]any{"type": "message", "role": "assistant", "model": "claude-sonnet-4", "stop_reason": "end_turn"},
 			checks: [][]any{{"content", 0, "text"}, {"usage", "input_tokens"}, {"usage", "output_tokens"}},
 		},
 		{
