@@ -15,6 +15,10 @@ type validator struct {
 
 	providers   map[string]int // provider id -> index
 	connections map[string]connRef
+	// Lower-cased ids: the engine matches rule providers case-insensitively, so ids that
+	// differ only in case would be ambiguous.
+	providersFold   map[string]int
+	connectionsFold map[string]connRef
 }
 
 type connRef struct {
@@ -23,7 +27,8 @@ type connRef struct {
 
 func newValidator(p *Policy, fromEnv, failed map[string]bool) *validator {
 	return &validator{p: p, fromEnv: fromEnv, failed: failed,
-		providers: make(map[string]int), connections: make(map[string]connRef)}
+		providers: make(map[string]int), connections: make(map[string]connRef),
+		providersFold: make(map[string]int), connectionsFold: make(map[string]connRef)}
 }
 
 // fail records a problem unless decoding already reported that path or one above it (a
@@ -92,10 +97,11 @@ func (v *validator) run() {
 func (v *validator) provider(pr *Provider, path string, index int) {
 	idPath := joinField(path, "id")
 	if v.identifier(idPath, pr.ID) {
-		if prev, dup := v.providers[pr.ID]; dup {
-			v.fail(idPath, "duplicate provider id "+v.quote(idPath, pr.ID)+" (also providers["+strconv.Itoa(prev)+"])")
+		if prev, dup := v.providersFold[strings.ToLower(pr.ID)]; dup {
+			v.fail(idPath, "duplicate provider id "+v.quote(idPath, pr.ID)+" (also providers["+strconv.Itoa(prev)+"]; ids are compared ignoring case)")
 		} else {
 			v.providers[pr.ID] = index
+			v.providersFold[strings.ToLower(pr.ID)] = index
 		}
 	}
 	if pr.Profile != "" && !validProfile(pr.Profile) {
@@ -123,9 +129,11 @@ func (v *validator) provider(pr *Provider, path string, index int) {
 		keyPath := joinKey(famPath, glob)
 		if _, err := CompileGlob(glob); err != nil {
 			v.fail(keyPath, "invalid model glob: "+err.Error())
+		} else if len(glob) > maxModelBytes {
+			v.fail(keyPath, "model glob is longer than "+strconv.Itoa(maxModelBytes)+" bytes")
 		}
-		if fam := pr.QuotaFamilies[glob]; strings.TrimSpace(fam) == "" || hasControl(fam) {
-			v.fail(keyPath, "quota family name must be non-empty text")
+		if !validModelName(pr.QuotaFamilies[glob]) {
+			v.fail(keyPath, "quota family must be a model-like name: 1 to "+strconv.Itoa(maxModelBytes)+" bytes, no spaces at the ends or control characters")
 		}
 	}
 }
@@ -133,11 +141,12 @@ func (v *validator) provider(pr *Provider, path string, index int) {
 func (v *validator) connection(c *Connection, path string, ref connRef) {
 	idPath := joinField(path, "id")
 	if v.identifier(idPath, c.ID) {
-		if prev, dup := v.connections[c.ID]; dup {
+		if prev, dup := v.connectionsFold[strings.ToLower(c.ID)]; dup {
 			v.fail(idPath, "duplicate connection id "+v.quote(idPath, c.ID)+" (also providers["+
-				strconv.Itoa(prev.provider)+"].connections["+strconv.Itoa(prev.index)+"]); connection ids are unique across providers")
+				strconv.Itoa(prev.provider)+"].connections["+strconv.Itoa(prev.index)+"]); connection ids are unique across providers, ignoring case")
 		} else {
 			v.connections[c.ID] = ref
+			v.connectionsFold[strings.ToLower(c.ID)] = ref
 		}
 	}
 	if c.Credential != nil {
@@ -149,8 +158,8 @@ func (v *validator) connection(c *Connection, path string, ref connRef) {
 	mcPath := joinField(path, "modelConcurrency")
 	for _, model := range sortedKeys(c.ModelConcurrency) {
 		keyPath := joinKey(mcPath, model)
-		if strings.TrimSpace(model) == "" || hasControl(model) {
-			v.fail(keyPath, "model name must be non-empty text")
+		if !validModelName(model) {
+			v.fail(keyPath, "model name must be 1 to "+strconv.Itoa(maxModelBytes)+" bytes, without spaces at the ends or control characters")
 			continue
 		}
 		v.rangeInt(keyPath, c.ModelConcurrency[model], 1, maxConcurrencyCap, "omit the model for no cap")
@@ -208,6 +217,8 @@ func (v *validator) route(r *Route, path string, seen map[string]int, index int)
 	default:
 		if _, err := CompileGlob(r.Model); err != nil {
 			v.fail(mp, "invalid model glob: "+err.Error())
+		} else if len(r.Model) > maxModelBytes {
+			v.fail(mp, "model is longer than "+strconv.Itoa(maxModelBytes)+" bytes")
 		} else if prev, dup := seen[r.Model]; dup {
 			v.fail(mp, "duplicate route for model "+v.quote(mp, r.Model)+" (also routes["+strconv.Itoa(prev)+"])")
 		} else {
@@ -247,8 +258,8 @@ func (v *validator) route(r *Route, path string, seen map[string]int, index int)
 					strconv.Quote(v.p.Providers[ref.provider].ID)+", not "+v.quote(pp, t.Provider))
 			}
 		}
-		if t.Model != "" && (hasControl(t.Model) || strings.TrimSpace(t.Model) != t.Model) {
-			v.fail(joinField(ip, "model"), "model name must not contain control characters or surrounding spaces")
+		if t.Model != "" && !validModelName(t.Model) {
+			v.fail(joinField(ip, "model"), "model name must be 1 to "+strconv.Itoa(maxModelBytes)+" bytes, without spaces at the ends or control characters")
 		}
 		if t.Weight != nil {
 			v.rangeInt(joinField(ip, "weight"), *t.Weight, 0, maxWeight, "")
@@ -295,6 +306,7 @@ func (v *validator) admin(a *Admin, path string) {
 // --- helpers ---
 
 const (
+	maxModelBytes       = 256 // as plugin/internal/lockout accepts
 	maxIdentifierLength = 64
 	maxConcurrencyCap   = 100000
 	maxWeight           = 1000
@@ -329,6 +341,12 @@ func validIdentifier(id string) bool {
 		}
 	}
 	return true
+}
+
+// validModelName accepts an upstream model name: 1 to 256 bytes, no control characters, no
+// surrounding spaces.
+func validModelName(s string) bool {
+	return s != "" && len(s) <= maxModelBytes && !hasControl(s) && strings.TrimSpace(s) == s
 }
 
 func validProfile(p Profile) bool {
