@@ -131,7 +131,7 @@ type Route struct {
 	// Model is the requested model this route serves: an exact name, or a glob ('*' any
 	// run of characters including '/', '?' one character, [a-z] classes, '\' escapes).
 	// An exact route wins over globs; among globs the first declared wins.
-	Model string `json:"model" jsonschema:"required,minLength=1"`
+	Model string `json:"model" jsonschema:"required,minLength=1,maxLength=256"`
 	// Strategy chooses among the candidates: each target expanded into its provider's
 	// connections, in declaration order. Default priority.
 	Strategy Strategy `json:"strategy,omitempty"`
@@ -145,7 +145,7 @@ type Target struct {
 	Provider string `json:"provider" jsonschema:"required,minLength=1"`
 	// Model is the upstream model to request; unset = the requested model unchanged
 	// (the usual choice for glob routes).
-	Model string `json:"model,omitempty"`
+	Model string `json:"model,omitempty" jsonschema:"maxLength=256"`
 	// Connection pins this target to one connection of the provider; unset = any.
 	Connection string `json:"connection,omitempty"`
 	// Weight is this target's share for weighted strategies (multiplied by the

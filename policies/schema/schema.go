@@ -99,13 +99,14 @@ func addVocabulary(root *jsonschema.Schema) error {
 			s.AdditionalProperties.Maximum = "86400000"
 		}},
 		{"Connection", "modelConcurrency", func(s *jsonschema.Schema) {
-			s.PropertyNames = &jsonschema.Schema{MinLength: ptr(uint64(1))}
+			s.PropertyNames = &jsonschema.Schema{MinLength: ptr(uint64(1)), MaxLength: ptr(uint64(256))}
 			s.AdditionalProperties.Minimum = "1"
 			s.AdditionalProperties.Maximum = "100000"
 		}},
 		{"Provider", "quotaFamilies", func(s *jsonschema.Schema) {
-			s.PropertyNames = &jsonschema.Schema{MinLength: ptr(uint64(1))}
+			s.PropertyNames = &jsonschema.Schema{MinLength: ptr(uint64(1)), MaxLength: ptr(uint64(256))}
 			s.AdditionalProperties.MinLength = ptr(uint64(1))
+			s.AdditionalProperties.MaxLength = ptr(uint64(256))
 		}},
 	}
 	statusLists := []struct{ def, prop string }{
