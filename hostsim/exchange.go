@@ -106,6 +106,7 @@ func (vm *VM) StartHTTP(req *Request) (*Exchange, error) {
 	if err := vm.beginStream(s); err != nil {
 		ex.errs = append(ex.errs, err)
 	}
+	ex.gen = vm.gen // FAIL_RELOAD may have replaced the instance
 	if s.final == nil {
 		chunks := chunksOf(req.Body, req.BodyChunks)
 		_, err := s.onHeaders(&s.req, req.Headers, len(chunks) == 0 && req.Trailers == nil)

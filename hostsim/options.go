@@ -34,6 +34,8 @@ type config struct {
 	random         io.Reader
 	maxVirtualWait time.Duration
 	bufferLimit    int
+
+	allowHeadersStopIteration bool
 }
 
 func defaultConfig() config {
@@ -143,6 +145,14 @@ func WithMaxVirtualWait(d time.Duration) Option { return func(c *config) { c.max
 // request body buffered beyond it is answered 413, a response body 500 (Envoy's
 // per_connection_buffer_limit_bytes).
 func WithBufferLimit(n int) Option { return func(c *config) { c.bufferLimit = n } }
+
+// WithAllowOnHeadersStopIteration models Envoy ≥ 1.35's
+// PluginConfig.allow_on_headers_stop_iteration: a headers Pause is a true StopIteration, so
+// body callbacks still reach the filter while the headers are held (Envoy 1.33 turns it
+// into StopAllIterationAndWatermark, the default here).
+func WithAllowOnHeadersStopIteration() Option {
+	return func(c *config) { c.allowHeadersStopIteration = true }
+}
 
 // CalloutHandler answers an HTTP callout. It runs outside the VM (never call back into the
 // Host from it with a virtual clock; with a real clock it runs on its own goroutine).

@@ -53,6 +53,7 @@ type direction struct {
 	gotHeaders bool
 	endStream  bool
 	stopAll    bool // headers paused: StopAllIterationAndWatermark
+	stopHdrs   bool // headers paused with true StopIteration (allow_on_headers_stop_iteration)
 	buffering  bool // body paused: StopIterationAndBuffer
 	trlStopped bool
 	halted     bool // no more callbacks (local reply, reset, failure)
@@ -171,10 +172,16 @@ func (s *Stream) onHeaders(d *direction, headers [][2]string, eos bool) (types.A
 	// Envoy: 0 and 2 (ContinueAndEndStream, unknown to its converter) continue; anything
 	// else stops all iteration. A local reply from this callback forces stop.
 	stop := (raw != 0 && raw != 2) || fr.forceStop
-	if stop {
+	switch {
+	case stop && raw == 1 && vm.host.cfg.allowHeadersStopIteration && !fr.forceStop:
+		// Envoy ≥ 1.35 with allow_on_headers_stop_iteration: true StopIteration, body
+		// callbacks still reach the filter.
+		d.stopHdrs = true
+		s.action = types.ActionPause
+	case stop:
 		d.stopAll = true
 		s.action = types.ActionPause
-	} else {
+	default:
 		d.hdrAvail = false
 		s.action = types.ActionContinue
 		s.forwardHeaders(d)
@@ -238,6 +245,9 @@ func (s *Stream) onBody(d *direction, chunk []byte, eos bool) (types.Action, err
 	}
 	switch {
 	case raw == 0 && !fr.forceStop:
+		if d.stopHdrs { // a Continue from data resumes the headers too
+			d.stopHdrs, d.hdrAvail, d.fwdHeaders = false, false, true
+		}
 		d.bodyAvail = false
 		d.fwdBody = append(d.fwdBody, d.body...)
 		d.buffering = false
@@ -289,6 +299,9 @@ func (s *Stream) onTrailers(d *direction, trailers [][2]string) (types.Action, e
 		return types.ActionPause, s.failed(err)
 	}
 	if raw == 0 && !fr.forceStop {
+		if d.stopHdrs {
+			d.stopHdrs, d.hdrAvail, d.fwdHeaders = false, false, true
+		}
 		d.trlAvail = false
 		s.action = types.ActionContinue
 		s.forwardTrailers(d)
@@ -343,6 +356,22 @@ func (s *Stream) resume(d *direction) error {
 			if _, err := s.onTrailers(d, tr); err != nil {
 				return err
 			}
+		}
+	case d.stopHdrs:
+		d.stopHdrs = false
+		d.fwdHeaders = true
+		switch {
+		case d.trlStopped:
+			d.trlStopped = false
+			s.forwardTrailers(d)
+		case d.buffering:
+			d.buffering = false
+			d.fwdBody = append(d.fwdBody, d.body...)
+			if d.endStream {
+				s.completeDir(d)
+			}
+		case d.endStream:
+			s.completeDir(d)
 		}
 	case d.trlStopped:
 		d.trlStopped = false
