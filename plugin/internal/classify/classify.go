@@ -5,8 +5,9 @@
 // The verdict says whether to fall back, why (failure.Reason), what to blame (Scope), whether
 // the provider breaker counts it (only 408/500/502/503/504 and transport failures), which
 // terminal state to set, the upstream's own retry hint, and a cooldown only where
-// classification itself decides one (a rule's declared cooldown, the fixed concurrency-limit
-// cooldown). Streaks are not counted here: expired credentials and request_rejected are
+// classification itself decides one: a rule's declared cooldown, or the upstream's hint for
+// a concurrency limit (0 leaves the layer's default: its escalating backoff, the fixed
+// concurrency-limit cooldown, or the hint where its policy prefers hints). Streaks are not counted here: expired credentials and request_rejected are
 // reported as reasons, and the connection layer turns the ExpiredRetryMax-th /
 // RequestRejectedStreak-th in a row into a terminal state.
 //
@@ -91,11 +92,10 @@ func (c *Classifier) Classify(in Input) (failure.Verdict, restate.Result) {
 		// Only what the restated response advertises; never a cooldown (guide §7).
 		v.RetryHint, v.HintSource = res.RetryAfter, failure.HintRestatement
 	}
-	if v.Reason == failure.ReasonConcurrencyLimited && v.Cooldown == 0 {
-		v.Cooldown = policies.ConcurrencyLimitCooldown
-		if v.HintSource != failure.HintNone && v.HintSource != failure.HintRestatement {
-			v.Cooldown = v.RetryHint
-		}
+	if v.Reason == failure.ReasonConcurrencyLimited && v.Cooldown == 0 && a.hint.Found() {
+		// The upstream's own wait; without one the connection layer applies its fixed
+		// concurrency-limit cooldown (policies.ConcurrencyLimitCooldown unless configured).
+		v.Cooldown = a.hint.Delay
 	}
 	if v.RuleID == "" && res.Restated {
 		v.RuleID = res.RuleID

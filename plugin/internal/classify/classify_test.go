@@ -144,14 +144,16 @@ func TestGLMAndConcurrencyLimits(t *testing.T) {
 			Cooldown: cooldown, RetryHint: hint, HintSource: source, KeepBackoff: true}
 	}
 	runCases(t, New(nil, nil), []classifyCase{
-		{"1302 并发数过高: concurrency limited, fixed 1 s, keep backoff, no breaker", "glm", apikey, 429, false, nil, glmConcurrency,
-			concurrency(time.Second, 0, failure.HintNone)},
+		{"1302 并发数过高: concurrency limited, layer's fixed cooldown, keep backoff, no breaker", "glm", apikey, 429, false, nil, glmConcurrency,
+			concurrency(0, 0, failure.HintNone)},
 		{"1302 with Retry-After: the upstream hint is the cooldown", "glm", apikey, 429, false, [][2]string{{"Retry-After", "3"}}, glmConcurrency,
 			concurrency(3*time.Second, 3*time.Second, failure.HintRetryAfter)},
 		{"1302 \\u-escaped: still concurrency", "glm", oauth, 429, false, nil, glmConcurrencyEscaped,
-			concurrency(time.Second, 0, failure.HintNone)},
+			concurrency(0, 0, failure.HintNone)},
 		{"English concurrency wording", "together", apikey, 429, false, nil, plainConcurrency,
-			concurrency(time.Second, 0, failure.HintNone)},
+			concurrency(0, 0, failure.HintNone)},
+		{"concurrency with a reset header: that is the cooldown", "together", apikey, 429, false, [][2]string{{"x-ratelimit-reset", "2"}}, plainConcurrency,
+			concurrency(2*time.Second, 2*time.Second, failure.HintRateLimitReset)},
 		{"concurrency plus explicit quota wording: quota wins", "glm", apikey, 429, false, nil, glmConcurrencyAndCap,
 			failure.Verdict{Status: 429, Reason: failure.ReasonQuotaExhausted, Fallback: true, Scope: failure.ScopeQuotaFamily}},
 		{"1113 余额不足: credits exhausted, terminal", "glm", apikey, 429, false, nil, glmBalance,

@@ -48,8 +48,8 @@ func FuzzClassify(f *testing.F) {
 		if v.Cooldown < 0 || (v.KeepBackoff && v.Reason != failure.ReasonConcurrencyLimited) {
 			t.Fatalf("bad cooldown/backoff: %+v", v)
 		}
-		if v.Reason == failure.ReasonConcurrencyLimited && v.Cooldown <= 0 {
-			t.Fatalf("concurrency limit without cooldown: %+v", v)
+		if v.Reason == failure.ReasonConcurrencyLimited && v.Cooldown != 0 && (v.Cooldown != v.RetryHint || v.HintSource == failure.HintRestatement) {
+			t.Fatalf("concurrency cooldown is not the upstream hint: %+v", v)
 		}
 		if v.Terminal != failure.TerminalNone && v.Scope != failure.ScopeConnection {
 			t.Fatalf("terminal state not on the connection: %+v", v)
