@@ -49,7 +49,8 @@ type Provider struct {
 	Connections []Connection `json:"connections" jsonschema:"required,minItems=1"`
 	// QuotaFamilies maps model globs to a quota family name: a quota or entitlement failure
 	// (429/403/402) locks out the whole family on that connection, e.g. {"gpt-5*": "gpt-5"}.
-	// Models matching no glob are their own family. Globs are tried in key order.
+	// Models matching no glob are their own family. Globs are tried in sorted order; keep
+	// them disjoint.
 	QuotaFamilies map[string]string `json:"quotaFamilies,omitzero"`
 }
 
@@ -63,17 +64,18 @@ type Connection struct {
 	// Optional (local providers often need none).
 	Credential *Credential `json:"credential,omitempty"`
 	// MaxConcurrent caps the requests in flight on this connection; unset = no cap.
-	// Requests over the cap queue (requestQueue). Rejected below 1.
+	// Requests over the cap queue (requestQueue). Rejected outside 1–100000.
 	MaxConcurrent *int `json:"maxConcurrent,omitempty" jsonschema:"minimum=1,maximum=100000"`
 	// ModelConcurrency caps the requests in flight per upstream model on this connection
-	// (exact model id as sent upstream); both this and maxConcurrent apply. Values ≥ 1.
+	// (exact model id as sent upstream); both this and maxConcurrent apply. Values
+	// 1–100000.
 	ModelConcurrency map[string]int `json:"modelConcurrency,omitzero"`
 	// Weight is this connection's share for weighted strategies. Default 1; 0 makes it a
 	// standby, used only after every candidate with a positive weight; rejected outside
 	// 0–1000.
 	Weight *int `json:"weight,omitempty" jsonschema:"minimum=0,maximum=1000"`
 	// RateLimitOverrides override the request queue budgets for this connection only
-	// (precedence: default < resilience.requestQueue < this).
+	// (precedence: default < RATE_LIMIT_* environment < resilience.requestQueue < this).
 	RateLimitOverrides *RateLimitOverrides `json:"rateLimitOverrides,omitempty"`
 }
 

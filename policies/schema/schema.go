@@ -34,6 +34,22 @@ var policiesPkg = reflect.TypeOf(policies.Policy{}).PkgPath()
 // Generate returns the policy's JSON Schema (indented, ending in a newline). policiesDir is
 // the directory holding package policies' source, whose doc comments become descriptions.
 func Generate(policiesDir string) ([]byte, error) {
+	s, err := reflectSchema(policiesDir)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		return nil, fmt.Errorf("schema: encode: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// reflectSchema builds the schema from the model.
+func reflectSchema(policiesDir string) (*jsonschema.Schema, error) {
 	comments, err := readComments(policiesDir)
 	if err != nil {
 		return nil, err
@@ -57,14 +73,7 @@ func Generate(policiesDir string) ([]byte, error) {
 	if err := addVocabulary(s); err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(s); err != nil {
-		return nil, fmt.Errorf("schema: encode: %w", err)
-	}
-	return buf.Bytes(), nil
+	return s, nil
 }
 
 // addVocabulary adds what struct tags cannot say: enums from the model's lists (so they

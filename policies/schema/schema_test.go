@@ -31,6 +31,39 @@ func TestCommittedSchemaIsUpToDate(t *testing.T) {
 	}
 }
 
+func TestCommittedReferenceIsUpToDate(t *testing.T) {
+	want, err := schema.Reference(policiesDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(policiesDir, schema.ReferenceFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("policies/%s is stale: run `go generate ./policies` and commit it", schema.ReferenceFileName)
+	}
+}
+
+func TestReferenceCoversEveryObject(t *testing.T) {
+	ref, err := schema.Reference(policiesDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"## Policy (top level)", "## Provider", "## Connection", "## Route", "## Target",
+		"## Resilience", "## BreakerProfile", "## ModelLockout", "## RequestQueue",
+		"## RestatementRule", "## ProviderErrorRule", "## ThroughputWatchdog", "## Admin",
+		"| `maxWaitMs` | integer | maxWaitMs is the queue budget",
+		"string: `priority`, `weighted`",
+		"map (`server_error`, `timeout`, `transport_error` → integer)",
+	} {
+		if !bytes.Contains(ref, []byte(want)) {
+			t.Errorf("reference lacks %q", want)
+		}
+	}
+}
+
 // compile compiles the committed schema.
 func compile(t *testing.T) *jsonschema.Schema {
 	t.Helper()

@@ -1,5 +1,6 @@
-// Command spillway-schema writes the policy's JSON Schema (policies/spillway.schema.json).
-// Run it with `go generate ./policies` (see policies/doc.go).
+// Command spillway-schema writes the policy's JSON Schema (policies/spillway.schema.json)
+// and its Markdown field reference (policies/REFERENCE.md). Run it with
+// `go generate ./policies` (see policies/doc.go).
 package main
 
 import (
@@ -12,15 +13,31 @@ import (
 
 func main() {
 	dir := flag.String("dir", ".", "directory of package policies' source")
-	out := flag.String("o", schema.FileName, "output file")
+	out := flag.String("o", schema.FileName, "JSON Schema output file")
+	md := flag.String("md", schema.ReferenceFileName, "Markdown reference output file (empty = none)")
 	flag.Parse()
-	data, err := schema.Generate(*dir)
+	if err := write(*out, schema.Generate, *dir); err != nil {
+		fail(err)
+	}
+	if *md != "" {
+		if err := write(*md, schema.Reference, *dir); err != nil {
+			fail(err)
+		}
+	}
+}
+
+func write(path string, generate func(string) ([]byte, error), dir string) error {
+	data, err := generate(dir)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return err
 	}
-	if err := os.WriteFile(*out, data, 0o644); err != nil {
-		fmt.Fprintln(os.Stderr, "spillway-schema:", err)
-		os.Exit(1)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("spillway-schema: %w", err)
 	}
+	return nil
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(1)
 }
