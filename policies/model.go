@@ -207,10 +207,12 @@ type ProviderBreaker struct {
 // BreakerProfile is one profile's breaker thresholds.
 type BreakerProfile struct {
 	// DegradationThreshold is the failure count that makes a provider DEGRADED (traffic
-	// still flows). Must be ≥ 1 and ≤ failureThreshold.
-	DegradationThreshold *int `json:"degradationThreshold,omitempty" jsonschema:"minimum=1"`
-	// FailureThreshold is the failure count that OPENs the breaker. Must be ≥ 1.
-	FailureThreshold *int `json:"failureThreshold,omitempty" jsonschema:"minimum=1"`
+	// still flows). Must be ≥ 1 and ≤ failureThreshold. Unset: the profile's default,
+	// lowered to failureThreshold when that is set lower.
+	DegradationThreshold *int `json:"degradationThreshold,omitempty" jsonschema:"minimum=1,maximum=1000000"`
+	// FailureThreshold is the failure count that OPENs the breaker. Rejected outside
+	// 1–1000000.
+	FailureThreshold *int `json:"failureThreshold,omitempty" jsonschema:"minimum=1,maximum=1000000"`
 	// ResetTimeoutMs is how long the breaker stays OPEN before HALF_OPEN. Rejected
 	// outside 1 s–24 h.
 	ResetTimeoutMs *int64 `json:"resetTimeoutMs,omitempty" jsonschema:"minimum=1000,maximum=86400000"`
@@ -357,7 +359,8 @@ type Failover struct {
 
 // RestatementRule rewrites an upstream status before classification (guide §7).
 type RestatementRule struct {
-	// ID names the rule (reported in x-spillway-restated-from logs); unique.
+	// ID names the rule in logs and diagnostics; unique. Spillway's built-in agentrouter
+	// rule is "agentrouter-quota-misstatus".
 	ID string `json:"id" jsonschema:"required,minLength=1"`
 	// Provider is the id of the declared provider the rule applies to.
 	Provider string `json:"provider" jsonschema:"required,minLength=1"`
