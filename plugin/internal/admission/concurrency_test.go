@@ -119,8 +119,7 @@ func TestRandomInterleavingKeepsBooks(t *testing.T) {
 		}
 	}
 
-	var op func(worker int)
-	op = func(worker int) {
+	op := func(worker int) {
 		busy[worker] = true
 		defer func() { busy[worker] = false }()
 		a := w.workers[worker]
