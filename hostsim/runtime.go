@@ -203,6 +203,30 @@ func (m *Module) HasExport(name string) bool {
 	return i < len(m.Exports) && m.Exports[i] == name
 }
 
+// Missing returns the names among want that the module does not export.
+func (m *Module) Missing(want ...string) []string {
+	var out []string
+	for _, w := range want {
+		if !m.HasExport(w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// GoSDKExports lists what a Go SDK filter built with the ABI bridge exports: the start-up
+// function, the memory, the ABI marker, the allocator and every proxy_on_* callback of ABI
+// 0.2.0 (the bridge exports them all, used or not).
+func GoSDKExports() []string {
+	return []string{"_initialize", "memory", string(ABI020), "proxy_on_memory_allocate",
+		"proxy_on_context_create", "proxy_on_vm_start", "proxy_on_configure", "proxy_on_tick", "proxy_on_queue_ready",
+		"proxy_on_request_headers", "proxy_on_request_body", "proxy_on_request_trailers",
+		"proxy_on_response_headers", "proxy_on_response_body", "proxy_on_response_trailers",
+		"proxy_on_http_call_response", "proxy_on_log", "proxy_on_done", "proxy_on_delete",
+		"proxy_on_new_connection", "proxy_on_downstream_data", "proxy_on_downstream_connection_close",
+		"proxy_on_upstream_data", "proxy_on_upstream_connection_close"}
+}
+
 // CheckImports reports every import that Envoy, in the given WASI mode and for the module's
 // ABI, would not resolve (Envoy fails the load with "missing import").
 func (m *Module) CheckImports(mode WASIMode) error {
