@@ -140,27 +140,22 @@ func newAttempt(in Input, status int, buf []byte) attempt {
 		hint:   retryhint.Find(in.Headers, in.Body, in.Now),
 	}
 	json := textscan.String(textscan.Cap(in.Body))
-	roots := errorRoots[:1]
-	if json := trimLeft(json); len(json) > 0 && json[0] == '[' {
-		roots = errorRoots[1:]
+	root := errorRoots[0]
+	if trimmed := trimLeft(json); len(trimmed) > 0 && trimmed[0] == '[' {
+		root = errorRoots[1]
 	}
-	for _, root := range roots {
-		code := gjson.Get(json, root.code)
-		switch code.Type {
-		case gjson.String:
-			a.code = code.Str
-		case gjson.Number:
-			a.code = code.Raw
-		}
-		if s := gjson.Get(json, root.status); s.Type == gjson.String && (a.code == "" || code.Type == gjson.Number) {
-			a.code = s.Str // Google: "RESOURCE_EXHAUSTED" says more than 429
-		}
-		if t := gjson.Get(json, root.typ); t.Type == gjson.String {
-			a.typ = t.Str
-		}
-		if a.code != "" || a.typ != "" {
-			break
-		}
+	code := gjson.Get(json, root.code)
+	switch code.Type {
+	case gjson.String:
+		a.code = code.Str
+	case gjson.Number:
+		a.code = code.Raw
+	}
+	if s := gjson.Get(json, root.status); s.Type == gjson.String && (a.code == "" || code.Type == gjson.Number) {
+		a.code = s.Str // Google: "RESOURCE_EXHAUSTED" says more than 429
+	}
+	if t := gjson.Get(json, root.typ); t.Type == gjson.String {
+		a.typ = t.Str
 	}
 	if status == 429 {
 		for i, h := range in.Headers {

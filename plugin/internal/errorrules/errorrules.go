@@ -51,8 +51,9 @@ type Rule struct {
 type Text struct {
 	Code string // structured error code (OpenAI error.code, Google error.status, ...)
 	Type string // structured error type (error.type)
-	// Full is the full error text (body, capped and \u-decoded by the caller). Built-in
-	// rules of providers outside FullTextProviders never see it.
+	// Full is the full error text: the body, capped, \u-decoded and possibly folded to
+	// lower case by the caller (matching ignores ASCII case anyway). Built-in rules of
+	// providers outside FullTextProviders never see it.
 	Full []byte
 }
 

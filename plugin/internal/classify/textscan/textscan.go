@@ -7,6 +7,7 @@
 package textscan
 
 import (
+	"bytes"
 	"slices"
 	"strings"
 	"unicode/utf16"
@@ -114,13 +115,16 @@ func EqualFold(a, b string) bool {
 // HasUnicodeEscape reports whether b contains a JSON \u escape, the only case in which a
 // non-ASCII marker can hide from a byte search of the raw body.
 func HasUnicodeEscape(b []byte) bool {
-	for i := 0; i+1 < len(b); i++ {
-		if b[i] == '\\' {
-			if b[i+1] == 'u' {
-				return true
-			}
-			i++ // skip the escaped byte, so `\\u` is not an escape
+	for i := 0; i+1 < len(b); {
+		j := bytes.IndexByte(b[i:len(b)-1], '\\')
+		if j < 0 {
+			return false
 		}
+		i += j
+		if b[i+1] == 'u' {
+			return true
+		}
+		i += 2 // skip the escaped byte, so `\\u` is not an escape
 	}
 	return false
 }
@@ -199,8 +203,10 @@ func hex4(src []byte, at int) (rune, bool) {
 
 // AppendLower appends src to dst with ASCII letters folded to lower case.
 func AppendLower(dst, src []byte) []byte {
-	for _, c := range src {
-		dst = append(dst, lower(c))
+	start := len(dst)
+	dst = append(dst, src...)
+	for i := start; i < len(dst); i++ {
+		dst[i] = lower(dst[i])
 	}
 	return dst
 }

@@ -76,6 +76,9 @@ func TestHasUnicodeEscape(t *testing.T) {
 		{`"\\u989d"`, false},    // an escaped backslash followed by u
 		{`"plain 额度不足"`, false}, // raw UTF-8
 		{`\`, false},            // lone backslash
+		{`\\\u0041`, true},      // an escaped backslash, then an escape
+		{`a\"b\u`, true},        // an escape at the very end
+		{`\\`, false},           // only an escaped backslash
 	}
 	for _, c := range cases {
 		if got := HasUnicodeEscape([]byte(c.in)); got != c.want {
@@ -129,6 +132,9 @@ func FuzzUnescapeJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
+		if got, want := HasUnicodeEscape(in), hasUnicodeEscapeSlow(in); got != want {
+			t.Fatalf("HasUnicodeEscape(%q) = %v, want %v", in, got, want)
+		}
 		out := UnescapeJSON(nil, in)
 		// Decoding never grows text: every escape is at least as long as its UTF-8 form.
 		if len(out) > len(in) {
@@ -151,4 +157,17 @@ func BenchmarkContainsFoldMiss(b *testing.B) {
 			b.Fatal("unexpected match")
 		}
 	}
+}
+
+// hasUnicodeEscapeSlow is the obvious byte loop HasUnicodeEscape must agree with.
+func hasUnicodeEscapeSlow(b []byte) bool {
+	for i := 0; i+1 < len(b); i++ {
+		if b[i] == '\\' {
+			if b[i+1] == 'u' {
+				return true
+			}
+			i++
+		}
+	}
+	return false
 }
