@@ -1,0 +1,389 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/admission"
+	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
+	"github.com/spillwayproxy/spillway/plugin/internal/combo"
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/policies"
+	"github.com/spillwayproxy/spillway/policies/examples"
+	"github.com/spillwayproxy/spillway/policies/policyfile"
+)
+
+var start = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// fixture is an engine on the demo policy (or another) over a MemStore and a manual clock.
+type fixture struct {
+	e     *Engine
+	store *state.MemStore
+	clock *state.ManualClock
+	buf   Buffers
+}
+
+func newFixture(t testing.TB, yaml []byte, edits ...func(*policies.Policy)) *fixture {
+	t.Helper()
+	p, err := policyfile.Parse(yaml, policies.ParseOptions{LookupEnv: func(name string) (string, bool) {
+		return "test-value-of-" + name, true
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, edit := range edits {
+		edit(p)
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{store: state.NewMemStore(), clock: state.NewManualClock(start)}
+	if f.e, err = New(p, f.store, f.clock, Options{Random: rand.NewPCG(1, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// names renders a plan's targets as provider/connection/model.
+// noLockout turns the demo's model lockout off, so connection-level behaviour shows alone.
+func noLockout(p *policies.Policy) {
+	off := false
+	p.Resilience.ModelLockout.Enabled = &off
+}
+
+func (f *fixture) names(p Plan) []string {
+	var out []string
+	for _, t := range p.Targets {
+		pv := f.e.res.Providers[t.Provider]
+		out = append(out, pv.ID+"/"+pv.Connections[t.Connection].ID+"/"+t.Model)
+	}
+	return out
+}
+
+func (f *fixture) plan(t *testing.T, model string, session affinity.Key) Plan {
+	t.Helper()
+	p, err := f.e.Plan(model, session, &f.buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Degraded != nil {
+		t.Fatalf("plan degraded: %v", p.Degraded)
+	}
+	return p
+}
+
+// attempt dispatches to the plan's first target and finishes it with the outcome.
+func (f *fixture) attempt(t *testing.T, p Plan, o Outcome) Result {
+	t.Helper()
+	if len(p.Targets) == 0 {
+		t.Fatal("no eligible target")
+	}
+	d, err := f.e.Dispatch(p.Targets[0])
+	if err != nil || d.Waiting {
+		t.Fatalf("dispatch: %v waiting=%v", err, d.Waiting)
+	}
+	r := f.e.Finish(d, o, &p)
+	if r.Errors != nil {
+		t.Fatalf("finish: %v", r.Errors)
+	}
+	return r
+}
+
+func excludedReasons(p Plan) map[string]combo.Reason {
+	out := map[string]combo.Reason{}
+	for _, x := range p.Excluded {
+		out[x.Connection] = x.Reason
+	}
+	return out
+}
+
+func TestPlanOrdersTheDemoCombo(t *testing.T) {
+	f := newFixture(t, examples.Demo())
+	p := f.plan(t, "gpt-4o", affinity.Key{})
+	want := []string{"openai/openai-a/gpt-4o", "openai/openai-b/gpt-4o", "anthropic/anthropic-a/claude-sonnet-4"}
+	if got := f.names(p); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("targets %v, want %v (priority order, anthropic maps the model)", got, want)
+	}
+	if _, err := f.e.Plan("no-such-model", affinity.Key{}, &f.buf); !errors.Is(err, ErrNoRoute) {
+		t.Fatalf("unrouted model: %v, want ErrNoRoute", err)
+	}
+	if p := f.plan(t, "claude-3-haiku", affinity.Key{}); len(p.Targets) != 1 || p.Targets[0].Model != "claude-3-haiku" {
+		t.Fatalf("glob route: %v", f.names(p))
+	}
+}
+
+func TestLockedModelSparesTheConnectionsOtherModels(t *testing.T) {
+	f := newFixture(t, examples.Demo()) // model lockout on
+	p := f.plan(t, "gpt-4o", affinity.Key{})
+	r := f.attempt(t, p, Outcome{Status: 429, Body: []byte(`{"error":{"message":"Rate limit reached for gpt-4o","code":"rate_limit_exceeded"}}`)})
+	if r.Verdict.Scope != failure.ScopeQuotaFamily {
+		t.Fatalf("verdict %+v", r.Verdict)
+	}
+	p2 := f.plan(t, "gpt-4o", affinity.Key{})
+	if excludedReasons(p2)["openai-a"] != combo.ReasonModelLockout {
+		t.Fatalf("gpt-4o on openai-a not locked: %v", p2.Excluded)
+	}
+	// The same key still serves another model.
+	p3 := f.plan(t, "gpt-4o-mini", affinity.Key{})
+	if len(p3.Targets) != 2 {
+		t.Fatalf("gpt-4o-mini lost a key to gpt-4o's lockout: %v excluded %v", f.names(p3), p3.Excluded)
+	}
+}
+
+func TestRateLimitCoolsOnlyThatConnection(t *testing.T) {
+	f := newFixture(t, examples.Demo(), noLockout)
+	p := f.plan(t, "gpt-4o-mini", affinity.Key{})
+	first := f.names(p)[0]
+	// An API-key 429 with Retry-After: the connection cools for the upstream's hint while
+	// the other key serves.
+	r := f.attempt(t, p, Outcome{Status: 429, Headers: [][2]string{{"retry-after", "20"}},
+		Body: []byte(`{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`)})
+	if r.Verdict.Reason != failure.ReasonRateLimit || !r.Verdict.Fallback {
+		t.Fatalf("verdict %+v", r.Verdict)
+	}
+	p2 := f.plan(t, "gpt-4o-mini", affinity.Key{})
+	if len(p2.Targets) != 1 || f.names(p2)[0] == first {
+		t.Fatalf("after 429 on %s: targets %v", first, f.names(p2))
+	}
+	if len(p2.Excluded) != 1 || p2.Excluded[0].RetryAfter <= 0 || !p2.Excluded[0].Transient {
+		t.Fatalf("exclusion %+v", p2.Excluded)
+	}
+	// The breaker did not count an account-level 429.
+	st, _ := f.e.breakers.Status(f.e.providers[0].breaker)
+	if st.Failures != 0 {
+		t.Fatalf("breaker counted a 429: %+v", st)
+	}
+	if p2.Excluded[0].Reason != combo.ReasonUnavailable || p2.Excluded[0].RetryAfter > 20*time.Second {
+		t.Fatalf("exclusion %+v, want unavailable for the 20 s hint", p2.Excluded[0])
+	}
+	// Lazy recovery: once the hint passes, both keys are eligible again.
+	f.clock.Advance(21 * time.Second)
+	if p3 := f.plan(t, "gpt-4o-mini", affinity.Key{}); len(p3.Targets) != 2 {
+		t.Fatalf("after the cooldown: %v excluded %v", f.names(p3), p3.Excluded)
+	}
+}
+
+func TestServerErrorsOpenTheProviderBreaker(t *testing.T) {
+	f := newFixture(t, examples.Demo(), noLockout)
+	// apikey profile opens at 12 provider-level failures; the two OpenAI keys take turns
+	// while each cools (3 s doubling, at most 96 s here), well inside the breaker's quiet
+	// period, so every failure counts toward the threshold.
+	for i := 0; i < 12; i++ {
+		if i > 0 {
+			f.clock.Advance(50 * time.Second)
+		}
+		p := f.plan(t, "gpt-4o", affinity.Key{})
+		if f.names(p)[0] == "anthropic/anthropic-a/claude-sonnet-4" {
+			t.Fatalf("openai skipped after only %d failures (excluded %v)", i, p.Excluded)
+		}
+		f.attempt(t, p, Outcome{Status: 503, Body: []byte(`upstream overloaded`)})
+	}
+	p := f.plan(t, "gpt-4o", affinity.Key{})
+	if got := f.names(p); len(got) != 1 || got[0] != "anthropic/anthropic-a/claude-sonnet-4" {
+		t.Fatalf("after 12 failures: %v (excluded %v)", got, p.Excluded)
+	}
+	for conn, reason := range excludedReasons(p) {
+		if reason != combo.ReasonCircuitOpen {
+			t.Errorf("%s excluded for %s, want circuit_open", conn, reason)
+		}
+	}
+	// After the 30 s reset timeout the provider is HALF_OPEN: it plans again, but only one
+	// dispatch gets the probe; a second worker's dispatch is refused until the probe ends.
+	f.clock.Advance(31 * time.Second)
+	p = f.plan(t, "gpt-4o", affinity.Key{})
+	if f.names(p)[0] != "openai/openai-b/gpt-4o" && f.names(p)[0] != "openai/openai-a/gpt-4o" {
+		t.Fatalf("HALF_OPEN provider not planned: %v", f.names(p))
+	}
+	probe, err := f.e.Dispatch(p.Targets[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.e.Dispatch(p.Targets[0]); !errors.Is(err, ErrTargetUnavailable) {
+		t.Fatalf("second dispatch during the probe: %v, want ErrTargetUnavailable", err)
+	}
+	if p := f.plan(t, "gpt-4o", affinity.Key{}); excludedReasons(p)["openai-b"] != combo.ReasonCircuitOpen {
+		t.Fatalf("plan during the probe: %v excluded %v", f.names(p), p.Excluded)
+	}
+	// The probe succeeds: the circuit closes and both keys serve again.
+	f.e.Finish(probe, Outcome{Status: 200}, nil)
+	if st, _ := f.e.breakers.Status(f.e.providers[0].breaker); st.State.String() != "CLOSED" {
+		t.Fatalf("after a successful probe: %v", st.State)
+	}
+}
+
+func TestTerminalStateExcludesUntilReset(t *testing.T) {
+	f := newFixture(t, examples.Demo())
+	p := f.plan(t, "claude-sonnet-4", affinity.Key{})
+	r := f.attempt(t, p, Outcome{Status: 400, Body: []byte(`{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API."}}`)})
+	if r.Verdict.Terminal != failure.TerminalCreditsExhausted {
+		t.Fatalf("verdict %+v", r.Verdict)
+	}
+	f.clock.Advance(48 * time.Hour)
+	p2 := f.plan(t, "claude-sonnet-4", affinity.Key{})
+	if len(p2.Targets) != 0 || excludedReasons(p2)["anthropic-a"] != combo.ReasonTerminal {
+		t.Fatalf("terminal connection still routed: %v %v", f.names(p2), p2.Excluded)
+	}
+	d := f.e.AllExcluded(&p2, combo.Progress{})
+	if d.Outcome == combo.OutcomeWait {
+		t.Fatalf("waits on a terminal state: %+v", d)
+	}
+}
+
+func TestAllTargetsCoolingWaitsThenAnswers429(t *testing.T) {
+	f := newFixture(t, examples.Demo(), noLockout)
+	// Cool every key of the round-robin gpt-4o-mini combo with short 429s (Retry-After 5).
+	for i := 0; i < 2; i++ {
+		p := f.plan(t, "gpt-4o-mini", affinity.Key{})
+		f.attempt(t, p, Outcome{Status: 429, Headers: [][2]string{{"retry-after", "5"}}, Body: []byte(`{"error":{"message":"Rate limit","code":"rate_limit_exceeded"}}`)})
+	}
+	p := f.plan(t, "gpt-4o-mini", affinity.Key{})
+	if len(p.Targets) != 0 || len(p.Excluded) != 2 {
+		t.Fatalf("targets %v excluded %v", f.names(p), p.Excluded)
+	}
+	d := f.e.AllExcluded(&p, combo.Progress{})
+	if d.Outcome != combo.OutcomeWait || d.Wait <= 0 {
+		t.Fatalf("decision %+v, want a short wait", d)
+	}
+	// With the wait budget spent, the answer is 429 with the earliest reset.
+	if d.Wait > 5*time.Second {
+		t.Fatalf("wait %v is longer than the upstream's 5 s hint", d.Wait)
+	}
+	d = f.e.AllExcluded(&p, combo.Progress{Attempts: 99})
+	reply, ok := d.Reply("gpt-4o-mini", p.Excluded)
+	if !ok || reply.Status != 429 {
+		t.Fatalf("reply %+v ok=%v, want 429", reply, ok)
+	}
+}
+
+func TestSessionAffinityPinsTheConnection(t *testing.T) {
+	f := newFixture(t, examples.Demo())
+	key, err := affinity.NewKey("gpt-4o-mini", "session-42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.plan(t, "gpt-4o-mini", key)
+	pinned := f.names(p)[0]
+	f.attempt(t, p, Outcome{Status: 200, TTFB: 80 * time.Millisecond})
+	// Round-robin would rotate to the other key; the session stays.
+	for i := 0; i < 3; i++ {
+		p := f.plan(t, "gpt-4o-mini", key)
+		if !p.Pinned || f.names(p)[0] != pinned {
+			t.Fatalf("request %d: %v pinned=%v, want %s first", i, f.names(p), p.Pinned, pinned)
+		}
+		f.attempt(t, p, Outcome{Status: 200})
+	}
+}
+
+func TestConcurrencyCapQueuesTheThirdRequest(t *testing.T) {
+	f := newFixture(t, examples.Demo())
+	// openai-b has maxConcurrent 2.
+	target := Target{Provider: 0, Connection: 1, Model: "gpt-4o-mini"}
+	var held []Dispatch
+	for i := 0; i < 2; i++ {
+		d, err := f.e.Dispatch(target)
+		if err != nil || d.Waiting {
+			t.Fatalf("dispatch %d: %v waiting=%v", i, err, d.Waiting)
+		}
+		held = append(held, d)
+	}
+	third, err := f.e.Dispatch(target)
+	if err != nil || !third.Waiting {
+		t.Fatalf("third: %v waiting=%v, want queued", err, third.Waiting)
+	}
+	if r := f.e.Finish(held[0], Outcome{Status: 200}, nil); !r.Waiters {
+		t.Fatal("release did not report the waiter")
+	}
+	third, err = f.e.TryDispatch(third)
+	if err != nil || third.Waiting {
+		t.Fatalf("third after a release: %v waiting=%v", err, third.Waiting)
+	}
+	// openai-b's queue budget is 2 s (rateLimitOverrides): a fourth waits, then times out.
+	fourth, _ := f.e.Dispatch(target)
+	f.clock.Advance(3 * time.Second)
+	if _, err := f.e.TryDispatch(fourth); !errors.Is(err, admission.ErrQueueTimeout) {
+		t.Fatalf("fourth after 3 s: %v, want queue timeout", err)
+	}
+}
+
+func TestRestatementBeforeClassification(t *testing.T) {
+	f := newFixture(t, examples.Agentrouter())
+	model := f.e.res.Routes[0].Model
+	p := f.plan(t, model, affinity.Key{})
+	r := f.attempt(t, p, Outcome{Status: 403, Body: []byte(`{"error":{"message":"用户额度不足"}}`)})
+	if !r.Restatement.Restated || r.Restatement.Status != 429 || r.Verdict.Status != 429 {
+		t.Fatalf("restatement %+v verdict %+v", r.Restatement, r.Verdict)
+	}
+}
+
+// benchPolicy has 1,000 connections over 10 providers and a route of 3 targets, each
+// naming one connection.
+func benchPolicy(b *testing.B) []byte {
+	var sb strings.Builder
+	sb.WriteString(`{"providers":[`)
+	for p := 0; p < 10; p++ {
+		if p > 0 {
+			sb.WriteString(",")
+		}
+		fmt.Fprintf(&sb, `{"id":"p%d","profile":"apikey","cluster":"c%d","connections":[`, p, p)
+		for c := 0; c < 100; c++ {
+			if c > 0 {
+				sb.WriteString(",")
+			}
+			fmt.Fprintf(&sb, `{"id":"p%d-c%d","credential":{"header":"authorization","value":"Bearer k%d"}}`, p, c, c)
+		}
+		sb.WriteString("]}")
+	}
+	sb.WriteString(`],"routes":[{"model":"bench","strategy":"priority","targets":[` +
+		`{"provider":"p3","connection":"p3-c17"},{"provider":"p7","connection":"p7-c99"},{"provider":"p0","connection":"p0-c0"}]}]}`)
+	return []byte(sb.String())
+}
+
+func BenchmarkPlan3Of1000Connections(b *testing.B) {
+	f := newFixture(b, benchPolicy(b))
+	if _, err := f.e.Plan("bench", affinity.Key{}, &f.buf); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p, err := f.e.Plan("bench", affinity.Key{}, &f.buf)
+		if err != nil || len(p.Targets) != 3 {
+			b.Fatal(err, len(p.Targets))
+		}
+	}
+}
+
+func BenchmarkDispatchAndFinishSuccess(b *testing.B) {
+	f := newFixture(b, benchPolicy(b))
+	p, _ := f.e.Plan("bench", affinity.Key{}, &f.buf)
+	t := p.Targets[0]
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d, err := f.e.Dispatch(t)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.e.Finish(d, Outcome{Status: 200}, nil)
+	}
+}
+
+func BenchmarkFinishFailure(b *testing.B) {
+	f := newFixture(b, benchPolicy(b))
+	p, _ := f.e.Plan("bench", affinity.Key{}, &f.buf)
+	t := p.Targets[0]
+	o := Outcome{Status: 429, Headers: [][2]string{{"retry-after", "2"}},
+		Body: []byte(`{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`)}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d, _ := f.e.Dispatch(t)
+		f.e.Finish(d, o, nil)
+		f.clock.Advance(time.Minute)
+	}
+}
