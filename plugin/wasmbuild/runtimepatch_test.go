@@ -34,7 +34,7 @@ func TestApplyRuntimePatchToThisGoroot(t *testing.T) {
 
 func TestApplyRuntimePatchRefusesUnknownSource(t *testing.T) {
 	for _, src := range []string{
-		"package runtime\n",                          // anchor missing (Go changed the file)
+		"package runtime\n",                            // anchor missing (Go changed the file)
 		runtimePatchAnchor + "\n" + runtimePatchAnchor, // anchor twice: ambiguous
 	} {
 		if _, err := applyRuntimePatch(src); err == nil {

@@ -30,11 +30,9 @@ import (
 	"github.com/spillwayproxy/spillway/policies"
 )
 
-// Options are the engine's environment beyond the policy.
+// Options are the engine's environment beyond the policy. (The request queue's environment
+// layer, RATE_LIMIT_*, is already folded into the resolved policy by policies.Parse.)
 type Options struct {
-	// LookupEnv supplies the environment layer of the request-queue settings
-	// (RATE_LIMIT_MAX_WAIT_MS, ...); nil means none.
-	LookupEnv func(string) (string, bool)
 	// Random drives random strategies; nil seeds one from crypto/rand.
 	Random rand.Source
 }
@@ -132,22 +130,9 @@ func New(p *policies.Policy, store state.Store, clock state.Clock, opts Options)
 	if e.classifier, err = newClassifier(res); err != nil {
 		return nil, err
 	}
-	var env admission.QueueLayer
-	if opts.LookupEnv != nil {
-		if env, err = admission.EnvQueueLayer(opts.LookupEnv); err != nil {
-			return nil, fmt.Errorf("engine: %w", err)
-		}
-	}
-	policyQueue := admission.QueueLayer{}
-	q := p.Resilience.RequestQueue
-	policyQueue.MaxWaitMs, policyQueue.ExecutionMaxWaitMs = q.MaxWaitMs, q.ExecutionMaxWaitMs
-	if q.MaxQueueDepth != nil {
-		d := int64(*q.MaxQueueDepth)
-		policyQueue.MaxQueueDepth = &d
-	}
 	e.providers = make([]provider, len(res.Providers))
 	for i := range res.Providers {
-		if err := e.prepareProvider(i, &p.Providers[i], env, policyQueue); err != nil {
+		if err := e.prepareProvider(i); err != nil {
 			return nil, err
 		}
 	}
@@ -160,7 +145,7 @@ func New(p *policies.Policy, store state.Store, clock state.Clock, opts Options)
 	return e, nil
 }
 
-func (e *Engine) prepareProvider(i int, raw *policies.Provider, env, policyQueue admission.QueueLayer) error {
+func (e *Engine) prepareProvider(i int) error {
 	rp := &e.res.Providers[i]
 	pv := &e.providers[i]
 	pv.res = rp
@@ -214,13 +199,10 @@ func (e *Engine) prepareProvider(i int, raw *policies.Provider, env, policyQueue
 		if c.gate, err = providercooldown.ConnectionEntry(rp.ID, rc.ID, gcfg); err != nil {
 			return fail(err)
 		}
-		connLayer := admission.QueueLayer{}
-		if o := raw.Connections[j].RateLimitOverrides; o != nil {
-			connLayer.MaxWaitMs, connLayer.ExecutionMaxWaitMs = o.MaxWaitMs, o.ExecutionMaxWaitMs
-		}
 		if c.admit, err = admission.NewGate(admission.GateConfig{Provider: rp.ID, Connection: rc.ID,
 			MaxConcurrent: rc.MaxConcurrent, ModelConcurrency: rc.ModelConcurrency,
-			Queue: admission.ResolveQueue(env, policyQueue, connLayer)}); err != nil {
+			Queue: admission.QueueConfig{MaxWait: rc.QueueMaxWait, ExecutionMaxWait: rc.ExecutionMaxWait,
+				MaxQueueDepth: rc.MaxQueueDepth}}); err != nil {
 			return fail(err)
 		}
 	}

@@ -10,8 +10,11 @@ import (
 
 	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
+	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
+	"github.com/spillwayproxy/spillway/plugin/internal/errorrules"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/plugin/internal/selection"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/examples"
@@ -385,5 +388,26 @@ func BenchmarkFinishFailure(b *testing.B) {
 		d, _ := f.e.Dispatch(t)
 		f.e.Finish(d, o, nil)
 		f.clock.Advance(time.Minute)
+	}
+}
+
+// TestPolicyVocabularyMatchesTheEngine keeps the policy's lists of names (which the
+// policies package cannot import from the engine) in step with the engine's own.
+func TestPolicyVocabularyMatchesTheEngine(t *testing.T) {
+	for _, name := range policies.FailureKinds {
+		if _, err := breaker.ParseKind(name); err != nil {
+			t.Errorf("policy failure kind %q: %v", name, err)
+		}
+	}
+	if got, want := fmt.Sprint(policies.RuleReasons), fmt.Sprint(errorrules.RuleReasons); got != want {
+		t.Errorf("rule reasons: policies %v, errorrules %v", got, want)
+	}
+	if got, want := fmt.Sprint(policies.RuleScopes), fmt.Sprint(errorrules.RuleScopes); got != want {
+		t.Errorf("rule scopes: policies %v, errorrules %v", got, want)
+	}
+	for _, s := range policies.Strategies {
+		if _, err := selection.ParseStrategy(string(s)); err != nil {
+			t.Errorf("policy strategy %q: %v", s, err)
+		}
 	}
 }

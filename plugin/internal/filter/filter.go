@@ -135,7 +135,6 @@ func (h *httpContext) enter(callback string) {
 	}
 }
 
-
 // OnHttpRequestHeaders implements types.HttpContext. Session-affinity headers are internal
 // correlation ids and are never forwarded upstream.
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {

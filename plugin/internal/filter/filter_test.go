@@ -42,8 +42,8 @@ func header(hs [][2]string, name string) (string, bool) {
 
 func TestStartRefusesInvalidPolicyWithFieldPath(t *testing.T) {
 	cases := []struct {
-		name     string // what is wrong
-		config   string // plugin configuration
+		name     string   // what is wrong
+		config   string   // plugin configuration
 		wantLogs []string // fragments the critical log must contain
 	}{
 		{"no configuration", ``, []string{"no policy configured"}},

@@ -226,9 +226,7 @@ func TestCodecRoundTripAndCorruption(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			d := NewDecoder(c.data, 'T', 1)
-			d.Uint()
-			d.Int()
-			d.String()
+			_, _, _ = d.Uint(), d.Int(), d.String()
 			if !errors.Is(d.Err(), ErrCorrupt) {
 				t.Fatalf("got %v, want ErrCorrupt", d.Err())
 			}
