@@ -68,18 +68,6 @@ func classify(v failure.Verdict) failureKind {
 	return kindTransient
 }
 
-// upstreamHint returns the verdict's retry hint if it came from the upstream itself. A
-// restatement rule's synthetic default only tells the client when to retry; it is not the
-// connection's cooldown (guide §7).
-func upstreamHint(v failure.Verdict) time.Duration {
-	switch v.HintSource {
-	case failure.HintRetryAfter, failure.HintRateLimitReset, failure.HintGoogleRetryInfo,
-		failure.HintBodyField, failure.HintBodyText:
-		return max(v.RetryHint, 0)
-	}
-	return 0
-}
-
 // applyFailure is the pure transition of a stored record on a failure at now (Unix ms). It
 // returns the next record and whether it differs enough to be written. cur must already be
 // the effective record (absent, corrupt or another credential's record read as zero).
@@ -114,7 +102,7 @@ func (c Config) applyFailure(cur record, f Failure, now int64) (next record, wri
 	}
 	switch kind {
 	case kindConcurrency:
-		d := upstreamHint(v)
+		d := v.UpstreamHint()
 		if d == 0 {
 			d = v.Cooldown
 		}
@@ -145,14 +133,14 @@ func (c Config) applyFailure(cur record, f Failure, now int64) (next record, wri
 // hint of a 429 where preferred, otherwise base × 2^level, with a rule's declared cooldown as
 // the base, all clamped to MaxCooldown.
 func (c Config) escalatedCooldown(v failure.Verdict, level int) time.Duration {
-	if hint := upstreamHint(v); c.PreferRetryHint && v.Status == 429 && hint > 0 {
+	if hint := v.UpstreamHint(); c.PreferRetryHint && v.Status == 429 && hint > 0 {
 		return min(hint, c.MaxCooldown)
 	}
 	base := c.BaseCooldown
 	if v.Cooldown > 0 {
 		base = min(v.Cooldown, c.MaxCooldown)
 	}
-	return backoff(base, min(level, c.MaxBackoffSteps), c.MaxCooldown)
+	return failure.Backoff(base, min(level, c.MaxBackoffSteps), c.MaxCooldown)
 }
 
 func (r *record) noteError(f Failure, now int64) {

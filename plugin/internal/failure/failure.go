@@ -103,3 +103,25 @@ func (v Verdict) Transient() bool {
 	}
 	return false
 }
+
+// UpstreamHint returns the verdict's retry hint if the upstream itself gave it (a header,
+// a typed or untyped body field, reset text). A restatement rule's synthetic default is
+// what the client is told, not how long a layer should cool, so it does not count; nor
+// does a rule's declared cooldown, which is Cooldown's business.
+func (v Verdict) UpstreamHint() time.Duration {
+	switch v.HintSource {
+	case HintRetryAfter, HintRateLimitReset, HintGoogleRetryInfo, HintBodyField, HintBodyText:
+		return max(v.RetryHint, 0)
+	}
+	return 0
+}
+
+// Backoff returns base × 2^index, clamped to max, without overflowing: the exponential
+// backoff every cooling layer uses.
+func Backoff(base time.Duration, index int, max time.Duration) time.Duration {
+	d := base
+	for i := 0; i < index && d < max; i++ {
+		d *= 2
+	}
+	return min(d, max)
+}

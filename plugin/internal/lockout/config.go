@@ -135,12 +135,3 @@ func (m FamilyMap) Family(model string) string {
 	}
 	return model
 }
-
-// backoff returns base × 2^index, clamped to max, without overflowing.
-func backoff(base time.Duration, index int, max time.Duration) time.Duration {
-	d := base
-	for i := 0; i < index && d < max; i++ {
-		d *= 2
-	}
-	return min(d, max)
-}

@@ -52,17 +52,6 @@ func explicitScope(s failure.Scope) bool {
 	return s == failure.ScopeQuotaFamily || s == failure.ScopeModel || s == failure.ScopeExact
 }
 
-// upstreamHint returns the verdict's retry hint if it came from the upstream itself. A
-// restatement rule's synthetic default is what the client is told, not a lockout length.
-func upstreamHint(v failure.Verdict) time.Duration {
-	switch v.HintSource {
-	case failure.HintRetryAfter, failure.HintRateLimitReset, failure.HintGoogleRetryInfo,
-		failure.HintBodyField, failure.HintBodyText:
-		return max(v.RetryHint, 0)
-	}
-	return 0
-}
-
 // RecordFailure applies one failed attempt. Only statuses in ErrorCodes lock, and only when
 // lockouts are enabled; a typed Google RetryInfo hint longer than the queue wait budget always
 // locks the exact model (whatever the verdict's scope), for the hint capped at LongRetryCap,
@@ -175,9 +164,9 @@ func (t *Tracker) cooldown(count int, v failure.Verdict, long bool) time.Duratio
 	}
 	d := base
 	if t.cfg.UseExponentialBackoff {
-		d = backoff(base, min(count-1, t.cfg.MaxBackoffSteps), t.cfg.MaxCooldown)
+		d = failure.Backoff(base, min(count-1, t.cfg.MaxBackoffSteps), t.cfg.MaxCooldown)
 	}
-	return max(d, min(upstreamHint(v), t.cfg.MaxCooldown))
+	return max(d, min(v.UpstreamHint(), t.cfg.MaxCooldown))
 }
 
 // explicitCooldown is the window a failure itself names (long hint, upstream hint or rule),
@@ -186,8 +175,8 @@ func (t *Tracker) explicitCooldown(v failure.Verdict, long bool) time.Duration {
 	switch {
 	case long:
 		return min(v.RetryHint, t.cfg.LongRetryCap)
-	case upstreamHint(v) > 0:
-		return min(upstreamHint(v), t.cfg.MaxCooldown)
+	case v.UpstreamHint() > 0:
+		return min(v.UpstreamHint(), t.cfg.MaxCooldown)
 	case v.Cooldown > 0:
 		return min(v.Cooldown, t.cfg.MaxCooldown)
 	}

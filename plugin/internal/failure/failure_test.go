@@ -1,0 +1,49 @@
+package failure
+
+import (
+	"testing"
+	"time"
+)
+
+func TestUpstreamHint(t *testing.T) {
+	cases := []struct {
+		source HintSource    // where the hint came from
+		hint   time.Duration // the verdict's RetryHint
+		want   time.Duration // what a cooling layer may use
+	}{
+		{HintRetryAfter, 20 * time.Second, 20 * time.Second},
+		{HintRateLimitReset, time.Minute, time.Minute},
+		{HintGoogleRetryInfo, 86399 * time.Second, 86399 * time.Second},
+		{HintBodyField, 1500 * time.Millisecond, 1500 * time.Millisecond},
+		{HintBodyText, 30 * time.Second, 30 * time.Second},
+		{HintRestatement, 60 * time.Second, 0}, // synthetic: told to the client only
+		{HintRule, 6 * time.Hour, 0},           // a rule's cooldown travels in Cooldown
+		{HintNone, 5 * time.Second, 0},
+		{HintRetryAfter, -time.Second, 0}, // never negative
+	}
+	for _, c := range cases {
+		if got := (Verdict{HintSource: c.source, RetryHint: c.hint}).UpstreamHint(); got != c.want {
+			t.Errorf("source %d hint %v: got %v, want %v", c.source, c.hint, got, c.want)
+		}
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	cases := []struct {
+		base  time.Duration // first cooldown
+		index int           // failure index
+		max   time.Duration // clamp
+		want  time.Duration
+	}{
+		{3 * time.Second, 0, 30 * time.Minute, 3 * time.Second},
+		{3 * time.Second, 3, 30 * time.Minute, 24 * time.Second},
+		{3 * time.Second, 8, 30 * time.Minute, 768 * time.Second},
+		{120 * time.Second, 4, 30 * time.Minute, 30 * time.Minute}, // 1920 s clamps to 30 min
+		{time.Second, 1 << 20, time.Hour, time.Hour},               // no overflow
+	}
+	for _, c := range cases {
+		if got := Backoff(c.base, c.index, c.max); got != c.want {
+			t.Errorf("Backoff(%v, %d, %v) = %v, want %v", c.base, c.index, c.max, got, c.want)
+		}
+	}
+}
