@@ -82,6 +82,14 @@ func lowerKeys(pairs [][2]string) [][2]string {
 	return out
 }
 
+// appendLower appends pairs to dst with lower-cased keys.
+func appendLower(dst, pairs [][2]string) [][2]string {
+	for _, kv := range pairs {
+		dst = append(dst, [2]string{lowerASCII(kv[0]), kv[1]})
+	}
+	return dst
+}
+
 // lowerASCII lower-cases s without allocating when it is already lower case.
 func lowerASCII(s string) string {
 	for i := 0; i < len(s); i++ {

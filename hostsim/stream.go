@@ -87,9 +87,29 @@ type deferredOp struct {
 func (vm *VM) newStream() *Stream {
 	id := vm.nextID
 	vm.nextID++
-	s := &Stream{vm: vm, id: id}
+	var s *Stream
+	if n := len(vm.free); n > 0 {
+		s = vm.free[n-1]
+		vm.free = vm.free[:n-1]
+		s.clear()
+	} else {
+		s = &Stream{}
+	}
+	s.vm, s.id = vm, id
 	vm.streams[id] = s
 	return s
+}
+
+// reset clears a recycled stream, keeping the capacity of its buffers.
+func (s *Stream) clear() {
+	req, resp := s.req.recycle(), s.resp.recycle()
+	callouts := s.callouts[:0]
+	*s = Stream{req: req, resp: resp, callouts: callouts}
+}
+
+func (d *direction) recycle() direction {
+	return direction{headers: d.headers[:0], trailers: d.trailers[:0], body: d.body[:0],
+		pendBody: d.pendBody[:0], fwdBody: d.fwdBody[:0]}
 }
 
 func (vm *VM) stream(id uint32) (*Stream, error) {
@@ -100,7 +120,13 @@ func (vm *VM) stream(id uint32) (*Stream, error) {
 	return s, nil
 }
 
-func (s *Stream) frame() *frame { return &frame{ctxID: s.id, effective: s.id, stream: s} }
+// frame returns the VM's callback frame set up for this stream. Callbacks never nest (the
+// host defers everything until a callback returns), so one frame per VM is reused.
+func (s *Stream) frame() *frame {
+	fr := &s.vm.fr
+	*fr = frame{ctxID: s.id, effective: s.id, stream: s}
+	return fr
+}
 
 // ensureCreated runs proxy_on_context_create lazily, as Envoy does at decodeHeaders (or log).
 func (s *Stream) ensureCreated() error {
@@ -148,10 +174,7 @@ func (s *Stream) onHeaders(d *direction, headers [][2]string, eos bool) (types.A
 		}
 		return types.ActionPause, nil
 	}
-	d.headers, d.gotHeaders, d.endStream = lowerKeys(headers), true, eos
-	if d.headers == nil {
-		d.headers = [][2]string{}
-	}
+	d.headers, d.gotHeaders, d.endStream = appendLower(d.headers[:0], headers), true, eos
 	if s.skip {
 		s.forwardHeaders(d)
 		return types.ActionContinue, nil
@@ -283,7 +306,7 @@ func (s *Stream) onTrailers(d *direction, trailers [][2]string) (types.Action, e
 		d.pendTrailers, d.havePendTrl = lowerKeys(trailers), true
 		return types.ActionPause, nil
 	}
-	d.trailers, d.hasTrailers = lowerKeys(trailers), true
+	d.trailers, d.hasTrailers = appendLower(d.trailers[:0], trailers), true
 	if s.skip {
 		s.forwardTrailers(d)
 		return types.ActionContinue, nil
@@ -512,7 +535,7 @@ func setHeader(h [][2]string, k, v string) [][2]string {
 
 // touch records that the stream has deferred work or changed state.
 func (vm *VM) touch(s *Stream) {
-	for _, t := range vm.touched {
+	for _, t := range vm.touched[vm.touchedPos:] {
 		if t == s {
 			return
 		}
@@ -521,13 +544,21 @@ func (vm *VM) touch(s *Stream) {
 }
 
 // afterCallback runs what Envoy defers until the VM call returns: continue, close and
-// local replies, in the order the guest asked for them.
+// local replies, in the order the guest asked for them; then it lets whole-request drivers
+// (RunHTTP) move on. Callbacks run from here call it again; the outermost call does the
+// work, so everything happens in order and nothing nests.
 func (vm *VM) afterCallback() {
-	for i := 0; i < len(vm.touched); i++ {
-		s := vm.touched[i]
+	if vm.settling {
+		return
+	}
+	vm.settling = true
+	for vm.touchedPos < len(vm.touched) {
+		s := vm.touched[vm.touchedPos]
+		vm.touchedPos++
 		for len(s.deferred) > 0 {
 			op := s.deferred[0]
-			s.deferred = s.deferred[1:]
+			copy(s.deferred, s.deferred[1:])
+			s.deferred = s.deferred[:len(s.deferred)-1]
 			if vm.failed != nil && op.kind != opClose {
 				continue
 			}
@@ -549,26 +580,19 @@ func (vm *VM) afterCallback() {
 				s.localReply(op.local)
 			}
 		}
-	}
-	vm.settle()
-}
-
-// settle lets whole-request drivers (RunHTTP) move on after state changes.
-func (vm *VM) settle() {
-	for len(vm.touched) > 0 {
-		s := vm.touched[0]
-		vm.touched = vm.touched[1:]
-		if len(s.deferred) > 0 {
-			vm.touched = append(vm.touched, s)
-			vm.afterCallback()
-			continue
-		}
 		if s.ex != nil {
 			s.ex.step()
 		}
 	}
-	vm.touched = vm.touched[:0]
+	for i := range vm.touched {
+		vm.touched[i] = nil
+	}
+	vm.touched, vm.touchedPos = vm.touched[:0], 0
+	vm.settling = false
 }
+
+// settle is afterCallback for state changes made outside a callback.
+func (vm *VM) settle() { vm.afterCallback() }
 
 // complete runs Envoy's end of stream: on_log (maps readable), on_done (result ignored),
 // on_delete.
@@ -610,6 +634,7 @@ func (vm *VM) remember(s *Stream) {
 		vm.recent = append(vm.recent, s)
 		return
 	}
+	vm.free = append(vm.free, vm.recent[vm.recentNext])
 	vm.recent[vm.recentNext] = s
 	vm.recentNext = (vm.recentNext + 1) % recentStreams
 }
@@ -722,13 +747,29 @@ func (vm *VM) getHeaderMapValue(t MapType, kp, kl, vp, vs uint32) Status {
 	if !ok {
 		return StatusInvalidMemoryAccess
 	}
-	k := lowerASCII(string(key))
 	for _, kv := range *m {
-		if kv[0] == k {
-			return vm.copyOut([]byte(kv[1]), vp, vs)
+		if equalLower(kv[0], key) {
+			return vm.copyOutString(kv[1], vp, vs)
 		}
 	}
 	return StatusNotFound
+}
+
+// equalLower reports whether key, lower-cased, equals the lower-case k.
+func equalLower(k string, key []byte) bool {
+	if len(k) != len(key) {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if k[i] != c {
+			return false
+		}
+	}
+	return true
 }
 
 func (vm *VM) mutateHeaderMap(op mapOp, t MapType, kp, kl, vp, vl uint32) Status {

@@ -66,12 +66,16 @@ type VM struct {
 	rootCreated bool
 	streams     map[uint32]*Stream
 	frame       *frame
-	touched     []*Stream // streams with deferred actions from the current callback
+	touched     []*Stream // streams with deferred actions or state changes to settle
+	touchedPos  int       // next one to settle
+	settling    bool
 	tickPeriod  time.Duration
 	tickGen     uint64
 	status      Status // proxy_get_status: last callout result
 	statusMsg   string
 	recent      []*Stream // the last finished streams, for the getters
+	free        []*Stream // finished streams evicted from recent, for reuse
+	fr          frame     // the frame of the running callback
 	recentNext  int
 }
 
@@ -400,7 +404,10 @@ func (vm *VM) failedErr() error {
 	return fmt.Errorf("%w: %s is gone", errVMFailedSentinel, vm.name)
 }
 
-func (vm *VM) rootFrame() *frame { return &frame{ctxID: vm.rootID, effective: vm.rootID} }
+func (vm *VM) rootFrame() *frame {
+	vm.fr = frame{ctxID: vm.rootID, effective: vm.rootID}
+	return &vm.fr
+}
 
 // kill ends the canary the way cpp-host does: no on_done, no on_delete.
 func (vm *VM) kill() {
@@ -484,6 +491,21 @@ func (vm *VM) copyOut(data []byte, ptrPtr, sizePtr uint32) Status {
 	if len(data) > 0 {
 		addr = vm.allocate(uint32(len(data)))
 		if !vm.mem.Write(addr, data) {
+			return StatusInvalidMemoryAccess
+		}
+	}
+	if !vm.mem.WriteUint32Le(ptrPtr, addr) || !vm.mem.WriteUint32Le(sizePtr, uint32(len(data))) {
+		return StatusInvalidMemoryAccess
+	}
+	return StatusOK
+}
+
+// copyOutString is copyOut for a string, without converting it to a byte slice.
+func (vm *VM) copyOutString(data string, ptrPtr, sizePtr uint32) Status {
+	var addr uint32
+	if len(data) > 0 {
+		addr = vm.allocate(uint32(len(data)))
+		if !vm.mem.WriteString(addr, data) {
 			return StatusInvalidMemoryAccess
 		}
 	}
