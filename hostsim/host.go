@@ -128,7 +128,8 @@ func (h *Host) Process() *Process { return h.proc }
 func (h *Host) Clock() Clock { return h.clock }
 
 // StartVM creates the root context and runs proxy_on_vm_start in the canary (or, with
-// WithoutCanary, in the main and worker VMs). It reports the guest's answer.
+// WithoutCanary, in the main and worker VMs). It reports the guest's answer; a refusal
+// also comes back as an error wrapping ErrStartRefused.
 func (h *Host) StartVM() (bool, error) {
 	h.lifecycle.Lock()
 	defer h.lifecycle.Unlock()
@@ -156,7 +157,8 @@ func (h *Host) startVMLocked() (bool, error) {
 // StartPlugin runs proxy_on_configure (after StartVM, which it runs first if needed). With
 // a canary: the canary configures and is killed without on_done/on_delete (its side effects
 // stay), then the main-thread VM and every worker start the same way. It returns false if
-// any VM refused its configuration; a VM that refused is failed.
+// any VM refused its configuration (with an error wrapping ErrStartRefused); a VM that
+// refused is failed.
 func (h *Host) StartPlugin() (bool, error) {
 	h.lifecycle.Lock()
 	defer h.lifecycle.Unlock()
@@ -170,6 +172,9 @@ func (h *Host) StartPlugin() (bool, error) {
 		return false, errors.New("hostsim: StartPlugin called twice")
 	}
 	h.started = true
+	if h.canary != nil && h.canary.failed != nil {
+		return false, h.canary.failed
+	}
 	if h.cfg.noCanary {
 		return h.configureClones()
 	}
@@ -198,38 +203,39 @@ func (h *Host) startClones(configure bool) (bool, error) {
 		vms = append(vms, w)
 	}
 	all := true
+	var refusals []error
 	for _, vm := range vms {
 		if err := vm.instantiate(); err != nil {
 			return false, err
 		}
 		ok, err := vm.startRoot()
-		if err != nil {
-			return false, err
-		}
 		if ok && configure {
 			ok, err = vm.configureRoot()
-			if err != nil {
-				return false, err
-			}
 		}
+		if err != nil && !errors.Is(err, ErrStartRefused) {
+			return false, err
+		}
+		refusals = append(refusals, err)
 		all = all && ok
 	}
-	return all, h.drain()
+	return all, joinErr(errors.Join(refusals...), h.drain())
 }
 
 func (h *Host) configureClones() (bool, error) {
 	all := true
+	var refusals []error
 	for _, vm := range h.VMs() {
 		ok, err := vm.configureRoot()
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrStartRefused) {
 			return false, err
 		}
+		refusals = append(refusals, err)
 		all = all && ok
 	}
 	if h.realtime {
 		h.startDispatcher()
 	}
-	return all, h.drain()
+	return all, joinErr(errors.Join(refusals...), h.drain())
 }
 
 // VMs returns the main-thread VM followed by the workers (nil before StartVM/StartPlugin).

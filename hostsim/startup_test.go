@@ -1,6 +1,7 @@
 package hostsim_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -51,17 +52,28 @@ func TestVMTopology(t *testing.T) {
 // A root that refuses its configuration: the canary rejects the plugin, nothing else starts.
 func TestStartRefused(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		script string // plugin configuration
+		name     string
+		script   string // VM and plugin configuration
+		callback string // the callback that refused
 	}{
-		{"vm_start false", "vm_start ret 0"},
-		{"configure false", "configure ret 0"},
+		{"vm_start false", "vm_start ret 0", "proxy_on_vm_start"},
+		{"configure false", "configure ret 0", "proxy_on_configure"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := hostsimtest.New(t, hostsimtest.Guest(t, "probe"), hostsim.WithVMConfiguration([]byte(tc.script)),
 				hostsim.WithPluginConfiguration([]byte(tc.script)))
 			if h.StartPlugin() {
 				t.Fatal("plugin started")
+			}
+			raw, err := hostsim.New(hostsimtest.Guest(t, "probe"), hostsim.WithRuntime(hostsimtest.Runtime(t)),
+				hostsim.WithVMConfiguration([]byte(tc.script)), hostsim.WithPluginConfiguration([]byte(tc.script)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			ok, err := raw.StartPlugin()
+			if ok || !errors.Is(err, hostsim.ErrStartRefused) || !strings.Contains(err.Error(), "canary: "+tc.callback+" returned false") {
+				t.Fatalf("start: %v, %v", ok, err)
 			}
 			if h.Host.Worker(0) != nil {
 				t.Fatal("workers started after the canary refused")

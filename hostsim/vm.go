@@ -355,10 +355,29 @@ func (vm *VM) startRootLocked() (bool, error) {
 	}
 	vm.afterCallback()
 	if r == 0 && vm.fns.vmStart != nil {
-		vm.fail(fmt.Errorf("hostsim: %s: proxy_on_vm_start returned false", vm.name))
-		return false, nil
+		return false, vm.refused("proxy_on_vm_start")
 	}
 	return true, nil
+}
+
+// ErrStartRefused is wrapped by the error StartVM/StartPlugin return when a root context
+// answered false (Envoy rejects the configuration: an xDS NACK, or a start-up failure).
+var ErrStartRefused = errors.New("hostsim: plugin refused to start")
+
+// refused fails the VM after its root refused to start, naming the callback and the
+// guest's last critical or error log line.
+func (vm *VM) refused(callback string) error {
+	why := ""
+	logs := vm.host.Logs()
+	for i := len(logs) - 1; i >= 0; i-- {
+		if l := logs[i]; l.VM == vm.name && l.Level >= LogError {
+			why = " (guest: " + l.Message + ")"
+			break
+		}
+	}
+	err := fmt.Errorf("%w: %s: %s returned false%s", ErrStartRefused, vm.name, callback, why)
+	vm.fail(err)
+	return err
 }
 
 // configureRoot runs proxy_on_configure with the plugin configuration.
@@ -380,8 +399,7 @@ func (vm *VM) configureRootLocked() (bool, error) {
 	}
 	vm.afterCallback()
 	if r == 0 && vm.fns.configure != nil {
-		vm.fail(fmt.Errorf("hostsim: %s: proxy_on_configure returned false", vm.name))
-		return false, nil
+		return false, vm.refused("proxy_on_configure")
 	}
 	return true, nil
 }

@@ -7,6 +7,7 @@ package hostsimtest
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,19 +123,23 @@ func (h *Host) check(err error) {
 	}
 }
 
-// StartVM runs proxy_on_vm_start (proxytest).
+// StartVM runs proxy_on_vm_start (proxytest): a refusal is false, a trap fails the test.
 func (h *Host) StartVM() types.OnVMStartStatus {
 	h.t.Helper()
 	ok, err := h.Host.StartVM()
-	h.check(err)
+	if !errors.Is(err, hostsim.ErrStartRefused) {
+		h.check(err)
+	}
 	return types.OnVMStartStatus(ok)
 }
 
-// StartPlugin runs proxy_on_configure (proxytest).
+// StartPlugin runs proxy_on_configure (proxytest): a refusal is false, a trap fails the test.
 func (h *Host) StartPlugin() types.OnPluginStartStatus {
 	h.t.Helper()
 	ok, err := h.Host.StartPlugin()
-	h.check(err)
+	if !errors.Is(err, hostsim.ErrStartRefused) {
+		h.check(err)
+	}
 	return types.OnPluginStartStatus(ok)
 }
 
