@@ -352,6 +352,9 @@ func (s *Stream) completeDir(d *direction) {
 		return
 	}
 	d.complete = true
+	if d.hasTrailers && d.fwdTrailers == nil { // added from the last body callback
+		d.fwdTrailers = d.trailers
+	}
 	s.vm.touch(s)
 }
 

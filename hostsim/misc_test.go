@@ -1,0 +1,112 @@
+package hostsim_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim"
+)
+
+// Foreign functions: registered ones answer, clear_route_cache is built in, unknown ones
+// are NotFound; proxy_done without a pending root is NotFound; header pairs round trip.
+func TestForeignDonePairs(t *testing.T) {
+	h := probe(t, `
+request_headers foreign compress abc
+request_headers foreign failing x
+request_headers foreign clear_route_cache -
+request_headers foreign nope -
+request_headers done
+request_headers set_pairs 0 :method=PUT,:path=/p,X-A=1
+request_headers get_pairs 0
+request_headers time_ns
+`, hostsim.WithForeignFunction("compress", func(b []byte) ([]byte, error) { return append([]byte("z:"), b...), nil }),
+		hostsim.WithForeignFunction("failing", func([]byte) ([]byte, error) { return nil, errors.New("boom") }))
+	id := h.InitializeHttpContext()
+	h.CallOnRequestHeaders(id, getReq, true)
+	requireTrace(t, h.Host, "worker-0",
+		"op foreign compress abc -> Ok z:abc",
+		"op foreign failing x -> InternalFailure",
+		"op foreign clear_route_cache - -> Ok",
+		"op foreign nope - -> NotFound",
+		"op done -> NotFound",
+		"op set_pairs 0 :method=PUT,:path=/p,X-A=1 -> Ok",
+		"op get_pairs 0 -> Ok n=55 :method=PUT,:path=/p,x-a=1",
+		"op time_ns -> Ok "+itoa(h.Clock().Now().UnixNano()))
+}
+
+// Request trailers can be added from the last request body callback (Envoy's
+// addDecodedTrailers); a body buffered beyond the connection buffer limit gets a 413.
+func TestTrailersFromLastBodyAndBufferLimit(t *testing.T) {
+	h := probe(t, "request_body@2 add_header 1 x-trailer t\nrequest_body@3 ret 1",
+		hostsim.WithBufferLimit(8), hostsim.WithUpstream(echoUpstream(nil)))
+	resp := h.RunHTTP(&hostsim.Request{Headers: getReq, Body: []byte("body")})
+	requireTrace(t, h.Host, "worker-0", "op add_header 1 x-trailer t -> Ok")
+	if v, _ := headerOf(resp.Upstream.Trailers, "x-trailer"); v != "t" {
+		t.Fatalf("upstream trailers %v", resp.Upstream.Trailers)
+	}
+	resp = h.RunHTTP(&hostsim.Request{Headers: getReq, BodyChunks: [][]byte{[]byte("12345"), []byte("67890")}})
+	if resp.StatusCode != 413 || resp.Upstream != nil {
+		t.Fatalf("over the buffer limit: %d, upstream %v", resp.StatusCode, resp.Upstream)
+	}
+}
+
+// With a real clock the host fires ticks itself, on every VM that set a period.
+func TestRealClockTicks(t *testing.T) {
+	h := probe(t, "configure tick_period 5", hostsim.WithRealClock())
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		n := 0
+		for _, l := range trace(h.Host, "worker-0") {
+			if l == "cb tick ctx=1" {
+				n++
+			}
+		}
+		if n >= 3 {
+			requireTrace(t, h.Host, "main", "cb tick ctx=1")
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("no ticks with a real clock")
+}
+
+// Exchanges can be started and left paused; Advance (here via a queue notification from
+// another request) resumes them, as a queue-based admission would.
+func TestExchangeResumedByQueue(t *testing.T) {
+	h := probe(t, `
+configure register_queue wake
+request_headers@2 ret 1
+request_headers@3 resolve_queue - wake
+request_headers@3 enqueue $queue go
+queue_ready effective 2
+queue_ready continue 0
+`, hostsim.WithUpstream(echoUpstream(nil)))
+	w := h.Host.Worker(0)
+	first, err := w.StartHTTP(&hostsim.Request{Headers: getReq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Done() {
+		t.Fatal("first request not paused")
+	}
+	if _, err := w.RunHTTP(context.Background(), &hostsim.Request{Headers: getReq}); err != nil {
+		t.Fatal(err)
+	}
+	if !first.Done() || first.Response().StatusCode != 200 {
+		t.Fatalf("paused request not resumed by the queue notification: %+v", first.Response())
+	}
+}
+
+func itoa(n int64) string {
+	b := []byte{}
+	if n == 0 {
+		return "0"
+	}
+	for n > 0 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+		n /= 10
+	}
+	return string(b)
+}
