@@ -133,15 +133,6 @@ const (
 	ABI021 ABIVersion = "proxy_abi_version_0_2_1"
 )
 
-// Header filter statuses as Envoy converts the callback's raw return (proxy_wasm_enums.h).
-const (
-	headersContinue                     = 0
-	headersStopIteration                = 1
-	headersStopAllIterationAndWatermark = 4
-	dataContinue                        = 0
-	dataStopIterationAndBuffer          = 1
-)
-
 // FailurePolicy is what Envoy does with streams once a VM has failed (PluginConfig.failure_policy).
 type FailurePolicy int
 

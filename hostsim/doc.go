@@ -2,28 +2,70 @@
 // main-thread and canary VMs, the HTTP stream lifecycle, shared data and queues, ticks, HTTP
 // callouts, properties, metrics, logs, Envoy's WASI surface and its failure policies.
 //
-// Fidelity. The host follows research/envoy-host-semantics.md ("Simulator checklist"): the
-// ABI marker is found by scanning exports; `_initialize` (then `main`/`__main_void`) runs
-// under Envoy's start-up allow-list and `proxy_on_memory_allocate` under the malloc
-// allow-list, so anything else traps with "restricted_callback"; WASI is Envoy 1.33's set by
-// default (poll_oneoff and fd_fdstat_set_flags answer ENOSYS, an import outside the set fails
-// instantiation); contexts are created lazily at request headers and torn down log → done →
-// delete; header Pause stops all iteration, body Pause buffers with a cumulative size;
-// continue/close/local reply are deferred until the callback returns; shared data has one
-// CAS counter per process and cas 0 is unconditional; queue notifications are asynchronous;
-// callouts are owned by the root context.
+// # Fidelity
 //
-// Differences from the SDK's proxytest, where proxytest is not Envoy-faithful: shared-data
-// CAS values come from one process-global counter (proxytest counts per key and rejects cas 0
-// on an existing key); maps and buffers outside their phase answer BadArgument (proxytest
-// answers from whatever it holds); body callbacks are held back while the headers are
-// paused; a request-phase local reply runs the plugin's own response callbacks; metric ids
-// carry the metric type in their low bits, as in Envoy.
+// The host follows research/envoy-host-semantics.md ("Simulator checklist"):
 //
-// Driving. A Host is one simulated Envoy process. Tests call the proxytest-shaped methods
-// (StartPlugin, InitializeHttpContext, CallOnRequestHeaders, ..., CompleteHttpContext) on a
-// worker VM, or drive whole requests with RunHTTP. Time is virtual by default (Advance moves
-// it, firing ticks, callout deliveries and timeouts in order); WithRealClock makes the host
-// run its own timers for the serve CLI. A Host is safe for concurrent use: each VM is a
-// "thread" whose calls are serialized, and process-wide state is locked.
+//   - Load: the ABI marker is found among the exports (proxy_get_log_level is linked only
+//     for 0.2.1); an allocator (malloc or proxy_on_memory_allocate) is required; an import
+//     outside the WASI mode's set or the ABI's host functions fails the load.
+//   - VMs: a base VM (initialize only), a canary (initialize, root start, then killed without
+//     on_done/on_delete; its shared data and queue registrations stay), the main-thread VM
+//     and N workers. `_initialize` (then `main`/`__main_void`) runs in each, so Go globals are
+//     per VM. Restricted calls trap with "restricted_callback" (RestrictedCallError):
+//     during start-up only cpp-host's allow-list, inside proxy_on_memory_allocate only
+//     proxy_log, fd_write and clock_time_get.
+//   - Streams: the context is created lazily at request headers (or at log); teardown is
+//     log → done (result ignored) → delete. A headers Pause stops all iteration (body and
+//     trailers are held without callbacks and delivered on continue); a body Pause buffers
+//     and reports the cumulative size. Maps and buffers are reachable only in their phase
+//     (BadArgument elsewhere, read-only in on_log with NotFound for a missing map);
+//     proxy_continue_stream clears them. continue, close and local replies are deferred until
+//     the callback returns; a local reply forces stop. A request-phase local reply runs the
+//     plugin's own response callbacks; a response-phase one replaces the response (or resets
+//     the stream once headers went downstream). All are no-ops from a root context.
+//   - Shared data per vm_id with one process-global CAS counter (cas 0 unconditional, a
+//     non-zero cas on a missing key succeeds); queues whose last registrant is notified,
+//     asynchronously, once per enqueue; ticks per VM root; callouts owned by the root
+//     context (:method/:path/:authority required, 0 = no timeout, failure = zero counts and
+//     BrokenConnection "reset", a timeout answers the async client's 504).
+//   - WASI: Envoy 1.33's set by default (poll_oneoff and fd_fdstat_set_flags answer ENOSYS,
+//     so a Go runtime timer kills the guest with "poll_oneoff failed"), Envoy ≤ 1.32,
+//     cpp-host head (#533) and wazero's full WASI.
+//   - Failure: a trap (or a Go fatal error) comes back as a *TrapError naming the VM and the
+//     callback; the VM is failed and later streams follow the FailurePolicy.
+//
+// Known simplifications: one plugin (root context) per VM; no gRPC calls or TCP filters;
+// FAIL_RELOAD has no backoff; guest stdout/stderr are logged line by line (cpp-host logs each
+// fd_write as it comes); the upstream of RunHTTP is called once the whole request has passed
+// the filter.
+//
+// # Differences from the SDK's proxytest
+//
+// Where proxytest is not Envoy-faithful, hostsim follows Envoy: shared-data CAS values come
+// from one process-global counter (proxytest counts per key and rejects cas 0 on an existing
+// key); InitializeHttpContext only allocates the id (proxy_on_context_create runs with the
+// request headers); maps and buffers outside their phase answer BadArgument or NotFound
+// (proxytest answers from whatever it holds); body callbacks are held back while the headers
+// are paused; CallOn* return the effective action (Pause after a local reply); a
+// request-phase local reply runs the plugin's own response callbacks; queue notifications
+// are asynchronous; callouts are answered on the root context; metric ids carry the metric
+// type in their low bits.
+//
+// # Driving
+//
+// A Host is one simulated Envoy process. Tests call the proxytest-shaped methods
+// (StartPlugin, InitializeHttpContext, CallOnRequestHeaders, ..., CompleteHttpContext,
+// GetSentLocalResponse, CallOnHttpCallResponse, Tick, GetCounterMetric, GetInfoLogs, ...) on
+// worker 0 through the Host, or on any VM; hostsimtest wraps them in testing.TB helpers with
+// proxytest's exact signatures. RunHTTP (or StartHTTP and Exchange.Wait) drives whole
+// requests through a worker, the upstream and back. Time is virtual by default: Advance
+// moves it, firing ticks, callout deliveries and timeouts in order, and drives the guest's
+// time.Now(). WithRealClock makes the host run its own timers and answer callouts and
+// upstreams on goroutines, for `hostsim serve`. A Host is safe for concurrent use: each VM
+// is a "thread" whose calls are serialized, and process-wide state is locked. The library
+// has no package-level state; share a Runtime to compile each module once.
+//
+// The self-tests' guests live in testdata/guests and are built into build/guests by
+// `go run ./hostsim/internal/buildguests` (part of `make build`).
 package hostsim

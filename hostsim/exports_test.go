@@ -13,14 +13,14 @@ const bridgeMarker = "spillway_abi_bridge_v1"
 
 // checkFilterModule lists what is wrong with a built filter: missing exports, and imports
 // outside Envoy 1.33's WASI set and the proxy-wasm ABI.
-func checkFilterModule(t *testing.T, wasm []byte) (missing []string, importErr error, m *hostsim.Module) {
+func checkFilterModule(t *testing.T, wasm []byte) (m *hostsim.Module, missing []string, importErr error) {
 	t.Helper()
 	m, err := hostsimtest.Runtime(t).Compile(wasm, hostsim.WASIEnvoy133)
 	if err != nil {
 		t.Fatal(err)
 	}
 	missing = m.Missing(append(hostsim.GoSDKExports(), bridgeMarker)...)
-	return missing, m.CheckImports(hostsim.WASIEnvoy133), m
+	return m, missing, m.CheckImports(hostsim.WASIEnvoy133)
 }
 
 // Every module make build produces exports the whole ABI and the bridge marker, and
@@ -28,7 +28,7 @@ func checkFilterModule(t *testing.T, wasm []byte) (missing []string, importErr e
 func TestBuiltModuleExports(t *testing.T) {
 	for _, rel := range []string{"build/spillway.wasm", "build/noop.wasm"} {
 		t.Run(rel, func(t *testing.T) {
-			missing, importErr, m := checkFilterModule(t, hostsimtest.ReadModule(t, rel))
+			m, missing, importErr := checkFilterModule(t, hostsimtest.ReadModule(t, rel))
 			if len(missing) > 0 {
 				t.Fatalf("%s lacks exports %v", rel, missing)
 			}
@@ -48,7 +48,7 @@ func TestBuiltModuleExports(t *testing.T) {
 // A -no-bridge build still links but exports only _initialize and memory: the check
 // catches it.
 func TestExportCheckCatchesMissingBridge(t *testing.T) {
-	missing, _, _ := checkFilterModule(t, hostsimtest.Guest(t, "noop-nobridge"))
+	_, missing, _ := checkFilterModule(t, hostsimtest.Guest(t, "noop-nobridge"))
 	for _, want := range []string{bridgeMarker, "proxy_abi_version_0_2_0", "proxy_on_request_headers"} {
 		found := false
 		for _, m := range missing {

@@ -1,7 +1,6 @@
 package hostsim
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -997,4 +996,3 @@ func (vm *VM) sendLocalResponse(s []uint64) Status {
 	return StatusOK
 }
 
-var errNoStream = errors.New("hostsim: no such stream")
