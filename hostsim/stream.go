@@ -995,4 +995,3 @@ func (vm *VM) sendLocalResponse(s []uint64) Status {
 	vm.touch(fr.stream)
 	return StatusOK
 }
-
