@@ -69,7 +69,7 @@ func (p *Provider) reply(model string) string {
 }
 
 func (p *Provider) id(prefix string) string {
-	return fmt.Sprintf("%s-fake-%s-%d", prefix, p.name, p.seq.Add(1))
+	return fmt.Sprintf("%s-%s-%d", prefix, p.name, p.seq.Add(1))
 }
 
 // chatCompletion answers POST /v1/chat/completions.

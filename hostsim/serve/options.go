@@ -1,0 +1,333 @@
+package serve
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim"
+)
+
+// Defaults of the serve flags.
+const (
+	DefaultWasm    = "build/spillway.wasm"
+	DefaultListen  = "127.0.0.1:10000"
+	DefaultWorkers = 2
+	DefaultTimeout = 10 * time.Minute
+	// MaxWorkers bounds -workers (each worker is a VM with its own Go heap).
+	MaxWorkers = 64
+)
+
+// Cluster is an upstream cluster: a name the policy and the filter use, and the base URL
+// requests for it are sent to.
+type Cluster struct {
+	Name string
+	URL  string // scheme://host[:port], no path
+}
+
+// EnvVar is one VM environment variable.
+type EnvVar struct{ Key, Value string }
+
+// Options are the settings of `hostsim serve` (and `hostsim run`), one field per flag.
+type Options struct {
+	// WasmPath is the proxy-wasm module to run (-wasm).
+	WasmPath string
+	// PolicyPath is the policy file, YAML or JSON (-policy); empty: the embedded demo policy.
+	PolicyPath string
+	// Listen is the front end's address (-listen); empty: no HTTP listener (hostsim run).
+	Listen string
+	// Clusters are the upstream clusters (-cluster, repeatable). None: the demo's fake-*
+	// clusters are served by built-in fake providers.
+	Clusters []Cluster
+	// Workers is the number of worker VMs (-workers), like Envoy's --concurrency.
+	Workers int
+	// Env is the VM environment (-env KEY=VALUE, repeatable).
+	Env []EnvVar
+	// WASI is the WASI surface (-wasi).
+	WASI hostsim.WASIMode
+	// FailurePolicy is what happens to streams once a VM failed (-failure-policy).
+	FailurePolicy hostsim.FailurePolicy
+	// Timeout answers 504 when the filter has not finished a request by then (-timeout).
+	Timeout time.Duration
+	// Runtime, when set, compiles and runs the module (not a flag: tests share one).
+	Runtime *hostsim.Runtime
+}
+
+// DefaultOptions returns the flags' defaults.
+func DefaultOptions() Options {
+	return Options{WasmPath: DefaultWasm, Listen: DefaultListen, Workers: DefaultWorkers, Timeout: DefaultTimeout}
+}
+
+// RegisterFlags defines the flags shared by serve and run on fs, writing into o (whose
+// current values are the defaults shown). -listen is serve's own: see RegisterListenFlag.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.WasmPath, "wasm", o.WasmPath, "proxy-wasm module to run")
+	fs.StringVar(&o.PolicyPath, "policy", o.PolicyPath,
+		"policy file, YAML or JSON (default: the embedded demo policy, served by built-in fake providers)")
+	fs.Var((*clusterFlag)(&o.Clusters), "cluster",
+		"upstream cluster `name=http://host:port` (repeatable); none: start built-in fakes for the policy's fake-* clusters")
+	fs.Var((*workersFlag)(&o.Workers), "workers", fmt.Sprintf("worker VMs, like Envoy's --concurrency (1-%d)", MaxWorkers))
+	fs.Var((*envFlag)(&o.Env), "env", "VM environment variable `KEY=VALUE` (repeatable); ${KEY} in the policy expands from it")
+	fs.Var((*wasiFlag)(&o.WASI), "wasi", "WASI surface: envoy133 | envoy132 | head | wazero")
+	fs.Var((*failureFlag)(&o.FailurePolicy), "failure-policy", "after a VM fails: fail-closed | fail-open | fail-reload")
+	fs.Var((*timeoutFlag)(&o.Timeout), "timeout", "answer 504 when the filter has not finished a request by then")
+}
+
+// RegisterListenFlag defines -listen on fs.
+func (o *Options) RegisterListenFlag(fs *flag.FlagSet) {
+	fs.Var((*listenFlag)(&o.Listen), "listen", "front end address `host:port`")
+}
+
+// clusterNameRE is what a cluster name may look like (Envoy allows more; the policy's
+// cluster names are plain identifiers).
+var clusterNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]*$`)
+
+// envKeyRE is what an environment variable name may look like.
+var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ParseCluster reads "name=http://host:port".
+func ParseCluster(s string) (Cluster, error) {
+	name, raw, ok := strings.Cut(s, "=")
+	if !ok {
+		return Cluster{}, errors.New("want name=http://host:port")
+	}
+	if !clusterNameRE.MatchString(name) {
+		return Cluster{}, fmt.Errorf("cluster name %q: use letters, digits, '.', '_', ':' and '-'", name)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Cluster{}, fmt.Errorf("cluster %s: bad URL: %w", name, err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return Cluster{}, fmt.Errorf("cluster %s: URL %q must start with http:// or https://", name, raw)
+	case u.Host == "" || u.Hostname() == "":
+		return Cluster{}, fmt.Errorf("cluster %s: URL %q has no host", name, raw)
+	case u.User != nil:
+		return Cluster{}, fmt.Errorf("cluster %s: URL must not carry credentials (put them in the policy's connection credentials)", name)
+	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "":
+		return Cluster{}, fmt.Errorf("cluster %s: URL %q must be scheme://host:port only (the request's path is kept as is)", name, raw)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return Cluster{}, fmt.Errorf("cluster %s: bad port %q", name, p)
+		}
+	}
+	return Cluster{Name: name, URL: u.Scheme + "://" + u.Host}, nil
+}
+
+// ParseEnv reads "KEY=VALUE".
+func ParseEnv(s string) (EnvVar, error) {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok {
+		return EnvVar{}, errors.New("want KEY=VALUE")
+	}
+	if !envKeyRE.MatchString(k) {
+		return EnvVar{}, fmt.Errorf("bad variable name %q: use letters, digits and '_', not starting with a digit", k)
+	}
+	return EnvVar{Key: k, Value: v}, nil
+}
+
+// wasiNames maps -wasi values to modes.
+var wasiNames = map[string]hostsim.WASIMode{
+	"envoy133": hostsim.WASIEnvoy133,
+	"envoy132": hostsim.WASIEnvoy132,
+	"head":     hostsim.WASICppHostHead,
+	"wazero":   hostsim.WASIWazero,
+}
+
+// ParseWASI reads a -wasi value.
+func ParseWASI(s string) (hostsim.WASIMode, error) {
+	if m, ok := wasiNames[s]; ok {
+		return m, nil
+	}
+	return 0, errors.New("want envoy133, envoy132, head or wazero")
+}
+
+// WASIName is the -wasi value of a mode.
+func WASIName(m hostsim.WASIMode) string {
+	for k, v := range wasiNames {
+		if v == m {
+			return k
+		}
+	}
+	return m.String()
+}
+
+// failureNames maps -failure-policy values to policies.
+var failureNames = map[string]hostsim.FailurePolicy{
+	"fail-closed": hostsim.FailClosed,
+	"fail-open":   hostsim.FailOpen,
+	"fail-reload": hostsim.FailReload,
+}
+
+// ParseFailurePolicy reads a -failure-policy value.
+func ParseFailurePolicy(s string) (hostsim.FailurePolicy, error) {
+	if p, ok := failureNames[s]; ok {
+		return p, nil
+	}
+	return 0, errors.New("want fail-closed, fail-open or fail-reload")
+}
+
+// FailurePolicyName is the -failure-policy value of a policy.
+func FailurePolicyName(p hostsim.FailurePolicy) string {
+	for k, v := range failureNames {
+		if v == p {
+			return k
+		}
+	}
+	return p.String()
+}
+
+// The flag.Value types: each Set validates, so the flag package reports
+// `invalid value "x" for flag -name: why` and the usage.
+
+type clusterFlag []Cluster
+
+func (f *clusterFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	parts := make([]string, len(*f))
+	for i, c := range *f {
+		parts[i] = c.Name + "=" + c.URL
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f *clusterFlag) Set(s string) error {
+	c, err := ParseCluster(s)
+	if err != nil {
+		return err
+	}
+	for _, have := range *f {
+		if have.Name == c.Name {
+			return fmt.Errorf("cluster %s given twice", c.Name)
+		}
+	}
+	*f = append(*f, c)
+	return nil
+}
+
+type envFlag []EnvVar
+
+func (f *envFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	keys := make([]string, len(*f))
+	for i, e := range *f {
+		keys[i] = e.Key + "=…" // values may be secrets: never echo them
+	}
+	return strings.Join(keys, ",")
+}
+
+func (f *envFlag) Set(s string) error {
+	e, err := ParseEnv(s)
+	if err != nil {
+		return err
+	}
+	for _, have := range *f {
+		if have.Key == e.Key {
+			return fmt.Errorf("variable %s given twice", e.Key)
+		}
+	}
+	*f = append(*f, e)
+	return nil
+}
+
+type workersFlag int
+
+func (f *workersFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return strconv.Itoa(int(*f))
+}
+
+func (f *workersFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > MaxWorkers {
+		return fmt.Errorf("want a whole number of VMs from 1 to %d", MaxWorkers)
+	}
+	*f = workersFlag(n)
+	return nil
+}
+
+type wasiFlag hostsim.WASIMode
+
+func (f *wasiFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return WASIName(hostsim.WASIMode(*f))
+}
+
+func (f *wasiFlag) Set(s string) error {
+	m, err := ParseWASI(s)
+	*f = wasiFlag(m)
+	return err
+}
+
+type failureFlag hostsim.FailurePolicy
+
+func (f *failureFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return FailurePolicyName(hostsim.FailurePolicy(*f))
+}
+
+func (f *failureFlag) Set(s string) error {
+	p, err := ParseFailurePolicy(s)
+	*f = failureFlag(p)
+	return err
+}
+
+type timeoutFlag time.Duration
+
+func (f *timeoutFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return time.Duration(*f).String()
+}
+
+func (f *timeoutFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return errors.New("want a positive duration such as 30s or 10m")
+	}
+	*f = timeoutFlag(d)
+	return nil
+}
+
+type listenFlag string
+
+func (f *listenFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return string(*f)
+}
+
+func (f *listenFlag) Set(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return errors.New("want host:port, e.g. 127.0.0.1:10000 or :8080")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("bad port %q", port)
+	}
+	if host != "" && net.ParseIP(host) == nil && host != "localhost" {
+		return fmt.Errorf("host %q is not an IP address (or localhost)", host)
+	}
+	*f = listenFlag(s)
+	return nil
+}

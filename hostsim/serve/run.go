@@ -1,0 +1,213 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
+)
+
+// ShutdownGrace is how long a graceful shutdown waits for requests in flight.
+const ShutdownGrace = 10 * time.Second
+
+// Instance is a started serve: the policy, the fakes, the Server and its listener.
+type Instance struct {
+	// Server runs requests through the filter.
+	Server *Server
+	// Policy is the policy the plugin runs.
+	Policy *Policy
+	// Clusters are the upstream clusters, sorted by name.
+	Clusters []Cluster
+	// Fakes are the built-in fake providers by cluster name (none when -cluster was given).
+	Fakes map[string]*fakeprovider.Server
+	// Addr is the address the front end listens on ("" without a listener).
+	Addr string
+
+	opts   Options
+	http   *http.Server
+	served chan error
+}
+
+// Start loads and validates the policy, starts the built-in fakes if the policy wants
+// them, loads the module into hostsim, starts the plugin and, when opts.Listen is set,
+// listens and serves. Guest logs and serve's errors go to logs, access lines to access.
+// A bad policy is a *PolicyError and is reported before the module is loaded.
+func Start(opts Options, access, logs io.Writer) (inst *Instance, err error) {
+	policy, err := LoadPolicy(opts.PolicyPath, opts.Env)
+	if err != nil {
+		return nil, err
+	}
+	inst = &Instance{Policy: policy, opts: opts, Fakes: map[string]*fakeprovider.Server{}}
+	defer func() {
+		if err != nil {
+			inst.closeFakes()
+		}
+	}()
+	if err := inst.setUpClusters(); err != nil {
+		return nil, err
+	}
+	wasm, err := os.ReadFile(opts.WasmPath)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("serve: module %s not found: run make build, or give -wasm: %w", opts.WasmPath, err)
+		}
+		return nil, fmt.Errorf("serve: read the module: %w", err)
+	}
+	srv, err := New(Config{
+		Wasm: wasm, PluginConfig: policy.JSON, Clusters: inst.Clusters, DefaultCluster: policy.DefaultCluster(),
+		Workers: opts.Workers, Env: opts.Env, WASI: opts.WASI, FailurePolicy: opts.FailurePolicy,
+		Timeout: opts.Timeout, AccessLog: access, GuestLog: logs, Runtime: opts.Runtime,
+	})
+	if err != nil {
+		return nil, err
+	}
+	inst.Server = srv
+	if opts.Listen == "" {
+		return inst, nil
+	}
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		_ = srv.Close()
+		return nil, fmt.Errorf("serve: listen: %w", err)
+	}
+	inst.Addr = ln.Addr().String()
+	inst.http = &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second, ErrorLog: nil}
+	inst.served = make(chan error, 1)
+	go func() { inst.served <- inst.http.Serve(ln) }()
+	return inst, nil
+}
+
+// setUpClusters decides the upstream clusters: the -cluster flags, or built-in fakes for
+// the policy's fake-* clusters when none was given. Every cluster the policy uses must be
+// defined.
+func (inst *Instance) setUpClusters() error {
+	known := map[string]bool{}
+	fakes := len(inst.opts.Clusters) == 0
+	if fakes {
+		for _, name := range inst.Policy.Clusters() {
+			kind, ok := fakeKind(name)
+			if !ok {
+				continue
+			}
+			p, err := fakeprovider.New(kind, name)
+			if err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			fs, err := fakeprovider.Start(p, "127.0.0.1:0")
+			if err != nil {
+				return fmt.Errorf("serve: start the built-in fake for %s: %w", name, err)
+			}
+			inst.Fakes[name] = fs
+			inst.Clusters = append(inst.Clusters, Cluster{Name: name, URL: fs.URL})
+			known[name] = true
+		}
+	} else {
+		inst.Clusters = append(inst.Clusters, inst.opts.Clusters...)
+		for _, c := range inst.Clusters {
+			known[c.Name] = true
+		}
+	}
+	sort.Slice(inst.Clusters, func(i, j int) bool { return inst.Clusters[i].Name < inst.Clusters[j].Name })
+	return inst.Policy.missingClusters(known, fakes)
+}
+
+func (inst *Instance) closeFakes() {
+	for _, f := range inst.Fakes {
+		_ = f.Close()
+	}
+}
+
+// URL is the front end's base URL ("" without a listener).
+func (inst *Instance) URL() string {
+	if inst.Addr == "" {
+		return ""
+	}
+	return "http://" + inst.Addr
+}
+
+// Banner describes the running instance: where it listens, the clusters, the VMs and how
+// to try it.
+func (inst *Instance) Banner() string {
+	var b strings.Builder
+	o := inst.opts
+	fmt.Fprintf(&b, "hostsim serve: %s on %s\n", o.WasmPath, inst.URL())
+	fmt.Fprintf(&b, "  policy:    %s (%d providers, %d routes)\n", inst.Policy.Source,
+		len(inst.Policy.Parsed.Providers), len(inst.Policy.Parsed.Routes))
+	width := 0
+	for _, c := range inst.Clusters {
+		width = max(width, len(c.Name))
+	}
+	for i, c := range inst.Clusters {
+		label := "clusters:"
+		if i > 0 {
+			label = ""
+		}
+		note := ""
+		if f, ok := inst.Fakes[c.Name]; ok {
+			note = fmt.Sprintf("  (built-in fake %s provider)", f.Kind())
+		}
+		if c.Name == inst.Policy.DefaultCluster() {
+			note += "  (default)"
+		}
+		fmt.Fprintf(&b, "  %-10s %-*s -> %s%s\n", label, width, c.Name, c.URL, note)
+	}
+	fmt.Fprintf(&b, "  routing:   the %s request header names the cluster; without it: %s\n",
+		HeaderCluster, inst.Policy.DefaultCluster())
+	fmt.Fprintf(&b, "  workers:   %d VMs, WASI %s, %s, request timeout %v\n", o.Workers, WASIName(o.WASI),
+		FailurePolicyName(o.FailurePolicy), o.Timeout)
+	model := "gpt-4o"
+	if rs := inst.Policy.Parsed.Routes; len(rs) > 0 && !strings.ContainsAny(rs[0].Model, "*?[") {
+		model = rs[0].Model
+	}
+	fmt.Fprintf(&b, "try it:\n  curl -si %s/v1/chat/completions -H 'content-type: application/json' \\\n"+
+		"    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", inst.URL(), model)
+	return b.String()
+}
+
+// Shutdown stops accepting requests, waits for those in flight (until ctx is done), then
+// shuts the plugin down and stops the fakes.
+func (inst *Instance) Shutdown(ctx context.Context) error {
+	var errs []error
+	if inst.http != nil {
+		if err := inst.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("serve: shutdown: %w", err))
+			_ = inst.http.Close()
+		}
+	}
+	if err := inst.Server.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	inst.closeFakes()
+	return errors.Join(errs...)
+}
+
+// Run starts serve with opts, prints the banner to access, and serves until ctx is done
+// (SIGINT/SIGTERM in the command), then shuts down gracefully.
+func Run(ctx context.Context, opts Options, access, logs io.Writer) error {
+	if opts.Listen == "" {
+		return errors.New("serve: no listen address")
+	}
+	inst, err := Start(opts, access, logs)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(access, inst.Banner())
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(access, "hostsim serve: shutting down")
+	case serveErr = <-inst.served:
+		serveErr = fmt.Errorf("serve: %w", serveErr)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
+	defer cancel()
+	return errors.Join(serveErr, inst.Shutdown(sctx))
+}
