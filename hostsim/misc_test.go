@@ -21,6 +21,8 @@ request_headers done
 request_headers set_pairs 0 :method=PUT,:path=/p,X-A=1
 request_headers get_pairs 0
 request_headers time_ns
+request_headers set_pairs 0 -
+request_headers get_pairs 0
 `, hostsim.WithForeignFunction("compress", func(b []byte) ([]byte, error) { return append([]byte("z:"), b...), nil }),
 		hostsim.WithForeignFunction("failing", func([]byte) ([]byte, error) { return nil, errors.New("boom") }))
 	id := h.InitializeHttpContext()
@@ -33,7 +35,9 @@ request_headers time_ns
 		"op done -> NotFound",
 		"op set_pairs 0 :method=PUT,:path=/p,X-A=1 -> Ok",
 		"op get_pairs 0 -> Ok n=55 :method=PUT,:path=/p,x-a=1",
-		"op time_ns -> Ok "+itoa(h.Clock().Now().UnixNano()))
+		"op time_ns -> Ok "+itoa(h.Clock().Now().UnixNano()),
+		"op set_pairs 0 - -> Ok",
+		"op get_pairs 0 -> Ok n=0 ")
 }
 
 // Request trailers can be added from the last request body callback (Envoy's

@@ -826,6 +826,9 @@ func (vm *VM) getHeaderMapPairs(t MapType, rp, rs uint32) Status {
 		}
 		return StatusOK
 	}
+	if len(*m) == 0 { // cpp-host hands over nothing for an empty map
+		return vm.copyOut(nil, rp, rs)
+	}
 	vm.scratch = AppendPairs(vm.scratch[:0], *m)
 	return vm.copyOut(vm.scratch, rp, rs)
 }
