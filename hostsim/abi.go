@@ -68,7 +68,7 @@ const (
 // StreamType selects a direction (proxy_continue_stream, proxy_close_stream).
 type StreamType uint32
 
-// Stream types.
+// httpStream types.
 const (
 	StreamRequest    StreamType = 0
 	StreamResponse   StreamType = 1

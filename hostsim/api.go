@@ -23,7 +23,7 @@ func (vm *VM) InitializeHttpContext() uint32 {
 }
 
 // withStream runs f on a stream with the VM locked, then drains events.
-func (vm *VM) withStream(id uint32, f func(s *Stream) (types.Action, error)) (types.Action, error) {
+func (vm *VM) withStream(id uint32, f func(s *httpStream) (types.Action, error)) (types.Action, error) {
 	vm.mu.Lock()
 	s, err := vm.stream(id)
 	var a types.Action
@@ -37,7 +37,7 @@ func (vm *VM) withStream(id uint32, f func(s *Stream) (types.Action, error)) (ty
 // CallOnRequestHeaders delivers request headers and returns the effective action
 // (ActionPause when the callback paused or sent a local reply).
 func (vm *VM) CallOnRequestHeaders(contextID uint32, headers [][2]string, endOfStream bool) (types.Action, error) {
-	return vm.withStream(contextID, func(s *Stream) (types.Action, error) {
+	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) {
 		if err := vm.beginStream(s); err != nil {
 			return types.ActionPause, err
 		}
@@ -52,17 +52,17 @@ func (vm *VM) CallOnRequestHeaders(contextID uint32, headers [][2]string, endOfS
 // CallOnRequestBody delivers a request body chunk. While the headers are paused the chunk
 // is held back without a callback (ActionPause) and delivered on continue.
 func (vm *VM) CallOnRequestBody(contextID uint32, body []byte, endOfStream bool) (types.Action, error) {
-	return vm.withStream(contextID, func(s *Stream) (types.Action, error) { return s.onBody(&s.req, body, endOfStream) })
+	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return s.onBody(&s.req, body, endOfStream) })
 }
 
 // CallOnRequestTrailers delivers request trailers.
 func (vm *VM) CallOnRequestTrailers(contextID uint32, trailers [][2]string) (types.Action, error) {
-	return vm.withStream(contextID, func(s *Stream) (types.Action, error) { return s.onTrailers(&s.req, trailers) })
+	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return s.onTrailers(&s.req, trailers) })
 }
 
 // CallOnResponseHeaders delivers upstream response headers.
 func (vm *VM) CallOnResponseHeaders(contextID uint32, headers [][2]string, endOfStream bool) (types.Action, error) {
-	return vm.withStream(contextID, func(s *Stream) (types.Action, error) {
+	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) {
 		if s.resp.halted {
 			return types.ActionPause, nil
 		}
@@ -72,21 +72,21 @@ func (vm *VM) CallOnResponseHeaders(contextID uint32, headers [][2]string, endOf
 
 // CallOnResponseBody delivers an upstream response body chunk.
 func (vm *VM) CallOnResponseBody(contextID uint32, body []byte, endOfStream bool) (types.Action, error) {
-	return vm.withStream(contextID, func(s *Stream) (types.Action, error) { return s.onBody(&s.resp, body, endOfStream) })
+	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return s.onBody(&s.resp, body, endOfStream) })
 }
 
 // CallOnResponseTrailers delivers upstream response trailers.
 func (vm *VM) CallOnResponseTrailers(contextID uint32, trailers [][2]string) (types.Action, error) {
-	return vm.withStream(contextID, func(s *Stream) (types.Action, error) { return s.onTrailers(&s.resp, trailers) })
+	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return s.onTrailers(&s.resp, trailers) })
 }
 
 // CompleteHttpContext ends the stream: proxy_on_log, proxy_on_done, proxy_on_delete.
 func (vm *VM) CompleteHttpContext(contextID uint32) error {
-	_, err := vm.withStream(contextID, func(s *Stream) (types.Action, error) { return 0, s.complete() })
+	_, err := vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return 0, s.complete() })
 	return err
 }
 
-func (vm *VM) streamView(id uint32, f func(s *Stream)) {
+func (vm *VM) streamView(id uint32, f func(s *httpStream)) {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
 	if s := vm.streams[id]; s != nil {
@@ -103,51 +103,51 @@ func (vm *VM) streamView(id uint32, f func(s *Stream)) {
 
 // GetCurrentHttpStreamAction returns the action of the stream's last callback.
 func (vm *VM) GetCurrentHttpStreamAction(contextID uint32) (a types.Action) {
-	vm.streamView(contextID, func(s *Stream) { a = s.action })
+	vm.streamView(contextID, func(s *httpStream) { a = s.action })
 	return a
 }
 
 // GetCurrentRequestHeaders returns the request headers as the plugin left them.
 func (vm *VM) GetCurrentRequestHeaders(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *Stream) { h = clonePairs(s.req.headers) })
+	vm.streamView(contextID, func(s *httpStream) { h = clonePairs(s.req.headers) })
 	return h
 }
 
 // GetCurrentResponseHeaders returns the response headers as the plugin left them.
 func (vm *VM) GetCurrentResponseHeaders(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *Stream) { h = clonePairs(s.resp.headers) })
+	vm.streamView(contextID, func(s *httpStream) { h = clonePairs(s.resp.headers) })
 	return h
 }
 
 // GetCurrentRequestTrailers returns the request trailers as the plugin left them.
 func (vm *VM) GetCurrentRequestTrailers(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *Stream) { h = clonePairs(s.req.trailers) })
+	vm.streamView(contextID, func(s *httpStream) { h = clonePairs(s.req.trailers) })
 	return h
 }
 
 // GetCurrentResponseTrailers returns the response trailers as the plugin left them.
 func (vm *VM) GetCurrentResponseTrailers(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *Stream) { h = clonePairs(s.resp.trailers) })
+	vm.streamView(contextID, func(s *httpStream) { h = clonePairs(s.resp.trailers) })
 	return h
 }
 
 // GetCurrentRequestBody returns the request body the plugin last saw (the whole buffered
 // body while it buffers).
 func (vm *VM) GetCurrentRequestBody(contextID uint32) (b []byte) {
-	vm.streamView(contextID, func(s *Stream) { b = append([]byte(nil), s.req.body...) })
+	vm.streamView(contextID, func(s *httpStream) { b = append([]byte(nil), s.req.body...) })
 	return b
 }
 
 // GetCurrentResponseBody returns the response body the plugin last saw.
 func (vm *VM) GetCurrentResponseBody(contextID uint32) (b []byte) {
-	vm.streamView(contextID, func(s *Stream) { b = append([]byte(nil), s.resp.body...) })
+	vm.streamView(contextID, func(s *httpStream) { b = append([]byte(nil), s.resp.body...) })
 	return b
 }
 
 // GetSentLocalResponse returns the local reply the plugin sent on the stream (nil if none).
 // A reply from the failure policy (503 wasm_fail_stream) is reported here too.
 func (vm *VM) GetSentLocalResponse(contextID uint32) (lr *LocalResponse) {
-	vm.streamView(contextID, func(s *Stream) {
+	vm.streamView(contextID, func(s *httpStream) {
 		lr = s.local
 		if lr == nil {
 			lr = s.final
@@ -170,7 +170,7 @@ type StreamState struct {
 
 // StreamState returns a snapshot of the stream (false if it does not exist).
 func (vm *VM) StreamState(contextID uint32) (st StreamState, ok bool) {
-	vm.streamView(contextID, func(s *Stream) {
+	vm.streamView(contextID, func(s *httpStream) {
 		ok = true
 		st = StreamState{Created: s.created, RequestHeadersForwarded: s.req.fwdHeaders, RequestComplete: s.req.complete,
 			ResponseHeadersForwarded: s.resp.fwdHeaders, ResponseComplete: s.resp.complete,
@@ -183,7 +183,7 @@ func (vm *VM) StreamState(contextID uint32) (st StreamState, ok bool) {
 
 // GetFilterState returns what the plugin stored with proxy_set_property on the stream.
 func (vm *VM) GetFilterState(contextID uint32, path []string) (v []byte, ok bool) {
-	vm.streamView(contextID, func(s *Stream) { v, ok = s.filterState[joinPath(path)] })
+	vm.streamView(contextID, func(s *httpStream) { v, ok = s.filterState[joinPath(path)] })
 	return v, ok
 }
 

@@ -379,7 +379,7 @@ func (vm *VM) callForeign(np, nl, ap, al, rp, rs uint32) Status {
 // getProperty resolves a property path the way Envoy ≥ 1.33 does.
 func (vm *VM) getProperty(path string) ([]byte, Status) {
 	h := vm.host
-	var s *Stream
+	var s *httpStream
 	if fr := vm.frame; fr != nil {
 		s = fr.stream
 	}

@@ -53,7 +53,7 @@ type Response struct {
 // Exchange is one request being driven through a worker VM.
 type Exchange struct {
 	vm       *VM
-	s        *Stream
+	s        *httpStream
 	gen      uint64
 	upCalled bool
 	upReq    *UpstreamRequest

@@ -272,7 +272,7 @@ func TestBufferBytes(t *testing.T) {
 	}
 }
 
-// Stream actions from a root context are silent no-ops; set_property needs stream info.
+// httpStream actions from a root context are silent no-ops; set_property needs stream info.
 func TestRootContextNoOps(t *testing.T) {
 	h := probe(t, `
 tick continue 0

@@ -8,7 +8,7 @@ import (
 // streamProperty computes the request.* and response.* attributes Envoy derives from the
 // stream (docs/root/intro/arch_overview/advanced/attributes.rst). Paths arrive with their
 // segments joined by NUL.
-func (s *Stream) streamProperty(top, rest string) ([]byte, bool) {
+func (s *httpStream) streamProperty(top, rest string) ([]byte, bool) {
 	name, sub, _ := cutNUL(rest)
 	switch top {
 	case "request":

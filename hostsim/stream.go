@@ -17,8 +17,8 @@ type LocalResponse struct {
 	GRPCStatus       int32
 }
 
-// Stream is one HTTP stream's filter context in a VM.
-type Stream struct {
+// httpStream is one HTTP stream's filter context in a VM.
+type httpStream struct {
 	vm      *VM
 	id      uint32
 	created bool
@@ -83,16 +83,16 @@ type deferredOp struct {
 	local *LocalResponse
 }
 
-func (vm *VM) newStream() *Stream {
+func (vm *VM) newStream() *httpStream {
 	id := vm.nextID
 	vm.nextID++
-	var s *Stream
+	var s *httpStream
 	if n := len(vm.free); n > 0 {
 		s = vm.free[n-1]
 		vm.free = vm.free[:n-1]
 		s.clear()
 	} else {
-		s = &Stream{}
+		s = &httpStream{}
 	}
 	s.vm, s.id = vm, id
 	vm.streams[id] = s
@@ -100,10 +100,10 @@ func (vm *VM) newStream() *Stream {
 }
 
 // reset clears a recycled stream, keeping the capacity of its buffers.
-func (s *Stream) clear() {
+func (s *httpStream) clear() {
 	req, resp := s.req.recycle(), s.resp.recycle()
 	callouts := s.callouts[:0]
-	*s = Stream{req: req, resp: resp, callouts: callouts}
+	*s = httpStream{req: req, resp: resp, callouts: callouts}
 }
 
 func (d *direction) recycle() direction {
@@ -111,7 +111,7 @@ func (d *direction) recycle() direction {
 		pendBody: d.pendBody[:0], fwdBody: d.fwdBody[:0]}
 }
 
-func (vm *VM) stream(id uint32) (*Stream, error) {
+func (vm *VM) stream(id uint32) (*httpStream, error) {
 	s := vm.streams[id]
 	if s == nil {
 		return nil, fmt.Errorf("hostsim: %s: no stream with context id %d", vm.name, id)
@@ -121,14 +121,14 @@ func (vm *VM) stream(id uint32) (*Stream, error) {
 
 // frame returns the VM's callback frame set up for this stream. Callbacks never nest (the
 // host defers everything until a callback returns), so one frame per VM is reused.
-func (s *Stream) frame() *frame {
+func (s *httpStream) frame() *frame {
 	fr := &s.vm.fr
 	*fr = frame{ctxID: s.id, effective: s.id, stream: s}
 	return fr
 }
 
 // ensureCreated runs proxy_on_context_create lazily, as Envoy does at decodeHeaders (or log).
-func (s *Stream) ensureCreated() error {
+func (s *httpStream) ensureCreated() error {
 	if s.created {
 		return nil
 	}
@@ -150,7 +150,7 @@ var (
 	respCallbacks = dirCallbacks{"proxy_on_response_headers", "proxy_on_response_body", "proxy_on_response_trailers"}
 )
 
-func (s *Stream) names(d *direction) dirCallbacks {
+func (s *httpStream) names(d *direction) dirCallbacks {
 	if d == &s.req {
 		return reqCallbacks
 	}
@@ -165,7 +165,7 @@ func b2u(b bool) uint64 {
 }
 
 // onHeaders delivers headers to the filter (decodeHeaders / encodeHeaders).
-func (s *Stream) onHeaders(d *direction, headers [][2]string, eos bool) (types.Action, error) {
+func (s *httpStream) onHeaders(d *direction, headers [][2]string, eos bool) (types.Action, error) {
 	vm := s.vm
 	if d.halted || d.gotHeaders {
 		if d.gotHeaders && !d.halted {
@@ -214,7 +214,7 @@ func (s *Stream) onHeaders(d *direction, headers [][2]string, eos bool) (types.A
 	return a, nil
 }
 
-func (s *Stream) forwardHeaders(d *direction) {
+func (s *httpStream) forwardHeaders(d *direction) {
 	d.fwdHeaders = true
 	if d.endStream {
 		s.completeDir(d)
@@ -222,7 +222,7 @@ func (s *Stream) forwardHeaders(d *direction) {
 }
 
 // onBody delivers a data chunk (decodeData / encodeData).
-func (s *Stream) onBody(d *direction, chunk []byte, eos bool) (types.Action, error) {
+func (s *httpStream) onBody(d *direction, chunk []byte, eos bool) (types.Action, error) {
 	vm := s.vm
 	if d.halted || d.complete {
 		return types.ActionPause, nil
@@ -293,7 +293,7 @@ func (s *Stream) onBody(d *direction, chunk []byte, eos bool) (types.Action, err
 }
 
 // onTrailers delivers trailers (decodeTrailers / encodeTrailers).
-func (s *Stream) onTrailers(d *direction, trailers [][2]string) (types.Action, error) {
+func (s *httpStream) onTrailers(d *direction, trailers [][2]string) (types.Action, error) {
 	vm := s.vm
 	if d.halted || d.complete {
 		return types.ActionPause, nil
@@ -337,7 +337,7 @@ func (s *Stream) onTrailers(d *direction, trailers [][2]string) (types.Action, e
 	return a, nil
 }
 
-func (s *Stream) forwardTrailers(d *direction) {
+func (s *httpStream) forwardTrailers(d *direction) {
 	if d.buffering {
 		d.fwdBody = append(d.fwdBody, d.body...)
 		d.buffering = false
@@ -346,7 +346,7 @@ func (s *Stream) forwardTrailers(d *direction) {
 	s.completeDir(d)
 }
 
-func (s *Stream) completeDir(d *direction) {
+func (s *httpStream) completeDir(d *direction) {
 	if d.complete {
 		return
 	}
@@ -358,7 +358,7 @@ func (s *Stream) completeDir(d *direction) {
 }
 
 // resume is Envoy's continueDecoding/continueEncoding after proxy_continue_stream.
-func (s *Stream) resume(d *direction) error {
+func (s *httpStream) resume(d *direction) error {
 	// Context::continueStream clears the header, body and trailer pointers.
 	d.hdrAvail, d.bodyAvail, d.trlAvail = false, false, false
 	if d.halted || d.complete || !d.gotHeaders {
@@ -412,7 +412,7 @@ func (s *Stream) resume(d *direction) error {
 }
 
 // failed applies the failure policy to a stream whose callback trapped.
-func (s *Stream) failed(err error) error {
+func (s *httpStream) failed(err error) error {
 	s.vm.touch(s)
 	switch s.vm.host.cfg.failurePolicy {
 	case FailOpen:
@@ -458,7 +458,7 @@ func failStreamReply() *LocalResponse {
 
 // replaceResponse ends the stream with a reply that bypasses this filter: Envoy's
 // sendDirectLocalReply, or a reset when response headers already went downstream.
-func (s *Stream) replaceResponse(lr *LocalResponse) {
+func (s *httpStream) replaceResponse(lr *LocalResponse) {
 	s.req.halted = true
 	if s.resp.fwdHeaders {
 		s.reset = "response headers already sent: " + lr.StatusCodeDetail
@@ -471,7 +471,7 @@ func (s *Stream) replaceResponse(lr *LocalResponse) {
 }
 
 // overLimit is Envoy's buffer overflow: 413 for a request, 500 for a response.
-func (s *Stream) overLimit(d *direction) {
+func (s *httpStream) overLimit(d *direction) {
 	if d == &s.req {
 		s.localReply(&LocalResponse{StatusCode: 413, StatusCodeDetail: "request_payload_too_large",
 			Data: []byte("Payload Too Large"), GRPCStatus: -1})
@@ -482,7 +482,7 @@ func (s *Stream) overLimit(d *direction) {
 }
 
 // localReply is DownstreamFilterManager::sendLocalReply.
-func (s *Stream) localReply(lr *LocalResponse) {
+func (s *httpStream) localReply(lr *LocalResponse) {
 	switch {
 	case s.resp.fwdHeaders:
 		s.req.halted, s.resp.halted = true, true
@@ -536,7 +536,7 @@ func setHeader(h [][2]string, k, v string) [][2]string {
 }
 
 // touch records that the stream has deferred work or changed state.
-func (vm *VM) touch(s *Stream) {
+func (vm *VM) touch(s *httpStream) {
 	for _, t := range vm.touched[vm.touchedPos:] {
 		if t == s {
 			return
@@ -598,7 +598,7 @@ func (vm *VM) settle() { vm.afterCallback() }
 
 // complete runs Envoy's end of stream: on_log (maps readable), on_done (result ignored),
 // on_delete.
-func (s *Stream) complete() error {
+func (s *httpStream) complete() error {
 	if s.deleted {
 		return nil
 	}
@@ -630,7 +630,7 @@ func (s *Stream) complete() error {
 // recentStreams is how many finished streams a VM keeps for the inspection getters.
 const recentStreams = 64
 
-func (vm *VM) remember(s *Stream) {
+func (vm *VM) remember(s *httpStream) {
 	s.ex = nil
 	if len(vm.recent) < recentStreams {
 		vm.recent = append(vm.recent, s)
@@ -643,7 +643,7 @@ func (vm *VM) remember(s *Stream) {
 
 // beginStream applies the failure policy to a new stream on a failed VM. It reports
 // whether the filter should run.
-func (vm *VM) beginStream(s *Stream) error {
+func (vm *VM) beginStream(s *httpStream) error {
 	if vm.failed == nil && !vm.dead {
 		return nil
 	}

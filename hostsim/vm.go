@@ -64,18 +64,18 @@ type VM struct {
 	nextID      uint32
 	rootID      uint32
 	rootCreated bool
-	streams     map[uint32]*Stream
+	streams     map[uint32]*httpStream
 	frame       *frame
-	touched     []*Stream // streams with deferred actions or state changes to settle
-	touchedPos  int       // next one to settle
+	touched     []*httpStream // streams with deferred actions or state changes to settle
+	touchedPos  int           // next one to settle
 	settling    bool
 	tickPeriod  time.Duration
 	tickGen     uint64
 	status      Status // proxy_get_status: last callout result
 	statusMsg   string
-	recent      []*Stream // the last finished streams, for the getters
-	free        []*Stream // finished streams evicted from recent, for reuse
-	fr          frame     // the frame of the running callback
+	recent      []*httpStream // the last finished streams, for the getters
+	free        []*httpStream // finished streams evicted from recent, for reuse
+	fr          frame         // the frame of the running callback
 	recentNext  int
 }
 
@@ -87,10 +87,10 @@ type vmFuncs struct {
 
 // frame is the callback running in the VM.
 type frame struct {
-	ctxID     uint32  // context the host called
-	effective uint32  // proxy_set_effective_context
-	stream    *Stream // stream of the effective context (nil: root)
-	buffer    []byte  // configuration buffer visible in this callback
+	ctxID     uint32      // context the host called
+	effective uint32      // proxy_set_effective_context
+	stream    *httpStream // stream of the effective context (nil: root)
+	buffer    []byte      // configuration buffer visible in this callback
 	bufType   BufferType
 	hasBuffer bool
 	callout   *CalloutResponse // response visible in on_http_call_response
@@ -158,7 +158,7 @@ func (vm *VM) instantiate() error {
 	}
 	vm.stack = make([]uint64, 8)
 	vm.allocStack = make([]uint64, 1)
-	vm.streams = map[uint32]*Stream{}
+	vm.streams = map[uint32]*httpStream{}
 	vm.nextID, vm.rootID, vm.rootCreated = 1, 0, false
 	vm.failed, vm.exited, vm.dead = nil, false, false
 	vm.tickPeriod = 0
