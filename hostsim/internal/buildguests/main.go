@@ -41,7 +41,6 @@ var guests = []guest{
 	{name: "wasiextra", pkg: guestsDir + "wasiextra"},
 	{name: "gcstress", pkg: guestsDir + "gcstress", sdk: true},
 	{name: "gcstress-nopatch", pkg: guestsDir + "gcstress", sdk: true, flags: []string{"-no-runtime-patch"}},
-	{name: "sdknoop", pkg: guestsDir + "sdknoop", sdk: true},
 	{name: "noop-nobridge", pkg: "plugin/noop", sdk: true, flags: []string{"-no-bridge"}},
 }
 
