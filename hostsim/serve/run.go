@@ -40,12 +40,12 @@ type Instance struct {
 // them, loads the module into hostsim, starts the plugin and, when opts.Listen is set,
 // listens and serves. Guest logs and serve's errors go to logs, access lines to access.
 // A bad policy is a *PolicyError and is reported before the module is loaded.
-func Start(opts Options, access, logs io.Writer) (inst *Instance, err error) {
+func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 	policy, err := LoadPolicy(opts.PolicyPath, opts.Env)
 	if err != nil {
 		return nil, err
 	}
-	inst = &Instance{Policy: policy, opts: opts, Fakes: map[string]*fakeprovider.Server{}}
+	inst := &Instance{Policy: policy, opts: opts, Fakes: map[string]*fakeprovider.Server{}}
 	defer func() {
 		if err != nil {
 			inst.closeFakes()

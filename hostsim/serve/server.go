@@ -192,16 +192,34 @@ func New(cfg Config) (*Server, error) {
 		crit := host.GetCriticalLogs()
 		_ = host.Close()
 		s.closeRuntime()
-		if err != nil {
-			return nil, fmt.Errorf("serve: start the plugin: %w", err)
+		if err == nil || errors.Is(err, hostsim.ErrStartRefused) {
+			return nil, &StartError{Critical: crit, Err: err}
 		}
-		if len(crit) == 0 {
-			return nil, errors.New("serve: the plugin refused to start (it logged nothing at critical level)")
-		}
-		return nil, fmt.Errorf("serve: the plugin refused to start:\n%s", strings.Join(crit, "\n"))
+		return nil, fmt.Errorf("serve: start the plugin: %w", err)
 	}
 	return s, nil
 }
+
+// StartError is a plugin that refused its configuration: what it logged at critical level
+// (Spillway logs every invalid policy field there) and hostsim's error.
+type StartError struct {
+	Critical []string
+	Err      error // wraps hostsim.ErrStartRefused (nil if hostsim gave no error)
+}
+
+// Error shows the guest's critical log, or hostsim's error when the guest logged nothing.
+func (e *StartError) Error() string {
+	if len(e.Critical) > 0 {
+		return "serve: the plugin refused to start:\n" + strings.Join(e.Critical, "\n")
+	}
+	if e.Err != nil {
+		return "serve: " + e.Err.Error()
+	}
+	return "serve: the plugin refused to start (it logged nothing at critical level)"
+}
+
+// Unwrap returns hostsim's error.
+func (e *StartError) Unwrap() error { return e.Err }
 
 // newRuntime returns a Runtime that keeps compiled code in the user cache directory, so
 // the next start skips compiling the same module.

@@ -1,0 +1,191 @@
+package serve
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
+	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
+)
+
+// probeServe runs the probe guest (hostsim's scriptable test module) behind serve with one
+// worker, so the first stream's context id is 2. The fake OpenAI provider is the default
+// cluster "up"; "dead" is a cluster nobody listens on.
+func probeServe(t *testing.T, script string, timeout time.Duration) (url string, up *fakeprovider.Server, logs, access *logBuf) {
+	t.Helper()
+	p, err := fakeprovider.New(fakeprovider.OpenAI, "up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err = fakeprovider.Start(p, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	dead, err := fakeprovider.Start(p, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.Close()
+	logs, access = &logBuf{}, &logBuf{}
+	srv, err := New(Config{
+		Wasm: hostsimtest.Guest(t, "probe"), PluginConfig: []byte(script),
+		Clusters:       []Cluster{{"up", up.URL}, {"dead", dead.URL}},
+		DefaultCluster: "up", Workers: 1, Timeout: timeout, GuestLog: logs, AccessLog: access,
+		Runtime: hostsimtest.Runtime(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		hs.Close()
+		srv.Close()
+	})
+	return hs.URL, up, logs, access
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// requireLog waits briefly for a guest log line (callouts answer on their own goroutine).
+func requireLog(t *testing.T, logs *logBuf, want string) {
+	t.Helper()
+	for i := 0; i < 200 && !strings.Contains(logs.String(), want); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), want) {
+		t.Fatalf("guest log lacks %q:\n%s", want, logs)
+	}
+}
+
+// A paused request is resumed from proxy_on_http_call_response after a callout really
+// went to the named cluster; then it goes upstream.
+func TestCalloutToAClusterThenResume(t *testing.T) {
+	url, up, logs, _ := probeServe(t, `
+request_headers http_call up 2000 :method=GET,:path=/v1/models,:authority=up.example,x-from=probe -
+request_headers ret 1
+http_call_response get_header 6 :status
+http_call_response get_buffer 4 0 16
+http_call_response effective 2
+http_call_response continue 0
+`, 5*time.Second)
+	status, body := get(t, url+"/v1/models")
+	if status != 200 || !strings.Contains(body, `"object":"list"`) {
+		t.Fatalf("%d %s", status, body)
+	}
+	requireLog(t, logs, "op get_header 6 :status -> Ok 200")
+	requireLog(t, logs, `op get_buffer 4 0 16 -> Ok {"data":[{"crea`)
+	rec := up.Requests()
+	if len(rec) != 2 {
+		t.Fatalf("upstream saw %d requests, want the callout and the request", len(rec))
+	}
+	if rec[0].Header.Get("x-from") != "probe" || rec[1].Header.Get("x-from") != "" {
+		t.Errorf("callout headers %v, request headers %v", rec[0].Header, rec[1].Header)
+	}
+}
+
+// Callout failures are reported as Envoy does: zero counts and a reset status, or the
+// async client's 504 when the callout's own timeout passes first.
+func TestCalloutFailures(t *testing.T) {
+	tests := []struct {
+		name string
+		call string // the probe's http_call op
+		want string // guest log line
+	}{
+		{"connection refused", "http_call dead 2000 :method=GET,:path=/v1/models,:authority=a -", "op get_status -> Ok 11 reset"},
+		{"timeout", "http_call up 100 :method=GET,:path=/v1/models,:authority=a,x-fake-delay-ms=3000 -", "op get_header 6 :status -> Ok 504"},
+		{"unknown cluster", "http_call elsewhere 0 :method=GET,:path=/,:authority=a -", "-> BadArgument"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			url, _, logs, _ := probeServe(t, "request_headers "+tt.call+`
+http_call_response get_status
+http_call_response get_header 6 :status
+`, 5*time.Second)
+			if status, body := get(t, url+"/v1/models"); status != 200 {
+				t.Fatalf("%d %s", status, body)
+			}
+			requireLog(t, logs, tt.want)
+		})
+	}
+}
+
+// A request paused until a tick fires on the real clock is resumed by it.
+func TestTickResumesAPausedRequest(t *testing.T) {
+	url, _, _, access := probeServe(t, `
+configure tick_period 20
+request_headers ret 1
+tick effective 2
+tick continue 0
+`, 5*time.Second)
+	if status, body := get(t, url+"/v1/models"); status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	if len(access.lines("GET /v1/models 200")) != 1 {
+		t.Errorf("access log:\n%s", access)
+	}
+}
+
+// A queue notification (asynchronous, on the real clock's dispatcher) resumes a request.
+func TestQueueNotificationResumesAPausedRequest(t *testing.T) {
+	url, _, logs, _ := probeServe(t, `
+configure register_queue wake
+request_headers ret 1
+request_headers enqueue $queue go
+queue_ready dequeue $queue
+queue_ready effective 2
+queue_ready continue 0
+`, 5*time.Second)
+	if status, body := get(t, url+"/v1/models"); status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	requireLog(t, logs, "op dequeue $queue -> Ok go")
+}
+
+// A request the filter never resumes is answered 504 after the timeout.
+func TestFilterThatNeverResumesTimesOut(t *testing.T) {
+	url, up, _, access := probeServe(t, "request_headers ret 1\n", 200*time.Millisecond)
+	status, body := get(t, url+"/v1/models")
+	if status != 504 || !strings.Contains(body, `"code":"hostsim_timeout"`) {
+		t.Fatalf("%d %s", status, body)
+	}
+	if n := len(up.Requests()); n != 0 {
+		t.Errorf("upstream saw %d requests", n)
+	}
+	if len(access.lines("GET /v1/models 504")) != 1 {
+		t.Errorf("access log:\n%s", access)
+	}
+}
+
+// A local reply from the filter is what the client gets; the upstream never sees the
+// request.
+func TestLocalReply(t *testing.T) {
+	url, up, _, _ := probeServe(t, `
+request_headers local_response 429 quota {"error":"slow"} retry-after=3,content-type=application/json
+`, 5*time.Second)
+	resp, err := http.Get(url + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 429 || string(b) != `{"error":"slow"}` || resp.Header.Get("Retry-After") != "3" {
+		t.Errorf("%d %v %s", resp.StatusCode, resp.Header, b)
+	}
+	if n := len(up.Requests()); n != 0 {
+		t.Errorf("upstream saw %d requests", n)
+	}
+}

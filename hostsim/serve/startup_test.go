@@ -1,0 +1,173 @@
+package serve
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
+	"github.com/spillwayproxy/spillway/policies"
+)
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadPolicy(t *testing.T) {
+	demo, err := LoadPolicy("", nil)
+	if err != nil {
+		t.Fatalf("demo: %v", err)
+	}
+	if demo.Source != "embedded demo policy" || demo.DefaultCluster() != "fake-openai" ||
+		strings.Join(demo.Clusters(), ",") != "fake-openai,fake-anthropic" {
+		t.Errorf("demo: %s default %s clusters %v", demo.Source, demo.DefaultCluster(), demo.Clusters())
+	}
+	// ${ENV} stays in the plugin's JSON: the filter expands it from the VM environment.
+	if !strings.Contains(string(demo.JSON), "${OPENAI_KEY_A:-demo-key-a}") {
+		t.Errorf("the plugin JSON lost its ${ENV} reference")
+	}
+
+	yamlPolicy := "providers:\n  - id: p\n    cluster: c\n    connections:\n      - id: k\n        credential: {header: authorization, value: \"Bearer ${KEY}\"}\nroutes:\n  - model: m\n    targets: [{provider: p}]\n"
+	tests := []struct {
+		name       string
+		content    string   // file content ("" : no file at all)
+		env        []EnvVar // VM environment
+		wantErr    bool
+		wantFields []string // field paths the *PolicyError lists
+	}{
+		{name: "yaml with its env", content: yamlPolicy, env: []EnvVar{{"KEY", "x"}}},
+		{name: "yaml without its env", content: yamlPolicy, wantErr: true, wantFields: []string{"providers[0].connections[0].credential.value"}},
+		{name: "json", content: `{"providers":[{"id":"p","cluster":"c","connections":[{"id":"k"}]}],"routes":[{"model":"m","targets":[{"provider":"p"}]}]}`},
+		{name: "several problems", content: `{"providers":[{"id":"p","connections":[{"id":"k"}]}],"routes":[{"model":"m","targets":[{"provider":"nope"}]}],"bogus":1}`,
+			wantErr: true, wantFields: []string{"bogus", "providers[0].cluster", "routes[0].targets[0].provider"}},
+		{name: "bad yaml", content: "providers: [", wantErr: true, wantFields: []string{"(root)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := LoadPolicy(writeFile(t, "policy.yaml", tt.content), tt.env)
+			if !tt.wantErr {
+				if err != nil || p.DefaultCluster() != "c" {
+					t.Fatalf("err %v", err)
+				}
+				return
+			}
+			var pe *PolicyError
+			if !errors.As(err, &pe) {
+				t.Fatalf("err = %v, want *PolicyError", err)
+			}
+			for _, f := range tt.wantFields {
+				if !strings.Contains(err.Error(), "\n  "+f+": ") {
+					t.Errorf("error does not list %s:\n%v", f, err)
+				}
+			}
+		})
+	}
+	if _, err := LoadPolicy(filepath.Join(t.TempDir(), "missing.yaml"), nil); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+// An invalid policy is reported with its field paths before the module is even read.
+func TestStartRejectsAnInvalidPolicyBeforeLoadingTheModule(t *testing.T) {
+	path := writeFile(t, "bad.yaml", "providers: []\nroutes: []\nresilience: {requestQueue: {maxWaitMs: -5}}\n")
+	opts := DefaultOptions()
+	opts.Listen, opts.PolicyPath, opts.WasmPath = "", path, "/nonexistent/module.wasm"
+	_, err := Start(opts, nil, nil)
+	var pe *PolicyError
+	if !errors.As(err, &pe) || len(pe.Fields) == 0 {
+		t.Fatalf("err = %v, want *PolicyError", err)
+	}
+	if !strings.Contains(err.Error(), bad(pe.Fields)) {
+		t.Errorf("error %q", err)
+	}
+}
+
+// bad returns the first field path of a policy error.
+func bad(fields policies.Errors) string { return fields[0].Path }
+
+// The plugin refusing its configuration stops serve with the guest's critical log.
+func TestModuleThatRefusesToStart(t *testing.T) {
+	_, err := New(Config{
+		Wasm:         hostsimtest.ReadModule(t, "build/spillway.wasm"),
+		PluginConfig: []byte(`{"providers":[{"id":"p","connections":[{"id":"k"}]}],"routes":[]}`),
+		Runtime:      hostsimtest.Runtime(t),
+	})
+	var se *StartError
+	if !errors.As(err, &se) || !errors.Is(err, hostsim.ErrStartRefused) {
+		t.Fatalf("err = %v, want a *StartError wrapping hostsim.ErrStartRefused", err)
+	}
+	for _, want := range []string{"refused to start", "spillway: refusing to start", "providers[0].cluster"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	wasm := spillwayWasm(t)
+	policy := writeFile(t, "real.yaml", `{"providers":[{"id":"openai","cluster":"openai","connections":[{"id":"k"}]},`+
+		`{"id":"local","cluster":"fake-local","connections":[{"id":"l"}]}],"routes":[{"model":"m","targets":[{"provider":"openai"}]}]}`)
+	tests := []struct {
+		name   string
+		change func(o *Options)
+		want   []string // substrings of the error
+	}{
+		{"missing module", func(o *Options) { o.WasmPath = filepath.Join(t.TempDir(), "none.wasm") },
+			[]string{"none.wasm not found", "run make build"}},
+		{"not a module", func(o *Options) { o.WasmPath = writeFile(t, "x.wasm", "nope") }, []string{"load the module"}},
+		{"real cluster without -cluster", func(o *Options) { o.PolicyPath = policy },
+			[]string{"provider openai uses cluster openai", "-cluster openai=http://host:port", "built-in fakes only serve fake-*"}},
+		{"-cluster given but incomplete", func(o *Options) {
+			o.PolicyPath = policy
+			o.Clusters = []Cluster{{"openai", "http://127.0.0.1:1"}}
+		}, []string{"provider local uses cluster fake-local"}},
+		{"bad listen address", func(o *Options) { o.Listen = "256.0.0.1:1" }, []string{"listen"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := DefaultOptions()
+			opts.Listen, opts.WasmPath, opts.Runtime = "", wasm, hostsimtest.Runtime(t)
+			tt.change(&opts)
+			inst, err := Start(opts, nil, nil)
+			if err == nil {
+				inst.Shutdown(t.Context())
+				t.Fatal("Start succeeded")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestBannerListsWhatRuns(t *testing.T) {
+	d := startDemo(t, func(o *Options) { o.Workers = 3 })
+	b := d.Banner()
+	for _, want := range []string{
+		d.URL(),
+		"embedded demo policy (2 providers, 3 routes)",
+		"fake-openai    -> " + d.Fakes["fake-openai"].URL + "  (built-in fake openai provider)  (default)",
+		"fake-anthropic -> " + d.Fakes["fake-anthropic"].URL + "  (built-in fake anthropic provider)",
+		"x-spillway-cluster request header names the cluster; without it: fake-openai",
+		"3 VMs, WASI envoy133, fail-closed, request timeout 10m0s",
+		"curl -si " + d.URL() + "/v1/chat/completions",
+		`"model":"gpt-4o"`,
+	} {
+		if !strings.Contains(b, want) {
+			t.Errorf("banner lacks %q:\n%s", want, b)
+		}
+	}
+	if n := len(d.Server.Host().Workers()); n != 3 {
+		t.Errorf("%d workers", n)
+	}
+}
