@@ -79,7 +79,7 @@ func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 		return nil, fmt.Errorf("serve: listen: %w", err)
 	}
 	inst.Addr = ln.Addr().String()
-	inst.http = &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second, ErrorLog: nil}
+	inst.http = &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
 	inst.served = make(chan error, 1)
 	go func() { inst.served <- inst.http.Serve(ln) }()
 	return inst, nil
