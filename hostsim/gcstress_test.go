@@ -3,11 +3,14 @@ package hostsim_test
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim"
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
+	"github.com/spillwayproxy/spillway/policies/examples"
+	"github.com/spillwayproxy/spillway/policies/policyfile"
 )
 
 // lifecycle runs one request through a worker with the proxytest-shaped API.
@@ -98,4 +101,73 @@ func TestGCStress(t *testing.T) {
 		}
 		t.Fatalf("the build without the runtime fix survived %d requests with forced GCs", total)
 	})
+}
+
+// The product module under the same load: 100,000 chat-completion lifecycles of
+// build/spillway.wasm across 2 workers in Envoy 1.33's WASI, with request bodies between
+// 1 KiB and 64 KiB so the filter's own allocations drive the garbage collector (and a 4 MiB
+// body now and then, of which the filter reads its 64 KiB model-peek limit). No trap, and
+// memory levels off. This is the steady-state check of the real filter; TestGCStress is
+// the one that provokes the poll_oneoff crash (a burst big enough to wake the scavenger and
+// forced GCs) and shows the runtime fix prevents it. Today's filter never holds enough
+// memory to wake the scavenger by itself, so an unpatched spillway.wasm passes this test too.
+func TestGCStressSpillway(t *testing.T) {
+	const (
+		total    = 100_000
+		workers  = 2
+		bigEvery = 20_000
+	)
+	cfg, err := policyfile.ToJSON(examples.Demo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hostsimtest.New(t, hostsimtest.ReadModule(t, "build/spillway.wasm"), hostsim.WithWorkers(workers),
+		hostsim.WithPluginConfiguration(cfg), hostsim.WithBufferLimit(8<<20))
+	h.StartPlugin()
+	req := hdrs(":method", "POST", ":path", "/v1/chat/completions", ":authority", "spillway.local",
+		"content-type", "application/json", "x-session-id", "s-1")
+	resp := hdrs(":status", "200", "content-type", "application/json")
+	bodies := make([][]byte, 7)
+	for k := range bodies {
+		bodies[k] = []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"` +
+			strings.Repeat("a", (1<<10)<<k) + `"}]}`)
+	}
+	big := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("b", 4<<20) + `"}]}`)
+	pages := map[int][]uint32{}
+	start := time.Now()
+	for i := 0; i < total; i++ {
+		w := h.Host.Worker(i % workers)
+		body := bodies[i%len(bodies)]
+		if (i/workers)%bigEvery == bigEvery-1 {
+			body = big
+		}
+		id := w.InitializeHttpContext()
+		for _, step := range []func() error{
+			func() error { _, err := w.CallOnRequestHeaders(id, req, false); return err },
+			func() error { _, err := w.CallOnRequestBody(id, body, true); return err },
+			func() error { _, err := w.CallOnResponseHeaders(id, resp, false); return err },
+			func() error { _, err := w.CallOnResponseBody(id, []byte(`{"id":"x"}`), true); return err },
+			func() error { return w.CompleteHttpContext(id) },
+		} {
+			if err := step(); err != nil {
+				t.Fatalf("request %d trapped: %v", i, err)
+			}
+		}
+		if (i+1)%(total/10) == 0 {
+			for k := 0; k < workers; k++ {
+				pages[k] = append(pages[k], h.Host.Worker(k).MemoryPages())
+			}
+		}
+	}
+	if v, _ := headerOf(h.Host.Worker(1).GetCurrentResponseHeaders(uint32(total/workers+1)), "x-spillway-model"); v != "gpt-4o" {
+		t.Fatalf("last response's x-spillway-model = %q, want gpt-4o", v)
+	}
+	for k := 0; k < workers; k++ {
+		p := pages[k]
+		t.Logf("spillway worker-%d memory pages at each 10%% of the run: %v", k, p)
+		if p[len(p)-1] > p[len(p)/2] {
+			t.Fatalf("worker-%d memory still growing in the second half: %v", k, p)
+		}
+	}
+	t.Logf("%d spillway lifecycles in %v", total, time.Since(start).Round(time.Millisecond))
 }
