@@ -44,7 +44,7 @@ func (l *logBuf) lines(sub string) []string {
 
 // spillwayWasm returns the path of build/spillway.wasm; a missing module fails the test
 // with "run make build".
-func spillwayWasm(t *testing.T) string {
+func spillwayWasm(t testing.TB) string {
 	t.Helper()
 	hostsimtest.ReadModule(t, "build/spillway.wasm")
 	return filepath.Join(hostsimtest.ModuleRoot(t), "build", "spillway.wasm")
@@ -58,7 +58,7 @@ type demo struct {
 
 // startDemo starts serve in-process on 127.0.0.1:0 with the embedded demo policy and the
 // built-in fakes; change adjusts the options first.
-func startDemo(t *testing.T, change func(*Options)) *demo {
+func startDemo(t testing.TB, change func(*Options)) *demo {
 	t.Helper()
 	opts := DefaultOptions()
 	opts.Listen = "127.0.0.1:0"

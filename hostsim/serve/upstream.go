@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim"
 )
@@ -125,6 +126,10 @@ func readUpstream(resp *http.Response) (headers [][2]string, body []byte, traile
 	return headers, body, trailers, nil
 }
 
+// calloutGrace is how long a callout's HTTP call may outlive the callout's timeout, so the
+// guest always sees Envoy's 504 for a timeout, never a reset.
+const calloutGrace = time.Second
+
 // callout answers a proxy_http_call by calling the named cluster for real, within the
 // callout's timeout (0: none, bounded by the Server's Timeout). A failure is reported as
 // Envoy does: the plugin gets zero counts.
@@ -136,7 +141,9 @@ func (s *Server) callout(ctx context.Context, c *hostsim.Callout) *hostsim.Callo
 	}
 	timeout := s.cfg.Timeout
 	if c.Timeout > 0 {
-		timeout = c.Timeout
+		// hostsim answers the callout's own timeout (the async client's 504) on its clock;
+		// this later deadline only stops the abandoned HTTP call.
+		timeout = c.Timeout + calloutGrace
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
