@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -272,5 +273,22 @@ func TestConcurrentRequestsSpreadOverWorkers(t *testing.T) {
 	w0, w1 := len(d.access.lines(" worker-0 ")), len(d.access.lines(" worker-1 "))
 	if w0+w1 != n || w0 < 2 || w1 < 2 {
 		t.Errorf("worker-0 served %d, worker-1 %d of %d:\n%s", w0, w1, n, d.access)
+	}
+}
+
+// An upstream slower than the timeout is answered 504; the abandoned upstream call is
+// cancelled.
+func TestSlowUpstreamTimesOut(t *testing.T) {
+	d := startDemo(t, func(o *Options) { o.Timeout = 300 * time.Millisecond })
+	status, _, body := post(t, d.URL()+"/v1/chat/completions", chatBody, map[string]string{"x-fake-delay-ms": "5000"})
+	if status != 504 || !strings.Contains(body, `"code":"hostsim_timeout"`) || !strings.Contains(body, "300ms") {
+		t.Fatalf("%d %s", status, body)
+	}
+	if len(d.access.lines("POST /v1/chat/completions 504")) != 1 {
+		t.Errorf("access log:\n%s", d.access)
+	}
+	// The cancelled upstream call ends the stream in its VM; the next request is served.
+	if status, _, body := post(t, d.URL()+"/v1/chat/completions", chatBody, nil); status != 200 {
+		t.Errorf("next request: %d %s", status, body)
 	}
 }

@@ -323,9 +323,13 @@ func requestHeaders(r *http.Request, id string, bodyLen int) [][2]string {
 func (s *Server) Do(r *http.Request, body []byte) *Result {
 	start := time.Now()
 	id := newRequestID()
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+	// The upstream call lives until the answer is decided (or the client leaves); the wait
+	// for the filter ends at the timeout, so a slow upstream is a 504, never a race.
+	upCtx, upCancel := context.WithCancel(r.Context())
+	defer upCancel()
+	ctx, cancel := context.WithTimeout(upCtx, s.cfg.Timeout)
 	defer cancel()
-	s.inflight.Store(id, &downstream{ctx: ctx, authority: r.Host})
+	s.inflight.Store(id, &downstream{ctx: upCtx, authority: r.Host})
 	defer s.inflight.Delete(id)
 
 	wi := s.pickWorker()
