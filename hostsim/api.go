@@ -86,6 +86,28 @@ func (vm *VM) CompleteHttpContext(contextID uint32) error {
 	return err
 }
 
+// ResetStream ends the stream as Envoy does when the downstream resets it: proxy_on_log,
+// proxy_on_done, proxy_on_delete (none if the request headers never arrived: Envoy had no
+// filter chain yet), pending continue and local replies dropped, callouts left to complete
+// on the root context. A stream driven by an Exchange ends like Exchange.Reset. details
+// (ResetDownstreamRemoteDisconnect if empty) is what StreamState reports as Reset. Later
+// calls on the id fail with ErrNoStream, as does resetting a stream that already ended.
+func (vm *VM) ResetStream(contextID uint32, details string) error {
+	if details == "" {
+		details = ResetDownstreamRemoteDisconnect
+	}
+	_, err := vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return 0, s.resetDownstream(details) })
+	return err
+}
+
+// LiveStreams returns how many streams the VM holds: allocated and not yet ended
+// (completed or reset). A server that ends every stream it starts sees it fall back to 0.
+func (vm *VM) LiveStreams() int {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return len(vm.streams)
+}
+
 func (vm *VM) streamView(id uint32, f func(s *httpStream)) {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
@@ -256,6 +278,23 @@ func (h *Host) CompleteHttpContext(id uint32) error {
 		return w.CompleteHttpContext(id)
 	}
 	return errNotStarted
+}
+
+// ResetStream resets a stream on worker 0 (see VM.ResetStream).
+func (h *Host) ResetStream(id uint32, details string) error {
+	if w := h.w0(); w != nil {
+		return w.ResetStream(id, details)
+	}
+	return errNotStarted
+}
+
+// LiveStreams returns the number of live streams over all VMs (see VM.LiveStreams).
+func (h *Host) LiveStreams() int {
+	n := 0
+	for _, vm := range h.VMs() {
+		n += vm.LiveStreams()
+	}
+	return n
 }
 
 // GetSentLocalResponse reads worker 0's stream.

@@ -23,7 +23,10 @@
 //     proxy_continue_stream clears them. continue, close and local replies are deferred until
 //     the callback returns; a local reply forces stop. A request-phase local reply runs the
 //     plugin's own response callbacks; a response-phase one replaces the response (or resets
-//     the stream once headers went downstream). All are no-ops from a root context.
+//     the stream once headers went downstream). All are no-ops from a root context. A
+//     downstream reset (ResetStream, Exchange.Reset) still runs log → done → delete, as
+//     Envoy's doDeferredStreamDestroy does, drops what was pending and forgets the stream;
+//     its callouts complete on the root.
 //   - Shared data per vm_id with one process-global CAS counter (cas 0 unconditional, a
 //     non-zero cas on a missing key succeeds); queues whose last registrant is notified,
 //     asynchronously, once per enqueue; ticks per VM root; callouts owned by the root
@@ -59,9 +62,10 @@
 // GetSentLocalResponse, CallOnHttpCallResponse, Tick, GetCounterMetric, GetInfoLogs, ...) on
 // worker 0 through the Host, or on any VM; hostsimtest wraps them in testing.TB helpers with
 // proxytest's exact signatures. RunHTTP (or StartHTTP and Exchange.Wait) drives whole
-// requests through a worker, the upstream and back. Time is virtual by default: Advance
-// moves it, firing ticks, callout deliveries and timeouts in order, and drives the guest's
-// time.Now(). WithRealClock makes the host run its own timers and answer callouts and
+// requests through a worker, the upstream and back; the UpstreamFunc gets the exchange's
+// context, and Exchange.Reset ends a request its client gave up on. Time is virtual by
+// default: Advance moves it, firing ticks, callout deliveries and timeouts in order, and
+// drives the guest's time.Now(). WithRealClock makes the host run its own timers and answer callouts and
 // upstreams on goroutines, for `hostsim serve`. A Host is safe for concurrent use: each VM
 // is a "thread" whose calls are serialized, and process-wide state is locked. The library
 // has no package-level state; share a Runtime to compile each module once.

@@ -53,8 +53,11 @@ type Response struct {
 // Exchange is one request being driven through a worker VM.
 type Exchange struct {
 	vm       *VM
-	s        *httpStream
+	s        *httpStream // valid until done (the stream is then recycled)
+	id       uint32
 	gen      uint64
+	ctx      context.Context
+	cancel   context.CancelFunc
 	upCalled bool
 	upReq    *UpstreamRequest
 	done     bool
@@ -91,17 +94,28 @@ func chunksOf(body []byte, chunks [][]byte) [][]byte {
 	return nil
 }
 
-// StartHTTP sends a request into the VM as far as it goes without waiting: the filter may
-// pause it (waiting for a callout, a queue notification, a tick). Events and timers move it
-// on; Wait (or RunHTTP) waits for the end.
+// StartHTTP is StartHTTPContext with context.Background().
 func (vm *VM) StartHTTP(req *Request) (*Exchange, error) {
+	return vm.StartHTTPContext(context.Background(), req)
+}
+
+// StartHTTPContext sends a request into the VM as far as it goes without waiting: the
+// filter may pause it (waiting for a callout, a queue notification, a tick). Events and
+// timers move it on; Wait (or RunHTTP) waits for the end, Reset ends it early.
+//
+// The exchange's context (Context, and the ctx the UpstreamFunc gets) carries ctx's
+// values and is cancelled when the exchange ends or is reset. ctx's own cancellation does
+// not end the exchange: in Envoy only the stream's end (or a reset) cancels its upstream
+// request, so a caller whose client went away calls Reset.
+func (vm *VM) StartHTTPContext(ctx context.Context, req *Request) (*Exchange, error) {
 	vm.mu.Lock()
 	if vm.streams == nil {
 		vm.mu.Unlock()
 		return nil, errNotStarted
 	}
 	s := vm.newStream()
-	ex := &Exchange{vm: vm, s: s, gen: vm.gen, doneCh: make(chan struct{})}
+	ex := &Exchange{vm: vm, s: s, id: s.id, gen: vm.gen, doneCh: make(chan struct{})}
+	ex.ctx, ex.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.ex = ex
 	if err := vm.beginStream(s); err != nil {
 		ex.errs = append(ex.errs, err)
@@ -169,7 +183,36 @@ func (ex *Exchange) finish() {
 	s.req.halted, s.resp.halted = true, true
 	ex.note(s.complete())
 	ex.resp = r
+	ex.cancel()
 	close(ex.doneCh)
+}
+
+// Context returns the exchange's context: it carries the values of the context the
+// exchange was started with and is cancelled when the exchange ends or is reset. The
+// UpstreamFunc is called with it.
+func (ex *Exchange) Context() context.Context { return ex.ctx }
+
+// Reset ends the exchange as Envoy ends a stream the downstream reset (a client that went
+// away, or a front end that gave up on it): whatever the filter was waiting for, the
+// stream runs proxy_on_log, proxy_on_done and proxy_on_delete and is gone from its VM;
+// continue or a local reply it had pending is dropped; its callouts still complete on the
+// root context; the upstream call, if any, sees the exchange's context cancelled. The
+// response then has Reset set to details (ResetDownstreamRemoteDisconnect if empty). The
+// error wraps ErrNoStream if the exchange had already ended, and otherwise joins guest
+// traps in the lifecycle callbacks.
+func (ex *Exchange) Reset(details string) error {
+	if details == "" {
+		details = ResetDownstreamRemoteDisconnect
+	}
+	vm := ex.vm
+	vm.mu.Lock()
+	if ex.done {
+		vm.mu.Unlock()
+		return fmt.Errorf("%w: %s: stream %d already ended", ErrNoStream, vm.name, ex.id)
+	}
+	err := ex.s.resetDownstream(details)
+	vm.mu.Unlock()
+	return joinErr(err, vm.host.drain())
 }
 
 func (ex *Exchange) finishFailedVM() {
@@ -188,7 +231,7 @@ func (h *Host) invokeUpstream(ex *Exchange) {
 		var resp *UpstreamResponse
 		err := errors.New("no upstream configured")
 		if h.cfg.upstream != nil {
-			resp, err = h.cfg.upstream(context.Background(), ex.upReq)
+			resp, err = h.cfg.upstream(ex.ctx, ex.upReq)
 		}
 		if err == nil && resp == nil {
 			err = errors.New("upstream returned no response")
@@ -249,7 +292,7 @@ func (ex *Exchange) Wait(ctx context.Context) (*Response, error) {
 		case <-ex.doneCh:
 			return ex.resp, ex.err()
 		case <-ctx.Done():
-			return nil, fmt.Errorf("hostsim: waiting for stream %d: %w", ex.s.id, ctx.Err())
+			return nil, fmt.Errorf("hostsim: waiting for stream %d: %w", ex.id, ctx.Err())
 		}
 	}
 	deadline := h.clock.Now().Add(h.cfg.maxVirtualWait)
@@ -263,10 +306,10 @@ func (ex *Exchange) Wait(ctx context.Context) (*Response, error) {
 		}
 		next, ok := h.NextTimer()
 		if !ok {
-			return nil, errors.Join(append(errs, fmt.Errorf("hostsim: stream %d stalled: paused with nothing scheduled to resume it", ex.s.id))...)
+			return nil, errors.Join(append(errs, fmt.Errorf("hostsim: stream %d stalled: paused with nothing scheduled to resume it", ex.id))...)
 		}
 		if next.After(deadline) {
-			return nil, errors.Join(append(errs, fmt.Errorf("hostsim: stream %d still paused after %v of virtual time", ex.s.id, h.cfg.maxVirtualWait))...)
+			return nil, errors.Join(append(errs, fmt.Errorf("hostsim: stream %d still paused after %v of virtual time", ex.id, h.cfg.maxVirtualWait))...)
 		}
 		if err := h.Advance(next.Sub(h.clock.Now())); err != nil {
 			errs = append(errs, err)
@@ -283,13 +326,21 @@ func (ex *Exchange) err() error { return errors.Join(ex.errs...) }
 // RunHTTP drives a whole request through this VM, like Envoy's filter manager with this
 // filter and the router: request headers/body/trailers through the filter (honouring
 // pause and continue), the upstream (WithUpstream), the response back through the filter,
-// then log → done → delete.
+// then log → done → delete. When ctx ends first the caller is the client that went away:
+// the stream is reset (ResetDownstreamRemoteDisconnect) and ctx's error returned.
 func (vm *VM) RunHTTP(ctx context.Context, req *Request) (*Response, error) {
-	ex, err := vm.StartHTTP(req)
+	ex, err := vm.StartHTTPContext(ctx, req)
 	if ex == nil {
 		return nil, err
 	}
 	resp, werr := ex.Wait(ctx)
+	if resp == nil && ctx.Err() != nil {
+		rerr := ex.Reset(ResetDownstreamRemoteDisconnect)
+		if errors.Is(rerr, ErrNoStream) && ex.Done() { // it ended meanwhile after all
+			return ex.Response(), joinErr(err, ex.err())
+		}
+		werr = joinErr(werr, rerr)
+	}
 	return resp, joinErr(err, werr)
 }
 

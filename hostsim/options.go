@@ -159,5 +159,7 @@ func WithAllowOnHeadersStopIteration() Option {
 type CalloutHandler func(ctx context.Context, c *Callout) *CalloutResponse
 
 // UpstreamFunc answers a request RunHTTP forwards upstream. An error becomes Envoy's 503
-// "upstream connect error" reply.
+// "upstream connect error" reply. ctx is the exchange's context (Exchange.Context): it
+// carries the values of the context the exchange started with and is cancelled when the
+// exchange ends or is reset, so the call can stop when nobody waits for its answer.
 type UpstreamFunc func(ctx context.Context, req *UpstreamRequest) (*UpstreamResponse, error)

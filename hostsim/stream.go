@@ -1,6 +1,7 @@
 package hostsim
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -21,6 +22,7 @@ type LocalResponse struct {
 type httpStream struct {
 	vm      *VM
 	id      uint32
+	gen     uint64 // the VM instance (vm.gen) the stream lives in
 	created bool
 	deleted bool
 	inLog   bool
@@ -94,7 +96,7 @@ func (vm *VM) newStream() *httpStream {
 	} else {
 		s = &httpStream{}
 	}
-	s.vm, s.id = vm, id
+	s.vm, s.id, s.gen = vm, id, vm.gen
 	vm.streams[id] = s
 	return s
 }
@@ -111,10 +113,14 @@ func (d *direction) recycle() direction {
 		pendBody: d.pendBody[:0], fwdBody: d.fwdBody[:0]}
 }
 
+// ErrNoStream is wrapped by the errors of calls on a stream that does not exist: never
+// allocated, or already ended (completed, reset, or lost with a reloaded VM instance).
+var ErrNoStream = errors.New("hostsim: no live stream")
+
 func (vm *VM) stream(id uint32) (*httpStream, error) {
 	s := vm.streams[id]
 	if s == nil {
-		return nil, fmt.Errorf("hostsim: %s: no stream with context id %d", vm.name, id)
+		return nil, fmt.Errorf("%w: %s: context id %d", ErrNoStream, vm.name, id)
 	}
 	return s, nil
 }
@@ -597,18 +603,15 @@ func (vm *VM) afterCallback() {
 func (vm *VM) settle() { vm.afterCallback() }
 
 // complete runs Envoy's end of stream: on_log (maps readable), on_done (result ignored),
-// on_delete.
+// on_delete. A stream of an instance FAIL_RELOAD replaced ends without callbacks: its
+// context never existed in the new instance.
 func (s *httpStream) complete() error {
 	if s.deleted {
 		return nil
 	}
 	vm := s.vm
-	defer func() {
-		s.deleted = true
-		delete(vm.streams, s.id)
-		vm.remember(s)
-	}()
-	if s.skip || vm.failed != nil || vm.dead {
+	defer s.forget()
+	if s.skip || vm.failed != nil || vm.dead || s.gen != vm.gen {
 		return nil
 	}
 	if err := s.ensureCreated(); err != nil {
@@ -625,6 +628,53 @@ func (s *httpStream) complete() error {
 	}
 	_, err = vm.call("proxy_on_delete", vm.fns.delete, s.frame(), uint64(s.id))
 	return err
+}
+
+// forget removes the ended stream from its VM (the getters still see it for a while).
+func (s *httpStream) forget() {
+	vm := s.vm
+	s.deleted = true
+	if vm.streams[s.id] == s { // a reloaded instance may reuse the id
+		delete(vm.streams, s.id)
+	}
+	vm.remember(s)
+}
+
+// ResetDownstreamRemoteDisconnect is Envoy's response-code details for a client that went
+// away; ResetStream and Exchange.Reset use it when given no details.
+const ResetDownstreamRemoteDisconnect = "downstream_remote_disconnect"
+
+// resetDownstream ends the stream the way Envoy's connection manager does when the
+// downstream resets it (VM locked). ActiveStream::onResetStream ends in
+// doDeferredStreamDestroy, which runs completeRequest(); onStreamComplete(); log();
+// destroyFilters(): completeRequest sets requestComplete(), so Context::log does run
+// proxy_on_log for a reset stream (creating the context first if it never was), and
+// onDestroy then runs proxy_on_done and proxy_on_delete. hostsim therefore keeps
+// log → done → delete for resets too, with the request maps readable and the missing
+// response NotFound in on_log. Before any request headers Envoy has built no filter chain,
+// so such a stream ends without callbacks. Deferred continue/close/local replies are
+// dropped, and the stream is gone: continue or a local reply from a later tick, queue
+// notification or callout answer finds no stream (proxy_set_effective_context answers
+// BadArgument), and the stream's callouts still complete on the root context (the SDKs skip
+// the callback of a deleted stream).
+func (s *httpStream) resetDownstream(details string) error {
+	s.deferred = s.deferred[:0]
+	s.req.halted, s.resp.halted = true, true
+	s.req.hdrAvail, s.req.bodyAvail, s.req.trlAvail = false, false, false
+	s.resp.hdrAvail, s.resp.bodyAvail, s.resp.trlAvail = false, false, false
+	if s.reset == "" {
+		s.reset = details
+	}
+	if ex := s.ex; ex != nil {
+		n := len(ex.errs)
+		ex.finish()
+		return errors.Join(ex.errs[n:]...)
+	}
+	if !s.created && !s.req.gotHeaders {
+		s.forget()
+		return nil
+	}
+	return s.complete()
 }
 
 // recentStreams is how many finished streams a VM keeps for the inspection getters.
@@ -658,6 +708,7 @@ func (vm *VM) beginStream(s *httpStream) error {
 		}
 		// The stream was allocated on the old instance; keep its id on the new one.
 		vm.streams[s.id] = s
+		s.gen = vm.gen
 		if vm.nextID <= s.id {
 			vm.nextID = s.id + 1
 		}
