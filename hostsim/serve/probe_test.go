@@ -17,36 +17,56 @@ import (
 // cluster "up"; "dead" is a cluster nobody listens on.
 func probeServe(t *testing.T, script string, timeout time.Duration) (url string, up *fakeprovider.Server, logs, access *logBuf) {
 	t.Helper()
+	p := probeServer(t, script, timeout, "")
+	return p.url, p.up, p.logs, p.access
+}
+
+// probeEnv is a running probeServer.
+type probeEnv struct {
+	url          string
+	srv          *Server
+	up           *fakeprovider.Server // the fake behind "up" (nil when upURL was given)
+	logs, access *logBuf
+}
+
+// probeServer is probeServe that also returns the Server; upURL, when set, replaces the
+// fake behind "up".
+func probeServer(t *testing.T, script string, timeout time.Duration, upURL string) *probeEnv {
+	t.Helper()
+	env := &probeEnv{logs: &logBuf{}, access: &logBuf{}}
 	p, err := fakeprovider.New(fakeprovider.OpenAI, "up")
 	if err != nil {
 		t.Fatal(err)
 	}
-	up, err = fakeprovider.Start(p, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	if upURL == "" {
+		env.up, err = fakeprovider.Start(p, "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { env.up.Close() })
+		upURL = env.up.URL
 	}
-	t.Cleanup(func() { up.Close() })
 	dead, err := fakeprovider.Start(p, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dead.Close()
-	logs, access = &logBuf{}, &logBuf{}
-	srv, err := New(Config{
+	env.srv, err = New(Config{
 		Wasm: hostsimtest.Guest(t, "probe"), PluginConfig: []byte(script),
-		Clusters:       []Cluster{{"up", up.URL}, {"dead", dead.URL}},
-		DefaultCluster: "up", Workers: 1, Timeout: timeout, GuestLog: logs, AccessLog: access,
+		Clusters:       []Cluster{{"up", upURL}, {"dead", dead.URL}},
+		DefaultCluster: "up", Workers: 1, Timeout: timeout, GuestLog: env.logs, AccessLog: env.access,
 		Runtime: hostsimtest.Runtime(t),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv)
+	hs := httptest.NewServer(env.srv)
 	t.Cleanup(func() {
 		hs.Close()
-		srv.Close()
+		env.srv.Close()
 	})
-	return hs.URL, up, logs, access
+	env.url = hs.URL
+	return env
 }
 
 func get(t *testing.T, url string) (int, string) {

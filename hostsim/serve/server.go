@@ -39,6 +39,11 @@ const (
 	HeaderRequestID = "x-request-id"
 )
 
+// ResetTimeout is the reset details of a stream serve gave up on at its Timeout (it
+// answers 504 itself); a client that went away resets with Envoy's
+// hostsim.ResetDownstreamRemoteDisconnect.
+const ResetTimeout = "hostsim_timeout"
+
 // Limits on what the front end buffers (it is not streaming yet).
 const (
 	// MaxRequestBytes bounds a downstream request body: larger requests get 413 before the
@@ -100,16 +105,13 @@ type Server struct {
 	access    *log.Logger
 	guest     io.Writer
 
-	rr       atomic.Uint64
-	load     []atomic.Int64 // requests in flight per worker
-	inflight sync.Map       // x-request-id -> *downstream
+	rr   atomic.Uint64
+	load []atomic.Int64 // requests in flight per worker
 }
 
-// downstream is what the upstream call needs to know about the request it serves.
-type downstream struct {
-	ctx       context.Context
-	authority string
-}
+// authorityKey carries the downstream :authority in the exchange's context to the
+// upstream call (for auto_host_rewrite).
+type authorityKey struct{}
 
 // syncWriter serializes writes from concurrent VMs and handlers.
 type syncWriter struct {
@@ -319,18 +321,14 @@ func requestHeaders(r *http.Request, id string, bodyLen int) [][2]string {
 
 // Do runs one downstream request (its body already read) through the filter and the
 // upstream, and returns what the client gets. The request's context cancels the wait; the
-// Server's Timeout answers 504.
+// Server's Timeout answers 504. Either way serve gives up on the stream and resets it, as
+// Envoy resets a stream whose downstream went away: the VM runs on_log, on_done and
+// on_delete and forgets it, whatever the filter was waiting for, and the upstream call (it
+// runs under the exchange's context) is cancelled, so its late answer never races the 504.
 func (s *Server) Do(r *http.Request, body []byte) *Result {
 	start := time.Now()
-	id := newRequestID()
-	// The upstream call lives until the answer is decided (or the client leaves); the wait
-	// for the filter ends at the timeout, so a slow upstream is a 504, never a race.
-	upCtx, upCancel := context.WithCancel(r.Context())
-	defer upCancel()
-	ctx, cancel := context.WithTimeout(upCtx, s.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
-	s.inflight.Store(id, &downstream{ctx: upCtx, authority: r.Host})
-	defer s.inflight.Delete(id)
 
 	wi := s.pickWorker()
 	s.load[wi].Add(1)
@@ -339,13 +337,25 @@ func (s *Server) Do(r *http.Request, body []byte) *Result {
 	res := &Result{Worker: vm.Name()}
 	defer func() { res.Duration = time.Since(start) }()
 
-	ex, err := vm.StartHTTP(&hostsim.Request{Headers: requestHeaders(r, id, len(body)), Body: body})
+	exCtx := context.WithValue(r.Context(), authorityKey{}, r.Host)
+	ex, err := vm.StartHTTPContext(exCtx, &hostsim.Request{Headers: requestHeaders(r, newRequestID(), len(body)), Body: body})
 	if ex == nil {
 		s.logf("serve: %s %s: %v", r.Method, r.URL.Path, err)
 		setLocal(res, http.StatusServiceUnavailable, "hostsim_unavailable", "hostsim could not start the request: the filter is not running")
 		return res
 	}
 	resp, werr := ex.Wait(ctx)
+	if resp == nil {
+		details := ResetTimeout
+		if r.Context().Err() != nil {
+			details = hostsim.ResetDownstreamRemoteDisconnect
+		}
+		rerr := ex.Reset(details)
+		if errors.Is(rerr, hostsim.ErrNoStream) && ex.Done() {
+			resp, rerr = ex.Response(), nil // the filter finished just as serve gave up
+		}
+		werr = errors.Join(werr, rerr)
+	}
 	if err = errors.Join(err, werr); err != nil {
 		s.logf("serve: %s %s on %s: %v", r.Method, r.URL.Path, vm.Name(), err)
 	}

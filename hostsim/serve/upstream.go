@@ -27,16 +27,11 @@ func headerValue(h [][2]string, name string) string {
 // forward is the hostsim upstream: it sends what passed the filter to the cluster named by
 // x-spillway-cluster (or the default cluster). An unknown cluster is answered here, like
 // Envoy's router; a transport failure is returned as an error, which hostsim turns into
-// Envoy's 503 "upstream connect error" on the filter's response path.
-func (s *Server) forward(_ context.Context, req *hostsim.UpstreamRequest) (*hostsim.UpstreamResponse, error) {
-	ctx, authority := context.Background(), ""
-	if d, ok := s.inflight.Load(headerValue(req.Headers, HeaderRequestID)); ok {
-		ctx, authority = d.(*downstream).ctx, d.(*downstream).authority
-	} else {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
-		defer cancel()
-	}
+// Envoy's 503 "upstream connect error" on the filter's response path. ctx is the
+// exchange's: Do's reset (timeout, client gone) cancels the call, and it carries the
+// downstream :authority.
+func (s *Server) forward(ctx context.Context, req *hostsim.UpstreamRequest) (*hostsim.UpstreamResponse, error) {
+	authority, _ := ctx.Value(authorityKey{}).(string)
 	name := headerValue(req.Headers, HeaderCluster)
 	if name == "" {
 		name = s.cfg.DefaultCluster

@@ -1,0 +1,113 @@
+package serve
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// requireEnded fails unless worker-0 ran on_log, on_done and on_delete for stream 2, once
+// each and in that order, and no longer holds any stream.
+func requireEnded(t *testing.T, p *probeEnv) {
+	t.Helper()
+	var got []string
+	for _, line := range strings.Split(p.logs.String(), "\n") {
+		for _, cb := range []string{"log", "done", "delete"} {
+			if strings.HasSuffix(line, "worker-0: cb "+cb+" ctx=2") {
+				got = append(got, cb)
+			}
+		}
+	}
+	if strings.Join(got, " ") != "log done delete" {
+		t.Errorf("stream 2's end callbacks: %q, want log done delete; guest log:\n%s", got, p.logs)
+	}
+	if n := p.srv.Host().LiveStreams(); n != 0 {
+		t.Errorf("%d streams left in the VMs, want 0", n)
+	}
+}
+
+// A request the filter holds paused past the timeout is answered 504 and its stream is
+// reset in the VM: it ends (log → done → delete) before the answer goes out, and a later
+// tick no longer finds it.
+func TestTimeoutResetsThePausedStream(t *testing.T) {
+	p := probeServer(t, `
+configure tick_period 20
+request_headers ret 1
+tick effective 2
+`, 200*time.Millisecond, "")
+	status, body := get(t, p.url+"/v1/models")
+	if status != 504 || !strings.Contains(body, `"code":"hostsim_timeout"`) {
+		t.Fatalf("%d %s", status, body)
+	}
+	requireEnded(t, p)
+	if len(p.access.lines("GET /v1/models 504")) != 1 {
+		t.Errorf("access log:\n%s", p.access)
+	}
+	// Ticks found the paused stream while it lived; a tick after the reset does not.
+	requireLog(t, p.logs, "worker-0: op effective 2 -> Ok")
+	requireLog(t, p.logs, "worker-0: op effective 2 -> BadArgument")
+	log := p.logs.String()
+	if i, j := strings.Index(log, "worker-0: cb delete ctx=2"), strings.Index(log, "worker-0: op effective 2 -> BadArgument"); j < i {
+		t.Errorf("a tick lost the stream before it was reset:\n%s", log)
+	}
+	if strings.Contains(log[strings.Index(log, "worker-0: cb delete ctx=2"):], "worker-0: op effective 2 -> Ok") {
+		t.Errorf("a tick found the stream after it was reset:\n%s", log)
+	}
+	if n := p.srv.Host().LiveStreams(); n != 0 {
+		t.Errorf("%d streams in the VMs after later ticks, want 0", n)
+	}
+}
+
+// A client that goes away while the filter holds its request resets the stream, as Envoy
+// does on a downstream disconnect.
+func TestClientGoneResetsThePausedStream(t *testing.T) {
+	p := probeServer(t, "request_headers ret 1\n", time.Minute, "")
+	client := &http.Client{Timeout: 300 * time.Millisecond}
+	if resp, err := client.Get(p.url + "/v1/models"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("got %d from a filter that never resumes", resp.StatusCode)
+	}
+	for i := 0; i < 500 && len(p.access.lines("GET /v1/models client-gone")) == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(p.access.lines("GET /v1/models client-gone")) != 1 {
+		t.Fatalf("access log:\n%s", p.access)
+	}
+	requireEnded(t, p)
+}
+
+// The upstream call runs under the exchange's context: the reset at the timeout cancels
+// it.
+func TestTimeoutCancelsTheUpstreamCall(t *testing.T) {
+	arrived, cancelled := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(arrived) })
+		select {
+		case <-r.Context().Done():
+			close(cancelled)
+		case <-time.After(10 * time.Second):
+			w.WriteHeader(http.StatusOK)
+		}
+	}))
+	t.Cleanup(up.Close)
+	p := probeServer(t, "", 200*time.Millisecond, up.URL)
+	status, body := get(t, p.url+"/v1/models")
+	if status != 504 || !strings.Contains(body, `"code":"hostsim_timeout"`) {
+		t.Fatalf("%d %s", status, body)
+	}
+	select {
+	case <-arrived:
+	default:
+		t.Fatal("the request never reached the upstream")
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream call was not cancelled after the timeout")
+	}
+	requireEnded(t, p)
+}
