@@ -201,3 +201,53 @@ func vmLogs(h *hostsim.Host, level string) []string {
 	}
 	return out
 }
+
+// TestDifferentialEnvironment checks ${ENV} expansion from the VM environment: natively the
+// filter reads the test process's environment, in wasm the WASI environ that Envoy fills
+// from vm_config.environment_variables (hostsim.WithEnv). Both must start with the variable
+// set, both must refuse without it and name the field and variable, and neither may log the
+// value.
+func TestDifferentialEnvironment(t *testing.T) {
+	wasm := hostsimtest.ReadModule(t, "build/spillway.wasm")
+	const secret = "sk-test-do-not-log-1234"
+	config := []byte(`{"providers":[{"id":"openai","cluster":"openai","connections":[{"id":"a",` +
+		`"credential":{"header":"authorization","value":"Bearer ${SPILLWAY_DIFF_KEY}"}}]}],` +
+		`"routes":[{"model":"gpt-4o","targets":[{"provider":"openai"}]}]}`)
+	for _, set := range []bool{true, false} {
+		t.Run(fmt.Sprintf("variable set=%v", set), func(t *testing.T) {
+			var opts []hostsim.Option
+			if set {
+				t.Setenv("SPILLWAY_DIFF_KEY", secret)
+				opts = append(opts, hostsim.WithEnv("SPILLWAY_DIFF_KEY", secret))
+			}
+			native, reset := proxytest.NewHostEmulator(proxytest.NewEmulatorOption().
+				WithVMContext(filter.NewVMContext()).WithPluginConfiguration(config))
+			nativeStart := native.StartPlugin()
+			nativeLogs := append(native.GetInfoLogs(), native.GetCriticalLogs()...)
+			reset()
+
+			h := hostsimtest.New(t, wasm, append(opts, hostsim.WithWorkers(1), hostsim.WithPluginConfiguration(config))...)
+			wasmStart := h.StartPlugin()
+			wasmLogs := append(vmLogs(h.Host, "info"), vmLogs(h.Host, "critical")...)
+
+			want := types.OnPluginStartStatusFailed
+			if set {
+				want = types.OnPluginStartStatusOK
+			}
+			if nativeStart != want || wasmStart != want {
+				t.Fatalf("start: native %v, wasm %v, want %v (logs %q)", nativeStart, wasmStart, want, wasmLogs)
+			}
+			if diff := cmp.Diff(nativeLogs, wasmLogs); diff != "" {
+				t.Fatalf("logs differ (-native +wasm):\n%s", diff)
+			}
+			all := strings.Join(wasmLogs, "\n")
+			if strings.Contains(all, secret) {
+				t.Fatalf("a log line contains the credential: %q", all)
+			}
+			if !set && !strings.Contains(all, "providers[0].connections[0].credential.value") ||
+				!set && !strings.Contains(all, "SPILLWAY_DIFF_KEY") {
+				t.Fatalf("the refusal does not name the field and the variable: %q", all)
+			}
+		})
+	}
+}
