@@ -203,6 +203,13 @@ func (h *Host) CompleteHttpContext(id uint32) {
 	h.Worker(0).CompleteHttpContext(id)
 }
 
+// ResetStream resets a stream on worker 0 as a downstream reset does in Envoy (log, done,
+// delete).
+func (h *Host) ResetStream(id uint32, details string) {
+	h.t.Helper()
+	h.check(h.Host.ResetStream(id, details))
+}
+
 // CallOnHttpCallResponse answers a pending callout (proxytest).
 func (h *Host) CallOnHttpCallResponse(calloutID uint32, headers, trailers [][2]string, body []byte) {
 	h.t.Helper()
@@ -294,6 +301,12 @@ func (w *VM) CallOnResponseTrailers(id uint32, trailers [][2]string) types.Actio
 func (w *VM) CompleteHttpContext(id uint32) {
 	w.t.Helper()
 	w.check(w.VM.CompleteHttpContext(id))
+}
+
+// ResetStream resets a stream on this VM as a downstream reset does in Envoy.
+func (w *VM) ResetStream(id uint32, details string) {
+	w.t.Helper()
+	w.check(w.VM.ResetStream(id, details))
 }
 
 // Tick runs proxy_on_tick on this VM.
