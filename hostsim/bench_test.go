@@ -67,6 +67,10 @@ func BenchmarkLifecycle(b *testing.B) {
 			b.StopTimer()
 			perOp[name] = b.Elapsed() / time.Duration(b.N)
 			b.ReportMetric(float64(w.MemoryPages()), "pages")
+			if base := perOp["noop"]; name != "noop" && base > 0 {
+				// The ratio against the baseline measured just before, in the same run.
+				b.ReportMetric(float64(perOp[name])/float64(base), "x-noop")
+			}
 		})
 	}
 	if perOp["noop"] > 0 && perOp["spillway"] > 0 {
