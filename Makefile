@@ -30,7 +30,8 @@ check: ## Hygiene: gofmt, go vet, staticcheck, and a wasip1 cross-build of the p
 	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
-	GOOS=wasip1 GOARCH=wasm $(GO) vet ./plugin/...
+	GOOS=wasip1 GOARCH=wasm $(GO) vet ./plugin/... ./policies
+	GOOS=wasip1 GOARCH=wasm $(GO) build ./plugin/... ./policies
 
 .PHONY: bench
 bench: build ## Benchmarks: filter cost vs the noop filter in hostsim, and the engine's hot paths.
