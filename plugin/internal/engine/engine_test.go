@@ -411,3 +411,43 @@ func TestPolicyVocabularyMatchesTheEngine(t *testing.T) {
 		}
 	}
 }
+
+// A request that waits for a concurrency slot must not hold the provider's single HALF_OPEN
+// probe while it waits: another worker with a free connection probes meanwhile.
+func TestQueuedRequestDoesNotHoldTheProbe(t *testing.T) {
+	f := newFixture(t, examples.Demo(), noLockout)
+	openaiB := Target{Provider: 0, Connection: 1, Model: "gpt-4o-mini"} // maxConcurrent 2
+	openaiA := Target{Provider: 0, Connection: 0, Model: "gpt-4o-mini"}
+	for i := 0; i < 2; i++ { // fill openai-b while the provider is healthy
+		if d, err := f.e.Dispatch(openaiB); err != nil || d.Waiting {
+			t.Fatalf("fill %d: %v waiting=%v", i, err, d.Waiting)
+		}
+	}
+	pv := &f.e.providers[0]
+	for i := 0; i < 12; i++ { // open the circuit (apikey: 12 failures)...
+		if _, err := f.e.breakers.RecordKind(pv.breaker, breaker.KindServerError); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.clock.Advance(31 * time.Second) // ...and let it become HALF_OPEN
+	queued, err := f.e.Dispatch(openaiB)
+	if err != nil || !queued.Waiting {
+		t.Fatalf("openai-b at its cap: %v waiting=%v, want queued", err, queued.Waiting)
+	}
+	probe, err := f.e.Dispatch(openaiA)
+	if err != nil {
+		t.Fatalf("openai-a could not probe while openai-b's request waits: %v", err)
+	}
+	if !probe.probe.Probe {
+		t.Fatal("openai-a's dispatch does not hold the probe")
+	}
+	// A second request granted a slot while the probe is out is refused and gives its slot back.
+	before, _ := f.e.admitter.Inspect(pv.conns[0].admit, "gpt-4o-mini")
+	if _, err := f.e.Dispatch(openaiA); !errors.Is(err, ErrTargetUnavailable) {
+		t.Fatalf("second dispatch during the probe: %v, want ErrTargetUnavailable", err)
+	}
+	after, _ := f.e.admitter.Inspect(pv.conns[0].admit, "gpt-4o-mini")
+	if after.InFlight != before.InFlight {
+		t.Fatalf("the refused dispatch kept a slot: in flight %d -> %d", before.InFlight, after.InFlight)
+	}
+}

@@ -163,30 +163,30 @@ type Dispatch struct {
 	Target  Target
 	Started time.Time
 	probe   breaker.Decision // the breaker's decision (holds the HALF_OPEN probe if any)
-	Lease   admission.Lease  // concurrency slots held (release with Finish)
+	Lease   admission.Lease  // concurrency slots held (released by Finish or Abandon)
 	Ticket  admission.Ticket // set when the attempt must wait for a slot
 	Waiting bool             // the attempt waits in the queue (TryDispatch again later)
+	// Wake says slots were handed back on the way (an all-or-nothing acquire rolled back, or
+	// a slot returned because the provider refused the attempt): wake the other workers'
+	// waiters as after a release.
+	Wake bool
 }
 
 // ErrTargetUnavailable reports that a planned target was taken by another worker between
 // planning and dispatch (the breaker's single probe, usually): try the next target.
 var ErrTargetUnavailable = errors.New("engine: target no longer available")
 
-// Dispatch claims what sending an attempt to t needs: the breaker's probe when the provider
-// is HALF_OPEN, and concurrency slots. A typed *admission.Error (queue full) means the
-// request should be answered with it; Dispatch.Waiting means it must wait in the queue.
+// Dispatch claims what sending an attempt to t needs: concurrency slots, then the breaker's
+// probe when the provider is HALF_OPEN. The probe is claimed only once the slots are granted,
+// so a request waiting in the queue never holds it. A typed *admission.Error (queue full)
+// means the request should be answered with it; Dispatch.Waiting means it must wait in the
+// queue (TryDispatch); ErrTargetUnavailable means try the next target.
 func (e *Engine) Dispatch(t Target) (Dispatch, error) {
-	pv := &e.providers[t.Provider]
-	cn := &pv.conns[t.Connection]
+	cn := &e.providers[t.Provider].conns[t.Connection]
 	d := Dispatch{Target: t, Started: e.now()}
-	dec, err := e.breakers.Allow(pv.breaker)
-	if err == nil && !dec.Allowed {
-		return d, ErrTargetUnavailable
-	}
-	d.probe = dec
 	res, err := e.admitter.Admit(cn.admit, t.Model)
+	d.Wake = res.Wake
 	if err != nil {
-		e.releaseProbe(pv, d)
 		return d, err
 	}
 	if !res.Granted {
@@ -194,21 +194,35 @@ func (e *Engine) Dispatch(t Target) (Dispatch, error) {
 		return d, nil
 	}
 	d.Lease = res.Lease
-	return d, nil
+	return e.claimProbe(d)
 }
 
 // TryDispatch checks a waiting attempt's turn in the queue. It returns the attempt granted
-// (Waiting false), still waiting, or the typed queue-timeout error.
+// (Waiting false), still waiting, or an error: the typed queue timeout, or
+// ErrTargetUnavailable when the slot came but the provider's probe is taken.
 func (e *Engine) TryDispatch(d Dispatch) (Dispatch, error) {
 	res, err := e.admitter.TryAdmit(d.Ticket)
-	if err != nil {
-		e.releaseProbe(&e.providers[d.Target.Provider], d)
+	d.Wake = res.Wake
+	if err != nil || !res.Granted {
 		return d, err
 	}
-	if res.Granted {
-		d.Lease, d.Waiting, d.Started = res.Lease, false, e.now()
+	d.Lease, d.Waiting, d.Started = res.Lease, false, e.now()
+	return e.claimProbe(d)
+}
+
+// claimProbe asks the breaker for an attempt that holds its slots. When the provider refuses
+// (OPEN again, or another worker holds the HALF_OPEN probe) the slots go back at once. A
+// breaker that cannot be read fails open.
+func (e *Engine) claimProbe(d Dispatch) (Dispatch, error) {
+	pv := &e.providers[d.Target.Provider]
+	dec, err := e.breakers.Allow(pv.breaker)
+	if err != nil || dec.Allowed {
+		d.probe = dec
+		return d, nil
 	}
-	return d, nil
+	waiters, _ := e.admitter.Release(d.Lease)
+	d.Lease, d.Wake = admission.Lease{}, d.Wake || waiters
+	return d, ErrTargetUnavailable
 }
 
 func (e *Engine) releaseProbe(pv *provider, d Dispatch) {
