@@ -30,6 +30,24 @@ const unrouted = "-"
 // modelPeekLimit bounds how much of a request body is kept to read its model.
 const modelPeekLimit = 64 << 10
 
+// maxModelLength bounds a model name Spillway accepts from a client (the policy's limit).
+const maxModelLength = 256
+
+// headerSafeModel reports whether a client-supplied model name may be echoed in a response
+// header: non-empty, bounded, and visible ASCII or UTF-8 only (no control bytes, so no CR/LF
+// can reach a header value).
+func headerSafeModel(m string) bool {
+	if m == "" || len(m) > maxModelLength {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		if c := m[i]; c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // NewVMContext returns the root of Spillway's context tree; the wasm entry point registers
 // it with proxywasm.SetVMContext from init.
 func NewVMContext() types.VMContext { return &vmContext{} }
@@ -160,7 +178,9 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) (action 
 		}
 	}
 	if endOfStream && h.model == "" {
-		h.model = gjson.GetBytes(h.body, "model").String()
+		if m := gjson.GetBytes(h.body, "model"); m.Type == gjson.String && headerSafeModel(m.Str) {
+			h.model = m.Str
+		}
 		h.body = nil
 	}
 	return types.ActionContinue

@@ -142,3 +142,34 @@ func TestPanicInCallbackFailsOpen(t *testing.T) {
 		t.Errorf("error logs %q do not report the panic", logs)
 	}
 }
+
+func TestUnsafeModelNamesAreNotEchoed(t *testing.T) {
+	cases := []struct {
+		name string // what is wrong with the body's model
+		body string // request body
+		want string // x-spillway-model
+	}{
+		{"ordinary", `{"model":"claude-sonnet-4"}`, "claude-sonnet-4"},
+		{"unicode is fine", `{"model":"模型-1"}`, "模型-1"},
+		{"CR LF injection", `{"model":"gpt-4o\r\nset-cookie: x=1"}`, unrouted},
+		{"control byte", `{"model":"a\u0000b"}`, unrouted},
+		{"too long", `{"model":"` + strings.Repeat("m", maxModelLength+1) + `"}`, unrouted},
+		{"not a string", `{"model":{"a":1}}`, unrouted},
+		{"missing", `{"messages":[]}`, unrouted},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			host, status := newHost(t, demoPolicyJSON(t), nil)
+			if status != types.OnPluginStartStatusOK {
+				t.Fatal(status)
+			}
+			id := host.InitializeHttpContext()
+			host.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}}, false)
+			host.CallOnRequestBody(id, []byte(c.body), true)
+			host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
+			if got, _ := header(host.GetCurrentResponseHeaders(id), HeaderModel); got != c.want {
+				t.Fatalf("%s = %q, want %q", HeaderModel, got, c.want)
+			}
+		})
+	}
+}
