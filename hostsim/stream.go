@@ -1005,12 +1005,7 @@ func (vm *VM) continueStream(t StreamType) Status {
 	case t == StreamDownstream:
 		return StatusOK
 	}
-	fr := vm.frame
-	if fr == nil || fr.stream == nil {
-		return StatusOK
-	}
-	fr.stream.deferred = append(fr.stream.deferred, deferredOp{kind: opContinue, dir: t})
-	vm.touch(fr.stream)
+	vm.deferOp(deferredOp{kind: opContinue, dir: t})
 	return StatusOK
 }
 
@@ -1019,13 +1014,20 @@ func (vm *VM) closeStream(t StreamType) Status {
 	if t > StreamUpstream {
 		return StatusBadArgument
 	}
+	vm.deferOp(deferredOp{kind: opClose, dir: t})
+	return StatusOK
+}
+
+// deferOp records an operation Envoy runs only after the current callback returns. From a
+// root context (no stream) it is a silent no-op, as in Envoy; it reports whether it recorded.
+func (vm *VM) deferOp(op deferredOp) bool {
 	fr := vm.frame
 	if fr == nil || fr.stream == nil {
-		return StatusOK
+		return false
 	}
-	fr.stream.deferred = append(fr.stream.deferred, deferredOp{kind: opClose, dir: t})
+	fr.stream.deferred = append(fr.stream.deferred, op)
 	vm.touch(fr.stream)
-	return StatusOK
+	return true
 }
 
 // sendLocalResponse records a deferred local reply; it always answers Ok, and is a silent
@@ -1037,15 +1039,11 @@ func (vm *VM) sendLocalResponse(s []uint64) Status {
 	if !ok1 || !ok2 || !ok3 {
 		return StatusInvalidMemoryAccess
 	}
-	fr := vm.frame
-	if fr == nil || fr.stream == nil {
-		return StatusOK
-	}
 	pairs, _ := DecodePairs(hdrs)
 	lr := &LocalResponse{StatusCode: u32(s[0]), StatusCodeDetail: string(details),
 		Data: append([]byte(nil), body...), Headers: pairs, GRPCStatus: int32(u32(s[7]))}
-	fr.stream.deferred = append(fr.stream.deferred, deferredOp{kind: opLocalReply, local: lr})
-	fr.forceStop = true
-	vm.touch(fr.stream)
+	if vm.deferOp(deferredOp{kind: opLocalReply, local: lr}) {
+		vm.frame.forceStop = true // cpp-host overrides the callback's result to stop
+	}
 	return StatusOK
 }
