@@ -40,6 +40,7 @@ type Lease struct {
 	id         uint64 // lease id in the connection record (0 = holds nothing)
 	providerID uint64 // lease id in the provider record (0 = none)
 	globalID   uint64 // lease id in the global record (0 = none)
+	model      uint64 // the model's hash, to put a pruned lease back on renewal
 	// Acquired is when the slots were granted.
 	Acquired time.Time
 	// Deadline is Acquired + executionMaxWait: past it the lease is pruned and the request
@@ -99,7 +100,7 @@ type Admitter struct {
 	corrupt uint64
 
 	// Bound once, so passing them to state.Update does not allocate a closure per call.
-	connFn, poolAcquireFn, poolReleaseFn state.UpdateFunc
+	connFn, poolAcquireFn, poolReleaseFn, poolRenewFn state.UpdateFunc
 }
 
 type opKind uint8
@@ -109,6 +110,7 @@ const (
 	opPoll
 	opRelease
 	opCancel
+	opRenew
 )
 
 type outcome uint8
@@ -146,6 +148,7 @@ func New(store state.Store, clock state.Clock) *Admitter {
 	a.connFn = a.connUpdate
 	a.poolAcquireFn = a.poolAcquire
 	a.poolReleaseFn = a.poolRelease
+	a.poolRenewFn = a.poolRenew
 	return a
 }
 
@@ -185,7 +188,7 @@ func (a *Admitter) Admit(g *Gate, model string) (Result, error) {
 	res := Result{Wake: upper.wake}
 	if out == outGranted {
 		res.Granted = true
-		res.Lease = a.lease(g, now, id, upper)
+		res.Lease = a.lease(g, now, id, hash, upper)
 		return res, nil
 	}
 	res.Wake = a.releaseUpper(g, nowMs, upper) || res.Wake
@@ -241,7 +244,7 @@ func (a *Admitter) TryAdmit(t Ticket) (Result, error) {
 	res := Result{Ticket: t, Wake: upper.wake}
 	if out, id := a.op.out, a.op.gotID; out == outGranted {
 		res.Granted = true
-		res.Lease = a.lease(g, now, id, upper)
+		res.Lease = a.lease(g, now, id, t.model, upper)
 		return res, nil
 	}
 	res.Wake = a.releaseUpper(g, nowMs, upper) || res.Wake
@@ -281,6 +284,38 @@ func (a *Admitter) Cancel(t Ticket) (waiters bool, err error) {
 	return a.op.waiters, nil
 }
 
+// Renew extends a held lease to executionMaxWait from now, for a request whose stream is
+// still alive: leases expire so that slots held by a worker that died come back, and a
+// stream longer than executionMaxWait must not silently give its slot up (letting the cap
+// be exceeded). A lease already pruned is put back: its request still runs. The global and
+// provider slots are renewed too.
+func (a *Admitter) Renew(l Lease) (Lease, error) {
+	if !l.Held() {
+		return l, nil
+	}
+	g := l.gate
+	now := a.clock.Now()
+	nowMs := now.UnixMilli()
+	a.op = operation{kind: opRenew, gate: g, nowMs: nowMs, id: l.id, model: l.model}
+	if err := a.updateHard(g.connKey, a.connFn); err != nil {
+		return l, fmt.Errorf("admission: renew on %s: %w", g, err)
+	}
+	for _, s := range [...]struct {
+		key string
+		id  uint64
+	}{{g.providerKey, l.providerID}, {g.globalKey, l.globalID}} {
+		if s.id == 0 {
+			continue
+		}
+		a.op = operation{gate: g, nowMs: nowMs, id: s.id}
+		if err := a.updateHard(s.key, a.poolRenewFn); err != nil {
+			return l, fmt.Errorf("admission: renew %s: %w", s.key, err)
+		}
+	}
+	l.Deadline = time.UnixMilli(nowMs + g.executionMaxWaitMs)
+	return l, nil
+}
+
 // CheckExecution returns ErrExecutionTimeout once a held lease is past its deadline
 // (executionMaxWait after dispatch); the glue then answers 504 if nothing reached the client
 // yet, and releases the lease either way.
@@ -308,9 +343,9 @@ func (a *Admitter) Inspect(g *Gate, model string) (Usage, error) {
 }
 
 // lease builds the handle of a granted lease.
-func (a *Admitter) lease(g *Gate, now time.Time, id uint64, upper upperSlots) Lease {
+func (a *Admitter) lease(g *Gate, now time.Time, id, model uint64, upper upperSlots) Lease {
 	return Lease{
-		gate: g, id: id, providerID: upper.providerID, globalID: upper.globalID,
+		gate: g, id: id, providerID: upper.providerID, globalID: upper.globalID, model: model,
 		Acquired: now, Deadline: time.UnixMilli(now.UnixMilli() + g.executionMaxWaitMs),
 	}
 }
@@ -404,6 +439,17 @@ func (a *Admitter) connUpdate(cur []byte, found bool) ([]byte, state.Mutation, e
 		dirty = r.removeLease(op.id) || dirty
 		op.waiters = len(r.tickets) > 0
 		return a.keepUnless(dirty)
+	case opRenew:
+		deadline := op.nowMs + g.executionMaxWaitMs
+		for i := range r.leases {
+			if r.leases[i].id == op.id {
+				r.leases[i].deadlineMs = deadline
+				return a.write()
+			}
+		}
+		// Pruned meanwhile (its deadline passed before the renewal): the request still runs.
+		r.leases = append(r.leases, lease{id: op.id, deadlineMs: deadline, model: op.model})
+		return a.write()
 	case opCancel:
 		if pos := r.findTicket(op.tk.id); pos >= 0 {
 			r.removeTicket(pos)
@@ -552,6 +598,24 @@ func (a *Admitter) poolRelease(cur []byte, found bool) ([]byte, state.Mutation, 
 	op.waiters = p.contendedUntilMs > op.nowMs
 	if !dirty && !removed {
 		return nil, state.Keep, nil
+	}
+	a.buf = p.encode(a.buf)
+	return a.buf, state.Write, nil
+}
+
+func (a *Admitter) poolRenew(cur []byte, found bool) ([]byte, state.Mutation, error) {
+	op := &a.op
+	p := &a.pool
+	a.loadPool(cur, found, op.nowMs)
+	deadline := op.nowMs + op.gate.executionMaxWaitMs
+	renewed := false
+	for i := range p.leases {
+		if p.leases[i].id == op.id {
+			p.leases[i].deadlineMs, renewed = deadline, true
+		}
+	}
+	if !renewed {
+		p.leases = append(p.leases, lease{id: op.id, deadlineMs: deadline})
 	}
 	a.buf = p.encode(a.buf)
 	return a.buf, state.Write, nil

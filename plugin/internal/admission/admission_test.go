@@ -552,3 +552,65 @@ func ExampleAdmitter() {
 	fmt.Println(first.Granted, second.Granted, waiters, again.Granted)
 	// Output: true false true true
 }
+
+// TestRenewKeepsALongStreamsSlot: a lease expires executionMaxWait after it was granted so a
+// dead worker's slots come back; a stream that is still running renews it, so the cap holds
+// for as long as the stream lives (routing issue: "a stream longer than the lease never
+// silently gives up its slot").
+func TestRenewKeepsALongStreamsSlot(t *testing.T) {
+	for _, renew := range []bool{false, true} {
+		w := newWorld(2)
+		g := mustGate(t, GateConfig{Provider: "p", Connection: "c", MaxConcurrent: 1,
+			ModelConcurrency: map[string]int{"m": 1},
+			Queue:            QueueConfig{MaxWait: time.Minute, ExecutionMaxWait: 10 * time.Second}})
+		first, err := w.workers[0].Admit(g, "m")
+		if err != nil || !first.Granted {
+			t.Fatalf("first admit: %+v, %v", first, err)
+		}
+		lease := first.Lease
+		for i := 0; i < 5; i++ { // the stream runs 25 s, renewing every 5 s
+			w.clock.Advance(5 * time.Second)
+			if renew {
+				if lease, err = w.workers[0].Renew(lease); err != nil {
+					t.Fatal(err)
+				}
+				if want := w.clock.Now().Add(10 * time.Second); !lease.Deadline.Equal(want) {
+					t.Fatalf("renewed deadline %v, want %v", lease.Deadline, want)
+				}
+			}
+		}
+		second, err := w.workers[1].Admit(g, "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if second.Granted == renew {
+			t.Fatalf("renew=%v: a second request was granted=%v after 25 s; the running stream's slot must hold only when renewed",
+				renew, second.Granted)
+		}
+	}
+}
+
+// TestRenewPutsBackAPrunedLease: a renewal that comes after its lease was pruned (a long
+// pause of the worker) puts it back, so the running stream counts against the cap again.
+func TestRenewPutsBackAPrunedLease(t *testing.T) {
+	w := newWorld(2)
+	g := mustGate(t, GateConfig{Provider: "p", Connection: "c", MaxConcurrent: 1,
+		Queue: QueueConfig{MaxWait: time.Minute, ExecutionMaxWait: 10 * time.Second}})
+	first, _ := w.workers[0].Admit(g, "m")
+	w.clock.Advance(11 * time.Second)
+	if u, _ := w.workers[1].Inspect(g, "m"); u.InFlight != 0 {
+		t.Fatalf("expired lease still counted: %+v", u)
+	}
+	if _, err := w.workers[0].Renew(first.Lease); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := w.workers[1].Inspect(g, "m"); u.InFlight != 1 {
+		t.Fatalf("after renewal in flight = %d, want 1", u.InFlight)
+	}
+	if waiters, err := w.workers[0].Release(first.Lease); err != nil || waiters {
+		t.Fatalf("release: waiters %v, %v", waiters, err)
+	}
+	if u, _ := w.workers[1].Inspect(g, "m"); u.InFlight != 0 {
+		t.Fatalf("after release in flight = %d, want 0", u.InFlight)
+	}
+}

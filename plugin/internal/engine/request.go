@@ -249,9 +249,24 @@ type Result struct {
 	Errors      error           // state writes that failed (the outcome is still accounted where possible)
 }
 
-// Finish records an attempt's outcome in every layer it concerns and releases its slots.
-// plan is the request's plan (for the session pin); it may be nil.
+// Finish records an attempt's outcome in every layer it concerns and releases its slots:
+// Record then Release. plan is the request's plan (for the session pin); it may be nil.
 func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
+	r := e.Record(d, o, plan)
+	waiters, err := e.Release(d)
+	r.Waiters = waiters
+	if err != nil {
+		r.Errors = errors.Join(r.Errors, err)
+	}
+	return r
+}
+
+// Record records an attempt's outcome in every layer it concerns — breaker (and its
+// HALF_OPEN probe), connection cooldown, model lockout, provider cooldown gate, latency,
+// session pin — without releasing its concurrency slots: a streamed response keeps its slots
+// until it ends (Release), while its outcome is known from the headers or the first event.
+// plan is the request's plan (for the session pin); it may be nil.
+func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 	pv := &e.providers[d.Target.Provider]
 	cn := &pv.conns[d.Target.Connection]
 	var r Result
@@ -274,14 +289,45 @@ func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
 			_, err := e.affinity.Record(plan.Session, pv.res.ID, cn.res.ID, plan.pin)
 			note(err)
 		}
-	} else {
-		r.Verdict, r.Restatement = e.classifier.Classify(classify.Input{Provider: pv.res.ID, Profile: pv.res.Profile,
-			Status: o.Status, TimedOut: o.TimedOut, Headers: o.Headers, Body: o.Body, Now: e.now()})
-		e.recordFailure(pv, cn, d, o, r.Verdict, note)
+		return r
 	}
-	waiters, err := e.admitter.Release(d.Lease)
-	note(err)
-	r.Waiters = waiters
+	r.Verdict, r.Restatement = e.classifier.Classify(classify.Input{Provider: pv.res.ID, Profile: pv.res.Profile,
+		Status: o.Status, TimedOut: o.TimedOut, Headers: o.Headers, Body: o.Body, Now: e.now()})
+	e.recordFailure(pv, cn, d, o, r.Verdict, note)
+	return r
+}
+
+// Release hands back an attempt's concurrency slots and reports whether requests wait for
+// them (the glue then wakes the other workers).
+func (e *Engine) Release(d Dispatch) (waiters bool, err error) {
+	return e.admitter.Release(d.Lease)
+}
+
+// Renew keeps a long attempt's slots alive: a lease expires executionMaxWait after it was
+// granted (so a worker that died holding it cannot leak it), and a stream that is still
+// running renews it before then. It reports the lease's new deadline.
+func (e *Engine) Renew(d *Dispatch) error {
+	l, err := e.admitter.Renew(d.Lease)
+	if err != nil {
+		return err
+	}
+	d.Lease = l
+	return nil
+}
+
+// RecordTruncation records that a stream already going to the client ended without its
+// terminal event: a failure of that connection (the response cannot be replayed, so there
+// is no failover), cooled like a transport failure. It never counts for the breaker: the
+// provider answered.
+func (e *Engine) RecordTruncation(d Dispatch) Result {
+	pv := &e.providers[d.Target.Provider]
+	cn := &pv.conns[d.Target.Connection]
+	var r Result
+	v := failure.Verdict{Status: 0, Reason: failure.ReasonStreamTruncated, Scope: failure.ScopeConnection}
+	_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
+		Message: "stream ended without its terminal event"})
+	r.Verdict, r.Errors = v, err
+	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), 0, false)
 	return r
 }
 

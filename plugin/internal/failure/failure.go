@@ -28,6 +28,7 @@ const (
 	ReasonRequestRejected    Reason = "request_rejected"    // upstream refused this request
 	ReasonBadRequest         Reason = "bad_request"         // 400 caused by the request itself
 	ReasonStreamStall        Reason = "stream_stall"        // content stall / slow stream watchdog
+	ReasonStreamTruncated    Reason = "stream_truncated"    // a stream ended without its terminal event
 	ReasonUnknown            Reason = "unknown"
 )
 

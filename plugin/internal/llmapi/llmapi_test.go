@@ -1,0 +1,106 @@
+package llmapi
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+func TestParseRequest(t *testing.T) {
+	cases := []struct {
+		name   string // what the body shows
+		body   string // request body
+		model  string // expected model ("" when an error is expected)
+		stream bool   // expected stream flag
+		err    error  // expected error
+	}{
+		{"chat completion", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, "gpt-4o", false, nil},
+		{"stream after messages", `{"messages":[{"role":"user","content":"{\"model\":\"x\"}"}],"model":"gpt-4o","stream":true}`, "gpt-4o", true, nil},
+		{"stream false", `{"model":"m","stream":false}`, "m", false, nil},
+		{"stream not a bool is not a stream", `{"model":"m","stream":"yes"}`, "m", false, nil},
+		{"escaped model", `{"model":"claude-\u0033-opus"}`, "claude-3-opus", false, nil},
+		{"unicode model", `{"model":"模型-1"}`, "模型-1", false, nil},
+		{"first model wins", `{"model":"a","model":"b"}`, "a", false, nil},
+		{"nested model is not the model", `{"metadata":{"model":"x"}}`, "", false, ErrNoModel},
+		{"not JSON", `{"model":`, "", false, ErrNotJSON},
+		{"trailing garbage", `{"model":"m"} x`, "", false, ErrNotJSON},
+		{"array", `[{"model":"m"}]`, "", false, ErrNotJSON},
+		{"empty body", ``, "", false, ErrNotJSON},
+		{"null model", `{"model":null}`, "", false, ErrNoModel},
+		{"number model", `{"model":4}`, "", false, ErrModelNotText},
+		{"object model", `{"model":{"a":1}}`, "", false, ErrModelNotText},
+		{"empty model", `{"model":""}`, "", false, ErrModelNotPrint},
+		{"CRLF injection", `{"model":"gpt-4o\r\nset-cookie: x=1"}`, "", false, ErrModelNotPrint},
+		{"NUL", `{"model":"a\u0000b"}`, "", false, ErrModelNotPrint},
+		{"too long", `{"model":"` + strings.Repeat("m", MaxModelLength+1) + `"}`, "", false, ErrModelTooLong},
+		{"longest allowed", `{"model":"` + strings.Repeat("m", MaxModelLength) + `"}`, strings.Repeat("m", MaxModelLength), false, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req, err := ParseRequest([]byte(c.body))
+			if !errors.Is(err, c.err) {
+				t.Fatalf("error %v, want %v", err, c.err)
+			}
+			if req.Model != c.model || req.Stream != c.stream {
+				t.Fatalf("got model %q stream %v, want %q %v", req.Model, req.Stream, c.model, c.stream)
+			}
+		})
+	}
+}
+
+func TestRewriteModel(t *testing.T) {
+	body := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"the model is gpt-4o"}],"metadata":{"model":"keep"}}`)
+	orig := string(body)
+	out, err := RewriteModel(body, "openai/gpt-4o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(body) != orig {
+		t.Fatal("RewriteModel modified its input")
+	}
+	if got := gjson.GetBytes(out, "model").Str; got != "openai/gpt-4o" {
+		t.Fatalf("model = %q", got)
+	}
+	for path, want := range map[string]string{"messages.0.content": "the model is gpt-4o", "metadata.model": "keep"} {
+		if got := gjson.GetBytes(out, path).Str; got != want {
+			t.Errorf("%s = %q, want %q (only the top-level model may change)", path, got, want)
+		}
+	}
+	if !gjson.ValidBytes(out) {
+		t.Fatalf("rewritten body is not valid JSON: %s", out)
+	}
+}
+
+func TestParseAPI(t *testing.T) {
+	for _, a := range []API{APIOpenAI, APIAnthropic} {
+		if got, err := ParseAPI(a.String()); err != nil || got != a {
+			t.Errorf("ParseAPI(%q) = %v, %v", a.String(), got, err)
+		}
+	}
+	if _, err := ParseAPI("gemini"); err == nil {
+		t.Error("ParseAPI accepted an unknown API")
+	}
+}
+
+func TestCredentialAndHopByHopHeaders(t *testing.T) {
+	for _, h := range []string{"authorization", "x-api-key", "api-key", "x-goog-api-key"} {
+		if !IsCredentialHeader(h) {
+			t.Errorf("%s is not treated as a credential header", h)
+		}
+	}
+	for _, h := range []string{"content-type", "anthropic-version", "openai-organization"} {
+		if IsCredentialHeader(h) {
+			t.Errorf("%s is treated as a credential header", h)
+		}
+	}
+	for _, h := range []string{"connection", "transfer-encoding", "content-length", "upgrade"} {
+		if !IsHopByHop(h) {
+			t.Errorf("%s is not treated as hop-by-hop", h)
+		}
+	}
+	if IsHopByHop("accept") {
+		t.Error("accept is treated as hop-by-hop")
+	}
+}

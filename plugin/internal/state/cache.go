@@ -1,0 +1,126 @@
+package state
+
+// GenerationKey is the shared-data key every Cache bumps after writing a cached key. Its
+// CAS is the generation: Envoy's CAS counter is process-global and every successful set takes
+// a fresh value, so the CAS of this key changes whenever any worker writes anything cached.
+const GenerationKey = KeyPrefix + "gen"
+
+// maxCacheEntries bounds what one VM remembers; past it the cache starts over. The engine's
+// keys are bounded by the policy, so this only stops a runaway.
+const maxCacheEntries = 8192
+
+// Cache is a Store for one worker VM that remembers what it read, so a request on clean
+// state reads one shared-data key (the generation) instead of one per mechanism record.
+//
+// Every write of a cached key goes to the underlying store and is followed by a bump of the
+// generation key. Refresh, called once before each routing decision, reads the generation
+// and forgets everything when another worker (or an admin reset) wrote since: the decision
+// sees every write that completed before it started, as a read of each key would. Between
+// two Refresh calls the cache may be stale by what other workers wrote meanwhile; that is
+// safe for writes, which are compare-and-swap: a write based on a stale value fails with
+// ErrCasMismatch, the key is forgotten, and state.Update's next attempt reads it afresh.
+//
+// Keys for which live reports true (counters that change on every request, such as
+// concurrency leases and round-robin turns) bypass the cache entirely and never bump the
+// generation, so they do not invalidate every other worker's cache on each request.
+//
+// A Cache is not safe for concurrent use: Envoy runs one callback at a time per VM.
+type Cache struct {
+	store   Store
+	live    func(key string) bool
+	entries map[string]cacheEntry
+	gen     uint32 // CAS of the generation key the entries were read under
+	known   bool   // gen is a generation actually read (not invalidated by an own write)
+	stats   CacheStats
+}
+
+type cacheEntry struct {
+	value []byte
+	cas   uint32
+	found bool
+}
+
+// CacheStats counts what a Cache did, for tests and benchmarks.
+type CacheStats struct {
+	Hits, Misses, Refreshes, Flushes, Bumps uint64
+}
+
+// NewCache wraps store. live selects the keys that bypass the cache (nil: none).
+func NewCache(store Store, live func(key string) bool) *Cache {
+	if live == nil {
+		live = func(string) bool { return false }
+	}
+	return &Cache{store: store, live: live, entries: make(map[string]cacheEntry, 64)}
+}
+
+var _ Store = (*Cache)(nil)
+
+// Refresh reads the generation key and forgets every remembered value if it changed since
+// they were read (or if this VM wrote since). It costs one shared-data read.
+func (c *Cache) Refresh() error {
+	c.stats.Refreshes++
+	_, cas, _, err := c.store.Get(GenerationKey)
+	if err != nil {
+		c.flush()
+		return err
+	}
+	if !c.known || cas != c.gen {
+		c.flush()
+		c.gen, c.known = cas, true
+	}
+	return nil
+}
+
+// Forget drops every remembered value; the next reads go to the store.
+func (c *Cache) Forget() { c.flush() }
+
+func (c *Cache) flush() {
+	if len(c.entries) > 0 {
+		c.stats.Flushes++
+		clear(c.entries)
+	}
+	c.known = false
+}
+
+// Stats returns the counters.
+func (c *Cache) Stats() CacheStats { return c.stats }
+
+// Get implements Store. The returned value is shared with the cache: callers must not
+// modify it (the engine's decoders only read).
+func (c *Cache) Get(key string) ([]byte, uint32, bool, error) {
+	if c.live(key) {
+		return c.store.Get(key)
+	}
+	if e, ok := c.entries[key]; ok {
+		c.stats.Hits++
+		return e.value, e.cas, e.found, nil
+	}
+	c.stats.Misses++
+	v, cas, found, err := c.store.Get(key)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if len(c.entries) >= maxCacheEntries {
+		clear(c.entries)
+	}
+	c.entries[key] = cacheEntry{value: v, cas: cas, found: found}
+	return v, cas, found, nil
+}
+
+// Set implements Store: the write goes to the store; then the key is forgotten (its new CAS
+// is unknown) and the generation bumped so every other worker's next Refresh sees it.
+func (c *Cache) Set(key string, value []byte, cas uint32) error {
+	if c.live(key) {
+		return c.store.Set(key, value, cas)
+	}
+	delete(c.entries, key)
+	if err := c.store.Set(key, value, cas); err != nil {
+		return err
+	}
+	c.known = false // our own generation bump below makes our next Refresh start over
+	c.stats.Bumps++
+	return c.store.Set(GenerationKey, []byte{1}, 0)
+}
+
+// CreateCAS implements Store.
+func (c *Cache) CreateCAS() (uint32, error) { return c.store.CreateCAS() }

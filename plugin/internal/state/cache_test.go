@@ -1,0 +1,161 @@
+package state
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// countingStore counts the operations that reach the shared store.
+type countingStore struct {
+	Store
+	gets, sets int
+}
+
+func (c *countingStore) Get(key string) ([]byte, uint32, bool, error) {
+	c.gets++
+	return c.Store.Get(key)
+}
+
+func (c *countingStore) Set(key string, value []byte, cas uint32) error {
+	c.sets++
+	return c.Store.Set(key, value, cas)
+}
+
+func liveAdm(key string) bool { return strings.HasPrefix(key, KeyPrefix+"adm:") }
+
+func TestCacheReadsEachKeyOncePerGeneration(t *testing.T) {
+	shared := &countingStore{Store: NewMemStore()}
+	c := NewCache(shared, liveAdm)
+	if err := c.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 3; round++ {
+		for _, k := range []string{"spw1:br:a", "spw1:cc:a:1", "spw1:cc:a:2"} {
+			if _, _, found, err := c.Get(k); err != nil || found {
+				t.Fatalf("Get(%s) = found %v, %v; want a missing key", k, found, err)
+			}
+		}
+	}
+	if shared.gets != 1+3 {
+		t.Fatalf("store saw %d gets for 3 keys read 3 times plus one refresh, want 4", shared.gets)
+	}
+	// A later refresh with nothing written costs exactly one read and keeps everything.
+	shared.gets = 0
+	if err := c.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	c.Get("spw1:br:a")
+	if shared.gets != 1 {
+		t.Fatalf("refresh on an unchanged generation cost %d gets, want 1", shared.gets)
+	}
+}
+
+func TestCacheSeesAnotherWorkersWriteAfterRefresh(t *testing.T) {
+	mem := NewMemStore()
+	a, b := NewCache(mem, nil), NewCache(mem, nil)
+	for _, c := range []*Cache{a, b} {
+		if err := c.Refresh(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, found, _ := b.Get("spw1:k"); found {
+		t.Fatal("key present before any write")
+	}
+	if _, err := Update(a, "spw1:k", func([]byte, bool) ([]byte, Mutation, error) {
+		return []byte("v1"), Write, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Before its refresh, b may still answer from what it read (stale by design)...
+	if _, _, found, _ := b.Get("spw1:k"); found {
+		t.Fatal("b saw the write without a refresh: the cache did not cache the miss")
+	}
+	// ...and after it, b sees the write.
+	if err := b.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, found, _ := b.Get("spw1:k"); !found || string(v) != "v1" {
+		t.Fatalf("after refresh b reads %q found=%v, want v1", v, found)
+	}
+	// The writer itself starts over too: its own write bumped the generation.
+	if err := a.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, _, _ := a.Get("spw1:k"); string(v) != "v1" {
+		t.Fatalf("writer reads %q after its own write, want v1", v)
+	}
+}
+
+func TestCacheStaleWriteRetriesWithAFreshRead(t *testing.T) {
+	mem := NewMemStore()
+	a, b := NewCache(mem, nil), NewCache(mem, nil)
+	a.Refresh()
+	b.Refresh()
+	incr := func(cur []byte, found bool) ([]byte, Mutation, error) {
+		n := byte(0)
+		if found {
+			n = cur[0]
+		}
+		return []byte{n + 1}, Write, nil
+	}
+	b.Get("spw1:n") // b caches the missing key
+	if _, err := Update(a, "spw1:n", incr); err != nil {
+		t.Fatal(err)
+	}
+	// b's cached view is stale (missing), and its CAS 0 makes the write a create, which the
+	// creation CAS refuses because the key exists: the update must retry with a fresh read.
+	if _, err := Update(b, "spw1:n", incr); err != nil {
+		t.Fatal(err)
+	}
+	v, _, _, _ := mem.Get("spw1:n")
+	if len(v) != 1 || v[0] != 2 {
+		t.Fatalf("counter = %v after two increments from two workers, want [2] (an update was lost)", v)
+	}
+}
+
+func TestCacheLiveKeysBypassAndDoNotBump(t *testing.T) {
+	shared := &countingStore{Store: NewMemStore()}
+	c := NewCache(shared, liveAdm)
+	c.Refresh()
+	key := KeyPrefix + "adm:c:1"
+	for i := 0; i < 2; i++ {
+		if _, err := Update(c, key, func([]byte, bool) ([]byte, Mutation, error) { return []byte{1}, Write, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if shared.gets != 1+2 || shared.sets != 2 {
+		t.Fatalf("live key: %d gets, %d sets; want 3 gets (refresh + one per update) and 2 sets (no generation bump)",
+			shared.gets, shared.sets)
+	}
+	if st := c.Stats(); st.Bumps != 0 {
+		t.Fatalf("live writes bumped the generation %d times", st.Bumps)
+	}
+}
+
+func TestCacheStoreErrorsFlush(t *testing.T) {
+	boom := errors.New("host down")
+	s := &failingStore{Store: NewMemStore()}
+	c := NewCache(s, nil)
+	c.Refresh()
+	c.Get("spw1:x")
+	s.err = boom
+	if err := c.Refresh(); !errors.Is(err, boom) {
+		t.Fatalf("Refresh error = %v, want the store's", err)
+	}
+	if _, _, _, err := c.Get("spw1:x"); !errors.Is(err, boom) {
+		t.Fatalf("Get after a failed refresh answered from the cache (err %v); it must go to the store", err)
+	}
+}
+
+type failingStore struct {
+	Store
+	err error
+}
+
+func (f *failingStore) Get(key string) ([]byte, uint32, bool, error) {
+	if f.err != nil {
+		return nil, 0, false, f.err
+	}
+	return f.Store.Get(key)
+}
