@@ -204,3 +204,47 @@ const (
 	ThroughputWatchdogMaxWarmup   = 10 * time.Minute
 	ThroughputWatchdogMaxBytes    = 1 << 20 // cap of minBytesPerSecond and minOutputBytes
 )
+
+// Provider API and stream accounting (Spillway's own; the guide is silent).
+const (
+	// ProviderAPI is the API a provider speaks when the policy does not say: most
+	// providers and gateways speak OpenAI's.
+	ProviderAPI = APIOpenAI
+	// CountTruncatedStreams: a stream that ends without its terminal event is a failure
+	// of the connection that served it.
+	CountTruncatedStreams = true
+)
+
+// Routing: which requests Spillway routes and how it names the chosen cluster to Envoy
+// (Spillway's own settings).
+const (
+	// RoutingClusterHeader is the request header Spillway sets to the chosen cluster; the
+	// Envoy route reads it with cluster_header.
+	RoutingClusterHeader = "x-spillway-cluster"
+	// RoutingBodyWait is how long a held request may wait for its first body chunk before
+	// Spillway concludes the proxy lacks allow_on_headers_stop_iteration. Ten seconds is
+	// far beyond any client's gap between headers and body, short enough that a
+	// misconfigured proxy is reported promptly.
+	RoutingBodyWait = 10 * time.Second
+)
+
+// RoutingDefaultPaths are the request paths Spillway routes by default, per API: the paths of the
+// bodies it can read (a model field at the top level).
+var RoutingDefaultPaths = map[API][]string{
+	APIOpenAI:    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"},
+	APIAnthropic: {"/v1/messages"},
+}
+
+// First-event hold of a 200 event stream: the response is held until its first event that
+// carries content or an error, so an error event can still fail over. The numbers are
+// Spillway's choice: 64 KiB leaves room for a long preamble of comments, pings and
+// role-only deltas, and 10 s bounds how long a client waits on a stream that sends
+// nothing useful before Spillway passes it on.
+const (
+	FirstEventMaxBytes = 64 << 10
+	FirstEventTimeout  = 10 * time.Second
+)
+
+// QuotaResetTimeZone is the zone of daily quota resets when the provider announces none
+// (Spillway's choice: most providers reset at UTC midnight).
+const QuotaResetTimeZone = "UTC"

@@ -16,6 +16,7 @@ const fuzzSecret = "FUZZ-SECRET-7731"
 func FuzzParse(f *testing.F) {
 	for _, seed := range []string{minimal, richBase, withResilience(`{"requestQueue":{"maxWaitMs":0}}`),
 		`{"providers":[{"id":"${X}","cluster":"$${X}","connections":[{"id":"a","credential":{"header":"h","value":"${X:-d}"}}]}],"routes":[{"model":"[a-z]*","targets":[{"provider":"${X}"}]}]}`,
+		mutateSeed(richBase, `,"routing":{"clusterHeader":"X-C","paths":{"openai":["/v1/a"],"anthropic":[]},"bodyWaitMs":2000}`),
 		`{}`, `[]`, `{"a":`, `{"providers":null}`, `{"providers":[{"id":1}]}`} {
 		f.Add([]byte(seed))
 	}
@@ -70,6 +71,11 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip changed the policy:\n%s", out)
 		}
 	})
+}
+
+// mutateSeed appends top-level members to a policy document.
+func mutateSeed(doc, members string) string {
+	return strings.TrimSuffix(strings.TrimSpace(doc), "}") + members + "}"
 }
 
 // FuzzGlob: compiling never panics and a valid literal pattern matches itself.

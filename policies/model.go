@@ -16,6 +16,9 @@ type Policy struct {
 	// Resilience tunes every resilience layer; every block is optional and defaults to the
 	// Resilience Guide's values.
 	Resilience Resilience `json:"resilience,omitzero"`
+	// Routing is how Spillway recognises the LLM requests it routes and tells Envoy the
+	// chosen provider's cluster.
+	Routing Routing `json:"routing,omitzero"`
 	// Admin configures the admin API served by the filter.
 	Admin Admin `json:"admin,omitzero"`
 	// MaxRequestBodyBytes limits the buffered request body; larger requests get 413.
@@ -41,6 +44,12 @@ type Provider struct {
 	// Profile selects the default thresholds: oauth (subscription accounts), apikey or
 	// local. Default apikey.
 	Profile Profile `json:"profile,omitempty"`
+	// API is the HTTP API the provider speaks: openai (OpenAI and OpenAI-compatible
+	// gateways such as OpenRouter, Azure OpenAI or Ollama's /v1) or anthropic (Anthropic's
+	// Messages API). Spillway never sends a provider a request of another API: a request
+	// skips the route targets whose provider speaks another API than the request's path
+	// (routing.paths). Default openai.
+	API API `json:"api,omitempty"`
 	// Cluster is the Envoy cluster requests for this provider are sent to.
 	Cluster string `json:"cluster" jsonschema:"required,minLength=1"`
 	// Authority optionally rewrites the :authority (Host) header, e.g. api.openai.com.
@@ -52,7 +61,29 @@ type Provider struct {
 	// Models matching no glob are their own family. Globs are tried in sorted order; keep
 	// them disjoint.
 	QuotaFamilies map[string]string `json:"quotaFamilies,omitzero"`
+	// CountTruncatedStreams makes a streamed (text/event-stream) response that ends
+	// without its terminal event — [DONE] (OpenAI chat and completions), message_stop
+	// (Anthropic), response.completed or response.incomplete (OpenAI responses) — count
+	// as a failure of the connection that served it: the provider cut the answer short.
+	// Set false for a provider that never sends a terminal event. Default true.
+	CountTruncatedStreams *bool `json:"countTruncatedStreams,omitempty"`
 }
+
+// API is the HTTP API a provider speaks, which fixes the shape of its request and response
+// bodies.
+type API string
+
+// The APIs Spillway routes.
+const (
+	// APIOpenAI is OpenAI's API (chat completions, completions, embeddings, responses),
+	// also spoken by OpenAI-compatible gateways.
+	APIOpenAI API = "openai"
+	// APIAnthropic is Anthropic's Messages API.
+	APIAnthropic API = "anthropic"
+)
+
+// APIs lists every API, in a stable order.
+var APIs = []API{APIOpenAI, APIAnthropic}
 
 // Connection is one account or API key of a provider: the scope of the connection cooldown,
 // the concurrency caps and the request queue.
@@ -188,6 +219,14 @@ type Resilience struct {
 	// x-omniroute-session) to one connection for this long; 0 (default) turns it off.
 	// Rejected outside 0–7 days.
 	SessionAffinityTtlMs *int64 `json:"sessionAffinityTtlMs,omitempty" jsonschema:"minimum=0,maximum=604800000"`
+	// QuotaResetTimeZone is the time zone of daily quota resets: a quota_exhausted failure
+	// with a daily window stays locked until the reset the provider announced, else until
+	// the next midnight in this zone. UTC (default) or a fixed offset ±HH:MM between
+	// -12:00 and +14:00, e.g. +08:00 for providers that reset at Beijing midnight. Fixed
+	// offsets (no daylight saving) rather than IANA names such as Asia/Shanghai: the filter
+	// would have to embed the time zone database (about 450 KB of wasm), and providers
+	// announce their resets as fixed offsets.
+	QuotaResetTimeZone string `json:"quotaResetTimeZone,omitempty" jsonschema:"pattern=^(UTC|[+-][0-9]{2}:[0-9]{2})$"`
 }
 
 // ProviderBreaker configures the provider circuit breaker per profile.
@@ -306,8 +345,9 @@ type ModelLockout struct {
 	// Enabled is the master switch. Default false.
 	Enabled *bool `json:"enabled,omitempty"`
 	// ErrorCodes are the upstream statuses that count as model-level failures. Default
-	// [403, 404, 429, 502, 503, 504]. Each 100–599.
-	ErrorCodes []int `json:"errorCodes,omitzero"`
+	// [403, 404, 429, 502, 503, 504]. Each 100–599; at least one (an empty list would
+	// never lock out: to turn model lockout off, set enabled: false).
+	ErrorCodes []int `json:"errorCodes,omitzero" jsonschema:"minItems=1"`
 	// BaseCooldownMs is the first lockout. Default 120 s; clamped to 1 s–24 h.
 	BaseCooldownMs *int64 `json:"baseCooldownMs,omitempty"`
 	// MaxCooldownMs caps the escalated lockout. Default 30 min; clamped to
@@ -414,6 +454,24 @@ type ProviderErrorRule struct {
 type StreamRecovery struct {
 	// ThroughputWatchdog aborts an attempt whose useful output is too slow.
 	ThroughputWatchdog ThroughputWatchdog `json:"throughputWatchdog,omitzero"`
+	// FirstEvent bounds how long and how far Spillway holds a 200 event stream while it
+	// looks for the stream's first event.
+	FirstEvent FirstEvent `json:"firstEvent,omitzero"`
+}
+
+// FirstEvent bounds the hold of a 200 text/event-stream response: Spillway holds the
+// response (nothing reaches the client yet) until its first event that carries content or
+// an error — keep-alive comments and events without content do not count. An error there
+// is a failed attempt like an HTTP error status, so the request can still fail over to the
+// next target. Past either bound Spillway stops holding and passes the stream on as it
+// comes.
+type FirstEvent struct {
+	// MaxBytes is the most response bytes held while looking for that event. Default
+	// 65536; rejected outside 1024–1048576.
+	MaxBytes *int `json:"maxBytes,omitempty" jsonschema:"minimum=1024,maximum=1048576"`
+	// TimeoutMs is the longest the response is held while looking for that event. Default
+	// 10 s; rejected outside 100 ms–5 min.
+	TimeoutMs *int64 `json:"timeoutMs,omitempty" jsonschema:"minimum=100,maximum=300000"`
 }
 
 // ThroughputWatchdog is resilienceSettings.streamRecovery.throughputWatchdog.
@@ -439,6 +497,45 @@ type P2CLatency struct {
 	// Weight is the most points latency and error rate add to a p2c candidate. 0 (default)
 	// turns it off; clamped to 0–20.
 	Weight *int `json:"weight,omitempty"`
+}
+
+// Routing is how Spillway recognises the requests it routes and hands the chosen provider
+// to Envoy: for a request on a routed path it reads the body's model, picks a target and
+// sets the cluster header, which the Envoy route reads with cluster_header.
+type Routing struct {
+	// ClusterHeader is the request header Spillway sets to the chosen provider's cluster
+	// (the Envoy route reads it with cluster_header). A value the client sent is always
+	// removed, so a client can never pick a cluster. An HTTP token of at most 128
+	// characters, stored lower-case; not a pseudo, hop-by-hop or framing header, not a
+	// credential header (authorization, x-api-key, api-key, x-goog-api-key or any
+	// connection's credential header), not a session header, not one of Spillway's
+	// response headers and not in Envoy's reserved x-envoy- namespace. Default
+	// x-spillway-cluster.
+	ClusterHeader string `json:"clusterHeader,omitempty" jsonschema:"minLength=1,maxLength=128"`
+	// Paths are the LLM API paths Spillway routes, per API; a request on any other path
+	// passes through untouched.
+	Paths RoutingPaths `json:"paths,omitzero"`
+	// BodyWaitMs is how long a held LLM request may wait for its first body chunk. The
+	// proxy must deliver the body while the request headers are held (Envoy's
+	// allow_on_headers_stop_iteration: true); when no chunk arrives in time Spillway
+	// concludes the option is missing and answers 500 spillway_misconfigured instead of
+	// hanging. Default 10 s; rejected outside 1 s–10 min.
+	BodyWaitMs *int64 `json:"bodyWaitMs,omitempty" jsonschema:"minimum=1000,maximum=600000"`
+}
+
+// RoutingPaths are the routed request paths of each API. A path matches the request's
+// path exactly, its query string ignored (no prefix, case or trailing-slash matching).
+// Each path starts with '/', has no query or fragment, is at most 256 bytes and is not
+// under admin.pathPrefix; at most 32 per API. A path belongs to one API: it may not appear
+// in both lists, nor in one list and the other's defaults when that list is unset. Setting
+// one list keeps the other's defaults; an explicitly empty list ([]) means requests of
+// that API are not routed (they pass through untouched).
+type RoutingPaths struct {
+	// OpenAI lists the paths of OpenAI-API requests. Default /v1/chat/completions,
+	// /v1/completions, /v1/embeddings, /v1/responses.
+	OpenAI []string `json:"openai,omitzero" jsonschema:"maxItems=32"`
+	// Anthropic lists the paths of Anthropic-API requests. Default /v1/messages.
+	Anthropic []string `json:"anthropic,omitzero" jsonschema:"maxItems=32"`
 }
 
 // Admin configures the admin API.

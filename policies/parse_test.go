@@ -144,7 +144,7 @@ func TestNullMeansUnset(t *testing.T) {
 }
 
 func TestExplicitZeroIsNotUnset(t *testing.T) {
-	doc := withResilience(`{"requestQueue":{"maxQueueDepth":0},"comboCooldownWait":{"maxAttempts":0},"modelLockout":{"errorCodes":[]}}`)
+	doc := withResilience(`{"requestQueue":{"maxQueueDepth":0},"comboCooldownWait":{"maxAttempts":0},"providerBreaker":{"tripStatuses":[]}}`)
 	p := mustParse(t, doc, ParseOptions{})
 	rq := p.Resilience.RequestQueue
 	if rq.MaxQueueDepth == nil || *rq.MaxQueueDepth != 0 {
@@ -156,8 +156,8 @@ func TestExplicitZeroIsNotUnset(t *testing.T) {
 	if got := p.Resolved().ComboCooldownWait.MaxAttempts; got != 0 {
 		t.Errorf("explicit maxAttempts 0 resolved to %d", got)
 	}
-	if codes := p.Resolved().ModelLockout.ErrorCodes; len(codes) != 0 {
-		t.Errorf("explicit empty errorCodes resolved to %v, want none", codes)
+	if trips := p.Resolved().Providers[0].Breaker.TripStatuses; len(trips) != 0 {
+		t.Errorf("explicit empty tripStatuses resolved to %v, want none (transport failures only)", trips)
 	}
 }
 

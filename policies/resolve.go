@@ -2,6 +2,7 @@ package policies
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -39,6 +40,13 @@ type Resolved struct {
 	Admin AdminSettings
 	// MaxRequestBodyBytes is the buffered request body limit (413 above it).
 	MaxRequestBodyBytes int64
+	// Routing is which requests Spillway routes and the header that names their cluster.
+	Routing RoutingSettings
+	// FirstEvent bounds the hold of a 200 event stream before its first event.
+	FirstEvent FirstEventSettings
+	// QuotaResetTimeZone is where a daily quota resets when the provider announces no
+	// reset: time.UTC or a fixed zone (time.FixedZone), never nil.
+	QuotaResetTimeZone *time.Location
 
 	providerByID map[string]int
 	connByID     map[string]connRef
@@ -48,10 +56,15 @@ type Resolved struct {
 
 // ResolvedProvider is a provider with its profile's effective settings.
 type ResolvedProvider struct {
-	ID        string
-	Profile   Profile
+	ID      string
+	Profile Profile
+	// API is the API the provider speaks; a request of another API skips it.
+	API       API
 	Cluster   string
 	Authority string // "" = leave :authority alone
+	// CountTruncatedStreams: a stream that ends without its terminal event is a failure
+	// of the connection that served it.
+	CountTruncatedStreams bool
 	// Index is this provider's position in Resolved.Providers.
 	Index       int
 	Connections []ResolvedConnection
@@ -224,6 +237,38 @@ type P2CLatencySettings struct {
 	MinSamples int
 }
 
+// RoutingSettings are the routing settings.
+type RoutingSettings struct {
+	// ClusterHeader is the lower-case request header set to the chosen cluster (and
+	// removed when a client sends it).
+	ClusterHeader string
+	// Paths maps each routed request path to the API its requests speak. Use APIOf to
+	// look up a request's :path, which may carry a query string.
+	Paths map[string]API
+	// BodyWait is how long a held request may wait for its first body chunk before
+	// Spillway answers 500 spillway_misconfigured.
+	BodyWait time.Duration
+}
+
+// APIOf returns the API of a request's :path, its query string (and any fragment)
+// ignored; ok is false for a path Spillway does not route. It does not allocate.
+func (r *RoutingSettings) APIOf(path string) (api API, ok bool) {
+	if i := strings.IndexAny(path, "?#"); i >= 0 {
+		path = path[:i]
+	}
+	api, ok = r.Paths[path]
+	return api, ok
+}
+
+// FirstEventSettings bound the hold of a 200 text/event-stream response while Spillway
+// looks for its first event that carries content or an error.
+type FirstEventSettings struct {
+	// MaxBytes is the most response bytes held.
+	MaxBytes int
+	// Timeout is the longest the response is held.
+	Timeout time.Duration
+}
+
 // AdminSettings are the admin API settings.
 type AdminSettings struct {
 	// Enabled is false when no token is configured: every admin path then answers 403.
@@ -388,6 +433,16 @@ func (p *Policy) Resolved() *Resolved {
 		Token:      Secret(p.Admin.Token),
 	}
 	res.MaxRequestBodyBytes = int64Or(p.MaxRequestBodyBytes, MaxRequestBodyBytes)
+	res.Routing = resolveRouting(&p.Routing)
+	fe := &rs.StreamRecovery.FirstEvent
+	res.FirstEvent = FirstEventSettings{
+		MaxBytes: intOr(fe.MaxBytes, FirstEventMaxBytes),
+		Timeout:  msOr(fe.TimeoutMs, FirstEventTimeout),
+	}
+	res.QuotaResetTimeZone = time.UTC
+	if zone, err := parseFixedZone(stringOr(rs.QuotaResetTimeZone, QuotaResetTimeZone)); err == nil {
+		res.QuotaResetTimeZone = zone // validated; an invalid zone stays UTC
+	}
 
 	for i := range p.Providers {
 		res.Providers = append(res.Providers, res.resolveProvider(p, i, res.RequestQueue))
@@ -412,14 +467,16 @@ func (res *Resolved) resolveProvider(p *Policy, index int, queue RequestQueueSet
 		profile = ProfileAPIKey
 	}
 	out := ResolvedProvider{
-		ID:                 pr.ID,
-		Profile:            profile,
-		Cluster:            pr.Cluster,
-		Authority:          pr.Authority,
-		Index:              index,
-		Breaker:            resolveBreaker(&rs.ProviderBreaker, profile),
-		ProviderCooldown:   resolveProviderCooldown(&rs.ProviderCooldown, profile),
-		ConnectionCooldown: resolveConnectionCooldown(&rs.ConnectionCooldown, profile),
+		ID:                    pr.ID,
+		Profile:               profile,
+		API:                   providerAPI(pr),
+		Cluster:               pr.Cluster,
+		Authority:             pr.Authority,
+		CountTruncatedStreams: boolOr(pr.CountTruncatedStreams, CountTruncatedStreams),
+		Index:                 index,
+		Breaker:               resolveBreaker(&rs.ProviderBreaker, profile),
+		ProviderCooldown:      resolveProviderCooldown(&rs.ProviderCooldown, profile),
+		ConnectionCooldown:    resolveConnectionCooldown(&rs.ConnectionCooldown, profile),
 	}
 	if _, dup := res.providerByID[pr.ID]; !dup {
 		res.providerByID[pr.ID] = index
@@ -520,6 +577,26 @@ func (res *Resolved) resolveRoute(r *Route) ResolvedRoute {
 			rt.Connection = ref.index
 		}
 		out.Targets = append(out.Targets, rt)
+	}
+	return out
+}
+
+func resolveRouting(r *Routing) RoutingSettings {
+	out := RoutingSettings{
+		ClusterHeader: stringOr(r.ClusterHeader, RoutingClusterHeader),
+		Paths:         make(map[string]API),
+		BodyWait:      msOr(r.BodyWaitMs, RoutingBodyWait),
+	}
+	for _, api := range APIs {
+		paths := r.Paths.forAPI(api)
+		if paths == nil {
+			paths = RoutingDefaultPaths[api]
+		}
+		for _, p := range paths {
+			if _, dup := out.Paths[p]; !dup { // validated unique; the first wins otherwise
+				out.Paths[p] = api
+			}
+		}
 	}
 	return out
 }

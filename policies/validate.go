@@ -87,6 +87,7 @@ func (v *validator) run() {
 	}
 	v.resilience(&p.Resilience, "resilience")
 	v.admin(&p.Admin, "admin")
+	v.routing(&p.Routing, "routing")
 	if p.MaxRequestBodyBytes != nil {
 		v.rangeInt64("maxRequestBodyBytes", *p.MaxRequestBodyBytes, 1024, 256<<20, "")
 	}
@@ -106,6 +107,9 @@ func (v *validator) provider(pr *Provider, path string, index int) {
 	}
 	if pr.Profile != "" && !validProfile(pr.Profile) {
 		v.fail(joinField(path, "profile"), "unknown profile "+v.quote(joinField(path, "profile"), string(pr.Profile))+" (want oauth, apikey or local)")
+	}
+	if pr.API != "" && !validAPI(pr.API) {
+		v.fail(joinField(path, "api"), "unknown API "+v.quote(joinField(path, "api"), string(pr.API))+" (want "+apiList()+")")
 	}
 	clusterPath := joinField(path, "cluster")
 	switch {
@@ -277,6 +281,37 @@ func (v *validator) route(r *Route, path string, seen map[string]int, index int)
 	if r.Strategy == StrategyWeighted && len(r.Targets) > 0 && !positiveWeight {
 		v.fail(tp, "a weighted route needs a target with weight > 0 (every target is a standby)")
 	}
+	v.routeAPIs(r, path)
+}
+
+// routeAPIs warns about a route whose targets speak more than one API: it is valid (a glob
+// route may serve both), but each request only ever reaches the targets of its own API.
+func (v *validator) routeAPIs(r *Route, path string) {
+	speaks := make(map[API]bool, len(APIs))
+	for i := range r.Targets {
+		if pi, ok := v.providers[r.Targets[i].Provider]; ok {
+			speaks[providerAPI(&v.p.Providers[pi])] = true
+		}
+	}
+	if len(speaks) < 2 {
+		return
+	}
+	var names []string
+	for _, api := range APIs {
+		if speaks[api] {
+			names = append(names, string(api))
+		}
+	}
+	v.warn(path, "targets speak "+strings.Join(names, " and ")+
+		": a request skips the targets whose provider does not speak its API")
+}
+
+// providerAPI is a provider's API, defaulted.
+func providerAPI(pr *Provider) API {
+	if pr.API == "" {
+		return ProviderAPI
+	}
+	return pr.API
 }
 
 // --- admin ---
@@ -356,6 +391,23 @@ func validProfile(p Profile) bool {
 		}
 	}
 	return false
+}
+
+func validAPI(a API) bool {
+	for _, q := range APIs {
+		if a == q {
+			return true
+		}
+	}
+	return false
+}
+
+func apiList() string {
+	names := make([]string, len(APIs))
+	for i, a := range APIs {
+		names[i] = string(a)
+	}
+	return strings.Join(names, " or ")
 }
 
 func validStrategy(s Strategy) bool {

@@ -41,8 +41,24 @@ func (v *validator) resilience(r *Resilience, path string) {
 		v.providerErrorRule(&r.ProviderErrorRules[i], joinIndex(joinField(path, "providerErrorRules"), i), ids, i)
 	}
 	v.throughputWatchdog(&r.StreamRecovery.ThroughputWatchdog, joinField(path, "streamRecovery.throughputWatchdog"))
+	v.firstEvent(&r.StreamRecovery.FirstEvent, joinField(path, "streamRecovery.firstEvent"))
 	v.clampInt(joinField(path, "p2cLatency.weight"), r.P2CLatency.Weight, 0, P2CLatencyWeightMax)
 	v.rangeMs(joinField(path, "sessionAffinityTtlMs"), r.SessionAffinityTtlMs, 0, 7*msDay)
+	if r.QuotaResetTimeZone != "" {
+		zp := joinField(path, "quotaResetTimeZone")
+		if _, err := parseFixedZone(r.QuotaResetTimeZone); err != nil {
+			v.fail(zp, v.quote(zp, r.QuotaResetTimeZone)+": "+err.Error())
+		}
+	}
+}
+
+// firstEvent checks the first-event hold's bounds (rejected, not clamped: a typo here
+// changes failover behaviour).
+func (v *validator) firstEvent(f *FirstEvent, path string) {
+	if f.MaxBytes != nil {
+		v.rangeInt(joinField(path, "maxBytes"), *f.MaxBytes, 1024, 1<<20, "")
+	}
+	v.rangeMs(joinField(path, "timeoutMs"), f.TimeoutMs, 100, 5*msMinute)
 }
 
 func (v *validator) providerBreaker(b *ProviderBreaker, path string) {
@@ -165,6 +181,9 @@ func (v *validator) connectionCooldown(c *ConnectionCooldown, path string) {
 // modelLockout applies the lockout card's clamps (base 1 s–24 h, max base–24 h, steps 0–30)
 // and keeps max ≥ base, as the card does.
 func (v *validator) modelLockout(m *ModelLockout, path string) {
+	if m.ErrorCodes != nil && len(m.ErrorCodes) == 0 {
+		v.fail(joinField(path, "errorCodes"), "must not be empty: with no status counting, model lockout would never lock anything out (to turn model lockout off, set enabled: false)")
+	}
 	v.statuses(joinField(path, "errorCodes"), m.ErrorCodes)
 	v.clampMs(joinField(path, "baseCooldownMs"), m.BaseCooldownMs, ModelLockoutMinBaseCooldown.Milliseconds(), ModelLockoutMaxCooldownCap.Milliseconds())
 	base := ModelLockoutBaseCooldown.Milliseconds()

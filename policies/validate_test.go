@@ -32,8 +32,14 @@ type remove struct{}
 // mutate returns richBase with one dotted path ("providers.0.id") set to value.
 func mutate(t *testing.T, path string, value any) string {
 	t.Helper()
+	return mutateDoc(t, richBase, path, value)
+}
+
+// mutateDoc returns doc with one dotted path set to value (remove{} deletes the field).
+func mutateDoc(t *testing.T, doc, path string, value any) string {
+	t.Helper()
 	var root any
-	if err := json.Unmarshal([]byte(richBase), &root); err != nil {
+	if err := json.Unmarshal([]byte(doc), &root); err != nil {
 		t.Fatal(err)
 	}
 	parts := strings.Split(path, ".")

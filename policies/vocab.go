@@ -35,3 +35,10 @@ func validRuleReason(s string) bool  { return contains(RuleReasons, s) }
 func validRuleScope(s string) bool   { return contains(RuleScopes, s) }
 func failureKindList() string        { return strings.Join(FailureKinds, ", ") }
 func ruleReasonList() string         { return strings.Join(RuleReasons, ", ") }
+
+// ResponseHeaders are the headers Spillway adds to proxied responses (its HTTP contract;
+// plugin/internal/filter sets them): no setting may reuse one of these names.
+var ResponseHeaders = []string{
+	"x-spillway-provider", "x-spillway-connection", "x-spillway-model", "x-spillway-attempts",
+	"x-spillway-restated-from",
+}

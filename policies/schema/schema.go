@@ -94,12 +94,24 @@ func addVocabulary(root *jsonschema.Schema) error {
 	for i, s := range policies.Strategies {
 		strategies[i] = string(s)
 	}
+	apis := make([]string, len(policies.APIs))
+	for i, a := range policies.APIs {
+		apis[i] = string(a)
+	}
+	routedPath := func(s *jsonschema.Schema) {
+		s.Items.Pattern = "^/[^?#]*$"
+		s.Items.MaxLength = ptr(uint64(256))
+		s.UniqueItems = true
+	}
 	patches := []struct {
 		def, prop string
 		apply     func(*jsonschema.Schema)
 	}{
 		{"Provider", "profile", func(s *jsonschema.Schema) { s.Enum = strs(profiles) }},
+		{"Provider", "api", func(s *jsonschema.Schema) { s.Enum = strs(apis) }},
 		{"Route", "strategy", func(s *jsonschema.Schema) { s.Enum = strs(strategies) }},
+		{"RoutingPaths", "openai", routedPath},
+		{"RoutingPaths", "anthropic", routedPath},
 		{"ProviderErrorRule", "reason", func(s *jsonschema.Schema) { s.Enum = strs(policies.RuleReasons) }},
 		{"ProviderErrorRule", "scope", func(s *jsonschema.Schema) { s.Enum = strs(policies.RuleScopes) }},
 		{"BreakerProfile", "cooldownByKind", func(s *jsonschema.Schema) {

@@ -53,7 +53,9 @@ func TestReferenceCoversEveryObject(t *testing.T) {
 	for _, want := range []string{
 		"## Policy (top level)", "## Provider", "## Connection", "## Route", "## Target",
 		"## Resilience", "## BreakerProfile", "## ModelLockout", "## RequestQueue",
-		"## RestatementRule", "## ProviderErrorRule", "## ThroughputWatchdog", "## Admin",
+		"## RestatementRule", "## ProviderErrorRule", "## ThroughputWatchdog", "## FirstEvent",
+		"## Routing", "## RoutingPaths", "## Admin",
+		"| `api` | string: `openai`, `anthropic` |",
 		"| `maxWaitMs` | integer | maxWaitMs is the queue budget",
 		"string: `priority`, `weighted`",
 		"map (`server_error`, `timeout`, `transport_error` → integer)",
@@ -115,30 +117,40 @@ func TestEveryExampleValidatesAgainstSchema(t *testing.T) {
 
 func TestSchemaAgreesWithParser(t *testing.T) {
 	s := compile(t)
-	const base = `{"providers":[{"id":"p","cluster":"c","connections":[{"id":"c1"}]}],` +
+	const base = `{"providers":[{"id":"p",%p"cluster":"c","connections":[{"id":"c1"}]}],` +
 		`"routes":[{"model":"m","targets":[{"provider":"p"}]}]%s}`
 	tests := []struct {
-		name  string // what the case shows
-		extra string // text added to the base document's top-level object
-		valid bool   // both the parser and the schema accept it
+		name     string // what the case shows
+		extra    string // text added to the base document's top-level object
+		valid    bool   // both the parser and the schema accept it
+		provider string // text added to the provider object (with a trailing comma)
 	}{
-		{"minimal policy", ``, true},
+		{"minimal policy", ``, true, ``},
 		{"every resilience block", `,"resilience":{"providerBreaker":{"oauth":{"failureThreshold":3,"cooldownByKind":{"timeout":5000}}},` +
 			`"modelLockout":{"enabled":true,"errorCodes":[429]},"requestQueue":{"maxQueueDepth":5},` +
 			`"providerErrorRules":[{"id":"r","provider":"p","reason":"quota_exhausted","scope":"connection"}],` +
 			`"statusRestatement":[{"id":"s","provider":"p","fromStatuses":[403],"toStatus":429}],` +
-			`"streamRecovery":{"throughputWatchdog":{"enabled":true}},"p2cLatency":{"weight":5},"sessionAffinityTtlMs":0}`, true},
-		{"unknown top-level field", `,"extra":1`, false},
-		{"misspelt nested field", `,"resilience":{"modelLockout":{"baseCoolDownMs":5}}`, false},
-		{"unknown failure kind", `,"resilience":{"providerBreaker":{"local":{"cooldownByKind":{"rate_limit":5000}}}}`, false},
-		{"unknown rule scope", `,"resilience":{"providerErrorRules":[{"id":"r","provider":"p","reason":"auth_error","scope":"global"}]}`, false},
-		{"status out of range", `,"resilience":{"modelLockout":{"errorCodes":[99]}}`, false},
-		{"reset timeout below 1 s", `,"resilience":{"providerBreaker":{"apikey":{"resetTimeoutMs":10}}}`, false},
-		{"session TTL above 7 days", `,"resilience":{"sessionAffinityTtlMs":604800001}`, false},
+			`"streamRecovery":{"throughputWatchdog":{"enabled":true}},"p2cLatency":{"weight":5},"sessionAffinityTtlMs":0}`, true, ``},
+		{"unknown top-level field", `,"extra":1`, false, ``},
+		{"misspelt nested field", `,"resilience":{"modelLockout":{"baseCoolDownMs":5}}`, false, ``},
+		{"unknown failure kind", `,"resilience":{"providerBreaker":{"local":{"cooldownByKind":{"rate_limit":5000}}}}`, false, ``},
+		{"unknown rule scope", `,"resilience":{"providerErrorRules":[{"id":"r","provider":"p","reason":"auth_error","scope":"global"}]}`, false, ``},
+		{"status out of range", `,"resilience":{"modelLockout":{"errorCodes":[99]}}`, false, ``},
+		{"reset timeout below 1 s", `,"resilience":{"providerBreaker":{"apikey":{"resetTimeoutMs":10}}}`, false, ``},
+		{"session TTL above 7 days", `,"resilience":{"sessionAffinityTtlMs":604800001}`, false, ``},
+		{"routing block", `,"routing":{"clusterHeader":"x-upstream","paths":{"openai":["/v1/chat/completions"],"anthropic":[]},"bodyWaitMs":5000}`, true, ``},
+		{"routed path with a query", `,"routing":{"paths":{"openai":["/v1/chat/completions?x=1"]}}`, false, ``},
+		{"routed path twice", `,"routing":{"paths":{"openai":["/v1/a","/v1/a"]}}`, false, ``},
+		{"provider API and stream accounting", ``, true, `"api":"anthropic","countTruncatedStreams":false,`},
+		{"unknown provider API", ``, false, `"api":"gemini",`},
+		{"first event bounds", `,"resilience":{"streamRecovery":{"firstEvent":{"maxBytes":2048,"timeoutMs":500}}}`, true, ``},
+		{"fixed-offset quota zone", `,"resilience":{"quotaResetTimeZone":"+08:00"}`, true, ``},
+		{"IANA quota zone", `,"resilience":{"quotaResetTimeZone":"Asia/Shanghai"}`, false, ``},
+		{"empty lockout codes", `,"resilience":{"modelLockout":{"errorCodes":[]}}`, false, ``},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			doc := []byte(strings.Replace(base, "%s", tt.extra, 1))
+			doc := []byte(strings.NewReplacer("%s", tt.extra, "%p", tt.provider).Replace(base))
 			schemaErr := validate(t, s, doc)
 			_, parseErr := policies.Parse(doc, policies.ParseOptions{})
 			if (schemaErr == nil) != tt.valid {
