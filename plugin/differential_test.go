@@ -37,6 +37,15 @@ type emulator interface {
 	GetCurrentRequestHeaders(id uint32) [][2]string
 	GetCurrentResponseHeaders(id uint32) [][2]string
 	GetCounterMetric(name string) (uint64, error)
+	CallOnHttpCallResponse(calloutID uint32, headers, trailers [][2]string, body []byte)
+}
+
+// callout is a pending callout as either host shows it.
+type callout struct {
+	id       uint32
+	upstream string
+	headers  [][2]string
+	body     []byte
 }
 
 // observation is everything a scenario can see of the filter.
@@ -53,8 +62,9 @@ type observation struct {
 // recorder runs scenario steps against one emulator and records what happens.
 type recorder struct {
 	e     emulator
-	local func(id uint32) string // the stream's local reply, "" if none
-	obs   observation
+	local    func(id uint32) string    // the stream's local reply, "" if none
+	callouts func(id uint32) []callout // the stream's pending callouts
+	obs      observation
 }
 
 func (r *recorder) act(step string, a types.Action) {
@@ -64,8 +74,27 @@ func (r *recorder) act(step string, a types.Action) {
 
 func (r *recorder) snapshot(id uint32) {
 	r.obs.RequestHeaders = append(r.obs.RequestHeaders, sorted(r.e.GetCurrentRequestHeaders(id)))
-	r.obs.ResponseHeaders = append(r.obs.ResponseHeaders, sorted(r.e.GetCurrentResponseHeaders(id)))
-	r.obs.LocalResponses = append(r.obs.LocalResponses, r.local(id))
+	local := r.local(id)
+	if local == "" {
+		r.obs.ResponseHeaders = append(r.obs.ResponseHeaders, sorted(r.e.GetCurrentResponseHeaders(id)))
+	} else {
+		// A request-phase local reply runs through the plugin's own response callbacks in
+		// Envoy (and hostsim), not in proxytest: compare the reply itself instead.
+		r.obs.ResponseHeaders = append(r.obs.ResponseHeaders, nil)
+	}
+	r.obs.LocalResponses = append(r.obs.LocalResponses, local)
+}
+
+// calloutHeaders drops what the host adds to a callout (Envoy's async client sets
+// content-length for a body; proxytest does not).
+func calloutHeaders(hs [][2]string) [][2]string {
+	var out [][2]string
+	for _, kv := range sorted(hs) {
+		if kv[0] != "content-length" {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func sorted(hs [][2]string) [][2]string {
@@ -82,15 +111,24 @@ type scenario struct {
 }
 
 func chatRequest(r *recorder, path string, chunks ...string) uint32 {
+	return chatExchange(r, path, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, `{"id":"x"}`, chunks...)
+}
+
+// chatExchange sends a request (headers, body chunks) and answers it with status headers
+// and body, then records what the filter did.
+func chatExchange(r *recorder, path string, respHeaders [][2]string, respBody string, chunks ...string) uint32 {
 	id := r.e.InitializeHttpContext()
 	hs := [][2]string{{":method", "POST"}, {":path", path}, {":authority", "spillway.local"},
-		{"content-type", "application/json"}, {"x-session-id", "sess-1"}, {"x-omniroute-session", "sess-2"}}
+		{"content-type", "application/json"}, {"authorization", "Bearer client"}, {"x-session-id", "sess-1"},
+		{"x-omniroute-session", "sess-2"}}
 	r.act("request headers", r.e.CallOnRequestHeaders(id, hs, len(chunks) == 0))
 	for i, c := range chunks {
 		r.act("request body", r.e.CallOnRequestBody(id, []byte(c), i == len(chunks)-1))
 	}
-	r.act("response headers", r.e.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, false))
-	r.act("response body", r.e.CallOnResponseBody(id, []byte(`{"id":"x"}`), true))
+	if r.local(id) == "" {
+		r.act("response headers", r.e.CallOnResponseHeaders(id, respHeaders, false))
+		r.act("response body", r.e.CallOnResponseBody(id, []byte(respBody), true))
+	}
 	r.snapshot(id)
 	r.e.CompleteHttpContext(id)
 	return id
@@ -122,6 +160,28 @@ func scenarios(t *testing.T) []scenario {
 				chatRequest(r, "/v1/chat/completions", body)
 			}
 		}},
+		{name: "unknown model gets 404 model_not_found", config: demo, run: func(r *recorder) {
+			chatRequest(r, "/v1/chat/completions", `{"model":"llama-3","messages":[]}`)
+		}},
+		{name: "bodyless LLM request gets 400", config: demo, run: func(r *recorder) {
+			chatRequest(r, "/v1/chat/completions")
+		}},
+		{name: "a 429 fails over with a callout", config: demo, run: func(r *recorder) {
+			id := r.e.InitializeHttpContext()
+			hs := [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "spillway.local"},
+				{"content-type", "application/json"}}
+			r.act("request headers", r.e.CallOnRequestHeaders(id, hs, false))
+			r.act("request body", r.e.CallOnRequestBody(id, []byte(body), true))
+			r.act("response headers", r.e.CallOnResponseHeaders(id, [][2]string{{":status", "429"},
+				{"retry-after", "30"}, {"content-type", "application/json"}}, false))
+			r.act("response body", r.e.CallOnResponseBody(id, []byte(`{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}`), true))
+			for _, c := range r.callouts(id) {
+				r.obs.Actions = append(r.obs.Actions, fmt.Sprintf("callout to %s: %q %s", c.upstream, calloutHeaders(c.headers), c.body))
+				r.e.CallOnHttpCallResponse(c.id, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, nil, []byte(`{"id":"b"}`))
+			}
+			r.snapshot(id)
+			r.e.CompleteHttpContext(id)
+		}},
 		{name: "invalid policy refuses to start", config: []byte(`{"providers":[{"id":"p","profile":"apikey","cluster":"c","connections":[{"id":"c1"}]}],` +
 			`"routes":[{"model":"m","targets":[{"provider":"nope"}]}],"resilience":{"modelLockout":{"baseCoolDownMs":1}}}`)},
 		{name: "no policy refuses to start", config: nil},
@@ -129,13 +189,15 @@ func scenarios(t *testing.T) []scenario {
 }
 
 // observe runs a scenario on one emulator.
-func observe(sc scenario, e emulator, local func(uint32) string, logs func(level string) []string) observation {
-	r := &recorder{e: e, local: local, obs: observation{Metrics: map[string]uint64{}, Logs: map[string][]string{}}}
+func observe(sc scenario, e emulator, local func(uint32) string, callouts func(uint32) []callout,
+	logs func(level string) []string) observation {
+	r := &recorder{e: e, local: local, callouts: callouts, obs: observation{Metrics: map[string]uint64{}, Logs: map[string][]string{}}}
 	r.obs.Start = e.StartPlugin()
 	if r.obs.Start == types.OnPluginStartStatusOK && sc.run != nil {
 		sc.run(r)
 	}
-	for _, m := range []string{"spillway_requests_total", "spillway_panics_total"} {
+	for _, m := range []string{"spillway_requests_total", "spillway_panics_total", "spillway_routed_total",
+		"spillway_attempts_total", "spillway_failovers_total", "spillway_local_replies_total"} {
 		if v, err := e.GetCounterMetric(m); err == nil {
 			r.obs.Metrics[m] = v
 		}
@@ -162,16 +224,27 @@ func TestDifferentialProxytestVersusHostsim(t *testing.T) {
 					return fmt.Sprintf("%d %s %q", lr.StatusCode, lr.Data, sorted(lr.Headers))
 				}
 				return ""
+			}, func(id uint32) (out []callout) {
+				for _, c := range native.GetCalloutAttributesFromContext(id) {
+					out = append(out, callout{c.CalloutID, c.Upstream, c.Headers, c.Body})
+				}
+				return out
 			}, func(l string) []string { return nativeLogs[l]() })
 			reset()
 
 			// Wasm: build/spillway.wasm under hostsim, one worker VM (proxytest has one).
-			h := hostsimtest.New(t, wasm, hostsim.WithWorkers(1), hostsim.WithPluginConfiguration(sc.config))
+			h := hostsimtest.New(t, wasm, hostsim.WithWorkers(1), hostsim.WithPluginConfiguration(sc.config),
+				hostsim.WithAllowOnHeadersStopIteration())
 			got := observe(sc, h, func(id uint32) string {
 				if lr := h.GetSentLocalResponse(id); lr != nil {
 					return fmt.Sprintf("%d %s %q", lr.StatusCode, lr.Data, sorted(lr.Headers))
 				}
 				return ""
+			}, func(id uint32) (out []callout) {
+				for _, c := range h.GetCalloutAttributesFromContext(id) {
+					out = append(out, callout{c.CalloutID, c.Upstream, c.Headers, c.Body})
+				}
+				return out
 			}, func(level string) []string { return vmLogs(h.Host, level) })
 
 			if diff := cmp.Diff(want, got); diff != "" {

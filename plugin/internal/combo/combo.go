@@ -44,6 +44,7 @@ const (
 	ReasonProviderCooldown Reason = "provider_cooldown" // opt-in provider cooldown window
 	ReasonUnavailable      Reason = "unavailable"       // connection cooling down or not available
 	ReasonTerminal         Reason = "terminal"          // banned / expired / credits exhausted
+	ReasonAPIMismatch      Reason = "api_mismatch"      // the provider does not speak the request's API
 )
 
 // Exclusion is one combo target skipped before dispatch.

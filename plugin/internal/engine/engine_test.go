@@ -52,6 +52,15 @@ func newFixture(t testing.TB, yaml []byte, edits ...func(*policies.Policy)) *fix
 	return f
 }
 
+// apiOf is the API a test request for model is written in: that of the route's first
+// target's provider (a client asks a route in the API its targets speak).
+func (f *fixture) apiOf(model string) policies.API {
+	if rr, ok := f.e.res.Route(model); ok && len(rr.Targets) > 0 {
+		return f.e.res.Providers[rr.Targets[0].Provider].API
+	}
+	return policies.APIOpenAI
+}
+
 // names renders a plan's targets as provider/connection/model.
 // noLockout turns the demo's model lockout off, so connection-level behaviour shows alone.
 func noLockout(p *policies.Policy) {
@@ -70,7 +79,7 @@ func (f *fixture) names(p Plan) []string {
 
 func (f *fixture) plan(t *testing.T, model string, session affinity.Key) Plan {
 	t.Helper()
-	p, err := f.e.Plan(model, session, &f.buf)
+	p, err := f.e.Plan(model, f.apiOf(model), session, &f.buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,11 +117,11 @@ func excludedReasons(p Plan) map[string]combo.Reason {
 func TestPlanOrdersTheDemoCombo(t *testing.T) {
 	f := newFixture(t, examples.Demo())
 	p := f.plan(t, "gpt-4o", affinity.Key{})
-	want := []string{"openai/openai-a/gpt-4o", "openai/openai-b/gpt-4o", "anthropic/anthropic-a/claude-sonnet-4"}
+	want := []string{"openai/openai-a/gpt-4o", "openai/openai-b/gpt-4o", "openrouter/openrouter-a/openai/gpt-4o"}
 	if got := f.names(p); strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("targets %v, want %v (priority order, anthropic maps the model)", got, want)
+		t.Fatalf("targets %v, want %v (priority order, the backup gateway maps the model)", got, want)
 	}
-	if _, err := f.e.Plan("no-such-model", affinity.Key{}, &f.buf); !errors.Is(err, ErrNoRoute) {
+	if _, err := f.e.Plan("no-such-model", policies.APIOpenAI, affinity.Key{}, &f.buf); !errors.Is(err, ErrNoRoute) {
 		t.Fatalf("unrouted model: %v, want ErrNoRoute", err)
 	}
 	if p := f.plan(t, "claude-3-haiku", affinity.Key{}); len(p.Targets) != 1 || p.Targets[0].Model != "claude-3-haiku" {
@@ -348,13 +357,13 @@ func benchPolicy(b *testing.B) []byte {
 
 func BenchmarkPlan3Of1000Connections(b *testing.B) {
 	f := newFixture(b, benchPolicy(b))
-	if _, err := f.e.Plan("bench", affinity.Key{}, &f.buf); err != nil {
+	if _, err := f.e.Plan("bench", policies.APIOpenAI, affinity.Key{}, &f.buf); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		p, err := f.e.Plan("bench", affinity.Key{}, &f.buf)
+		p, err := f.e.Plan("bench", policies.APIOpenAI, affinity.Key{}, &f.buf)
 		if err != nil || len(p.Targets) != 3 {
 			b.Fatal(err, len(p.Targets))
 		}
@@ -363,7 +372,7 @@ func BenchmarkPlan3Of1000Connections(b *testing.B) {
 
 func BenchmarkDispatchAndFinishSuccess(b *testing.B) {
 	f := newFixture(b, benchPolicy(b))
-	p, _ := f.e.Plan("bench", affinity.Key{}, &f.buf)
+	p, _ := f.e.Plan("bench", policies.APIOpenAI, affinity.Key{}, &f.buf)
 	t := p.Targets[0]
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -378,7 +387,7 @@ func BenchmarkDispatchAndFinishSuccess(b *testing.B) {
 
 func BenchmarkFinishFailure(b *testing.B) {
 	f := newFixture(b, benchPolicy(b))
-	p, _ := f.e.Plan("bench", affinity.Key{}, &f.buf)
+	p, _ := f.e.Plan("bench", policies.APIOpenAI, affinity.Key{}, &f.buf)
 	t := p.Targets[0]
 	o := Outcome{Status: 429, Headers: [][2]string{{"retry-after", "2"}},
 		Body: []byte(`{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`)}

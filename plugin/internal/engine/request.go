@@ -13,8 +13,10 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/lockout"
 	"github.com/spillwayproxy/spillway/plugin/internal/providercooldown"
+	"github.com/spillwayproxy/spillway/plugin/internal/replies"
 	"github.com/spillwayproxy/spillway/plugin/internal/restate"
 	"github.com/spillwayproxy/spillway/plugin/internal/selection"
+	"github.com/spillwayproxy/spillway/policies"
 )
 
 // Target is one candidate of a plan: a connection of a provider serving a model.
@@ -45,11 +47,12 @@ type Buffers struct {
 	excluded   []combo.Exclusion
 }
 
-// Plan decides which targets may serve a request for model and in what order. session may
-// be the zero Key. It returns ErrNoRoute when no route serves the model. A store error in
-// one layer fails that layer open (the target stays eligible) and is reported in
-// Plan.Degraded.
-func (e *Engine) Plan(model string, session affinity.Key, buf *Buffers) (Plan, error) {
+// Plan decides which targets may serve a request for model, written in api, and in what
+// order. A target whose provider speaks another API is excluded (api_mismatch): it is never
+// sent a body it cannot read. session may be the zero Key. It returns ErrNoRoute when no
+// route serves the model. A store error in one layer fails that layer open (the target stays
+// eligible) and is reported in Plan.Degraded.
+func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf *Buffers) (Plan, error) {
 	rr, ok := e.res.Route(model)
 	if !ok {
 		return Plan{Model: model}, ErrNoRoute
@@ -66,6 +69,11 @@ func (e *Engine) Plan(model string, session affinity.Key, buf *Buffers) (Plan, e
 		}
 		pv := &e.providers[c.provider]
 		cn := &pv.conns[c.connection]
+		if pv.res.API != api {
+			excl = append(excl, combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: model,
+				Reason: combo.ReasonAPIMismatch})
+			continue
+		}
 		if x, excluded := e.exclusion(pv, cn, model, &plan); excluded {
 			excl = append(excl, x)
 			continue
@@ -381,4 +389,10 @@ func (e *Engine) Abandon(d Dispatch) (waiters bool, err error) {
 // all_targets_cooling_down, 404 no_executable_targets).
 func (e *Engine) AllExcluded(plan *Plan, progress combo.Progress) combo.Decision {
 	return combo.DecideExcluded(e.comboWait, plan.Excluded, progress, e.now())
+}
+
+// AdmissionReply builds the client reply for an admission refusal on t's connection (ok=false
+// for an error that is not a refusal).
+func (e *Engine) AdmissionReply(t Target, err error) (replies.Reply, bool) {
+	return e.providers[t.Provider].conns[t.Connection].admit.Reply(err)
 }

@@ -1,52 +1,66 @@
 // Package filter is Spillway's proxy-wasm glue: the only package that talks to the SDK. It
 // turns VM, plugin and HTTP stream callbacks into calls on the pure engine packages and
 // turns their decisions back into host calls.
+//
+// # The Envoy contract
+//
+// Spillway supports Envoy ≥ 1.36 and Istio ≥ 1.28 with allow_on_headers_stop_iteration:
+// true in the Wasm filter's PluginConfig. With it, a Pause from on_request_headers is a true
+// StopIteration: Envoy holds the request headers while the body callbacks still arrive, and
+// headers the filter edits from on_request_body are the ones the router routes on (ABI 0.2.0
+// header edits clear the route cache, so the route's cluster_header reads the cluster
+// Spillway set). Without the option a headers Pause becomes StopAllIterationAndWatermark
+// (proxy-wasm-cpp-host context.cc, convertVmCallResultToFilterHeadersStatus) and no body
+// callback arrives until the filter continues: a filter that routes on the body's model
+// would hang. The filter detects it: a request held at its headers that sees no body
+// callback within routing.bodyWaitMs is answered 500 spillway_misconfigured, logged at
+// critical once per VM and counted; the first body callback a VM sees proves the option and
+// ends the detection there.
+//
+// Request path, for the policy's LLM API paths (everything else passes through without a
+// pause): the headers are held; the body is buffered up to maxRequestBodyBytes (413 past
+// it); at end of stream the body's model and stream flag are read (400 invalid_request for
+// a body that is not a JSON object with a string model, 404 model_not_found when no route
+// serves the model); the engine plans the targets, selection and session affinity order
+// them, admission grants a concurrency slot; then the request gets its target: the cluster
+// header (a client-sent one is always removed first), the provider's :authority, the
+// connection's credential in place of every client credential header, the target's model
+// in the body (with an exact content-length), and no session headers. Held request headers
+// are never continued before end of stream has been seen (Envoy < 1.40 can drop body
+// chunks that arrive after an asynchronous continue, envoy 1.40.0 changelog
+// filter_manager_forward_added_data_on_continue); once it has, continuing from a tick, a
+// queue wake-up or a callout is safe.
+//
+// Response path: Envoy's own replies (response.code_details other than via_upstream: no
+// healthy upstream, overflow, no route, timeout, a client that went away) are never a
+// provider's outcome. A 2xx records success in every layer; a non-2xx is held, its error
+// body read (bounded), restated, classified and recorded; a 200 text/event-stream is held
+// until its first event that carries content or an error, within a byte and a time bound,
+// and an error there is a failed attempt like an HTTP error. A retriable failure before
+// anything reached the client is retried on the next candidate with proxy_http_call, and
+// the final result replaces the response with a local reply; a failover attempt's response
+// is therefore buffered, not streamed. A stream that ends without its terminal event is a
+// failure of its connection unless the provider is set not to count it.
 package filter
 
 import (
-	"fmt"
-	"os"
-	"strconv"
+	"time"
 
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
-	"github.com/tidwall/gjson"
-
-	"github.com/spillwayproxy/spillway/policies"
 )
 
-// Response headers Spillway adds to every proxied response (design.md §5).
+// Response headers Spillway adds to every routed response (README, "HTTP surface").
 const (
-	HeaderProvider   = "x-spillway-provider"
-	HeaderConnection = "x-spillway-connection"
-	HeaderModel      = "x-spillway-model"
-	HeaderAttempts   = "x-spillway-attempts"
+	HeaderProvider     = "x-spillway-provider"
+	HeaderConnection   = "x-spillway-connection"
+	HeaderModel        = "x-spillway-model"
+	HeaderAttempts     = "x-spillway-attempts"
+	HeaderRestatedFrom = "x-spillway-restated-from"
 )
 
-// unrouted is the value of the provider and connection headers while Spillway passes a
-// request through without choosing a target for it.
+// unrouted is the value of the provider, connection and model headers before a target was
+// chosen.
 const unrouted = "-"
-
-// modelPeekLimit bounds how much of a request body is kept to read its model.
-const modelPeekLimit = 64 << 10
-
-// maxModelLength bounds a model name Spillway accepts from a client (the policy's limit).
-const maxModelLength = 256
-
-// headerSafeModel reports whether a client-supplied model name may be echoed in a response
-// header: non-empty, bounded, and visible ASCII or UTF-8 only (no control bytes, so no CR/LF
-// can reach a header value).
-func headerSafeModel(m string) bool {
-	if m == "" || len(m) > maxModelLength {
-		return false
-	}
-	for i := 0; i < len(m); i++ {
-		if c := m[i]; c < 0x20 || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
 
 // NewVMContext returns the root of Spillway's context tree; the wasm entry point registers
 // it with proxywasm.SetVMContext from init.
@@ -55,154 +69,10 @@ func NewVMContext() types.VMContext { return &vmContext{} }
 type vmContext struct {
 	types.DefaultVMContext
 	beforeCallback func(callback string) // tests only: see pluginContext
+	timeNow        func() time.Time      // tests only: see pluginContext
 }
 
 // NewPluginContext implements types.VMContext.
 func (v *vmContext) NewPluginContext(uint32) types.PluginContext {
-	return &pluginContext{beforeCallback: v.beforeCallback}
-}
-
-// metrics are the plugin's Envoy stats (they appear under wasmcustom.* in Envoy).
-type metrics struct {
-	requests proxywasm.MetricCounter // HTTP streams seen
-	panics   proxywasm.MetricCounter // callbacks that panicked and failed open
-}
-
-type pluginContext struct {
-	types.DefaultPluginContext
-	policy  *policies.Policy
-	metrics metrics
-	store   sharedStore
-	// beforeCallback, when set (tests only), runs at the start of every stream callback.
-	beforeCallback func(callback string)
-}
-
-// OnPluginStart implements types.PluginContext: it parses the policy and refuses to start,
-// with every problem and its field path in a critical log, when the policy is invalid.
-func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStartStatus) {
-	defer func() {
-		if r := recover(); r != nil {
-			proxywasm.LogCriticalf("spillway: refusing to start: panic while loading the policy: %v", r)
-			status = types.OnPluginStartStatusFailed
-		}
-	}()
-	policy, err := loadPolicy(configSize)
-	if err != nil {
-		proxywasm.LogCriticalf("spillway: refusing to start: %v", err)
-		return types.OnPluginStartStatusFailed
-	}
-	p.policy = policy
-	p.metrics = metrics{
-		requests: proxywasm.DefineCounterMetric("spillway_requests_total"),
-		panics:   proxywasm.DefineCounterMetric("spillway_panics_total"),
-	}
-	// Reserve the creation CAS now (a shared-data write, not allowed during _initialize) so
-	// the first request that records state does not pay for it.
-	if _, err := p.store.CreateCAS(); err != nil {
-		proxywasm.LogWarnf("spillway: %v", err)
-	}
-	proxywasm.LogInfof("spillway: policy loaded: %d providers, %d routes", len(policy.Providers), len(policy.Routes))
-	return types.OnPluginStartStatusOK
-}
-
-// loadPolicy reads and parses the plugin configuration. ${ENV} references expand from the
-// VM environment (Envoy's vm_config.environment_variables, Istio's vmConfig.env).
-func loadPolicy(configSize int) (*policies.Policy, error) {
-	if configSize == 0 {
-		return nil, fmt.Errorf("no policy configured: set the plugin configuration to a Spillway policy (JSON)")
-	}
-	data, err := proxywasm.GetPluginConfiguration()
-	if err != nil {
-		return nil, fmt.Errorf("read plugin configuration: %w", err)
-	}
-	policy, err := policies.Parse(data, policies.ParseOptions{LookupEnv: os.LookupEnv})
-	if err != nil {
-		return nil, fmt.Errorf("invalid policy:\n%w", err)
-	}
-	return policy, nil
-}
-
-// NewHttpContext implements types.PluginContext.
-func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
-	p.metrics.requests.Increment(1)
-	return &httpContext{plugin: p}
-}
-
-// httpContext is one HTTP stream.
-type httpContext struct {
-	types.DefaultHttpContext
-	plugin *pluginContext
-	body   []byte // request body prefix kept to read the model
-	model  string // requested model, once known
-}
-
-// failOpen recovers a panic in a stream callback: it logs it, counts it and lets the
-// request through untouched (design.md §4).
-func (h *httpContext) failOpen(callback string, action *types.Action) {
-	if r := recover(); r != nil {
-		h.plugin.metrics.panics.Increment(1)
-		proxywasm.LogErrorf("spillway: panic in %s, passing the request through: %v", callback, r)
-		*action = types.ActionContinue
-	}
-}
-
-// enter runs at the start of every stream callback.
-func (h *httpContext) enter(callback string) {
-	if h.plugin.beforeCallback != nil {
-		h.plugin.beforeCallback(callback)
-	}
-}
-
-// OnHttpRequestHeaders implements types.HttpContext. Session-affinity headers are internal
-// correlation ids and are never forwarded upstream.
-func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
-	defer h.failOpen("request headers", &action)
-	h.enter("request headers")
-	for _, name := range policies.SessionAffinityHeaders {
-		if err := proxywasm.RemoveHttpRequestHeader(name); err != nil {
-			proxywasm.LogDebugf("spillway: remove %s: %v", name, err)
-		}
-	}
-	return types.ActionContinue
-}
-
-// OnHttpRequestBody implements types.HttpContext: the body streams through untouched while
-// a bounded prefix is kept to read the requested model.
-func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) (action types.Action) {
-	defer h.failOpen("request body", &action)
-	h.enter("request body")
-	if h.model == "" && len(h.body) < modelPeekLimit && bodySize > 0 {
-		chunk, err := proxywasm.GetHttpRequestBody(0, min(bodySize, modelPeekLimit-len(h.body)))
-		if err == nil {
-			h.body = append(h.body, chunk...)
-		}
-	}
-	if endOfStream && h.model == "" {
-		if m := gjson.GetBytes(h.body, "model"); m.Type == gjson.String && headerSafeModel(m.Str) {
-			h.model = m.Str
-		}
-		h.body = nil
-	}
-	return types.ActionContinue
-}
-
-// OnHttpResponseHeaders implements types.HttpContext.
-func (h *httpContext) OnHttpResponseHeaders(int, bool) (action types.Action) {
-	defer h.failOpen("response headers", &action)
-	h.enter("response headers")
-	model := h.model
-	if model == "" {
-		model = unrouted
-	}
-	for _, kv := range [...][2]string{
-		{HeaderProvider, unrouted},
-		{HeaderConnection, unrouted},
-		{HeaderModel, model},
-		{HeaderAttempts, strconv.Itoa(1)},
-	} {
-		if err := proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1]); err != nil {
-			proxywasm.LogWarnf("spillway: set %s: %v", kv[0], err)
-		}
-	}
-	return types.ActionContinue
+	return &pluginContext{beforeCallback: v.beforeCallback, timeNow: v.timeNow}
 }

@@ -1,34 +1,91 @@
 package filter
 
 import (
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+	"github.com/tidwall/gjson"
 
-	"github.com/spillwayproxy/spillway/policies/examples"
 	"github.com/spillwayproxy/spillway/policies/policyfile"
 )
 
-// demoPolicyJSON is the embedded demo policy as the plugin receives it (JSON).
-func demoPolicyJSON(t *testing.T) []byte {
+// testPolicy: two OpenAI keys, an OpenAI-compatible backup with a mapped model, Anthropic.
+const testPolicy = `
+providers:
+  - id: openai
+    cluster: openai
+    authority: api.openai.com
+    connections:
+      - {id: key-a, credential: {header: authorization, value: "Bearer sk-a"}}
+      - {id: key-b, credential: {header: authorization, value: "Bearer sk-b"}}
+  - id: backup
+    cluster: backup
+    connections:
+      - {id: backup-a, credential: {header: authorization, value: "Bearer sk-backup"}}
+  - id: anthropic
+    api: anthropic
+    cluster: anthropic
+    connections:
+      - {id: ant-a, credential: {header: x-api-key, value: "sk-ant"}}
+routes:
+  - model: gpt-4o
+    targets:
+      - {provider: openai}
+      - {provider: backup, model: openai/gpt-4o}
+  - model: mapped
+    targets:
+      - {provider: backup, model: openai/gpt-4o-mini}
+  - model: "claude-*"
+    targets:
+      - {provider: anthropic}
+`
+
+func policyJSON(t testing.TB, yaml string) []byte {
 	t.Helper()
-	data, err := policyfile.ToJSON(examples.Demo())
+	data, err := policyfile.ToJSON([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return data
 }
 
+// testClock is a settable clock for the plugin under test.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
 // newHost starts a proxytest host with the given plugin configuration. proxytest keeps
 // package-level state, so these tests do not run in parallel.
 func newHost(t *testing.T, config []byte, hook func(string)) (proxytest.HostEmulator, types.OnPluginStartStatus) {
+	h, _, st := newClockedHost(t, config, hook)
+	return h, st
+}
+
+func newClockedHost(t *testing.T, config []byte, hook func(string)) (proxytest.HostEmulator, *testClock, types.OnPluginStartStatus) {
 	t.Helper()
-	opt := proxytest.NewEmulatorOption().WithVMContext(&vmContext{beforeCallback: hook}).WithPluginConfiguration(config)
+	clk := &testClock{now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	opt := proxytest.NewEmulatorOption().WithVMContext(&vmContext{beforeCallback: hook, timeNow: clk.Now}).WithPluginConfiguration(config)
 	host, reset := proxytest.NewHostEmulator(opt)
 	t.Cleanup(reset)
-	return host, host.StartPlugin()
+	return host, clk, host.StartPlugin()
 }
 
 func header(hs [][2]string, name string) (string, bool) {
@@ -38,6 +95,12 @@ func header(hs [][2]string, name string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// chatHeaders are a client's request headers for path.
+func chatHeaders(path string, extra ...[2]string) [][2]string {
+	return append([][2]string{{":method", "POST"}, {":path", path}, {":authority", "spillway.local"},
+		{"content-type", "application/json"}}, extra...)
 }
 
 func TestStartRefusesInvalidPolicyWithFieldPath(t *testing.T) {
@@ -84,47 +147,257 @@ func TestStartNeverLogsCredentials(t *testing.T) {
 	}
 }
 
-func TestPassThroughAddsSpillwayHeaders(t *testing.T) {
-	host, status := newHost(t, demoPolicyJSON(t), nil)
+func TestStartLogsPolicyWarnings(t *testing.T) {
+	// A route whose targets speak two APIs is valid but doubtful: the plugin starts and says so.
+	mixed := testPolicy + `
+  - model: mixed
+    targets:
+      - {provider: openai}
+      - {provider: anthropic}
+`
+	host, status := newHost(t, policyJSON(t, mixed), nil)
+	if status != types.OnPluginStartStatusOK {
+		t.Fatalf("start: %v %v", status, host.GetCriticalLogs())
+	}
+	if logs := strings.Join(host.GetWarnLogs(), "\n"); !strings.Contains(logs, "policy warning") || !strings.Contains(logs, "routes[3]") {
+		t.Fatalf("warn logs %q do not carry the policy warning", logs)
+	}
+}
+
+func TestRoutedRequestGetsItsTarget(t *testing.T) {
+	host, status := newHost(t, policyJSON(t, testPolicy), nil)
 	if status != types.OnPluginStartStatusOK {
 		t.Fatalf("start: %v, logs %v", status, host.GetCriticalLogs())
 	}
 	id := host.InitializeHttpContext()
-	reqHeaders := [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "localhost"},
-		{"x-session-id", "s-1"}, {"x-codex-session-id", "s-2"}, {"x-omniroute-session", "s-3"}, {"content-type", "application/json"}}
-	if a := host.CallOnRequestHeaders(id, reqHeaders, false); a != types.ActionContinue {
-		t.Fatalf("request headers action %v", a)
-	}
-	for _, name := range []string{"x-session-id", "x-codex-session-id", "x-omniroute-session"} {
-		if v, ok := header(host.GetCurrentRequestHeaders(id), name); ok {
-			t.Errorf("session header %s=%q is forwarded upstream", name, v)
-		}
+	hs := chatHeaders("/v1/chat/completions?x=1",
+		[2]string{"authorization", "Bearer client-key"}, [2]string{"x-api-key", "client-other-key"},
+		[2]string{"x-spillway-cluster", "attacker-chosen"}, [2]string{"accept-encoding", "gzip"},
+		[2]string{"x-session-id", "s-1"}, [2]string{"x-codex-session-id", "s-2"}, [2]string{"x-omniroute-session", "s-3"})
+	if a := host.CallOnRequestHeaders(id, hs, false); a != types.ActionPause {
+		t.Fatalf("request headers action %v, want Pause (held until the body is read)", a)
 	}
 	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
-	if a := host.CallOnRequestBody(id, []byte(body[:10]), false); a != types.ActionContinue {
-		t.Fatalf("body action %v", a)
+	if a := host.CallOnRequestBody(id, []byte(body[:10]), false); a != types.ActionPause {
+		t.Fatalf("first body chunk action %v, want Pause (buffered)", a)
 	}
-	host.CallOnRequestBody(id, []byte(body[10:]), true)
-	if a := host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false); a != types.ActionContinue {
+	if a := host.CallOnRequestBody(id, []byte(body[10:]), true); a != types.ActionContinue {
+		t.Fatalf("last body chunk action %v, want Continue; local reply %+v", a, host.GetSentLocalResponse(id))
+	}
+	req := host.GetCurrentRequestHeaders(id)
+	for name, want := range map[string]string{"x-spillway-cluster": "openai", "authorization": "Bearer sk-a", ":authority": "api.openai.com"} {
+		if got, _ := header(req, name); got != want {
+			t.Errorf("upstream %s = %q, want %q", name, got, want)
+		}
+	}
+	for _, name := range []string{"x-api-key", "accept-encoding", "x-session-id", "x-codex-session-id", "x-omniroute-session"} {
+		if v, ok := header(req, name); ok {
+			t.Errorf("%s=%q reaches the upstream", name, v)
+		}
+	}
+	if a := host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, false); a != types.ActionContinue {
 		t.Fatalf("response headers action %v", a)
 	}
 	resp := host.GetCurrentResponseHeaders(id)
-	for name, want := range map[string]string{
-		HeaderModel: "gpt-4o", HeaderProvider: unrouted, HeaderConnection: unrouted, HeaderAttempts: "1",
-	} {
+	for name, want := range map[string]string{HeaderProvider: "openai", HeaderConnection: "key-a", HeaderModel: "gpt-4o", HeaderAttempts: "1"} {
 		if got, _ := header(resp, name); got != want {
 			t.Errorf("%s = %q, want %q", name, got, want)
 		}
 	}
+	host.CallOnResponseBody(id, []byte(`{"id":"x"}`), true)
 	host.CompleteHttpContext(id)
-	if n, err := host.GetCounterMetric("spillway_requests_total"); err != nil || n != 1 {
-		t.Errorf("spillway_requests_total = %d, %v; want 1", n, err)
+	for name, want := range map[string]uint64{"spillway_requests_total": 1, "spillway_routed_total": 1, "spillway_attempts_total": 1} {
+		if n, err := host.GetCounterMetric(name); err != nil || n != want {
+			t.Errorf("%s = %d, %v; want %d", name, n, err, want)
+		}
+	}
+}
+
+func TestTargetModelIsWrittenIntoTheBody(t *testing.T) {
+	host, _ := newHost(t, policyJSON(t, testPolicy), nil)
+	id := host.InitializeHttpContext()
+	host.CallOnRequestHeaders(id, chatHeaders("/v1/chat/completions", [2]string{"content-length", "52"}), false)
+	body := `{"model":"mapped","messages":[],"note":"mapped"}`
+	if a := host.CallOnRequestBody(id, []byte(body), true); a != types.ActionContinue {
+		t.Fatalf("action %v, local reply %+v", a, host.GetSentLocalResponse(id))
+	}
+	sent := host.GetCurrentRequestBody(id)
+	if got := gjson.GetBytes(sent, "model").Str; got != "openai/gpt-4o-mini" {
+		t.Fatalf("upstream body model %q in %s", got, sent)
+	}
+	if got := gjson.GetBytes(sent, "note").Str; got != "mapped" {
+		t.Fatalf("other fields changed: %s", sent)
+	}
+	if cl, _ := header(host.GetCurrentRequestHeaders(id), "content-length"); cl != strconv.Itoa(len(sent)) {
+		t.Fatalf("content-length %q for a body of %d bytes", cl, len(sent))
+	}
+}
+
+func TestOtherPathsPassThrough(t *testing.T) {
+	host, _ := newHost(t, policyJSON(t, testPolicy), nil)
+	cases := []struct {
+		name    string      // the request
+		headers [][2]string // its headers
+	}{
+		{"models list", [][2]string{{":method", "GET"}, {":path", "/v1/models"}, {":authority", "a"}}},
+		{"POST elsewhere", chatHeaders("/healthz")},
+		{"GET on an LLM path", [][2]string{{":method", "GET"}, {":path", "/v1/responses"}, {":authority", "a"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			id := host.InitializeHttpContext()
+			hs := append(c.headers, [2]string{"x-spillway-cluster", "chosen"}, [2]string{"x-session-id", "s"},
+				[2]string{"authorization", "Bearer client"})
+			if a := host.CallOnRequestHeaders(id, hs, false); a != types.ActionContinue {
+				t.Fatalf("action %v, want Continue without a pause", a)
+			}
+			req := host.GetCurrentRequestHeaders(id)
+			for _, name := range []string{"x-spillway-cluster", "x-session-id"} {
+				if _, ok := header(req, name); ok {
+					t.Errorf("%s reaches the upstream", name)
+				}
+			}
+			if v, _ := header(req, "authorization"); v != "Bearer client" {
+				t.Errorf("authorization of a pass-through request changed to %q", v)
+			}
+			if a := host.CallOnRequestBody(id, []byte("data"), true); a != types.ActionContinue {
+				t.Fatalf("body action %v", a)
+			}
+			host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
+			if _, ok := header(host.GetCurrentResponseHeaders(id), HeaderProvider); ok {
+				t.Error("a pass-through response carries x-spillway headers")
+			}
+			host.CompleteHttpContext(id)
+		})
+	}
+}
+
+func TestBadRequestsGetTypedReplies(t *testing.T) {
+	cases := []struct {
+		name   string // what is wrong
+		body   string // request body ("" = none)
+		status uint32 // expected status
+		code   string // expected error.code
+	}{
+		{"no body", "", 400, "invalid_request"},
+		{"not JSON", "{model", 400, "invalid_request"},
+		{"no model", `{"messages":[]}`, 400, "invalid_request"},
+		{"model not a string", `{"model":7}`, 400, "invalid_request"},
+		{"CR LF in the model", `{"model":"gpt-4o\r\nx: y"}`, 400, "invalid_request"},
+		{"no route", `{"model":"llama-3"}`, 404, "model_not_found"},
+		{"too large", `{"model":"gpt-4o","pad":"` + strings.Repeat("x", 9<<20) + `"}`, 413, "request_too_large"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			host, _ := newHost(t, policyJSON(t, testPolicy), nil)
+			id := host.InitializeHttpContext()
+			host.CallOnRequestHeaders(id, chatHeaders("/v1/chat/completions"), c.body == "")
+			if c.body != "" {
+				host.CallOnRequestBody(id, []byte(c.body), true)
+			}
+			lr := host.GetSentLocalResponse(id)
+			if lr == nil {
+				t.Fatal("no local reply")
+			}
+			if lr.StatusCode != c.status || gjson.GetBytes(lr.Data, "error.code").Str != c.code {
+				t.Fatalf("reply %d %s, want %d %s", lr.StatusCode, lr.Data, c.status, c.code)
+			}
+			if ct, _ := header(lr.Headers, "content-type"); ct != "application/json" {
+				t.Errorf("content-type %q", ct)
+			}
+			if v, _ := header(lr.Headers, HeaderAttempts); v != "0" {
+				t.Errorf("%s = %q on a reply no attempt was made for", HeaderAttempts, v)
+			}
+		})
+	}
+}
+
+func TestFailoverRetriesTheNextCandidateWithACallout(t *testing.T) {
+	host, _ := newHost(t, policyJSON(t, testPolicy), nil)
+	id := host.InitializeHttpContext()
+	host.CallOnRequestHeaders(id, chatHeaders("/v1/chat/completions"), false)
+	host.CallOnRequestBody(id, []byte(`{"model":"gpt-4o","messages":[]}`), true)
+	// key-a answers 429 with a long Retry-After: the response is held and key-b is tried.
+	if a := host.CallOnResponseHeaders(id, [][2]string{{":status", "429"}, {"retry-after", "120"}, {"content-type", "application/json"}}, false); a != types.ActionPause {
+		t.Fatalf("error response headers action %v, want Pause (held)", a)
+	}
+	if a := host.CallOnResponseBody(id, []byte(`{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}`), true); a != types.ActionPause {
+		t.Fatalf("error body action %v, want Pause (failing over)", a)
+	}
+	callouts := host.GetCalloutAttributesFromContext(id)
+	if len(callouts) != 1 {
+		t.Fatalf("%d callouts, want 1", len(callouts))
+	}
+	c := callouts[0]
+	if c.Upstream != "openai" {
+		t.Fatalf("callout to %q, want openai (key-b)", c.Upstream)
+	}
+	if v, _ := header(c.Headers, "authorization"); v != "Bearer sk-b" {
+		t.Fatalf("callout credential %q, want key-b's", v)
+	}
+	host.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", "200"}, {"content-type", "application/json"}, {"x-request-id", "r"}},
+		nil, []byte(`{"id":"from-b"}`))
+	lr := host.GetSentLocalResponse(id)
+	if lr == nil || lr.StatusCode != 200 || string(lr.Data) != `{"id":"from-b"}` {
+		t.Fatalf("final reply %+v, want key-b's 200", lr)
+	}
+	for name, want := range map[string]string{HeaderConnection: "key-b", HeaderAttempts: "2", "content-type": "application/json", "x-request-id": "r"} {
+		if got, _ := header(lr.Headers, name); got != want {
+			t.Errorf("reply %s = %q, want %q", name, got, want)
+		}
+	}
+	if n, _ := host.GetCounterMetric("spillway_failovers_total"); n != 1 {
+		t.Errorf("failovers = %d", n)
+	}
+}
+
+func TestMissingOptionIsDetectedNotHung(t *testing.T) {
+	host, clk, _ := newClockedHost(t, policyJSON(t, testPolicy), nil)
+	// Without allow_on_headers_stop_iteration the held request never gets a body callback.
+	first, second := host.InitializeHttpContext(), host.InitializeHttpContext()
+	host.CallOnRequestHeaders(first, chatHeaders("/v1/chat/completions"), false)
+	host.CallOnRequestHeaders(second, chatHeaders("/v1/chat/completions"), false)
+	clk.Advance(9 * time.Second)
+	host.Tick()
+	if lr := host.GetSentLocalResponse(first); lr != nil {
+		t.Fatalf("answered before the bound: %+v", lr)
+	}
+	clk.Advance(2 * time.Second)
+	host.Tick()
+	for _, id := range []uint32{first, second} {
+		lr := host.GetSentLocalResponse(id)
+		if lr == nil || lr.StatusCode != 500 || gjson.GetBytes(lr.Data, "error.code").Str != "spillway_misconfigured" ||
+			!strings.Contains(string(lr.Data), "allow_on_headers_stop_iteration") {
+			t.Fatalf("stream %d: %+v, want 500 spillway_misconfigured naming the option", id, lr)
+		}
+	}
+	if n := len(host.GetCriticalLogs()); n != 1 {
+		t.Fatalf("%d critical logs, want the detection logged once per VM: %q", n, host.GetCriticalLogs())
+	}
+	if n, _ := host.GetCounterMetric("spillway_misconfigured_total"); n != 2 {
+		t.Fatalf("misconfigured = %d, want 2", n)
+	}
+}
+
+func TestABodyCallbackProvesTheOption(t *testing.T) {
+	host, clk, _ := newClockedHost(t, policyJSON(t, testPolicy), nil)
+	proof := host.InitializeHttpContext()
+	host.CallOnRequestHeaders(proof, chatHeaders("/v1/chat/completions"), false)
+	host.CallOnRequestBody(proof, []byte(`{"model":`), false) // a slow upload: more to come
+	slow := host.InitializeHttpContext()
+	host.CallOnRequestHeaders(slow, chatHeaders("/v1/chat/completions"), false)
+	clk.Advance(time.Minute)
+	host.Tick()
+	for _, id := range []uint32{proof, slow} {
+		if lr := host.GetSentLocalResponse(id); lr != nil {
+			t.Fatalf("stream %d answered %d after the option was proven: no false alarms on slow uploads", id, lr.StatusCode)
+		}
 	}
 }
 
 func TestPanicInCallbackFailsOpen(t *testing.T) {
-	host, status := newHost(t, demoPolicyJSON(t), func(cb string) {
-		if cb == "request headers" {
+	host, status := newHost(t, policyJSON(t, testPolicy), func(cb string) {
+		if cb == "request body" {
 			panic("boom")
 		}
 	})
@@ -132,44 +405,17 @@ func TestPanicInCallbackFailsOpen(t *testing.T) {
 		t.Fatalf("start: %v", status)
 	}
 	id := host.InitializeHttpContext()
-	if a := host.CallOnRequestHeaders(id, [][2]string{{":path", "/"}, {":method", "GET"}}, true); a != types.ActionContinue {
+	host.CallOnRequestHeaders(id, chatHeaders("/v1/chat/completions"), false)
+	if a := host.CallOnRequestBody(id, []byte(`{"model":"gpt-4o"}`), true); a != types.ActionContinue {
 		t.Fatalf("action after panic = %v, want Continue (fail open)", a)
 	}
 	if n, _ := host.GetCounterMetric("spillway_panics_total"); n != 1 {
 		t.Errorf("spillway_panics_total = %d, want 1", n)
 	}
-	if logs := strings.Join(host.GetErrorLogs(), "\n"); !strings.Contains(logs, "panic in request headers") {
+	if logs := strings.Join(host.GetErrorLogs(), "\n"); !strings.Contains(logs, "panic in request body") {
 		t.Errorf("error logs %q do not report the panic", logs)
 	}
-}
-
-func TestUnsafeModelNamesAreNotEchoed(t *testing.T) {
-	cases := []struct {
-		name string // what is wrong with the body's model
-		body string // request body
-		want string // x-spillway-model
-	}{
-		{"ordinary", `{"model":"claude-sonnet-4"}`, "claude-sonnet-4"},
-		{"unicode is fine", `{"model":"模型-1"}`, "模型-1"},
-		{"CR LF injection", `{"model":"gpt-4o\r\nset-cookie: x=1"}`, unrouted},
-		{"control byte", `{"model":"a\u0000b"}`, unrouted},
-		{"too long", `{"model":"` + strings.Repeat("m", maxModelLength+1) + `"}`, unrouted},
-		{"not a string", `{"model":{"a":1}}`, unrouted},
-		{"missing", `{"messages":[]}`, unrouted},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			host, status := newHost(t, demoPolicyJSON(t), nil)
-			if status != types.OnPluginStartStatusOK {
-				t.Fatal(status)
-			}
-			id := host.InitializeHttpContext()
-			host.CallOnRequestHeaders(id, [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}}, false)
-			host.CallOnRequestBody(id, []byte(c.body), true)
-			host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, false)
-			if got, _ := header(host.GetCurrentResponseHeaders(id), HeaderModel); got != c.want {
-				t.Fatalf("%s = %q, want %q", HeaderModel, got, c.want)
-			}
-		})
+	if a := host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true); a != types.ActionContinue {
+		t.Fatalf("response after the panic: %v", a)
 	}
 }

@@ -73,17 +73,6 @@ func TestRewriteModel(t *testing.T) {
 	}
 }
 
-func TestParseAPI(t *testing.T) {
-	for _, a := range []API{APIOpenAI, APIAnthropic} {
-		if got, err := ParseAPI(a.String()); err != nil || got != a {
-			t.Errorf("ParseAPI(%q) = %v, %v", a.String(), got, err)
-		}
-	}
-	if _, err := ParseAPI("gemini"); err == nil {
-		t.Error("ParseAPI accepted an unknown API")
-	}
-}
-
 func TestCredentialAndHopByHopHeaders(t *testing.T) {
 	for _, h := range []string{"authorization", "x-api-key", "api-key", "x-goog-api-key"} {
 		if !IsCredentialHeader(h) {

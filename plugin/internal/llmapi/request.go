@@ -13,36 +13,6 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// API is the wire format a provider speaks and a request is written in.
-type API uint8
-
-// The APIs Spillway routes. APINone is a path Spillway does not route.
-const (
-	APINone API = iota
-	APIOpenAI
-	APIAnthropic
-)
-
-var apiNames = [...]string{"none", "openai", "anthropic"}
-
-// String returns the API's name as the policy spells it.
-func (a API) String() string {
-	if int(a) < len(apiNames) {
-		return apiNames[a]
-	}
-	return "unknown"
-}
-
-// ParseAPI reads an API name as the policy spells it.
-func ParseAPI(s string) (API, error) {
-	for i, n := range apiNames[1:] {
-		if s == n {
-			return API(i + 1), nil
-		}
-	}
-	return APINone, fmt.Errorf("llmapi: unknown API %q", s)
-}
-
 // MaxModelLength bounds the model name Spillway accepts from a client (the policy's own
 // limit on model names).
 const MaxModelLength = 256

@@ -244,3 +244,32 @@ func retrySuffix(retryAfter time.Duration) string {
 func target(provider, connection string) string {
 	return "provider " + strconv.Quote(provider) + " connection " + strconv.Quote(connection)
 }
+
+// Codes of the request-path replies added with routing.
+const (
+	CodeModelNotFound = "model_not_found"
+	CodeMisconfigured = "spillway_misconfigured"
+	CodeUpstreamError = "upstream_error"
+)
+
+// ModelNotFound is 404 model_not_found: no route of the policy serves the requested model.
+func ModelNotFound(model string) Reply {
+	msg := "no route serves model " + strconv.Quote(clip(model, maxClientText))
+	return finish(404, CodeModelNotFound, 0, open(CodeModelNotFound, TypeInvalidRequest, msg))
+}
+
+// Misconfigured is 500 spillway_misconfigured: the proxy does not hold request headers
+// while the body arrives (the Wasm filter's PluginConfig lacks
+// allow_on_headers_stop_iteration: true), so Spillway cannot route on the body.
+func Misconfigured() Reply {
+	msg := "the proxy is misconfigured for Spillway: set allow_on_headers_stop_iteration: true in the Wasm filter's " +
+		"PluginConfig (Envoy >= 1.36); without it no request body reaches the filter"
+	return finish(500, CodeMisconfigured, 0, open(CodeMisconfigured, TypeServer, msg))
+}
+
+// UpstreamFailed is 502 upstream_error: every attempt failed without a response Spillway
+// could pass on (connection failures, timeouts).
+func UpstreamFailed(attempts int) Reply {
+	msg := "no upstream answered: " + strconv.Itoa(attempts) + " attempt(s) failed"
+	return finish(502, CodeUpstreamError, 0, open(CodeUpstreamError, TypeServer, msg))
+}

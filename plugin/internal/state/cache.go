@@ -1,5 +1,7 @@
 package state
 
+import "errors"
+
 // GenerationKey is the shared-data key every Cache bumps after writing a cached key. Its
 // CAS is the generation: Envoy's CAS counter is process-global and every successful set takes
 // a fresh value, so the CAS of this key changes whenever any worker writes anything cached.
@@ -42,7 +44,7 @@ type cacheEntry struct {
 
 // CacheStats counts what a Cache did, for tests and benchmarks.
 type CacheStats struct {
-	Hits, Misses, Refreshes, Flushes, Bumps uint64
+	Hits, Misses, Refreshes, Flushes, Bumps, BumpErrors uint64
 }
 
 // NewCache wraps store. live selects the keys that bypass the cache (nil: none).
@@ -119,7 +121,26 @@ func (c *Cache) Set(key string, value []byte, cas uint32) error {
 	}
 	c.known = false // our own generation bump below makes our next Refresh start over
 	c.stats.Bumps++
-	return c.store.Set(GenerationKey, []byte{1}, 0)
+	if err := c.bump(); err != nil {
+		// The write itself succeeded; other workers see it once their entries go (the next
+		// write anyone makes bumps the generation again).
+		c.stats.BumpErrors++
+	}
+	return nil
+}
+
+// bump moves the generation on. Envoy takes cas 0 as unconditional, so one set does it; a
+// host that refuses cas 0 on an existing key (the SDK's proxytest does) gets the key's CAS
+// read back and a compare-and-swap.
+func (c *Cache) bump() error {
+	err := c.store.Set(GenerationKey, []byte{1}, 0)
+	for attempt := 0; errors.Is(err, ErrCasMismatch) && attempt < MaxCASAttempts; attempt++ {
+		var cas uint32
+		if _, cas, _, err = c.store.Get(GenerationKey); err == nil {
+			err = c.store.Set(GenerationKey, []byte{1}, cas)
+		}
+	}
+	return err
 }
 
 // CreateCAS implements Store.

@@ -159,3 +159,60 @@ func (f *failingStore) Get(key string) ([]byte, uint32, bool, error) {
 	}
 	return f.Store.Get(key)
 }
+
+// bumpFailingStore refuses every write of the generation key.
+type bumpFailingStore struct{ Store }
+
+func (b *bumpFailingStore) Set(key string, value []byte, cas uint32) error {
+	if key == GenerationKey {
+		return errors.New("no")
+	}
+	return b.Store.Set(key, value, cas)
+}
+
+func TestCacheWriteSucceedsWhenTheGenerationBumpFails(t *testing.T) {
+	mem := NewMemStore()
+	c := NewCache(&bumpFailingStore{Store: mem}, nil)
+	c.Refresh()
+	if err := c.Set("spw1:k", []byte("v"), 0); err != nil {
+		t.Fatalf("Set = %v: the key was written, only the generation bump failed", err)
+	}
+	if v, _, _, _ := mem.Get("spw1:k"); string(v) != "v" {
+		t.Fatalf("stored %q", v)
+	}
+	if st := c.Stats(); st.BumpErrors != 1 {
+		t.Fatalf("bump errors %d, want 1", st.BumpErrors)
+	}
+}
+
+// casZeroRefusingStore refuses cas 0 on an existing key, as the SDK's proxytest does.
+type casZeroRefusingStore struct{ *MemStore }
+
+func (s casZeroRefusingStore) Set(key string, value []byte, cas uint32) error {
+	if _, _, _, err := s.MemStore.Get(key); err == nil && cas == 0 {
+		if _, c, found, _ := s.MemStore.Get(key); found || c != 0 {
+			return ErrCasMismatch
+		}
+	}
+	return s.MemStore.Set(key, value, cas)
+}
+
+func TestCacheBumpsOnAHostThatRefusesUnconditionalSets(t *testing.T) {
+	s := casZeroRefusingStore{NewMemStore()}
+	a, b := NewCache(s, nil), NewCache(s, nil)
+	a.Refresh()
+	b.Refresh()
+	b.Get("spw1:k")
+	for i := byte(1); i <= 2; i++ {
+		if err := a.Set("spw1:k", []byte{i}, 0); err != nil && !errors.Is(err, ErrCasMismatch) {
+			t.Fatal(err)
+		}
+	}
+	if st := a.Stats(); st.BumpErrors != 0 {
+		t.Fatalf("bump errors %d: the CAS fallback did not bump", st.BumpErrors)
+	}
+	b.Refresh()
+	if _, _, found, _ := b.Get("spw1:k"); !found {
+		t.Fatal("the other worker did not see the write after its refresh")
+	}
+}

@@ -1,0 +1,212 @@
+package filter
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/admission"
+	"github.com/spillwayproxy/spillway/plugin/internal/engine"
+	"github.com/spillwayproxy/spillway/plugin/internal/llmapi"
+	"github.com/spillwayproxy/spillway/policies"
+)
+
+// Same-request failover. When an attempt fails retriably before anything reached the
+// client, the next candidate is tried with proxy_http_call to its cluster (the buffered
+// body, that target's credential and model) while the failed response stays held; the final
+// result replaces it with a local reply (research: what Higress ai-proxy does). The host's
+// async client buffers the whole answer, so a failover attempt's response is not streamed:
+// the client gets it in one piece when it is complete.
+
+// startFailover dispatches the next candidate that can go now as a callout. It reports
+// false when there is none (or the attempt count or time budget is spent).
+func (h *httpContext) startFailover() bool {
+	p := h.plugin
+	budget := p.res.Failover
+	for h.next < len(h.plan.Targets) {
+		if h.attempts >= budget.MaxAttempts || p.now.Sub(h.started) >= budget.Budget {
+			return false
+		}
+		t := h.plan.Targets[h.next]
+		h.next++
+		d, err := p.engine.Dispatch(t)
+		if d.Wake {
+			p.peers.wakeAll(p)
+		}
+		var refusal *admission.Error
+		switch {
+		case errors.Is(err, engine.ErrTargetUnavailable), errors.As(err, &refusal):
+			continue // its provider's probe is taken, or its queue is full: the next one
+		case err != nil:
+			proxywasm.LogWarnf("spillway: admission: %v", err) // shared data failed: fail open
+		case d.Waiting:
+			// A failover attempt does not queue: the client has waited already.
+			if _, err := p.engine.Abandon(d); err != nil {
+				proxywasm.LogWarnf("spillway: cancel queue ticket: %v", err)
+			}
+			continue
+		}
+		h.startAttempt(d)
+		if h.callout(budget.Budget - p.now.Sub(h.started)) {
+			h.phase = phaseCallout
+			return true
+		}
+		// The host refused the call (an unknown cluster): give the attempt back, go on.
+		h.abandon()
+	}
+	return false
+}
+
+// callout sends the request to the attempt's target with proxy_http_call.
+func (h *httpContext) callout(budgetLeft time.Duration) bool {
+	p := h.plugin
+	pv, cn := h.provider(), h.connection()
+	body := h.body
+	if model := h.d.Target.Model; model != h.model {
+		var err error
+		if body, err = llmapi.RewriteModel(h.body, model); err != nil {
+			proxywasm.LogWarnf("spillway: %v", err)
+			return false
+		}
+	}
+	timeout := cn.ExecutionMaxWait
+	if budgetLeft < timeout {
+		timeout = budgetLeft
+	}
+	ms := uint32(max(timeout.Milliseconds(), 1))
+	if _, err := proxywasm.DispatchHttpCall(pv.Cluster, h.calloutHeaders(pv, cn), body, nil, ms, h.onCalloutResponse); err != nil {
+		proxywasm.LogWarnf("spillway: failover to %s (cluster %q): %v", h.targetName(), pv.Cluster, err)
+		return false
+	}
+	p.unwatch(h)
+	p.watch(h) // lease renewal while it runs
+	return true
+}
+
+// calloutHeaders are the client's request headers as the target must get them: the
+// provider's :authority, the connection's credential instead of any client credential, no
+// session, cluster, framing or hop-by-hop headers, no Accept-Encoding (the answer must be
+// readable).
+func (h *httpContext) calloutHeaders(pv *policies.ResolvedProvider, cn *policies.ResolvedConnection) [][2]string {
+	clusterHeader := h.plugin.res.Routing.ClusterHeader
+	out := make([][2]string, 0, len(h.reqHeaders)+1)
+	for _, kv := range h.reqHeaders {
+		k := kv[0]
+		switch {
+		case k == ":authority" && pv.Authority != "":
+			out = append(out, [2]string{k, pv.Authority})
+			continue
+		case k == ":method" || k == ":path" || k == ":authority":
+		case strings.HasPrefix(k, ":"), llmapi.IsHopByHop(k), llmapi.IsCredentialHeader(k),
+			k == clusterHeader, k == "accept-encoding", isSessionHeader(k), k == cn.CredentialHeader:
+			continue
+		}
+		out = append(out, kv)
+	}
+	if cn.CredentialHeader != "" {
+		out = append(out, [2]string{cn.CredentialHeader, cn.CredentialValue.Reveal()})
+	}
+	return out
+}
+
+func isSessionHeader(name string) bool {
+	for _, s := range policies.SessionAffinityHeaders {
+		if name == s {
+			return true
+		}
+	}
+	return false
+}
+
+// onCalloutResponse is a failover attempt's answer (proxy_on_http_call_response, run with
+// this stream as the effective context).
+func (h *httpContext) onCalloutResponse(numHeaders, bodySize, _ int) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.plugin.metrics.panics.Increment(1)
+			proxywasm.LogErrorf("spillway: panic in failover answer: %v", r)
+			h.abandon()
+			h.phase = phasePass
+			_ = proxywasm.ResumeHttpResponse()
+		}
+	}()
+	if h.phase != phaseCallout {
+		return
+	}
+	p := h.plugin
+	p.readClock()
+	ttfb := p.now.Sub(h.dispatchedAt)
+	if numHeaders == 0 {
+		fr := h.recordFailure(engine.Outcome{Status: 0, Message: "failover attempt got no response", TTFB: ttfb})
+		h.carryOut(h.afterFailure(fr, nil))
+		return
+	}
+	hdrs, err := proxywasm.GetHttpCallResponseHeaders()
+	if err != nil {
+		hdrs = nil
+	}
+	body, err := proxywasm.GetHttpCallResponseBody(0, bodySize)
+	if err != nil {
+		body = nil
+	}
+	status, contentType := statusAndType(hdrs)
+	if status >= 200 && status < 300 {
+		failedStatus, failedBody := 0, []byte(nil)
+		if isEventStream(contentType) {
+			switch fe := llmapi.ScanFirst(body, true); fe.Verdict {
+			case llmapi.Failed:
+				p.metrics.streamErrors.Increment(1)
+				failedStatus, failedBody = fe.Status, wrapError(fe.Error)
+			case llmapi.Empty:
+				failedStatus = 502
+			}
+		}
+		if failedStatus == 0 {
+			h.recordSuccess(ttfb)
+			h.release()
+			h.sendLocal(status, replyHeaders(hdrs), body)
+			return
+		}
+		fr := h.recordFailure(engine.Outcome{Status: failedStatus, Body: failedBody, TTFB: ttfb})
+		fr.restatedTo = 0
+		h.carryOut(h.afterFailure(fr, &attemptFailure{status: status, headers: hdrs, body: body, fromCallout: true}))
+		return
+	}
+	errBody := body
+	if len(errBody) > maxErrorBody {
+		errBody = errBody[:maxErrorBody]
+	}
+	fr := h.recordFailure(engine.Outcome{Status: status, Headers: hdrs, Body: errBody, TTFB: ttfb})
+	h.carryOut(h.afterFailure(fr, &attemptFailure{status: status, headers: hdrs, body: body, fromCallout: true}))
+}
+
+// carryOut finishes a response-path step taken outside a response callback: the held
+// response goes on when it is the answer.
+func (h *httpContext) carryOut(s step) {
+	if s != stepProceed {
+		return
+	}
+	if err := proxywasm.ResumeHttpResponse(); err != nil {
+		proxywasm.LogWarnf("spillway: resume response: %v", err)
+	}
+}
+
+// executionTimeout answers an attempt that has had no response for executionMaxWaitMs:
+// 504 RATE_LIMIT_EXECUTION_TIMEOUT (guide §5), recorded as the provider's timeout.
+func (h *httpContext) executionTimeout(limit time.Duration) {
+	p := h.plugin
+	r := p.engine.Record(h.d, engine.Outcome{TimedOut: true, Message: "no response within executionMaxWaitMs (" +
+		strconv.FormatInt(limit.Milliseconds(), 10) + " ms)"}, &h.plan)
+	h.inFlight = false
+	if r.Errors != nil {
+		proxywasm.LogDebugf("spillway: record timeout on %s: %v", h.targetName(), r.Errors)
+	}
+	rep, ok := p.engine.AdmissionReply(h.d.Target, admission.ErrExecutionTimeout)
+	if !ok {
+		return
+	}
+	h.reply(rep)
+}

@@ -1,0 +1,288 @@
+package filter
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/engine"
+	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/policies"
+)
+
+// Tick periods: a VM with streams waiting on time (a queue, a combo wait, a held stream)
+// ticks often; an idle one only for the missing-option detector, lease renewals and its
+// heartbeat.
+const (
+	busyTickMs = 100
+	idleTickMs = 1000
+)
+
+// liveKeyPrefixes are the shared-data records that change on most requests (concurrency
+// leases and queues, round-robin turns, session pins, the VM directory): they bypass the
+// per-VM cache and do not bump its generation, so they do not make every other worker
+// re-read everything after every request.
+var liveKeyPrefixes = [...]string{state.KeyPrefix + "adm:", state.KeyPrefix + "sel:",
+	state.KeyPrefix + "aff:", vmDirectoryKey}
+
+func isLiveKey(key string) bool {
+	for _, p := range liveKeyPrefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// pluginContext is one VM's root context: the policy, the engine over shared data, and
+// the streams that wait for a tick or a wake-up.
+type pluginContext struct {
+	types.DefaultPluginContext
+	policy  *policies.Policy
+	res     *policies.Resolved
+	engine  *engine.Engine
+	store   sharedStore
+	cache   *state.Cache
+	metrics metrics
+	// now is the time of the callback being run: read once per callback (every read of
+	// the WASI clock is a host call).
+	now time.Time
+
+	vmID    string // random, names this VM's wake queue
+	wakeQID uint32
+	peers   peers
+
+	// watched are the streams a tick or a wake-up must look at.
+	watched []*httpContext
+	tickMs  uint32
+	// optionProven: a stream held at its request headers got a body callback, so the
+	// proxy has allow_on_headers_stop_iteration and the detector is off for this VM.
+	optionProven    bool
+	misconfigLogged bool
+
+	// models interns the model names the policy knows, so a request's model (read out of
+	// its body) needs no copy when it is one of them.
+	models map[string]string
+
+	// beforeCallback, when set (tests only), runs at the start of every stream callback.
+	beforeCallback func(callback string)
+	// timeNow, when set (tests only), replaces the wall clock.
+	timeNow func() time.Time
+}
+
+// clock is the engine's view of time: the callback's.
+func (p *pluginContext) clock() time.Time { return p.now }
+
+// readClock reads the time once at the start of a callback (the guest's wall clock; a
+// test's clock natively).
+func (p *pluginContext) readClock() {
+	if p.timeNow != nil {
+		p.now = p.timeNow()
+		return
+	}
+	p.now = time.Now()
+}
+
+// OnPluginStart implements types.PluginContext: it parses the policy, builds the engine on
+// it and refuses to start, with every problem and its field path in a critical log, when
+// either rejects it. Each policy warning is logged.
+func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStartStatus) {
+	defer func() {
+		if r := recover(); r != nil {
+			proxywasm.LogCriticalf("spillway: refusing to start: panic while loading the policy: %v", r)
+			status = types.OnPluginStartStatusFailed
+		}
+	}()
+	p.readClock()
+	policy, err := loadPolicy(configSize)
+	if err != nil {
+		proxywasm.LogCriticalf("spillway: refusing to start: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	for _, w := range policy.Warnings {
+		proxywasm.LogWarnf("spillway: policy warning: %v", w)
+	}
+	p.policy, p.res = policy, policy.Resolved()
+	p.cache = state.NewCache(&p.store, isLiveKey)
+	if p.engine, err = engine.New(policy, p.cache, state.ClockFunc(p.clock), engine.Options{}); err != nil {
+		proxywasm.LogCriticalf("spillway: refusing to start: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	p.metrics = defineMetrics()
+	p.models = internTable(p.res)
+	// Reserve the creation CAS now (a shared-data write, not allowed during _initialize) so
+	// the first request that records state does not pay for it.
+	if _, err := p.store.CreateCAS(); err != nil {
+		proxywasm.LogWarnf("spillway: %v", err)
+	}
+	if err := p.startWakeQueue(); err != nil {
+		// Without it queued requests still resume on ticks, only later.
+		proxywasm.LogWarnf("spillway: %v; queued requests resume on ticks only", err)
+	}
+	p.setTick(idleTickMs)
+	proxywasm.LogInfof("spillway: policy loaded: %d providers, %d routes", len(p.res.Providers), len(p.res.Routes))
+	return types.OnPluginStartStatusOK
+}
+
+// loadPolicy reads and parses the plugin configuration. ${ENV} references expand from the
+// VM environment (Envoy's vm_config.environment_variables, Istio's vmConfig.env).
+func loadPolicy(configSize int) (*policies.Policy, error) {
+	if configSize == 0 {
+		return nil, fmt.Errorf("no policy configured: set the plugin configuration to a Spillway policy (JSON)")
+	}
+	data, err := proxywasm.GetPluginConfiguration()
+	if err != nil {
+		return nil, fmt.Errorf("read plugin configuration: %w", err)
+	}
+	policy, err := policies.Parse(data, policies.ParseOptions{LookupEnv: os.LookupEnv})
+	if err != nil {
+		return nil, fmt.Errorf("invalid policy:\n%w", err)
+	}
+	return policy, nil
+}
+
+// internTable lists every model name the policy spells: exact route models and target
+// models.
+func internTable(res *policies.Resolved) map[string]string {
+	m := make(map[string]string)
+	for i := range res.Routes {
+		r := &res.Routes[i]
+		m[r.Model] = r.Model
+		for _, t := range r.Targets {
+			if t.Model != "" {
+				m[t.Model] = t.Model
+			}
+		}
+	}
+	return m
+}
+
+// intern returns the policy's copy of a model name, or a copy of it: a request's model is
+// read out of its body, which must not be kept alive (or aliased) by the engine's tables.
+func (p *pluginContext) intern(model string) string {
+	if s, ok := p.models[model]; ok {
+		return s
+	}
+	return strings.Clone(model)
+}
+
+// NewHttpContext implements types.PluginContext.
+func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
+	p.metrics.requests.Increment(1)
+	return &httpContext{plugin: p, id: contextID}
+}
+
+// setTick changes the tick period when it differs.
+func (p *pluginContext) setTick(ms uint32) {
+	if p.tickMs == ms {
+		return
+	}
+	if err := proxywasm.SetTickPeriodMilliSeconds(ms); err != nil {
+		proxywasm.LogWarnf("spillway: set tick period: %v", err)
+		return
+	}
+	p.tickMs = ms
+}
+
+// watch adds a stream to the ones ticks and wake-ups look at.
+func (p *pluginContext) watch(h *httpContext) {
+	if h.watched {
+		return
+	}
+	h.watched = true
+	p.watched = append(p.watched, h)
+	if h.needsBusyTick() {
+		p.setTick(busyTickMs)
+	}
+}
+
+// unwatch removes a stream.
+func (p *pluginContext) unwatch(h *httpContext) {
+	if !h.watched {
+		return
+	}
+	h.watched = false
+	for i, w := range p.watched {
+		if w == h {
+			last := len(p.watched) - 1
+			p.watched[i] = p.watched[last]
+			p.watched[last] = nil
+			p.watched = p.watched[:last]
+			break
+		}
+	}
+}
+
+// OnTick implements types.PluginContext: it moves on every stream that waits on time, runs
+// the missing-option detector and the lease renewals, and keeps this VM in the directory.
+func (p *pluginContext) OnTick() {
+	defer p.recoverRoot("tick")
+	p.readClock()
+	p.peers.heartbeat(p)
+	busy := false
+	for i := 0; i < len(p.watched); {
+		h := p.watched[i]
+		h.onTick()
+		if i < len(p.watched) && p.watched[i] == h { // not unwatched meanwhile
+			busy = busy || h.needsBusyTick()
+			i++
+		}
+	}
+	if busy {
+		p.setTick(busyTickMs)
+	} else {
+		p.setTick(idleTickMs)
+	}
+}
+
+// OnQueueReady implements types.PluginContext: a slot was freed somewhere in the process;
+// every stream of this VM waiting in a queue tries again.
+func (p *pluginContext) OnQueueReady(queueID uint32) {
+	defer p.recoverRoot("queue ready")
+	p.readClock()
+	for {
+		if _, err := proxywasm.DequeueSharedQueue(queueID); err != nil {
+			break // Empty (or gone): drained
+		}
+	}
+	for i := 0; i < len(p.watched); {
+		h := p.watched[i]
+		if h.phase == phaseQueued {
+			h.retryAdmission()
+		}
+		if i < len(p.watched) && p.watched[i] == h {
+			i++
+		}
+	}
+}
+
+// recoverRoot keeps a panic in a root callback from escaping (it would fail the VM).
+func (p *pluginContext) recoverRoot(callback string) {
+	if r := recover(); r != nil {
+		p.metrics.panics.Increment(1)
+		proxywasm.LogErrorf("spillway: panic in %s: %v", callback, r)
+	}
+}
+
+// startWakeQueue registers this VM's wake queue under a random name and enters it in the
+// directory other VMs read when they free a slot.
+func (p *pluginContext) startWakeQueue() error {
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return fmt.Errorf("wake queue: %w", err)
+	}
+	p.vmID = hex.EncodeToString(id[:])
+	qid, err := proxywasm.RegisterSharedQueue(wakeQueuePrefix + p.vmID)
+	if err != nil {
+		return fmt.Errorf("wake queue: register: %w", err)
+	}
+	p.wakeQID = qid
+	p.peers.heartbeat(p)
+	return nil
+}

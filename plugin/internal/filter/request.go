@@ -1,0 +1,367 @@
+package filter
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/admission"
+	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
+	"github.com/spillwayproxy/spillway/plugin/internal/combo"
+	"github.com/spillwayproxy/spillway/plugin/internal/engine"
+	"github.com/spillwayproxy/spillway/plugin/internal/llmapi"
+	"github.com/spillwayproxy/spillway/plugin/internal/replies"
+	"github.com/spillwayproxy/spillway/policies"
+)
+
+// OnHttpRequestHeaders implements types.HttpContext. A client-sent cluster header and the
+// session headers never reach the upstream. A POST to one of the policy's LLM API paths is
+// held (Pause) until its body has arrived; every other request passes through untouched.
+func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action types.Action) {
+	defer h.failOpen("request headers", &action)
+	h.enter("request headers")
+	p := h.plugin
+	hdrs, err := proxywasm.GetHttpRequestHeaders()
+	if err != nil {
+		proxywasm.LogDebugf("spillway: request headers: %v", err)
+		return types.ActionContinue
+	}
+	var path, method string
+	clusterHeader := p.res.Routing.ClusterHeader
+	for _, kv := range hdrs {
+		switch k := kv[0]; k {
+		case ":path":
+			path = kv[1]
+		case ":method":
+			method = kv[1]
+		case "accept-encoding":
+			h.present |= hasAcceptEncoding
+		case "content-length":
+			h.present |= hasContentLength
+		case clusterHeader:
+			h.present |= hasClusterHeader
+		default:
+			for i, name := range policies.SessionAffinityHeaders {
+				if k == name {
+					h.present |= sessionBit(i)
+					if h.session == "" {
+						h.session = kv[1]
+					}
+				}
+			}
+			for i, name := range llmapi.CredentialHeaders {
+				if k == name {
+					h.present |= credentialBit(i)
+				}
+			}
+		}
+	}
+	if h.present&hasClusterHeader != 0 {
+		removeRequestHeader(clusterHeader) // a client never chooses a cluster
+	}
+	for i, name := range policies.SessionAffinityHeaders {
+		if h.present&sessionBit(i) != 0 {
+			removeRequestHeader(name) // correlation ids for Spillway only
+		}
+	}
+	api, routed := p.res.Routing.APIOf(path)
+	if !routed || method != "POST" {
+		return types.ActionContinue
+	}
+	h.api, h.reqHeaders, h.started, h.heldAt = api, hdrs, p.now, p.now
+	if endOfStream {
+		h.reply(replies.InvalidRequest("request has no body"))
+		return types.ActionPause
+	}
+	h.phase = phaseBody
+	if !p.optionProven {
+		p.watch(h)
+	}
+	return types.ActionPause
+}
+
+// OnHttpRequestBody implements types.HttpContext: a routed request's body is buffered
+// (Pause) until its end, then routed.
+func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) (action types.Action) {
+	defer h.failOpen("request body", &action)
+	if h.phase != phaseBody {
+		return types.ActionContinue
+	}
+	h.enter("request body")
+	p := h.plugin
+	if !h.sawBody {
+		h.sawBody = true
+		if !p.optionProven {
+			p.optionProven = true // the body reached a held request: the option is set
+			p.unwatch(h)
+		}
+	}
+	if limit := p.res.MaxRequestBodyBytes; int64(bodySize) > limit {
+		h.reply(replies.RequestTooLarge(limit))
+		return types.ActionPause
+	}
+	if !endOfStream {
+		return types.ActionPause
+	}
+	return h.requestAction(h.endOfRequest(bodySize))
+}
+
+// OnHttpRequestTrailers implements types.HttpContext: trailers end a routed request's body.
+func (h *httpContext) OnHttpRequestTrailers(int) (action types.Action) {
+	defer h.failOpen("request trailers", &action)
+	if h.phase != phaseBody {
+		return types.ActionContinue
+	}
+	h.enter("request trailers")
+	return h.requestAction(h.endOfRequest(int(h.plugin.res.MaxRequestBodyBytes)))
+}
+
+// step is what routing did with a request.
+type step uint8
+
+const (
+	stepProceed step = iota // a target is set on the request: let it go upstream
+	stepWait                // waiting for a slot or a cooldown: stay paused
+	stepAnswered            // Spillway replied itself
+)
+
+// requestAction turns a step into the request callback's action.
+func (h *httpContext) requestAction(s step) types.Action {
+	if s == stepProceed {
+		return types.ActionContinue
+	}
+	return types.ActionPause
+}
+
+// resumeRequest carries a step out from a root callback (tick, queue wake-up): a request
+// that got its target continues.
+func (h *httpContext) resumeRequest(s step) {
+	if s != stepProceed {
+		return
+	}
+	if err := proxywasm.ResumeHttpRequest(); err != nil {
+		proxywasm.LogWarnf("spillway: resume request: %v", err)
+	}
+}
+
+// endOfRequest reads and checks the whole body, then routes the request.
+func (h *httpContext) endOfRequest(bodySize int) step {
+	p := h.plugin
+	body, err := proxywasm.GetHttpRequestBody(0, bodySize)
+	if err != nil || len(body) == 0 {
+		h.reply(replies.InvalidRequest("request has no body"))
+		return stepAnswered
+	}
+	req, err := llmapi.ParseRequest(body)
+	if err != nil {
+		h.reply(replies.InvalidRequest(err.Error()))
+		return stepAnswered
+	}
+	h.body, h.model, h.stream = body, p.intern(req.Model), req.Stream
+	return h.planAndDispatch()
+}
+
+// planAndDispatch plans the request's targets and dispatches the first one that can go.
+func (h *httpContext) planAndDispatch() step {
+	p := h.plugin
+	rr, ok := p.res.Route(h.model)
+	if !ok {
+		h.reply(replies.ModelNotFound(h.model))
+		return stepAnswered
+	}
+	var key affinity.Key
+	if h.session != "" && p.res.SessionAffinityTTL > 0 {
+		var err error
+		if key, err = affinity.NewKey(rr.Model, h.session); err != nil {
+			proxywasm.LogDebugf("spillway: session id ignored: %v", err)
+		}
+	}
+	if err := p.cache.Refresh(); err != nil {
+		proxywasm.LogWarnf("spillway: shared data: %v", err)
+	}
+	plan, err := p.engine.Plan(h.model, h.api, key, &h.buf)
+	if err != nil && !errors.Is(err, engine.ErrNoRoute) {
+		proxywasm.LogWarnf("spillway: plan %q: %v", h.model, err)
+	}
+	if plan.Degraded != nil {
+		proxywasm.LogDebugf("spillway: plan %q degraded: %v", h.model, plan.Degraded)
+	}
+	h.plan, h.next, h.refusal = plan, 0, nil
+	return h.dispatchRequest()
+}
+
+// dispatchRequest tries the plan's targets in order and sends the request to the first one
+// that grants a slot. A target whose queue would make the request wait is passed over for a
+// later one that can go now; when none can, the request waits in the first such queue.
+func (h *httpContext) dispatchRequest() step {
+	p := h.plugin
+	var waiting engine.Dispatch
+	hasWaiting := false
+	for h.next < len(h.plan.Targets) {
+		t := h.plan.Targets[h.next]
+		h.next++
+		d, err := p.engine.Dispatch(t)
+		if d.Wake {
+			p.peers.wakeAll(p)
+		}
+		var refusal *admission.Error
+		switch {
+		case errors.Is(err, engine.ErrTargetUnavailable):
+			continue
+		case errors.As(err, &refusal):
+			if h.refusal == nil {
+				h.refusal, h.d = err, d
+			}
+			continue
+		case err != nil:
+			// Shared data failed: admission fails open for this request.
+			proxywasm.LogWarnf("spillway: admission: %v", err)
+		case d.Waiting:
+			if !hasWaiting {
+				waiting, hasWaiting = d, true
+			} else if _, err := p.engine.Abandon(d); err != nil {
+				proxywasm.LogWarnf("spillway: cancel queue ticket: %v", err)
+			}
+			continue
+		}
+		if hasWaiting {
+			if _, err := p.engine.Abandon(waiting); err != nil {
+				proxywasm.LogWarnf("spillway: cancel queue ticket: %v", err)
+			}
+		}
+		h.startAttempt(d)
+		h.applyTarget()
+		return stepProceed
+	}
+	if hasWaiting {
+		h.d, h.phase = waiting, phaseQueued
+		p.metrics.queued.Increment(1)
+		p.watch(h)
+		return stepWait
+	}
+	return h.noTarget()
+}
+
+// startAttempt makes d the attempt in flight.
+func (h *httpContext) startAttempt(d engine.Dispatch) {
+	p := h.plugin
+	h.d, h.inFlight, h.holding = d, true, true
+	h.attempts++
+	h.dispatchedAt = p.now
+	h.phase = phaseUpstream
+	p.metrics.attempts.Increment(1)
+	if h.attempts == 1 {
+		p.metrics.routed.Increment(1)
+	} else {
+		p.metrics.failovers.Increment(1)
+	}
+	p.watch(h) // execution timeout, lease renewal
+}
+
+// noTarget answers a request none of whose targets can go now: an admission refusal, a
+// combo cooldown wait, or the engine's reply for an all-excluded plan.
+func (h *httpContext) noTarget() step {
+	p := h.plugin
+	if h.refusal != nil {
+		if r, ok := p.engine.AdmissionReply(h.d.Target, h.refusal); ok {
+			h.reply(r)
+			return stepAnswered
+		}
+	}
+	dec := p.engine.AllExcluded(&h.plan, h.progress)
+	if dec.Outcome == combo.OutcomeWait {
+		h.phase, h.waitUntil, h.waitStart = phaseComboWait, p.now.Add(dec.Wait), p.now
+		p.watch(h)
+		return stepWait
+	}
+	r, ok := dec.Reply(h.model, h.plan.Excluded)
+	if !ok {
+		r = replies.NoExecutableTargets(h.model)
+	}
+	h.reply(r)
+	return stepAnswered
+}
+
+// retryAdmission checks a queued request's turn (a wake-up or a tick).
+func (h *httpContext) retryAdmission() {
+	p := h.plugin
+	d, err := p.engine.TryDispatch(h.d)
+	if d.Wake {
+		p.peers.wakeAll(p)
+	}
+	h.d = d
+	switch {
+	case errors.Is(err, engine.ErrTargetUnavailable):
+		h.effective()
+		h.resumeRequest(h.dispatchRequest())
+	case err != nil:
+		h.effective()
+		var refusal *admission.Error
+		if errors.As(err, &refusal) {
+			if r, ok := p.engine.AdmissionReply(d.Target, err); ok {
+				h.reply(r)
+				return
+			}
+		}
+		proxywasm.LogWarnf("spillway: admission: %v", err)
+		h.reply(replies.Internal())
+	case !d.Waiting:
+		h.effective()
+		h.startAttempt(d)
+		h.applyTarget()
+		h.resumeRequest(stepProceed)
+	}
+}
+
+// applyTarget sets the attempt's target on the held request: the cluster header, the
+// provider's :authority, the connection's credential in place of every client credential,
+// the target's model in the body. Accept-Encoding is dropped so an error body comes back
+// readable for classification.
+func (h *httpContext) applyTarget() {
+	p := h.plugin
+	pv := h.provider()
+	cn := h.connection()
+	replaceRequestHeader(p.res.Routing.ClusterHeader, pv.Cluster)
+	if pv.Authority != "" {
+		replaceRequestHeader(":authority", pv.Authority)
+	}
+	for i, name := range llmapi.CredentialHeaders {
+		if h.present&credentialBit(i) != 0 && name != cn.CredentialHeader {
+			removeRequestHeader(name)
+		}
+	}
+	if cn.CredentialHeader != "" {
+		replaceRequestHeader(cn.CredentialHeader, cn.CredentialValue.Reveal())
+	}
+	if h.present&hasAcceptEncoding != 0 {
+		removeRequestHeader("accept-encoding")
+	}
+	if model := h.d.Target.Model; model != h.model {
+		body, err := llmapi.RewriteModel(h.body, model)
+		if err != nil {
+			proxywasm.LogWarnf("spillway: %v", err)
+			return
+		}
+		if err := proxywasm.ReplaceHttpRequestBody(body); err != nil {
+			proxywasm.LogWarnf("spillway: replace request body: %v", err)
+			return
+		}
+		replaceRequestHeader("content-length", strconv.Itoa(len(body)))
+	}
+}
+
+// removeRequestHeader and replaceRequestHeader edit the held request headers; a failure
+// (the map is gone) only logs.
+func removeRequestHeader(name string) {
+	if err := proxywasm.RemoveHttpRequestHeader(name); err != nil {
+		proxywasm.LogDebugf("spillway: remove %s: %v", name, err)
+	}
+}
+
+func replaceRequestHeader(name, value string) {
+	if err := proxywasm.ReplaceHttpRequestHeader(name, value); err != nil {
+		proxywasm.LogDebugf("spillway: set %s: %v", name, err)
+	}
+}

@@ -1,0 +1,332 @@
+package filter
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/engine"
+	"github.com/spillwayproxy/spillway/plugin/internal/llmapi"
+	"github.com/spillwayproxy/spillway/plugin/internal/replies"
+)
+
+// maxErrorBody bounds how much of an error response Spillway reads to classify it; the
+// signals (error type, code, message, retry hints) sit at its start.
+const maxErrorBody = 64 << 10
+
+// viaUpstream is Envoy's response code details of a response that came from the upstream
+// (StreamInfo::ResponseCodeDetails::ViaUpstream, set by the router before it encodes the
+// upstream's headers).
+const viaUpstream = "via_upstream"
+
+var propResponseCodeDetails = []string{"response", "code_details"}
+
+// property reads a stream property as a string ("" when absent).
+func property(path []string) (string, bool) {
+	v, err := proxywasm.GetProperty(path)
+	if err != nil {
+		return "", false
+	}
+	return string(v), true
+}
+
+// containsDownstream reports whether response code details blame the downstream (the
+// client reset or closed the stream).
+func containsDownstream(details string) bool { return strings.Contains(details, "downstream") }
+
+// OnHttpResponseHeaders implements types.HttpContext.
+func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action types.Action) {
+	defer h.failOpen("response headers", &action)
+	if h.phase != phaseUpstream {
+		return types.ActionContinue // passed through, or Spillway's own reply
+	}
+	h.enter("response headers")
+	p := h.plugin
+	hdrs, err := proxywasm.GetHttpResponseHeaders()
+	if err != nil {
+		return types.ActionContinue
+	}
+	h.respHdrs = hdrs
+	status, contentType := statusAndType(hdrs)
+	h.status = status
+	ttfb := p.now.Sub(h.dispatchedAt)
+	if status >= 200 && status < 300 {
+		if isEventStream(contentType) && !endOfStream {
+			h.eventStream = true
+			h.phase, h.holdStart = phaseHoldFirst, p.now
+			p.watch(h)
+			return types.ActionPause
+		}
+		h.recordSuccess(ttfb)
+		h.setSpillwayHeaders()
+		h.phase, h.respEnded = phaseStreaming, endOfStream
+		return types.ActionContinue
+	}
+	if details, ok := property(propResponseCodeDetails); ok && details != viaUpstream && details != "" {
+		h.envoyReply = details
+	}
+	if endOfStream {
+		return h.responseAction(h.attemptFailed(nil))
+	}
+	h.phase = phaseHoldError
+	return types.ActionPause
+}
+
+// OnHttpResponseBody implements types.HttpContext.
+func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) (action types.Action) {
+	defer h.failOpen("response body", &action)
+	switch h.phase {
+	case phaseStreaming:
+		if h.eventStream && bodySize > 0 {
+			if chunk, err := proxywasm.GetHttpResponseBody(0, bodySize); err == nil {
+				h.tracker.Feed(chunk)
+			}
+		}
+		h.respEnded = endOfStream
+		return types.ActionContinue
+	case phaseHoldFirst:
+		h.enter("response body")
+		p := h.plugin
+		body, err := proxywasm.GetHttpResponseBody(0, bodySize)
+		if err != nil {
+			body = nil
+		}
+		fe := llmapi.ScanFirst(body, endOfStream)
+		switch {
+		case fe.Verdict == llmapi.NeedMore && bodySize < p.res.FirstEvent.MaxBytes:
+			return types.ActionPause
+		case fe.Verdict == llmapi.Failed:
+			p.metrics.streamErrors.Increment(1)
+			return h.responseAction(h.attemptFailedWith(fe.Status, wrapError(fe.Error)))
+		case fe.Verdict == llmapi.Empty:
+			return h.responseAction(h.attemptFailedWith(502, []byte(`{"error":{"message":"the event stream ended without content","type":"server_error"}}`)))
+		}
+		// Content, or past the byte bound: the stream goes on as it comes.
+		h.commitHeldStream(body)
+		h.respEnded = endOfStream
+		return types.ActionContinue
+	case phaseHoldError:
+		h.enter("response body")
+		if !endOfStream && bodySize < maxErrorBody {
+			return types.ActionPause
+		}
+		body, err := proxywasm.GetHttpResponseBody(0, min(bodySize, maxErrorBody))
+		if err != nil {
+			body = nil
+		}
+		return h.responseAction(h.attemptFailed(body))
+	}
+	return types.ActionContinue
+}
+
+// responseAction turns a step of the response path into the callback's action: the held
+// response goes on (stepProceed) or stays held (a failover attempt runs, or Spillway
+// replied).
+func (h *httpContext) responseAction(s step) types.Action {
+	if s == stepProceed {
+		return types.ActionContinue
+	}
+	return types.ActionPause
+}
+
+// commitHeldStream lets a held 200 event stream go: the attempt succeeded as far as the
+// client can tell. body is what was held (fed to the terminal-event tracker).
+func (h *httpContext) commitHeldStream(body []byte) {
+	h.recordSuccess(h.holdStart.Sub(h.dispatchedAt))
+	h.setSpillwayHeaders()
+	h.tracker.Feed(body)
+	h.phase = phaseStreaming
+	h.plugin.unwatch(h)
+	h.plugin.watch(h) // lease renewal only, at the idle tick
+}
+
+// recordSuccess records the attempt's success in every layer; its slots stay held until the
+// stream ends.
+func (h *httpContext) recordSuccess(ttfb time.Duration) {
+	if !h.inFlight {
+		return
+	}
+	h.inFlight = false
+	r := h.plugin.engine.Record(h.d, engine.Outcome{Status: 200, TTFB: ttfb}, &h.plan)
+	if r.Errors != nil {
+		proxywasm.LogDebugf("spillway: record success on %s: %v", h.targetName(), r.Errors)
+	}
+}
+
+// attemptFailed handles the router's held non-2xx response, body being (the start of) its
+// error body.
+func (h *httpContext) attemptFailed(body []byte) step {
+	return h.afterFailure(h.recordFailure(engine.Outcome{Status: h.status, Headers: h.respHdrs, Body: body,
+		TTFB: h.plugin.now.Sub(h.dispatchedAt)}), &attemptFailure{status: h.status, headers: h.respHdrs, body: body})
+}
+
+// attemptFailedWith handles a held 200 event stream whose first event is an error: a failed
+// attempt like an HTTP error with that status.
+func (h *httpContext) attemptFailedWith(status int, body []byte) step {
+	fr := h.recordFailure(engine.Outcome{Status: status, Body: body, TTFB: h.plugin.now.Sub(h.dispatchedAt)})
+	// The client would get the 200 stream with its error event as the provider sent it: a
+	// restatement has no status to rewrite there.
+	fr.restatedTo = 0
+	h.eventStream = false // nothing to track if it goes on: it failed
+	return h.afterFailure(fr, &attemptFailure{status: 200, headers: h.respHdrs})
+}
+
+// failureResult is what recording a failed attempt decided.
+type failureResult struct {
+	fallback     bool          // try the next candidate
+	restatedTo   int           // the restated status (0 = not restated)
+	retryAfter   time.Duration // the restatement's Retry-After for the client
+}
+
+// recordFailure records a failed attempt (a provider's outcome; Envoy's own replies are
+// not, see below) and releases its slots.
+func (h *httpContext) recordFailure(o engine.Outcome) failureResult {
+	p := h.plugin
+	var fr failureResult
+	switch {
+	case h.envoyReply == "":
+		r := p.engine.Record(h.d, o, &h.plan)
+		h.inFlight = false
+		if r.Errors != nil {
+			proxywasm.LogDebugf("spillway: record failure on %s: %v", h.targetName(), r.Errors)
+		}
+		fr.fallback = r.Verdict.Fallback
+		if r.Restatement.Restated {
+			p.metrics.restated.Increment(1)
+			fr.restatedTo, fr.retryAfter = r.Restatement.Status, r.Restatement.RetryAfter
+		}
+	case strings.HasPrefix(h.envoyReply, "upstream_reset_before_response_started"):
+		// The provider could not be reached or reset the stream: a transport failure.
+		r := p.engine.Record(h.d, engine.Outcome{Status: 0, Message: h.envoyReply}, &h.plan)
+		h.inFlight = false
+		fr.fallback = r.Verdict.Fallback
+	default:
+		// Envoy answered itself (no healthy upstream, overflow, no route, its own timeout):
+		// not the provider's outcome. The request still fails over: the client asked for
+		// the model, not for that cluster.
+		fr.fallback = !containsDownstream(h.envoyReply)
+	}
+	h.abandon()
+	return fr
+}
+
+// afterFailure fails over to the next candidate when the failure allows it, or answers with
+// the last failure. f is the failed attempt's response (nil when it had none: a callout
+// that failed to connect; the previous one then stays the answer).
+func (h *httpContext) afterFailure(fr failureResult, f *attemptFailure) step {
+	if f != nil {
+		f.restatedFrom, f.retryAfter = 0, fr.retryAfter
+		if fr.restatedTo != 0 && fr.restatedTo != f.status {
+			f.restatedFrom, f.status = f.status, fr.restatedTo
+		}
+		h.last = f
+	}
+	h.envoyReply = ""
+	if fr.fallback && h.startFailover() {
+		return stepWait
+	}
+	return h.finalAnswer()
+}
+
+// finalAnswer answers with the last failure: the router's held response (restated where a
+// rule says so) goes on, or a failover attempt's response replaces it.
+func (h *httpContext) finalAnswer() step {
+	f := h.last
+	if f == nil {
+		h.reply(replies.UpstreamFailed(h.attempts))
+		return stepAnswered
+	}
+	if f.fromCallout {
+		hdrs := replyHeaders(f.headers)
+		hdrs = appendRestatement(hdrs, f)
+		h.sendLocal(f.status, hdrs, f.body)
+		return stepAnswered
+	}
+	if f.restatedFrom != 0 {
+		replaceResponseHeader(":status", strconv.Itoa(f.status))
+		replaceResponseHeader(HeaderRestatedFrom, strconv.Itoa(f.restatedFrom))
+		if s := replies.RetryAfterSeconds(f.retryAfter); s > 0 && !hasHeader(f.headers, "retry-after") {
+			replaceResponseHeader("retry-after", strconv.FormatInt(s, 10))
+		}
+	}
+	h.setSpillwayHeaders()
+	h.phase = phaseStreaming
+	h.respEnded = true
+	return stepProceed
+}
+
+// appendRestatement adds a restated failure's x-spillway-restated-from and Retry-After.
+func appendRestatement(hdrs [][2]string, f *attemptFailure) [][2]string {
+	if f.restatedFrom == 0 {
+		return hdrs
+	}
+	hdrs = append(hdrs, [2]string{HeaderRestatedFrom, strconv.Itoa(f.restatedFrom)})
+	if s := replies.RetryAfterSeconds(f.retryAfter); s > 0 && !hasHeader(hdrs, "retry-after") {
+		hdrs = append(hdrs, [2]string{"retry-after", strconv.FormatInt(s, 10)})
+	}
+	return hdrs
+}
+
+func replaceResponseHeader(name, value string) {
+	if err := proxywasm.ReplaceHttpResponseHeader(name, value); err != nil {
+		proxywasm.LogDebugf("spillway: set %s: %v", name, err)
+	}
+}
+
+// statusAndType reads :status and content-type.
+func statusAndType(hdrs [][2]string) (status int, contentType string) {
+	for _, kv := range hdrs {
+		switch kv[0] {
+		case ":status":
+			status, _ = strconv.Atoi(kv[1])
+		case "content-type":
+			contentType = kv[1]
+		}
+	}
+	return status, contentType
+}
+
+// isEventStream reports a text/event-stream content type (parameters ignored).
+func isEventStream(contentType string) bool {
+	ct := contentType
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
+}
+
+func hasHeader(hdrs [][2]string, name string) bool {
+	for _, kv := range hdrs {
+		if strings.EqualFold(kv[0], name) {
+			return true
+		}
+	}
+	return false
+}
+
+// wrapError makes an in-stream error object look like an HTTP error body
+// ({"error":{...}}), the shape classification reads.
+func wrapError(obj []byte) []byte {
+	out := make([]byte, 0, len(obj)+10)
+	out = append(out, `{"error":`...)
+	out = append(out, obj...)
+	return append(out, '}')
+}
+
+// replyHeaders keeps the headers of a failover attempt's response that belong in the reply
+// that carries it to the client: everything end to end, without framing, pseudo headers
+// and Spillway's own.
+func replyHeaders(hdrs [][2]string) [][2]string {
+	out := make([][2]string, 0, len(hdrs)+6)
+	for _, kv := range hdrs {
+		k := strings.ToLower(kv[0])
+		if strings.HasPrefix(k, ":") || llmapi.IsHopByHop(k) || strings.HasPrefix(k, "x-spillway-") {
+			continue
+		}
+		out = append(out, [2]string{k, kv[1]})
+	}
+	return out
+}

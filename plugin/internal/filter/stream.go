@@ -1,0 +1,367 @@
+package filter
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/combo"
+	"github.com/spillwayproxy/spillway/plugin/internal/engine"
+	"github.com/spillwayproxy/spillway/plugin/internal/llmapi"
+	"github.com/spillwayproxy/spillway/plugin/internal/replies"
+	"github.com/spillwayproxy/spillway/policies"
+)
+
+// phase is where a stream is in Spillway's handling.
+type phase uint8
+
+const (
+	phasePass      phase = iota // not an LLM request, or failed open: nothing to do
+	phaseBody                   // request headers held, body arriving
+	phaseQueued                 // waiting for a concurrency slot (admission ticket)
+	phaseComboWait              // every target excluded by a short transient lock: waiting it out
+	phaseUpstream               // sent through the router, waiting for the response headers
+	phaseHoldError              // non-2xx response headers held, error body arriving
+	phaseHoldFirst              // 200 event stream held until its first decisive event
+	phaseCallout                // a failover attempt is in flight (proxy_http_call)
+	phaseStreaming              // the response goes to the client; outcome recorded
+	phaseAnswered               // Spillway sent its own reply
+)
+
+// httpContext is one HTTP stream.
+type httpContext struct {
+	types.DefaultHttpContext
+	plugin *pluginContext
+	id     uint32
+	phase  phase
+
+	// The request.
+	api        policies.API
+	reqHeaders [][2]string // as the client sent them (for failover attempts)
+	present    headerSet   // which headers of interest the client sent
+	session    string      // the session id (first session header), "" = none
+	heldAt     time.Time   // request headers held (missing-option detector)
+	started    time.Time   // the request's start (failover budget)
+	body       []byte      // the whole request body, once read
+	model      string      // requested model (interned)
+	stream     bool        // "stream": true
+	sawBody    bool
+
+	// The plan and the attempt in flight.
+	plan         engine.Plan
+	buf          engine.Buffers
+	next         int // index in plan.Targets of the next candidate
+	attempts     int
+	progress     combo.Progress
+	waitStart    time.Time // comboCooldownWait: when the wait began
+	waitUntil    time.Time // comboCooldownWait: when to plan again
+	refusal      error     // the first admission refusal met while dispatching
+	d            engine.Dispatch
+	inFlight     bool // d holds an attempt whose outcome is not recorded yet
+	holding      bool // d holds slots (recorded or not) to release at the end
+	dispatchedAt time.Time
+
+	// The response.
+	status     int
+	respHdrs   [][2]string
+	eventStream bool
+	holdStart  time.Time
+	tracker    llmapi.Tracker
+	respEnded  bool // the response's end of stream went through
+	envoyReply string // response.code_details of a reply Envoy made itself ("" = the provider's)
+	last       *attemptFailure
+
+	watched bool
+}
+
+// attemptFailure is the last failed attempt, kept for the final answer when failover runs
+// out.
+type attemptFailure struct {
+	status       int
+	headers      [][2]string
+	body         []byte
+	restatedFrom int
+	retryAfter   time.Duration
+	fromCallout  bool // the response came from a callout (else it is the router's, held)
+}
+
+// headerSet marks request headers the client sent that Spillway must act on.
+type headerSet uint16
+
+const (
+	hasClusterHeader headerSet = 1 << iota
+	hasAcceptEncoding
+	hasContentLength
+	hasSessionBase // + index in policies.SessionAffinityHeaders
+)
+
+const hasCredentialBase = hasSessionBase << 4 // + index in llmapi.CredentialHeaders
+
+func sessionBit(i int) headerSet    { return hasSessionBase << i }
+func credentialBit(i int) headerSet { return hasCredentialBase << i }
+
+// failOpen recovers a panic in a stream callback: it logs it, counts it and lets the
+// request through untouched (design contract: a panic never escapes a callback). Whatever
+// the stream held is given back.
+func (h *httpContext) failOpen(callback string, action *types.Action) {
+	if r := recover(); r != nil {
+		h.plugin.metrics.panics.Increment(1)
+		proxywasm.LogErrorf("spillway: panic in %s, passing the request through: %v", callback, r)
+		h.abandon()
+		h.phase = phasePass
+		*action = types.ActionContinue
+	}
+}
+
+// enter runs at the start of every stream callback.
+func (h *httpContext) enter(callback string) {
+	h.plugin.readClock()
+	if h.plugin.beforeCallback != nil {
+		h.plugin.beforeCallback(callback)
+	}
+}
+
+// needsBusyTick reports whether the stream waits on time at a resolution finer than the
+// idle tick.
+func (h *httpContext) needsBusyTick() bool {
+	switch h.phase {
+	case phaseQueued, phaseComboWait, phaseHoldFirst:
+		return true
+	}
+	return false
+}
+
+// onTick moves a watched stream on: the missing-option detector, queue and combo waits,
+// execution timeouts, the first-event hold's time bound, lease renewals.
+func (h *httpContext) onTick() {
+	p := h.plugin
+	defer func() {
+		if r := recover(); r != nil {
+			p.metrics.panics.Increment(1)
+			proxywasm.LogErrorf("spillway: panic in tick for stream %d: %v", h.id, r)
+			p.unwatch(h)
+		}
+	}()
+	switch h.phase {
+	case phaseBody:
+		if p.optionProven {
+			p.unwatch(h)
+			return
+		}
+		if !h.sawBody && p.now.Sub(h.heldAt) >= p.res.Routing.BodyWait {
+			h.effective()
+			h.misconfigured()
+		}
+	case phaseQueued:
+		h.retryAdmission()
+	case phaseComboWait:
+		if !p.now.Before(h.waitUntil) {
+			h.progress.Attempts++
+			h.progress.Waited += p.now.Sub(h.waitStart)
+			h.effective()
+			h.resumeRequest(h.planAndDispatch())
+		}
+	case phaseUpstream:
+		if limit := h.executionLimit(); limit > 0 && p.now.Sub(h.dispatchedAt) >= limit {
+			h.effective()
+			h.executionTimeout(limit)
+			return
+		}
+		h.renewLease()
+	case phaseHoldFirst:
+		if p.now.Sub(h.holdStart) >= p.res.FirstEvent.Timeout {
+			h.effective()
+			h.commitHeldStream(nil)
+			if err := proxywasm.ResumeHttpResponse(); err != nil {
+				proxywasm.LogWarnf("spillway: resume response: %v", err)
+			}
+			return
+		}
+		h.renewLease()
+	case phaseHoldError, phaseCallout, phaseStreaming:
+		h.renewLease()
+	default:
+		p.unwatch(h)
+	}
+}
+
+// effective makes this stream the target of the host calls that follow (from a tick, a
+// queue wake-up or a callout answer, which run on the root context).
+func (h *httpContext) effective() {
+	if err := proxywasm.SetEffectiveContext(h.id); err != nil {
+		proxywasm.LogDebugf("spillway: set effective context %d: %v", h.id, err)
+	}
+}
+
+// renewLease keeps a long attempt's concurrency slots from expiring while it runs.
+func (h *httpContext) renewLease() {
+	if !h.holding || !h.d.Lease.Held() {
+		return
+	}
+	limit := h.executionLimit()
+	if limit <= 0 || h.d.Lease.Deadline.Sub(h.plugin.now) > limit/2 {
+		return
+	}
+	if err := h.plugin.engine.Renew(&h.d); err != nil {
+		proxywasm.LogWarnf("spillway: renew slots of %s: %v", h.targetName(), err)
+	}
+}
+
+// executionLimit is executionMaxWaitMs of the attempt's connection.
+func (h *httpContext) executionLimit() time.Duration {
+	if !h.holding && !h.inFlight {
+		return 0
+	}
+	return h.connection().ExecutionMaxWait
+}
+
+func (h *httpContext) provider() *policies.ResolvedProvider {
+	return &h.plugin.res.Providers[h.d.Target.Provider]
+}
+
+func (h *httpContext) connection() *policies.ResolvedConnection {
+	return &h.plugin.res.Providers[h.d.Target.Provider].Connections[h.d.Target.Connection]
+}
+
+// targetName names the attempt's target in logs: provider/connection (never a credential).
+func (h *httpContext) targetName() string {
+	pv := h.provider()
+	return pv.ID + "/" + pv.Connections[h.d.Target.Connection].ID
+}
+
+// spillwayHeaders are the x-spillway-* values for the stream's current state.
+func (h *httpContext) spillwayHeaders() [4][2]string {
+	provider, connection, model := unrouted, unrouted, unrouted
+	if h.attempts > 0 {
+		pv := h.provider()
+		provider, connection, model = pv.ID, pv.Connections[h.d.Target.Connection].ID, h.d.Target.Model
+	} else if h.model != "" {
+		model = h.model
+	}
+	return [4][2]string{{HeaderProvider, provider}, {HeaderConnection, connection}, {HeaderModel, model},
+		{HeaderAttempts, strconv.Itoa(h.attempts)}}
+}
+
+// setSpillwayHeaders writes them on the response headers the filter holds.
+func (h *httpContext) setSpillwayHeaders() {
+	for _, kv := range h.spillwayHeaders() {
+		if err := proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1]); err != nil {
+			proxywasm.LogDebugf("spillway: set %s: %v", kv[0], err)
+		}
+	}
+}
+
+// reply answers the client with one of Spillway's own replies. In the request phase it goes
+// through the filter chain (and this filter's response callbacks, which leave it alone); in
+// the response phase it replaces the upstream response Envoy holds. Whatever the stream
+// still held is given back first.
+func (h *httpContext) reply(r replies.Reply) {
+	h.abandon()
+	h.sendLocal(r.Status, r.Headers, r.Body)
+}
+
+// sendLocal sends a local reply with the x-spillway-* headers added.
+func (h *httpContext) sendLocal(status int, headers [][2]string, body []byte) {
+	sh := h.spillwayHeaders()
+	all := make([][2]string, 0, len(headers)+len(sh))
+	all = append(all, headers...)
+	all = append(all, sh[:]...)
+	h.phase = phaseAnswered
+	h.plugin.unwatch(h)
+	h.plugin.metrics.localReplies.Increment(1)
+	if err := proxywasm.SendHttpResponse(uint32(status), all, body, -1); err != nil {
+		proxywasm.LogErrorf("spillway: send local reply %d: %v", status, err)
+	}
+}
+
+// misconfigured answers a request held at its headers that never got a body callback: the
+// proxy lacks allow_on_headers_stop_iteration.
+func (h *httpContext) misconfigured() {
+	p := h.plugin
+	p.metrics.misconfigured.Increment(1)
+	if !p.misconfigLogged {
+		p.misconfigLogged = true
+		proxywasm.LogCriticalf("spillway: a request held at its headers got no body for %v: the proxy lacks "+
+			"allow_on_headers_stop_iteration: true in the Wasm filter's PluginConfig (Envoy >= 1.36); "+
+			"answering such requests 500 %s", p.res.Routing.BodyWait, replies.CodeMisconfigured)
+	}
+	h.reply(replies.Misconfigured())
+}
+
+// abandon gives back what the stream holds without recording an outcome: a queue ticket,
+// concurrency slots, a HALF_OPEN probe.
+func (h *httpContext) abandon() {
+	if !h.inFlight && !h.holding && h.phase != phaseQueued {
+		return
+	}
+	var waiters bool
+	var err error
+	if h.inFlight || h.phase == phaseQueued {
+		waiters, err = h.plugin.engine.Abandon(h.d)
+	} else {
+		waiters, err = h.plugin.engine.Release(h.d)
+	}
+	h.inFlight, h.holding = false, false
+	if err != nil {
+		proxywasm.LogWarnf("spillway: release %s: %v", h.targetName(), err)
+	}
+	if waiters || h.d.Wake {
+		h.plugin.peers.wakeAll(h.plugin)
+	}
+}
+
+// release hands back the slots of an attempt whose outcome is recorded.
+func (h *httpContext) release() {
+	if !h.holding {
+		return
+	}
+	h.holding = false
+	waiters, err := h.plugin.engine.Release(h.d)
+	if err != nil {
+		proxywasm.LogWarnf("spillway: release %s: %v", h.targetName(), err)
+	}
+	if waiters {
+		h.plugin.peers.wakeAll(h.plugin)
+	}
+}
+
+// OnHttpStreamDone implements types.HttpContext (proxy_on_log: the stream is over, however
+// it ended). A committed stream that ended without its terminal event is recorded as a
+// failure of its connection (unless its client went away first); whatever is still held is
+// given back.
+func (h *httpContext) OnHttpStreamDone() {
+	defer func() {
+		if r := recover(); r != nil {
+			h.plugin.metrics.panics.Increment(1)
+			proxywasm.LogErrorf("spillway: panic in stream done: %v", r)
+		}
+	}()
+	h.enter("stream done")
+	p := h.plugin
+	p.unwatch(h)
+	if h.phase == phaseStreaming && h.eventStream {
+		h.tracker.End()
+		if !h.tracker.Terminal && h.provider().CountTruncatedStreams && !h.clientWentAway() {
+			p.metrics.truncated.Increment(1)
+			proxywasm.LogWarnf("spillway: stream from %s ended without its terminal event", h.targetName())
+			if r := p.engine.RecordTruncation(h.d); r.Errors != nil {
+				proxywasm.LogWarnf("spillway: record truncation: %v", r.Errors)
+			}
+		}
+	}
+	h.abandon()
+	h.phase = phasePass
+}
+
+// clientWentAway reports whether the stream ended because the downstream went away (Envoy's
+// response flags DC/DR, or details naming the downstream), which is never the provider's
+// failure.
+func (h *httpContext) clientWentAway() bool {
+	if h.respEnded {
+		return false
+	}
+	details, _ := property(propResponseCodeDetails)
+	return containsDownstream(details)
+}
