@@ -61,7 +61,7 @@ type observation struct {
 
 // recorder runs scenario steps against one emulator and records what happens.
 type recorder struct {
-	e     emulator
+	e        emulator
 	local    func(id uint32) string    // the stream's local reply, "" if none
 	callouts func(id uint32) []callout // the stream's pending callouts
 	obs      observation

@@ -61,6 +61,10 @@ type Ticket struct {
 	Enqueued time.Time
 	// Deadline is Enqueued + maxWait: the end of the request's queue wait budget.
 	Deadline time.Time
+	// ModelBound: when last checked, only the model's cap kept the request waiting (the
+	// connection had room): its refusals are the per-model gate's SEMAPHORE_* codes, not
+	// the request queue's RATE_LIMIT_* ones.
+	ModelBound bool
 }
 
 // Remaining is the ticket's queue wait budget left at now (0 once spent).
@@ -137,9 +141,10 @@ type operation struct {
 	capacity     int    // pool ops: the pool's cap
 	contendUntil int64  // pool acquire: mark the pool contended until then on refusal
 	// results
-	out     outcome
-	gotID   uint64
-	waiters bool
+	out        outcome
+	gotID      uint64
+	waiters    bool
+	modelBound bool // not granted: only the model's cap refused
 }
 
 // New returns an Admitter over store and clock.
@@ -184,7 +189,7 @@ func (a *Admitter) Admit(g *Gate, model string) (Result, error) {
 		a.releaseUpper(g, nowMs, upper)
 		return Result{}, fmt.Errorf("admission: admit on %s: %w", g, err)
 	}
-	out, id := a.op.out, a.op.gotID // releaseUpper reuses a.op
+	out, id, modelBound := a.op.out, a.op.gotID, a.op.modelBound // releaseUpper reuses a.op
 	res := Result{Wake: upper.wake}
 	if out == outGranted {
 		res.Granted = true
@@ -193,11 +198,14 @@ func (a *Admitter) Admit(g *Gate, model string) (Result, error) {
 	}
 	res.Wake = a.releaseUpper(g, nowMs, upper) || res.Wake
 	if out == outFull {
+		if modelBound {
+			return res, ErrSemaphoreQueueFull
+		}
 		return res, ErrQueueFull
 	}
 	res.Ticket = Ticket{
 		gate: g, id: id, model: hash, modelCap: modelCap,
-		Enqueued: now, Deadline: time.UnixMilli(nowMs + g.maxWaitMs),
+		Enqueued: now, Deadline: time.UnixMilli(nowMs + g.maxWaitMs), ModelBound: modelBound,
 	}
 	return res, nil
 }
@@ -215,6 +223,9 @@ func (a *Admitter) TryAdmit(t Ticket) (Result, error) {
 	tk := ticket{id: t.id, enqueuedMs: t.Enqueued.UnixMilli(), deadlineMs: t.Deadline.UnixMilli(), model: t.model, modelCap: t.modelCap}
 	if nowMs >= tk.deadlineMs {
 		// Expired tickets are pruned by the next write on the record; nothing to do here.
+		if t.ModelBound {
+			return Result{Ticket: t}, ErrSemaphoreTimeout
+		}
 		return Result{Ticket: t}, ErrQueueTimeout
 	}
 	upper := upperSlots{held: true}
@@ -242,6 +253,7 @@ func (a *Admitter) TryAdmit(t Ticket) (Result, error) {
 		return Result{Ticket: t}, fmt.Errorf("admission: try-admit on %s: %w", g, err)
 	}
 	res := Result{Ticket: t, Wake: upper.wake}
+	res.Ticket.ModelBound = a.op.modelBound
 	if out, id := a.op.out, a.op.gotID; out == outGranted {
 		res.Granted = true
 		res.Lease = a.lease(g, now, id, t.model, upper)
@@ -399,13 +411,15 @@ func (a *Admitter) peekTurn(g *Gate, nowMs int64, tk ticket, queued bool) (fits,
 // connUpdate is the state.UpdateFunc of every connection-record operation.
 func (a *Admitter) connUpdate(cur []byte, found bool) ([]byte, state.Mutation, error) {
 	op := &a.op
-	op.out, op.gotID, op.waiters = outNone, 0, false
+	op.out, op.gotID, op.waiters, op.modelBound = outNone, 0, false, false
 	g := op.gate
 	r := &a.conn
 	dirty := a.loadConn(cur, found, op.nowMs)
 	switch op.kind {
 	case opAdmit:
-		if op.upperHeld && r.turn(g.connCap, len(r.tickets), op.model, op.modelCap, &a.use) {
+		ok, modelBound := r.turnBlocked(g.connCap, len(r.tickets), op.model, op.modelCap, &a.use)
+		op.modelBound = modelBound
+		if op.upperHeld && ok {
 			op.out, op.gotID = outGranted, r.nextID
 			r.nextID++
 			r.leases = append(r.leases, lease{id: op.gotID, deadlineMs: op.nowMs + g.executionMaxWaitMs, model: op.model})
@@ -427,7 +441,9 @@ func (a *Admitter) connUpdate(cur []byte, found bool) ([]byte, state.Mutation, e
 			pos = r.insertTicket(op.tk)
 			dirty = true
 		}
-		if op.upperHeld && r.turn(g.connCap, pos, op.tk.model, op.tk.modelCap, &a.use) {
+		ok, modelBound := r.turnBlocked(g.connCap, pos, op.tk.model, op.tk.modelCap, &a.use)
+		op.modelBound = modelBound
+		if op.upperHeld && ok {
 			r.removeTicket(pos)
 			op.out, op.gotID = outGranted, op.tk.id
 			r.leases = append(r.leases, lease{id: op.tk.id, deadlineMs: op.nowMs + g.executionMaxWaitMs, model: op.tk.model})

@@ -614,3 +614,53 @@ func TestRenewPutsBackAPrunedLease(t *testing.T) {
 		t.Fatalf("after release in flight = %d, want 0", u.InFlight)
 	}
 }
+
+// TestRefusalsNameTheGateThatRefused: guide §4 gives the per-model gate (modelConcurrency)
+// its own codes, SEMAPHORE_QUEUE_FULL / SEMAPHORE_TIMEOUT; guide §5 gives the request queue
+// (the connection's maxConcurrent) RATE_LIMIT_QUEUE_FULL / RATE_LIMIT_QUEUE_TIMEOUT. A
+// request gets the codes of the cap that keeps it waiting.
+func TestRefusalsNameTheGateThatRefused(t *testing.T) {
+	cases := []struct {
+		name        string // which cap is full
+		connCap     int    // maxConcurrent
+		modelCap    int    // modelConcurrency for "m"
+		wantFull    error  // refusal of a newcomer once the queue is full
+		wantTimeout error  // refusal of a queued request past its budget
+	}{
+		{"model cap full, connection has room", 4, 1, ErrSemaphoreQueueFull, ErrSemaphoreTimeout},
+		{"connection cap full", 1, 0, ErrQueueFull, ErrQueueTimeout},
+		{"both full: the connection's queue", 1, 1, ErrQueueFull, ErrQueueTimeout},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(1)
+			cfg := GateConfig{Provider: "p", Connection: "c", MaxConcurrent: c.connCap,
+				Queue: QueueConfig{MaxWait: time.Second, ExecutionMaxWait: time.Minute, MaxQueueDepth: 1}}
+			if c.modelCap > 0 {
+				cfg.ModelConcurrency = map[string]int{"m": c.modelCap}
+			}
+			g := mustGate(t, cfg)
+			a := w.workers[0]
+			if r, err := a.Admit(g, "m"); err != nil || !r.Granted {
+				t.Fatalf("first: %+v %v", r, err)
+			}
+			queued, err := a.Admit(g, "m")
+			if err != nil || queued.Granted {
+				t.Fatalf("second should queue: %+v %v", queued, err)
+			}
+			if _, err := a.Admit(g, "m"); !errors.Is(err, c.wantFull) {
+				t.Fatalf("third: %v, want %v", err, c.wantFull)
+			}
+			w.clock.Advance(2 * time.Second)
+			if _, err := a.TryAdmit(queued.Ticket); !errors.Is(err, c.wantTimeout) {
+				t.Fatalf("queued past its budget: %v, want %v", err, c.wantTimeout)
+			}
+			for _, err := range []error{c.wantFull, c.wantTimeout} {
+				r, ok := g.Reply(err)
+				if !ok || r.Status != 429 || r.Code != err.(*Error).Code {
+					t.Fatalf("reply for %v: %+v %v", err, r, ok)
+				}
+			}
+		})
+	}
+}

@@ -175,6 +175,14 @@ func (r *connRecord) removeLease(id uint64) bool {
 // does not hold back younger tickets for other models. connCap 0 means no connection cap;
 // modelCap 0 means no cap on the request's model. use is scratch memory.
 func (r *connRecord) turn(connCap, pos int, model uint64, modelCap int, use *[]modelUse) bool {
+	ok, _ := r.turnBlocked(connCap, pos, model, modelCap, use)
+	return ok
+}
+
+// turnBlocked is turn that also says what refuses a request that may not go now:
+// modelBound when the connection has room and only the model's cap is full (the per-model
+// gate, guide §4), false when the connection's own cap is full (the request queue, §5).
+func (r *connRecord) turnBlocked(connCap, pos int, model uint64, modelCap int, use *[]modelUse) (ok, modelBound bool) {
 	u := (*use)[:0]
 	connUsed := len(r.leases)
 	for i := range r.leases {
@@ -191,7 +199,9 @@ func (r *connRecord) turn(connCap, pos int, model uint64, modelCap int, use *[]m
 		}
 	}
 	*use = u
-	return (connCap == 0 || connUsed < connCap) && (modelCap == 0 || usedBy(u, model) < modelCap)
+	connOK := connCap == 0 || connUsed < connCap
+	modelOK := modelCap == 0 || usedBy(u, model) < modelCap
+	return connOK && modelOK, connOK && !modelOK
 }
 
 func addUse(u []modelUse, model uint64) []modelUse {

@@ -98,6 +98,7 @@ const (
 	OutcomeRateLimited                        // 429 rate_limit_error (a transient lock exists)
 	OutcomeCoolingDown                        // 503 all_targets_cooling_down (timers, none transient)
 	OutcomeNoExecutableTargets                // 404 no_executable_targets (no resilience timer)
+	OutcomeCircuitOpen                        // 503 provider_circuit_open (one provider, its breaker open)
 )
 
 // Decision is the answer for a request whose every target is excluded.
@@ -112,6 +113,24 @@ type Decision struct {
 	ResetAt time.Time
 	// Refusal says why the request does not wait (RefusalNone for OutcomeWait).
 	Refusal Refusal
+	// Provider names the provider whose circuit is open (OutcomeCircuitOpen only).
+	Provider string
+}
+
+// singleOpenCircuit reports whether every target that could have served (api mismatches
+// aside) is excluded by the open breaker of one and the same provider: the client is told
+// that provider's circuit is open (guide §1: callers get a provider-circuit-open answer).
+func singleOpenCircuit(excluded []Exclusion) (provider string, ok bool) {
+	for i := range excluded {
+		switch e := &excluded[i]; {
+		case e.Reason == ReasonAPIMismatch:
+		case e.Reason != ReasonCircuitOpen, provider != "" && e.Provider != provider:
+			return "", false
+		default:
+			provider = e.Provider
+		}
+	}
+	return provider, provider != ""
 }
 
 // AllowWait is the guide's gate: enabled ∧ 0 < wait ≤ maxWait ∧ attempts < maxAttempts ∧
@@ -161,6 +180,9 @@ func DecideExcluded(cfg Config, excluded []Exclusion, p Progress, now time.Time)
 	case !timerInvolved:
 		return Decision{Outcome: OutcomeNoExecutableTargets, Refusal: RefusalNoWait}
 	case earliestTransient == 0:
+		if p, ok := singleOpenCircuit(excluded); ok {
+			return Decision{Outcome: OutcomeCircuitOpen, RetryAfter: earliestTimer, Provider: p, Refusal: RefusalNotTransient}
+		}
 		return Decision{Outcome: OutcomeCoolingDown, RetryAfter: earliestTimer, Refusal: RefusalNotTransient}
 	}
 	if r := AllowWait(cfg, earliestTransient, p); r != RefusalNone {
@@ -204,6 +226,8 @@ func (d Decision) Reply(model string, excluded []Exclusion) (reply replies.Reply
 		return replies.AllTargetsCoolingDown(model, d.RetryAfter, list), true
 	case OutcomeNoExecutableTargets:
 		return replies.NoExecutableTargets(model), true
+	case OutcomeCircuitOpen:
+		return replies.ProviderCircuitOpen(d.Provider, d.RetryAfter), true
 	}
 	return replies.Reply{}, false
 }

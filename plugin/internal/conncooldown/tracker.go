@@ -44,6 +44,9 @@ type Availability struct {
 	Until        time.Time     // end of the cooldown (rateLimitedUntil); zero unless cooling
 	RetryAfter   time.Duration // time left in the cooldown; 0 unless cooling
 	BackoffLevel int           // current backoff level
+	// Reason is why the connection is cooling (the last failure's reason); "" unless
+	// cooling. Combo retry waits out only rate-limit-class cooldowns (guide §4).
+	Reason failure.Reason
 }
 
 // Available reports whether routing may use the connection.
@@ -158,6 +161,7 @@ func (r record) availability(now int64) Availability {
 	if a.Status == StatusUnavailable {
 		a.Until = fromMillis(r.until)
 		a.RetryAfter = time.Duration(r.until-now) * time.Millisecond
+		a.Reason = r.lastErrorType
 	}
 	return a
 }

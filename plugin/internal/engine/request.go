@@ -120,7 +120,16 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	return plan, nil
 }
 
-// exclusion checks every layer that can keep a target out, cheapest and widest first.
+// probeRetryAfter is what a request that finds a provider's HALF_OPEN probe in flight is
+// told: come back in about a second, when the probe has likely decided (not after the
+// probe's own timeout).
+const probeRetryAfter = time.Second
+
+// exclusion checks every layer that can keep a target out, cheapest and widest first. An
+// exclusion is Transient — worth a comboCooldownWait — only for the short, rate-limit-class
+// locks the guide waits on (§4: rate limits, concurrency limits, capacity): never for an
+// open breaker, a connection cooled by a server error or an auth failure, quota, not-found
+// or a terminal state, which answer at once with Retry-After.
 func (e *Engine) exclusion(pv *provider, cn *connection, model string, plan *Plan) (combo.Exclusion, bool) {
 	x := combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: model}
 	// Provider circuit breaker. Planning must not claim the HALF_OPEN probe (it may not
@@ -128,8 +137,11 @@ func (e *Engine) exclusion(pv *provider, cn *connection, model string, plan *Pla
 	st, err := e.breakers.Status(pv.breaker)
 	if err != nil {
 		plan.Degraded = errors.Join(plan.Degraded, err)
-	} else if st.State == breaker.Open || st.State == breaker.HalfOpen && st.ProbeInFlight {
-		x.Reason, x.RetryAfter, x.Transient = combo.ReasonCircuitOpen, st.RetryAfter, true
+	} else if st.State == breaker.Open {
+		x.Reason, x.RetryAfter = combo.ReasonCircuitOpen, st.RetryAfter
+		return x, true
+	} else if st.State == breaker.HalfOpen && st.ProbeInFlight {
+		x.Reason, x.RetryAfter = combo.ReasonCircuitOpen, probeRetryAfter
 		return x, true
 	}
 	if e.gateOn {
@@ -140,7 +152,7 @@ func (e *Engine) exclusion(pv *provider, cn *connection, model string, plan *Pla
 				continue
 			}
 			if gs.Cooling {
-				x.Reason, x.RetryAfter, x.Transient = combo.ReasonProviderCooldown, gs.RetryAfter, true
+				x.Reason, x.RetryAfter = combo.ReasonProviderCooldown, gs.RetryAfter
 				return x, true
 			}
 		}
@@ -152,7 +164,8 @@ func (e *Engine) exclusion(pv *provider, cn *connection, model string, plan *Pla
 		if av.Status.Terminal() {
 			x.Reason = combo.ReasonTerminal
 		} else {
-			x.Reason, x.RetryAfter, x.Transient = combo.ReasonUnavailable, av.RetryAfter, true
+			x.Reason, x.RetryAfter = combo.ReasonUnavailable, av.RetryAfter
+			x.Transient = rateLimitClass(av.Reason)
 		}
 		return x, true
 	}
@@ -160,10 +173,21 @@ func (e *Engine) exclusion(pv *provider, cn *connection, model string, plan *Pla
 	if err != nil {
 		plan.Degraded = errors.Join(plan.Degraded, err)
 	} else if locked {
-		x.Reason, x.RetryAfter, x.Transient = combo.ReasonModelLockout, lock.Until.Sub(e.now()), lock.Transient()
+		x.Reason, x.RetryAfter = combo.ReasonModelLockout, lock.Until.Sub(e.now())
+		x.Transient = rateLimitClass(lock.Reason)
 		return x, true
 	}
 	return x, false
+}
+
+// rateLimitClass reports the failure reasons comboCooldownWait may wait out (guide §4: a
+// request that would answer 429 waits a short transient cooldown).
+func rateLimitClass(r failure.Reason) bool {
+	switch r {
+	case failure.ReasonRateLimit, failure.ReasonConcurrencyLimited, failure.ReasonModelCapacity:
+		return true
+	}
+	return false
 }
 
 // Dispatch is one attempt on its way to a target.

@@ -122,9 +122,9 @@ func (h *httpContext) OnHttpRequestTrailers(int) (action types.Action) {
 type step uint8
 
 const (
-	stepProceed step = iota // a target is set on the request: let it go upstream
-	stepWait                // waiting for a slot or a cooldown: stay paused
-	stepAnswered            // Spillway replied itself
+	stepProceed  step = iota // a target is set on the request: let it go upstream
+	stepWait                 // waiting for a slot or a cooldown: stay paused
+	stepAnswered             // Spillway replied itself
 )
 
 // requestAction turns a step into the request callback's action.

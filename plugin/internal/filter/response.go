@@ -176,9 +176,9 @@ func (h *httpContext) attemptFailedWith(status int, body []byte) step {
 
 // failureResult is what recording a failed attempt decided.
 type failureResult struct {
-	fallback     bool          // try the next candidate
-	restatedTo   int           // the restated status (0 = not restated)
-	retryAfter   time.Duration // the restatement's Retry-After for the client
+	fallback   bool          // try the next candidate
+	restatedTo int           // the restated status (0 = not restated)
+	retryAfter time.Duration // the restatement's Retry-After for the client
 }
 
 // recordFailure records a failed attempt (a provider's outcome; Envoy's own replies are

@@ -64,14 +64,14 @@ type httpContext struct {
 	dispatchedAt time.Time
 
 	// The response.
-	status     int
-	respHdrs   [][2]string
+	status      int
+	respHdrs    [][2]string
 	eventStream bool
-	holdStart  time.Time
-	tracker    llmapi.Tracker
-	respEnded  bool // the response's end of stream went through
-	envoyReply string // response.code_details of a reply Envoy made itself ("" = the provider's)
-	last       *attemptFailure
+	holdStart   time.Time
+	tracker     llmapi.Tracker
+	respEnded   bool   // the response's end of stream went through
+	envoyReply  string // response.code_details of a reply Envoy made itself ("" = the provider's)
+	last        *attemptFailure
 
 	watched bool
 }

@@ -21,6 +21,8 @@ const (
 	CodeQueueFull             = "RATE_LIMIT_QUEUE_FULL"
 	CodeQueueTimeout          = "RATE_LIMIT_QUEUE_TIMEOUT"
 	CodeExecutionTimeout      = "RATE_LIMIT_EXECUTION_TIMEOUT"
+	CodeSemaphoreQueueFull    = "SEMAPHORE_QUEUE_FULL"
+	CodeSemaphoreTimeout      = "SEMAPHORE_TIMEOUT"
 	CodeInvalidRequest        = "invalid_request"
 	CodeRequestTooLarge       = "request_too_large"
 	CodeUnauthorized          = "unauthorized"
@@ -162,6 +164,22 @@ func QueueTimeout(provider, connection string, budget time.Duration) Reply {
 	msg := "no free slot on " + target(provider, connection) + " within the queue wait budget of " +
 		budget.String()
 	return finish(429, CodeQueueTimeout, 0, open(CodeQueueTimeout, TypeRateLimit, msg))
+}
+
+// SemaphoreQueueFull is 429 SEMAPHORE_QUEUE_FULL: the model's concurrency gate on the
+// connection (modelConcurrency) already has depth requests waiting.
+func SemaphoreQueueFull(provider, connection string, depth int) Reply {
+	msg := "model concurrency gate of " + target(provider, connection) + " is full (" +
+		strconv.Itoa(depth) + " waiting)"
+	return finish(429, CodeSemaphoreQueueFull, 0, open(CodeSemaphoreQueueFull, TypeRateLimit, msg))
+}
+
+// SemaphoreTimeout is 429 SEMAPHORE_TIMEOUT: the request waited its whole budget for a slot
+// of its model's concurrency gate on the connection.
+func SemaphoreTimeout(provider, connection string, budget time.Duration) Reply {
+	msg := "no free model slot on " + target(provider, connection) + " within the wait budget of " +
+		budget.String()
+	return finish(429, CodeSemaphoreTimeout, 0, open(CodeSemaphoreTimeout, TypeRateLimit, msg))
 }
 
 // ExecutionTimeout is 504 RATE_LIMIT_EXECUTION_TIMEOUT: the request ran past
