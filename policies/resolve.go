@@ -114,26 +114,6 @@ func (c *ResolvedConnection) ModelConcurrencyCap(model string) int {
 	return c.ModelConcurrency[model]
 }
 
-// Secret is a credential or token. It never prints or marshals its value; use Reveal.
-type Secret string
-
-// String hides the value.
-func (s Secret) String() string {
-	if s == "" {
-		return ""
-	}
-	return "[redacted]"
-}
-
-// GoString hides the value from %#v.
-func (s Secret) GoString() string { return `"` + s.String() + `"` }
-
-// MarshalJSON hides the value.
-func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + s.String() + `"`), nil }
-
-// Reveal returns the value, for the one place that sends it upstream or compares it.
-func (s Secret) Reveal() string { return string(s) }
-
 // BreakerSettings are one profile's circuit breaker settings.
 type BreakerSettings struct {
 	DegradationThreshold int
@@ -428,9 +408,9 @@ func (p *Policy) Resolved() *Resolved {
 	res.SessionAffinityTTL = msOr(rs.SessionAffinityTtlMs, SessionAffinityTTL)
 	res.SessionAffinityHeaders = slices.Clone(SessionAffinityHeaders)
 	res.Admin = AdminSettings{
-		Enabled:    p.Admin.Token != "",
+		Enabled:    !p.Admin.Token.IsZero(),
 		PathPrefix: stringOr(p.Admin.PathPrefix, AdminPathPrefix),
-		Token:      Secret(p.Admin.Token),
+		Token:      p.Admin.Token,
 	}
 	res.MaxRequestBodyBytes = int64Or(p.MaxRequestBodyBytes, MaxRequestBodyBytes)
 	res.Routing = resolveRouting(&p.Routing)
@@ -501,7 +481,7 @@ func (res *Resolved) resolveProvider(p *Policy, index int, queue RequestQueueSet
 		}
 		if c.Credential != nil {
 			rc.CredentialHeader = c.Credential.Header
-			rc.CredentialValue = Secret(c.Credential.Value)
+			rc.CredentialValue = c.Credential.Value
 		}
 		if len(c.ModelConcurrency) > 0 {
 			rc.ModelConcurrency = make(map[string]int, len(c.ModelConcurrency))
