@@ -77,7 +77,7 @@ func TestPolicyWideDefaults(t *testing.T) {
 		got, want any    // effective and guide value
 	}{
 		{"provider cooldown off", r.ProviderCooldownEnabled, false},
-		{"lockout", r.ModelLockout, ModelLockoutSettings{false, []int{403, 404, 429, 502, 503, 504}, 120 * time.Second, 30 * time.Minute, 10, true, 24 * time.Hour}},
+		{"lockout", r.ModelLockout, ModelLockoutSettings{false, []int{403, 404, 429, 502, 503, 504}, 120 * time.Second, 30 * time.Minute, 10, true, 24 * time.Hour, 30 * time.Minute}},
 		{"queue", r.RequestQueue, RequestQueueSettings{30 * time.Second, 10 * time.Minute, 0}},
 		{"combo wait", r.ComboCooldownWait, ComboCooldownWaitSettings{ComboCooldownWaitEnabled, ComboCooldownWaitMaxWait, ComboCooldownWaitMaxAttempts, ComboCooldownWaitBudget}},
 		{"failover", r.Failover, FailoverSettings{FailoverMaxAttempts, FailoverBudget}},
