@@ -247,8 +247,17 @@ func (d *decoder) fieldsOf(t reflect.Type) []fieldInfo {
 	return fs
 }
 
+// secretType is decoded as a string.
+var secretType = reflect.TypeFor[Secret]()
+
 // decode stores n into v (settable), reporting problems under path.
 func (d *decoder) decode(n *node, v reflect.Value, path string) {
+	if v.Type() == secretType {
+		if s, ok := d.decodeString(n, path); ok {
+			v.Set(reflect.ValueOf(NewSecret(s)))
+		}
+		return
+	}
 	if v.Kind() == reflect.Pointer {
 		if n.kind == nullNode {
 			return // null = unset
@@ -297,19 +306,9 @@ func (d *decoder) decode(n *node, v reflect.Value, path string) {
 		}
 		v.Set(m)
 	case reflect.String:
-		if n.kind != stringNode {
-			d.fail(path, "expected a string, got "+n.describe())
-			return
+		if s, ok := d.decodeString(n, path); ok {
+			v.SetString(s)
 		}
-		s, fromEnv, err := expandEnv(n.text, d.lookupEnv)
-		if err != nil {
-			d.fail(path, err.Error())
-			return
-		}
-		if fromEnv {
-			d.fromEnv[path] = true
-		}
-		v.SetString(s)
 	case reflect.Bool:
 		if n.kind != boolNode {
 			d.fail(path, "expected true or false, got "+n.describe())
@@ -335,6 +334,28 @@ func (d *decoder) decode(n *node, v reflect.Value, path string) {
 		// A model type the decoder does not know: a programming error, caught by tests.
 		d.fail(path, "policies: unsupported field type "+v.Type().String())
 	}
+}
+
+// decodeString reads a string value with ${ENV} expanded.
+func (d *decoder) decodeString(n *node, path string) (string, bool) {
+	switch n.kind {
+	case stringNode:
+	case nullNode:
+		d.fail(path, "must not be null")
+		return "", false
+	default:
+		d.fail(path, "expected a string, got "+n.describe())
+		return "", false
+	}
+	s, fromEnv, err := expandEnv(n.text, d.lookupEnv)
+	if err != nil {
+		d.fail(path, err.Error())
+		return "", false
+	}
+	if fromEnv {
+		d.fromEnv[path] = true
+	}
+	return s, true
 }
 
 func (d *decoder) decodeStruct(n *node, v reflect.Value, path string) {

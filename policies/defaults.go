@@ -1,6 +1,9 @@
 package policies
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Profile is a provider's class, which selects its default thresholds (the guide's
 // PROVIDER_PROFILES): subscription accounts behind OAuth, API keys, or a local server.
@@ -100,6 +103,11 @@ const (
 	ModelLockoutUseExponentialBackoff = true
 	// ModelLockoutLongRetryCap caps a lockout made from a long typed Google RetryInfo hint.
 	ModelLockoutLongRetryCap = 24 * time.Hour
+	// ModelLockoutEscalationWindow is how long after a lockout ends a new failure still
+	// escalates from the earlier failure count. The guide names the window without a
+	// length; Spillway uses one default maximum lockout (a configured maxCooldownMs does
+	// not change it).
+	ModelLockoutEscalationWindow = ModelLockoutMaxCooldown
 )
 
 // ModelLockoutErrorCodes are the upstream statuses that count as model-level failures.
@@ -248,3 +256,118 @@ const (
 // QuotaResetTimeZone is the zone of daily quota resets when the provider announces none
 // (Spillway's choice: most providers reset at UTC midnight).
 const QuotaResetTimeZone = "UTC"
+
+// ProfileSettings are the settings a provider's profile decides: its circuit breaker, its
+// provider cooldown window gate and its connections' cooldown.
+type ProfileSettings struct {
+	Breaker            BreakerSettings
+	ProviderCooldown   ProviderCooldownSettings
+	ConnectionCooldown ConnectionCooldownSettings
+}
+
+// profileDefaults is the one table of per-profile defaults (guide §1 PROVIDER_PROFILES and
+// the opt-in provider cooldown, guide §2 connection cooldown), built from the constants
+// above. Policy.Resolved starts every provider from its profile's row; the mechanisms'
+// DefaultConfig functions read it through ProfileDefaults.
+var profileDefaults = map[Profile]ProfileSettings{
+	ProfileOAuth: {
+		Breaker: BreakerSettings{
+			DegradationThreshold: BreakerOAuthDegradationThreshold,
+			FailureThreshold:     BreakerOAuthFailureThreshold,
+			ResetTimeout:         BreakerOAuthResetTimeout,
+			MaxBackoffMultiplier: BreakerMaxBackoffMultiplier,
+			RecoverySuccesses:    BreakerRecoverySuccesses,
+			ProbeTimeout:         BreakerProbeTimeout,
+			TripStatuses:         BreakerTripStatuses,
+		},
+		ProviderCooldown: ProviderCooldownSettings{
+			FailureThreshold: ProviderCooldownOAuthThreshold,
+			FailureWindow:    ProviderCooldownOAuthWindow,
+			Cooldown:         ProviderCooldownOAuthCooldown,
+			MinRetryCooldown: ProviderCooldownMinRetryCooldown,
+			MaxRetryCooldown: ProviderCooldownMaxRetryCooldown,
+		},
+		ConnectionCooldown: ConnectionCooldownSettings{
+			BaseCooldown:             ConnectionCooldownOAuthBase,
+			MaxBackoffSteps:          ConnectionCooldownMaxBackoffSteps,
+			MaxCooldown:              ConnectionCooldownMax,
+			UseUpstreamRetryHints:    ConnectionCooldownOAuthUseUpstreamRetryHints,
+			StreamStallCooldown:      StreamStallCooldownEnabled,
+			ConcurrencyLimitCooldown: ConcurrencyLimitCooldown,
+			ExpiredRetryMax:          ExpiredRetryMax,
+			RequestRejectedStreak:    RequestRejectedStreak,
+		},
+	},
+	ProfileAPIKey: {
+		Breaker: BreakerSettings{
+			DegradationThreshold: BreakerAPIKeyDegradationThreshold,
+			FailureThreshold:     BreakerAPIKeyFailureThreshold,
+			ResetTimeout:         BreakerAPIKeyResetTimeout,
+			MaxBackoffMultiplier: BreakerMaxBackoffMultiplier,
+			RecoverySuccesses:    BreakerRecoverySuccesses,
+			ProbeTimeout:         BreakerProbeTimeout,
+			TripStatuses:         BreakerTripStatuses,
+		},
+		ProviderCooldown: ProviderCooldownSettings{
+			FailureThreshold: ProviderCooldownAPIKeyThreshold,
+			FailureWindow:    ProviderCooldownAPIKeyWindow,
+			Cooldown:         ProviderCooldownAPIKeyCooldown,
+			MinRetryCooldown: ProviderCooldownMinRetryCooldown,
+			MaxRetryCooldown: ProviderCooldownMaxRetryCooldown,
+		},
+		ConnectionCooldown: ConnectionCooldownSettings{
+			BaseCooldown:             ConnectionCooldownAPIKeyBase,
+			MaxBackoffSteps:          ConnectionCooldownMaxBackoffSteps,
+			MaxCooldown:              ConnectionCooldownMax,
+			UseUpstreamRetryHints:    ConnectionCooldownUseUpstreamRetryHints,
+			StreamStallCooldown:      StreamStallCooldownEnabled,
+			ConcurrencyLimitCooldown: ConcurrencyLimitCooldown,
+			ExpiredRetryMax:          ExpiredRetryMax,
+			RequestRejectedStreak:    RequestRejectedStreak,
+		},
+	},
+	ProfileLocal: {
+		Breaker: BreakerSettings{
+			DegradationThreshold: BreakerLocalDegradationThreshold,
+			FailureThreshold:     BreakerLocalFailureThreshold,
+			ResetTimeout:         BreakerLocalResetTimeout,
+			MaxBackoffMultiplier: BreakerMaxBackoffMultiplier,
+			RecoverySuccesses:    BreakerRecoverySuccesses,
+			ProbeTimeout:         BreakerProbeTimeout,
+			TripStatuses:         BreakerTripStatuses,
+		},
+		ProviderCooldown: ProviderCooldownSettings{
+			FailureThreshold: ProviderCooldownLocalThreshold,
+			FailureWindow:    ProviderCooldownLocalWindow,
+			Cooldown:         ProviderCooldownLocalCooldown,
+			MinRetryCooldown: ProviderCooldownMinRetryCooldown,
+			MaxRetryCooldown: ProviderCooldownMaxRetryCooldown,
+		},
+		ConnectionCooldown: ConnectionCooldownSettings{
+			BaseCooldown:             ConnectionCooldownLocalBase,
+			MaxBackoffSteps:          ConnectionCooldownMaxBackoffSteps,
+			MaxCooldown:              ConnectionCooldownMax,
+			UseUpstreamRetryHints:    ConnectionCooldownUseUpstreamRetryHints,
+			StreamStallCooldown:      StreamStallCooldownEnabled,
+			ConcurrencyLimitCooldown: ConcurrencyLimitCooldown,
+			ExpiredRetryMax:          ExpiredRetryMax,
+			RequestRejectedStreak:    RequestRejectedStreak,
+		},
+	},
+}
+
+// ProfileDefaults returns a profile's default settings, a copy the caller may change; ok is
+// false for an unknown profile.
+func ProfileDefaults(p Profile) (settings ProfileSettings, ok bool) {
+	settings, ok = profileDefaults[p]
+	settings.Breaker.TripStatuses = slices.Clone(settings.Breaker.TripStatuses)
+	return settings, ok
+}
+
+// Defaults returns every policy-wide setting at its default: the resolved view of a policy
+// that sets nothing (no providers or routes; per-provider defaults are ProfileDefaults). It
+// goes through Policy.Resolved, so a mechanism that derives its own defaults from it can
+// never disagree with a resolved policy.
+func Defaults() *Resolved {
+	return (&Policy{}).Resolved()
+}

@@ -64,7 +64,7 @@ func TestEnvInPolicy(t *testing.T) {
 	if got := p.Providers[0].Cluster; got != "openai-prod" {
 		t.Errorf("cluster = %q", got)
 	}
-	if got := p.Providers[0].Connections[0].Credential.Value; got != "Bearer sk-abc" {
+	if got := p.Providers[0].Connections[0].Credential.Value.Reveal(); got != "Bearer sk-abc" {
 		t.Errorf("credential = %q", got)
 	}
 	if _, ok := p.Providers[0].Connections[0].ModelConcurrency["${NOT_EXPANDED}"]; !ok {

@@ -116,8 +116,9 @@ type Credential struct {
 	// Header is the header name, e.g. authorization or x-api-key (an HTTP token; stored
 	// lower-case). Hop-by-hop, framing and pseudo headers are rejected.
 	Header string `json:"header" jsonschema:"required,minLength=1"`
-	// Value is the header value; ${ENV} expands from the VM environment.
-	Value string `json:"value" jsonschema:"required,minLength=1"`
+	// Value is the header value; ${ENV} expands from the VM environment. Spillway never
+	// shows it: logs, errors and dumps print [redacted].
+	Value Secret `json:"value" jsonschema:"required,minLength=1"`
 }
 
 // RateLimitOverrides are per-connection queue budgets (guide §5 precedence: environment
@@ -544,6 +545,7 @@ type Admin struct {
 	// /spillway/api/.
 	PathPrefix string `json:"pathPrefix,omitempty" jsonschema:"pattern=^/.*/$"`
 	// Token is the bearer token the admin API requires; unset or empty = admin API off
-	// (every admin path answers 403). Use ${SPILLWAY_ADMIN_TOKEN}.
-	Token string `json:"token,omitempty"`
+	// (every admin path answers 403). Use ${SPILLWAY_ADMIN_TOKEN}. Spillway never shows
+	// it: logs, errors and dumps print [redacted].
+	Token Secret `json:"token,omitzero"`
 }

@@ -36,6 +36,11 @@ type Resolved struct {
 	SessionAffinityTTL time.Duration
 	// SessionAffinityHeaders are read for the session key and never forwarded.
 	SessionAffinityHeaders []string
+	// SessionAffinityRefreshInterval is how often, at most, a pin's last use is rewritten
+	// in shared data.
+	SessionAffinityRefreshInterval time.Duration
+	// SessionAffinitySlots is the size of the shared pin table.
+	SessionAffinitySlots int
 	// Admin is the admin API.
 	Admin AdminSettings
 	// MaxRequestBodyBytes is the buffered request body limit (413 above it).
@@ -114,26 +119,6 @@ func (c *ResolvedConnection) ModelConcurrencyCap(model string) int {
 	return c.ModelConcurrency[model]
 }
 
-// Secret is a credential or token. It never prints or marshals its value; use Reveal.
-type Secret string
-
-// String hides the value.
-func (s Secret) String() string {
-	if s == "" {
-		return ""
-	}
-	return "[redacted]"
-}
-
-// GoString hides the value from %#v.
-func (s Secret) GoString() string { return `"` + s.String() + `"` }
-
-// MarshalJSON hides the value.
-func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + s.String() + `"`), nil }
-
-// Reveal returns the value, for the one place that sends it upstream or compares it.
-func (s Secret) Reveal() string { return string(s) }
-
 // BreakerSettings are one profile's circuit breaker settings.
 type BreakerSettings struct {
 	DegradationThreshold int
@@ -192,6 +177,9 @@ type ModelLockoutSettings struct {
 	UseExponentialBackoff bool
 	// LongRetryCap caps a lockout made from a long typed Google RetryInfo hint.
 	LongRetryCap time.Duration
+	// EscalationWindow is how long after a lockout ends a new failure still escalates
+	// from the earlier failure count.
+	EscalationWindow time.Duration
 }
 
 // CountsStatus reports whether an upstream status is a model-level failure.
@@ -427,10 +415,12 @@ func (p *Policy) Resolved() *Resolved {
 	}
 	res.SessionAffinityTTL = msOr(rs.SessionAffinityTtlMs, SessionAffinityTTL)
 	res.SessionAffinityHeaders = slices.Clone(SessionAffinityHeaders)
+	res.SessionAffinityRefreshInterval = SessionAffinityRefreshInterval
+	res.SessionAffinitySlots = SessionAffinitySlots
 	res.Admin = AdminSettings{
-		Enabled:    p.Admin.Token != "",
+		Enabled:    !p.Admin.Token.IsZero(),
 		PathPrefix: stringOr(p.Admin.PathPrefix, AdminPathPrefix),
-		Token:      Secret(p.Admin.Token),
+		Token:      p.Admin.Token,
 	}
 	res.MaxRequestBodyBytes = int64Or(p.MaxRequestBodyBytes, MaxRequestBodyBytes)
 	res.Routing = resolveRouting(&p.Routing)
@@ -501,7 +491,7 @@ func (res *Resolved) resolveProvider(p *Policy, index int, queue RequestQueueSet
 		}
 		if c.Credential != nil {
 			rc.CredentialHeader = c.Credential.Header
-			rc.CredentialValue = Secret(c.Credential.Value)
+			rc.CredentialValue = c.Credential.Value
 		}
 		if len(c.ModelConcurrency) > 0 {
 			rc.ModelConcurrency = make(map[string]int, len(c.ModelConcurrency))
@@ -632,30 +622,18 @@ func (c *ConnectionCooldown) profile(p Profile) *ConnectionCooldownProfile {
 	return &c.APIKey
 }
 
-// defaultBreaker returns the guide's breaker defaults for a profile.
-func defaultBreaker(p Profile) BreakerSettings {
-	b := BreakerSettings{
-		MaxBackoffMultiplier: BreakerMaxBackoffMultiplier,
-		RecoverySuccesses:    BreakerRecoverySuccesses,
-		ProbeTimeout:         BreakerProbeTimeout,
-		TripStatuses:         BreakerTripStatuses,
+// profileRow returns a profile's row of the defaults table (the apikey row for an unknown
+// profile, which validation has rejected).
+func profileRow(p Profile) ProfileSettings {
+	if d, ok := ProfileDefaults(p); ok {
+		return d
 	}
-	switch p {
-	case ProfileOAuth:
-		b.DegradationThreshold, b.FailureThreshold, b.ResetTimeout =
-			BreakerOAuthDegradationThreshold, BreakerOAuthFailureThreshold, BreakerOAuthResetTimeout
-	case ProfileLocal:
-		b.DegradationThreshold, b.FailureThreshold, b.ResetTimeout =
-			BreakerLocalDegradationThreshold, BreakerLocalFailureThreshold, BreakerLocalResetTimeout
-	default:
-		b.DegradationThreshold, b.FailureThreshold, b.ResetTimeout =
-			BreakerAPIKeyDegradationThreshold, BreakerAPIKeyFailureThreshold, BreakerAPIKeyResetTimeout
-	}
-	return b
+	d, _ := ProfileDefaults(ProfileAPIKey)
+	return d
 }
 
 func resolveBreaker(b *ProviderBreaker, p Profile) BreakerSettings {
-	out := defaultBreaker(p)
+	out := profileRow(p).Breaker
 	bp := b.profile(p)
 	out.FailureThreshold = intOr(bp.FailureThreshold, out.FailureThreshold)
 	if bp.DegradationThreshold != nil {
@@ -681,57 +659,28 @@ func resolveBreaker(b *ProviderBreaker, p Profile) BreakerSettings {
 }
 
 func resolveProviderCooldown(c *ProviderCooldown, p Profile) ProviderCooldownSettings {
-	var out ProviderCooldownSettings
-	switch p {
-	case ProfileOAuth:
-		out = ProviderCooldownSettings{FailureThreshold: ProviderCooldownOAuthThreshold,
-			FailureWindow: ProviderCooldownOAuthWindow, Cooldown: ProviderCooldownOAuthCooldown}
-	case ProfileLocal:
-		out = ProviderCooldownSettings{FailureThreshold: ProviderCooldownLocalThreshold,
-			FailureWindow: ProviderCooldownLocalWindow, Cooldown: ProviderCooldownLocalCooldown}
-	default:
-		out = ProviderCooldownSettings{FailureThreshold: ProviderCooldownAPIKeyThreshold,
-			FailureWindow: ProviderCooldownAPIKeyWindow, Cooldown: ProviderCooldownAPIKeyCooldown}
-	}
+	out := profileRow(p).ProviderCooldown
 	cp := c.profile(p)
 	out.FailureThreshold = intOr(cp.ProviderFailureThreshold, out.FailureThreshold)
 	out.FailureWindow = msOr(cp.ProviderFailureWindowMs, out.FailureWindow)
 	out.Cooldown = msOr(cp.ProviderCooldownMs, out.Cooldown)
-	out.MinRetryCooldown = msOr(cp.MinRetryCooldownMs, ProviderCooldownMinRetryCooldown)
-	out.MaxRetryCooldown = msOr(cp.MaxRetryCooldownMs, ProviderCooldownMaxRetryCooldown)
+	out.MinRetryCooldown = msOr(cp.MinRetryCooldownMs, out.MinRetryCooldown)
+	out.MaxRetryCooldown = msOr(cp.MaxRetryCooldownMs, out.MaxRetryCooldown)
 	return out
 }
 
-// defaultConnectionBase returns the guide's base connection cooldown for a profile.
-func defaultConnectionBase(p Profile) time.Duration {
-	switch p {
-	case ProfileOAuth:
-		return ConnectionCooldownOAuthBase
-	case ProfileLocal:
-		return ConnectionCooldownLocalBase
-	}
-	return ConnectionCooldownAPIKeyBase
-}
-
-func defaultUseUpstreamRetryHints(p Profile) bool {
-	if p == ProfileOAuth {
-		return ConnectionCooldownOAuthUseUpstreamRetryHints
-	}
-	return ConnectionCooldownUseUpstreamRetryHints
-}
-
 func resolveConnectionCooldown(c *ConnectionCooldown, p Profile) ConnectionCooldownSettings {
+	out := profileRow(p).ConnectionCooldown
 	cp := c.profile(p)
-	return ConnectionCooldownSettings{
-		BaseCooldown:             msOr(cp.BaseCooldownMs, defaultConnectionBase(p)),
-		MaxBackoffSteps:          intOr(cp.MaxBackoffSteps, ConnectionCooldownMaxBackoffSteps),
-		MaxCooldown:              msOr(cp.MaxCooldownMs, ConnectionCooldownMax),
-		UseUpstreamRetryHints:    boolOr(cp.UseUpstreamRetryHints, defaultUseUpstreamRetryHints(p)),
-		StreamStallCooldown:      boolOr(c.StreamStallCooldown.Enabled, StreamStallCooldownEnabled),
-		ConcurrencyLimitCooldown: msOr(c.ConcurrencyLimitCooldownMs, ConcurrencyLimitCooldown),
-		ExpiredRetryMax:          intOr(c.ExpiredRetryMax, ExpiredRetryMax),
-		RequestRejectedStreak:    intOr(c.RequestRejectedStreak, RequestRejectedStreak),
-	}
+	out.BaseCooldown = msOr(cp.BaseCooldownMs, out.BaseCooldown)
+	out.MaxBackoffSteps = intOr(cp.MaxBackoffSteps, out.MaxBackoffSteps)
+	out.MaxCooldown = msOr(cp.MaxCooldownMs, out.MaxCooldown)
+	out.UseUpstreamRetryHints = boolOr(cp.UseUpstreamRetryHints, out.UseUpstreamRetryHints)
+	out.StreamStallCooldown = boolOr(c.StreamStallCooldown.Enabled, out.StreamStallCooldown)
+	out.ConcurrencyLimitCooldown = msOr(c.ConcurrencyLimitCooldownMs, out.ConcurrencyLimitCooldown)
+	out.ExpiredRetryMax = intOr(c.ExpiredRetryMax, out.ExpiredRetryMax)
+	out.RequestRejectedStreak = intOr(c.RequestRejectedStreak, out.RequestRejectedStreak)
+	return out
 }
 
 func resolveModelLockout(m *ModelLockout) ModelLockoutSettings {
@@ -747,6 +696,7 @@ func resolveModelLockout(m *ModelLockout) ModelLockoutSettings {
 		MaxBackoffSteps:       intOr(m.MaxBackoffSteps, ModelLockoutMaxBackoffSteps),
 		UseExponentialBackoff: boolOr(m.UseExponentialBackoff, ModelLockoutUseExponentialBackoff),
 		LongRetryCap:          ModelLockoutLongRetryCap,
+		EscalationWindow:      ModelLockoutEscalationWindow,
 	}
 }
 

@@ -200,13 +200,13 @@ func (v *validator) credential(cr *Credential, path string) {
 		cr.Header = lower // Envoy header maps are lower-case
 	}
 	vp := joinField(path, "value")
-	switch {
-	case cr.Value == "":
+	// Never echo the value: it is a secret.
+	switch value := cr.Value.Reveal(); {
+	case value == "":
 		v.fail(vp, "required (empty credential value)")
-	case hasControlExceptTab(cr.Value):
-		// Never echo the value: it is a secret.
+	case hasControlExceptTab(value):
 		v.fail(vp, "contains a line break or control character (check the environment variable for a trailing newline)")
-	case strings.TrimSpace(cr.Value) != cr.Value:
+	case strings.TrimSpace(value) != value:
 		v.fail(vp, "has leading or trailing whitespace")
 	}
 }
@@ -329,11 +329,11 @@ func (v *validator) admin(a *Admin, path string) {
 		}
 	}
 	tp := joinField(path, "token")
-	switch {
-	case a.Token == "":
-	case hasControl(a.Token) || strings.TrimSpace(a.Token) != a.Token:
+	switch token := a.Token.Reveal(); {
+	case token == "":
+	case hasControl(token) || strings.TrimSpace(token) != token:
 		v.fail(tp, "contains whitespace or a control character (check the environment variable for a trailing newline)")
-	case len(a.Token) < minAdminTokenLength:
+	case len(token) < minAdminTokenLength:
 		v.warn(tp, "admin token is shorter than "+strconv.Itoa(minAdminTokenLength)+" characters")
 	}
 }

@@ -65,7 +65,7 @@ func (v *validator) providerBreaker(b *ProviderBreaker, path string) {
 	for _, prof := range Profiles {
 		bp := b.profile(prof)
 		pp := joinField(path, string(prof))
-		def := defaultBreaker(prof)
+		def := profileRow(prof).Breaker
 		if bp.DegradationThreshold != nil {
 			v.rangeInt(joinField(pp, "degradationThreshold"), *bp.DegradationThreshold, 1, 1_000_000, "")
 		}
@@ -123,11 +123,12 @@ func (v *validator) providerCooldown(c *ProviderCooldown, path string) {
 		v.rangeMs(joinField(pp, "providerCooldownMs"), cp.ProviderCooldownMs, msSecond, msDay)
 		v.rangeMs(joinField(pp, "minRetryCooldownMs"), cp.MinRetryCooldownMs, 1, msDay)
 		v.rangeMs(joinField(pp, "maxRetryCooldownMs"), cp.MaxRetryCooldownMs, 1, msDay)
-		lo := ProviderCooldownMinRetryCooldown.Milliseconds()
+		def := profileRow(prof).ProviderCooldown
+		lo := def.MinRetryCooldown.Milliseconds()
 		if cp.MinRetryCooldownMs != nil {
 			lo = *cp.MinRetryCooldownMs
 		}
-		hi := ProviderCooldownMaxRetryCooldown.Milliseconds()
+		hi := def.MaxRetryCooldown.Milliseconds()
 		if cp.MaxRetryCooldownMs != nil {
 			hi = *cp.MaxRetryCooldownMs
 		}
@@ -150,11 +151,12 @@ func (v *validator) connectionCooldown(c *ConnectionCooldown, path string) {
 		if cp.MaxBackoffSteps != nil {
 			v.rangeInt(joinField(pp, "maxBackoffSteps"), *cp.MaxBackoffSteps, 0, 30, "")
 		}
-		base := defaultConnectionBase(prof).Milliseconds()
+		def := profileRow(prof).ConnectionCooldown
+		base := def.BaseCooldown.Milliseconds()
 		if cp.BaseCooldownMs != nil {
 			base = *cp.BaseCooldownMs
 		}
-		maxMs := ConnectionCooldownMax.Milliseconds()
+		maxMs := def.MaxCooldown.Milliseconds()
 		if cp.MaxCooldownMs != nil {
 			maxMs = *cp.MaxCooldownMs
 		}

@@ -230,7 +230,7 @@ func TestClusterNotFoundAndUpstreamDown(t *testing.T) {
 	dead := d.fake(t, "fake-anthropic").URL
 	_ = d.fake(t, "fake-anthropic").Close()
 	d2 := startDemo(t, func(o *Options) {
-		o.Clusters = []Cluster{{Name: "fake-openai", URL: dead}, {Name: "fake-anthropic", URL: dead}}
+		o.Clusters = []Cluster{{Name: "fake-openai", URL: dead}, {Name: "fake-openrouter", URL: dead}, {Name: "fake-anthropic", URL: dead}}
 	})
 	if len(d2.Fakes) != 0 {
 		t.Errorf("fakes started although -cluster was given: %v", d2.Fakes)

@@ -27,7 +27,7 @@ func TestLoadPolicy(t *testing.T) {
 		t.Fatalf("demo: %v", err)
 	}
 	if demo.Source != "embedded demo policy" || demo.DefaultCluster() != "fake-openai" ||
-		strings.Join(demo.Clusters(), ",") != "fake-openai,fake-anthropic" {
+		strings.Join(demo.Clusters(), ",") != "fake-openai,fake-openrouter,fake-anthropic" {
 		t.Errorf("demo: %s default %s clusters %v", demo.Source, demo.DefaultCluster(), demo.Clusters())
 	}
 	// ${ENV} stays in the plugin's JSON: the filter expands it from the VM environment.
@@ -155,9 +155,10 @@ func TestBannerListsWhatRuns(t *testing.T) {
 	b := d.Banner()
 	for _, want := range []string{
 		d.URL(),
-		"embedded demo policy (2 providers, 3 routes)",
-		"fake-openai    -> " + d.Fakes["fake-openai"].URL + "  (built-in fake openai provider)  (default)",
-		"fake-anthropic -> " + d.Fakes["fake-anthropic"].URL + "  (built-in fake anthropic provider)",
+		"embedded demo policy (3 providers, 3 routes)",
+		"fake-openai     -> " + d.Fakes["fake-openai"].URL + "  (built-in fake openai provider)  (default)",
+		"fake-openrouter -> " + d.Fakes["fake-openrouter"].URL + "  (built-in fake openai provider)",
+		"fake-anthropic  -> " + d.Fakes["fake-anthropic"].URL + "  (built-in fake anthropic provider)",
 		"x-spillway-cluster request header names the cluster; without it: fake-openai",
 		"3 VMs, WASI envoy133, fail-closed, request timeout 10m0s",
 		"curl -si " + d.URL() + "/v1/chat/completions",

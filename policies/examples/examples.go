@@ -12,8 +12,9 @@ import (
 //go:embed *.yaml
 var files embed.FS
 
-// Demo returns demo.yaml: fake-openai and fake-anthropic clusters, two connections on one
-// provider, a combo with fallback and queue caps. Its credentials default to fake keys.
+// Demo returns demo.yaml: fake-openai, fake-openrouter and fake-anthropic clusters, two
+// connections on one provider, a combo that falls back to an OpenAI-compatible gateway, and
+// queue caps. Its credentials default to fake keys.
 func Demo() []byte {
 	return mustRead("demo.yaml")
 }

@@ -56,8 +56,8 @@ func TestDemoWorksWithoutEnvironment(t *testing.T) {
 	for _, pr := range r.Providers {
 		clusters[pr.Cluster] = true
 	}
-	if !clusters["fake-openai"] || !clusters["fake-anthropic"] {
-		t.Errorf("demo clusters = %v, want the built-in fake-openai and fake-anthropic", clusters)
+	if !clusters["fake-openai"] || !clusters["fake-openrouter"] || !clusters["fake-anthropic"] {
+		t.Errorf("demo clusters = %v, want the built-in fake-openai, fake-openrouter and fake-anthropic", clusters)
 	}
 	openai, ok := r.Provider("openai")
 	if !ok || len(openai.Connections) < 2 {
@@ -65,7 +65,20 @@ func TestDemoWorksWithoutEnvironment(t *testing.T) {
 	}
 	route, ok := r.Route("gpt-4o")
 	if !ok || len(route.Targets) < 2 || route.Targets[0].ProviderID == route.Targets[1].ProviderID {
-		t.Errorf("demo needs a combo that falls back to another provider, got %+v", route)
+		t.Fatalf("demo needs a combo that falls back to another provider, got %+v", route)
+	}
+	// The fallback must be able to read the request: same API as the first target.
+	first, fallback := r.Providers[route.Targets[0].Provider], r.Providers[route.Targets[1].Provider]
+	if first.API != policies.APIOpenAI || fallback.API != policies.APIOpenAI || fallback.ID != "openrouter" ||
+		route.Targets[1].UpstreamModel("gpt-4o") != "openai/gpt-4o" {
+		t.Errorf("gpt-4o falls back to %s (%s) asking for %q; want OpenRouter (openai) asking for openai/gpt-4o",
+			fallback.ID, fallback.API, route.Targets[1].UpstreamModel("gpt-4o"))
+	}
+	if claude, ok := r.Route("claude-sonnet-4"); !ok || r.Providers[claude.Targets[0].Provider].API != policies.APIAnthropic {
+		t.Errorf("claude-* must go to a provider speaking the Anthropic API")
+	}
+	if _, conn, _ := r.Connection("openrouter-a"); conn.CredentialValue.Reveal() != "Bearer demo-key-openrouter" {
+		t.Errorf("openrouter credential default = %q", conn.CredentialValue.Reveal())
 	}
 	if r.RequestQueue.MaxQueueDepth == 0 {
 		t.Error("demo should cap the queue depth")
@@ -121,6 +134,28 @@ func TestAgentrouterRulesMatchTheGuide(t *testing.T) {
 	quota := &ar.ErrorRules[1]
 	if quota.Scope != "connection" || quota.Reason != "quota_exhausted" || quota.HasCooldown {
 		t.Errorf("quota rule = %+v", quota)
+	}
+}
+
+// TestNoExampleRouteMixesAPIs: every target of a route speaks one API, so no fallback in
+// the examples is a target that a request can never use.
+func TestNoExampleRouteMixesAPIs(t *testing.T) {
+	for _, name := range examples.Names() {
+		data, _ := examples.Get(name)
+		p, err := policyfile.Parse(data, policies.ParseOptions{LookupEnv: anyEnv})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		r := p.Resolved()
+		for _, route := range r.Routes {
+			apis := map[policies.API]bool{}
+			for _, target := range route.Targets {
+				apis[r.Providers[target.Provider].API] = true
+			}
+			if len(apis) != 1 {
+				t.Errorf("%s: route %s mixes APIs %v", name, route.Model, apis)
+			}
+		}
 	}
 }
 

@@ -69,7 +69,7 @@ func TestYAMLAndJSONAreEquivalent(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(direct, fromJSON) {
 		t.Errorf("policyfile.Parse of JSON differs from policies.Parse: %v", err)
 	}
-	if got := fromYAML.Providers[0].Connections[0].Credential.Value; got != "Bearer sk-1" {
+	if got := fromYAML.Providers[0].Connections[0].Credential.Value.Reveal(); got != "Bearer sk-1" {
 		t.Errorf("credential = %q", got)
 	}
 }
@@ -191,7 +191,7 @@ func TestOSEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := p.Providers[0].Connections[0].Credential.Value; got != "Bearer from-os" {
+	if got := p.Providers[0].Connections[0].Credential.Value.Reveal(); got != "Bearer from-os" {
 		t.Errorf("credential = %q", got)
 	}
 }

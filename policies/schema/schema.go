@@ -57,6 +57,13 @@ func reflectSchema(policiesDir string) (*jsonschema.Schema, error) {
 	r := &jsonschema.Reflector{
 		RequiredFromJSONSchemaTags: true,
 		ExpandedStruct:             true,
+		// A Secret is a string in the document (its Go fields only guard the value).
+		Mapper: func(t reflect.Type) *jsonschema.Schema {
+			if t == reflect.TypeFor[policies.Secret]() {
+				return &jsonschema.Schema{Type: "string"}
+			}
+			return nil
+		},
 		LookupComment: func(t reflect.Type, field string) string {
 			if t.PkgPath() != policiesPkg {
 				return ""

@@ -1,21 +1,9 @@
 package admission
 
 import (
-	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spillwayproxy/spillway/policies"
-)
-
-// Environment variables that supply the request queue's defaults (guide §5). A policy value
-// overrides them, and a per-connection override overrides the policy.
-const (
-	EnvMaxWait          = "RATE_LIMIT_MAX_WAIT_MS"
-	EnvExecutionMaxWait = "RATE_LIMIT_EXECUTION_MAX_WAIT_MS"
-	EnvMaxQueueDepth    = "RATE_LIMIT_MAX_QUEUE_DEPTH"
 )
 
 // MaxCap bounds every concurrency cap. A lease record holds at most cap leases, so the
@@ -34,14 +22,26 @@ type QueueConfig struct {
 	MaxQueueDepth int
 }
 
-// DefaultQueueConfig returns the guide's defaults: 30 s wait budget, 10 min execution
-// limit, unbounded queue.
+// QueueConfigFrom converts a connection's resolved queue budgets (policies.ResolvedConnection,
+// where the environment, policy and per-connection layers are already folded in) into a
+// QueueConfig.
+func QueueConfigFrom(c *policies.ResolvedConnection) QueueConfig {
+	return QueueConfig{MaxWait: c.QueueMaxWait, ExecutionMaxWait: c.ExecutionMaxWait, MaxQueueDepth: c.MaxQueueDepth}
+}
+
+// GateConfigFrom converts a resolved connection of the given provider into its gate
+// setting: the one conversion from policy settings to admission. The policy has no global
+// or provider-wide caps, so those stay 0 (none).
+func GateConfigFrom(provider string, c *policies.ResolvedConnection) GateConfig {
+	return GateConfig{Provider: provider, Connection: c.ID, MaxConcurrent: c.MaxConcurrent,
+		ModelConcurrency: c.ModelConcurrency, Queue: QueueConfigFrom(c)}
+}
+
+// DefaultQueueConfig returns the guide's defaults (policies.Defaults): 30 s wait budget,
+// 10 min execution limit, unbounded queue.
 func DefaultQueueConfig() QueueConfig {
-	return QueueConfig{
-		MaxWait:          policies.RequestQueueMaxWait,
-		ExecutionMaxWait: policies.RequestQueueExecutionMaxWait,
-		MaxQueueDepth:    policies.RequestQueueMaxDepth,
-	}
+	q := policies.Defaults().RequestQueue
+	return QueueConfig{MaxWait: q.MaxWait, ExecutionMaxWait: q.ExecutionMaxWait, MaxQueueDepth: q.MaxQueueDepth}
 }
 
 // Normalize clamps the waits to 1 ms–24 h and the depth to 0–100000, as the guide's
@@ -51,64 +51,6 @@ func (c QueueConfig) Normalize() QueueConfig {
 	c.ExecutionMaxWait = clampDuration(c.ExecutionMaxWait)
 	c.MaxQueueDepth = int(clampInt(int64(c.MaxQueueDepth), 0, policies.RequestQueueMaxDepthCap))
 	return c
-}
-
-// QueueLayer is one precedence layer of request-queue settings, in the units the policy and
-// the environment use. A nil field is not set at this layer.
-type QueueLayer struct {
-	MaxWaitMs          *int64 // maxWaitMs
-	ExecutionMaxWaitMs *int64 // executionMaxWaitMs
-	MaxQueueDepth      *int64 // maxQueueDepth
-}
-
-// ResolveQueue applies the layers over the guide's defaults, lowest precedence first: the
-// environment supplies only the default, a policy value overrides it, and a per-connection
-// override (rateLimitOverrides) overrides both. The result is clamped.
-func ResolveQueue(env, policy, connection QueueLayer) QueueConfig {
-	c := DefaultQueueConfig()
-	for _, l := range [...]QueueLayer{env, policy, connection} {
-		if l.MaxWaitMs != nil {
-			c.MaxWait = millis(*l.MaxWaitMs)
-		}
-		if l.ExecutionMaxWaitMs != nil {
-			c.ExecutionMaxWait = millis(*l.ExecutionMaxWaitMs)
-		}
-		if l.MaxQueueDepth != nil {
-			c.MaxQueueDepth = int(clampInt(*l.MaxQueueDepth, 0, policies.RequestQueueMaxDepthCap))
-		}
-	}
-	return c.Normalize()
-}
-
-// EnvQueueLayer reads the queue defaults from the VM environment (lookup is os.LookupEnv or
-// the plugin's environment map). An empty variable is unset. A value that is not an integer
-// is left unset and reported; the valid ones are still returned.
-func EnvQueueLayer(lookup func(string) (string, bool)) (QueueLayer, error) {
-	var l QueueLayer
-	var errs []error
-	read := func(name string, dst **int64) {
-		raw, ok := lookup(name)
-		raw = strings.TrimSpace(raw)
-		if !ok || raw == "" {
-			return
-		}
-		v, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("admission: %s=%q is not an integer: %w", name, raw, err))
-			return
-		}
-		*dst = &v
-	}
-	read(EnvMaxWait, &l.MaxWaitMs)
-	read(EnvExecutionMaxWait, &l.ExecutionMaxWaitMs)
-	read(EnvMaxQueueDepth, &l.MaxQueueDepth)
-	return l, errors.Join(errs...)
-}
-
-// millis converts a millisecond setting to a duration without overflow; Normalize clamps it.
-func millis(ms int64) time.Duration {
-	const maxMs = int64(policies.RequestQueueMaxWaitCap / time.Millisecond)
-	return time.Duration(clampInt(ms, 0, maxMs+1)) * time.Millisecond
 }
 
 func clampDuration(d time.Duration) time.Duration {

@@ -2,12 +2,13 @@ package admission
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
-)
 
-func ms(v int64) *int64 { return &v }
+	"github.com/spillwayproxy/spillway/policies"
+)
 
 func TestDefaultQueueConfigIsTheGuides(t *testing.T) {
 	c := DefaultQueueConfig()
@@ -16,88 +17,41 @@ func TestDefaultQueueConfigIsTheGuides(t *testing.T) {
 	}
 }
 
-func TestResolveQueuePrecedenceAndClamps(t *testing.T) {
-	tests := []struct {
-		name   string
-		env    QueueLayer  // RATE_LIMIT_* variables: the default only
-		policy QueueLayer  // resilience.requestQueue
-		conn   QueueLayer  // the connection's rateLimitOverrides
-		want   QueueConfig // resolved and clamped
-	}{
-		{
-			name: "nothing set: guide defaults",
-			want: QueueConfig{MaxWait: 30 * time.Second, ExecutionMaxWait: 10 * time.Minute, MaxQueueDepth: 0},
-		},
-		{
-			name: "env supplies the default",
-			env:  QueueLayer{MaxWaitMs: ms(5000), ExecutionMaxWaitMs: ms(120000), MaxQueueDepth: ms(10)},
-			want: QueueConfig{MaxWait: 5 * time.Second, ExecutionMaxWait: 2 * time.Minute, MaxQueueDepth: 10},
-		},
-		{
-			name:   "a stored policy value beats the env",
-			env:    QueueLayer{MaxWaitMs: ms(5000), ExecutionMaxWaitMs: ms(120000), MaxQueueDepth: ms(10)},
-			policy: QueueLayer{MaxWaitMs: ms(8000), MaxQueueDepth: ms(0)},
-			want:   QueueConfig{MaxWait: 8 * time.Second, ExecutionMaxWait: 2 * time.Minute, MaxQueueDepth: 0},
-		},
-		{
-			name:   "a per-connection override beats both",
-			env:    QueueLayer{MaxWaitMs: ms(5000)},
-			policy: QueueLayer{MaxWaitMs: ms(8000), ExecutionMaxWaitMs: ms(300000)},
-			conn:   QueueLayer{MaxWaitMs: ms(60000), ExecutionMaxWaitMs: ms(900000)},
-			want:   QueueConfig{MaxWait: time.Minute, ExecutionMaxWait: 15 * time.Minute, MaxQueueDepth: 0},
-		},
-		{
-			name:   "waits clamp to 1 ms",
-			policy: QueueLayer{MaxWaitMs: ms(0), ExecutionMaxWaitMs: ms(-5)},
-			want:   QueueConfig{MaxWait: time.Millisecond, ExecutionMaxWait: time.Millisecond},
-		},
-		{
-			name:   "waits clamp to 24 h, even from absurd values",
-			policy: QueueLayer{MaxWaitMs: ms(86400001), ExecutionMaxWaitMs: ms(1 << 62)},
-			want:   QueueConfig{MaxWait: 24 * time.Hour, ExecutionMaxWait: 24 * time.Hour},
-		},
-		{
-			name:   "depth clamps to 0–100000",
-			env:    QueueLayer{MaxQueueDepth: ms(-3)},
-			policy: QueueLayer{MaxQueueDepth: ms(250000)},
-			want:   QueueConfig{MaxWait: 30 * time.Second, ExecutionMaxWait: 10 * time.Minute, MaxQueueDepth: 100000},
-		},
-		{
-			name: "negative depth clamps to 0 (unbounded)",
-			env:  QueueLayer{MaxQueueDepth: ms(-3)},
-			want: QueueConfig{MaxWait: 30 * time.Second, ExecutionMaxWait: 10 * time.Minute, MaxQueueDepth: 0},
-		},
-	}
-	for _, tc := range tests {
-		if got := ResolveQueue(tc.env, tc.policy, tc.conn); got != tc.want {
-			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
-		}
+// The precedence of the queue layers (default < RATE_LIMIT_* < requestQueue <
+// rateLimitOverrides) is resolved once, in package policies (TestQueueEnvironmentLayer,
+// TestQueueBudgetPrecedence there); admission converts the result and clamps it.
+
+func TestQueueConfigFromTheResolvedConnection(t *testing.T) {
+	c := &policies.ResolvedConnection{ID: "a", MaxConcurrent: 3, ModelConcurrency: map[string]int{"m": 1},
+		QueueMaxWait: 2 * time.Second, ExecutionMaxWait: time.Minute, MaxQueueDepth: 7}
+	got := GateConfigFrom("p", c)
+	want := GateConfig{Provider: "p", Connection: "a", MaxConcurrent: 3, ModelConcurrency: map[string]int{"m": 1},
+		Queue: QueueConfig{MaxWait: 2 * time.Second, ExecutionMaxWait: time.Minute, MaxQueueDepth: 7}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("GateConfigFrom = %+v, want %+v", got, want)
 	}
 }
 
-func TestEnvQueueLayer(t *testing.T) {
-	env := map[string]string{
-		EnvMaxWait:          " 15000 ",
-		EnvExecutionMaxWait: "ten minutes",
-		EnvMaxQueueDepth:    "",
+func TestNormalizeClamps(t *testing.T) {
+	tests := []struct {
+		name string
+		in   QueueConfig // as configured
+		want QueueConfig // clamped
+	}{
+		{name: "guide defaults unchanged", in: DefaultQueueConfig(), want: QueueConfig{MaxWait: 30 * time.Second, ExecutionMaxWait: 10 * time.Minute}},
+		{name: "waits clamp to 1 ms", in: QueueConfig{MaxWait: 0, ExecutionMaxWait: -5 * time.Millisecond},
+			want: QueueConfig{MaxWait: time.Millisecond, ExecutionMaxWait: time.Millisecond}},
+		{name: "waits clamp to 24 h", in: QueueConfig{MaxWait: 24*time.Hour + time.Millisecond, ExecutionMaxWait: 1 << 62},
+			want: QueueConfig{MaxWait: 24 * time.Hour, ExecutionMaxWait: 24 * time.Hour}},
+		{name: "depth clamps to 100000", in: QueueConfig{MaxWait: time.Second, ExecutionMaxWait: time.Second, MaxQueueDepth: 250000},
+			want: QueueConfig{MaxWait: time.Second, ExecutionMaxWait: time.Second, MaxQueueDepth: 100000}},
+		{name: "negative depth clamps to 0 (unbounded)", in: QueueConfig{MaxWait: time.Second, ExecutionMaxWait: time.Second, MaxQueueDepth: -3},
+			want: QueueConfig{MaxWait: time.Second, ExecutionMaxWait: time.Second}},
 	}
-	l, err := EnvQueueLayer(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	if l.MaxWaitMs == nil || *l.MaxWaitMs != 15000 {
-		t.Errorf("MaxWaitMs = %v, want 15000", l.MaxWaitMs)
-	}
-	if l.ExecutionMaxWaitMs != nil {
-		t.Errorf("a bad value was kept: %d", *l.ExecutionMaxWaitMs)
-	}
-	if l.MaxQueueDepth != nil {
-		t.Errorf("an empty variable was taken as set")
-	}
-	if err == nil || !strings.Contains(err.Error(), EnvExecutionMaxWait) || !strings.HasPrefix(err.Error(), "admission: ") {
-		t.Errorf("error = %v, want one naming %s", err, EnvExecutionMaxWait)
-	}
-	// No variables: nothing set, no error.
-	l, err = EnvQueueLayer(func(string) (string, bool) { return "", false })
-	if err != nil || l != (QueueLayer{}) {
-		t.Errorf("empty env: %+v, %v", l, err)
+	for _, tc := range tests {
+		if got := tc.in.Normalize(); got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		}
 	}
 }
 

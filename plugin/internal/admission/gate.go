@@ -22,7 +22,7 @@ type GateConfig struct {
 	// ModelConcurrency caps requests per exact upstream model id on this connection
 	// (modelConcurrency); values are positive.
 	ModelConcurrency map[string]int
-	// Queue is the connection's resolved request-queue setting (see ResolveQueue).
+	// Queue is the connection's resolved request-queue setting (see QueueConfigFrom).
 	Queue QueueConfig
 }
 

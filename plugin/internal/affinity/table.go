@@ -35,6 +35,12 @@ type Config struct {
 	Slots int
 }
 
+// ConfigFrom converts the resolved session affinity settings into a Config: the one
+// conversion from policy settings to the pin table.
+func ConfigFrom(r *policies.Resolved) Config {
+	return Config{TTL: r.SessionAffinityTTL, RefreshInterval: r.SessionAffinityRefreshInterval, Slots: r.SessionAffinitySlots}
+}
+
 // Pin is a session's live pin.
 type Pin struct {
 	// Provider is the pinned connection's provider id.

@@ -51,8 +51,8 @@ func ParseKind(name string) (Kind, error) {
 	return KindNone, fmt.Errorf("breaker: unknown failure kind %q (want server_error, timeout or transport_error)", name)
 }
 
-// Config holds one provider's resolved breaker settings. Build it with DefaultConfig and
-// override fields from the policy; Validate before use.
+// Config holds one provider's resolved breaker settings. Build it with ConfigFrom (or
+// DefaultConfig in tests); NewProvider validates it.
 type Config struct {
 	// DegradationThreshold is the failure count (without a success in between while
 	// CLOSED) that moves the provider to DEGRADED. Equal to FailureThreshold means the
@@ -86,31 +86,38 @@ const (
 	minPeriod     = time.Millisecond
 )
 
-// DefaultConfig returns the guide's breaker settings for a provider profile.
-func DefaultConfig(p policies.Profile) (Config, error) {
+// ConfigFrom converts a provider's resolved breaker settings (policies.Resolved) into a
+// Config: the one conversion from policy settings to the breaker. It copies the trip
+// statuses and fails on a cooldownByKind name the breaker does not know; Validate is left
+// to NewProvider.
+func ConfigFrom(s policies.BreakerSettings) (Config, error) {
 	cfg := Config{
-		MaxBackoffMultiplier: policies.BreakerMaxBackoffMultiplier,
-		RecoverySuccesses:    policies.BreakerRecoverySuccesses,
-		ProbeTimeout:         policies.BreakerProbeTimeout,
-		TripStatuses:         append([]int(nil), policies.BreakerTripStatuses...),
+		DegradationThreshold: s.DegradationThreshold,
+		FailureThreshold:     s.FailureThreshold,
+		ResetTimeout:         s.ResetTimeout,
+		MaxBackoffMultiplier: s.MaxBackoffMultiplier,
+		RecoverySuccesses:    s.RecoverySuccesses,
+		ProbeTimeout:         s.ProbeTimeout,
+		TripStatuses:         append([]int(nil), s.TripStatuses...),
 	}
-	switch p {
-	case policies.ProfileOAuth:
-		cfg.DegradationThreshold = policies.BreakerOAuthDegradationThreshold
-		cfg.FailureThreshold = policies.BreakerOAuthFailureThreshold
-		cfg.ResetTimeout = policies.BreakerOAuthResetTimeout
-	case policies.ProfileAPIKey:
-		cfg.DegradationThreshold = policies.BreakerAPIKeyDegradationThreshold
-		cfg.FailureThreshold = policies.BreakerAPIKeyFailureThreshold
-		cfg.ResetTimeout = policies.BreakerAPIKeyResetTimeout
-	case policies.ProfileLocal:
-		cfg.DegradationThreshold = policies.BreakerLocalDegradationThreshold
-		cfg.FailureThreshold = policies.BreakerLocalFailureThreshold
-		cfg.ResetTimeout = policies.BreakerLocalResetTimeout
-	default:
-		return Config{}, fmt.Errorf("breaker: unknown profile %q", p)
+	for name, d := range s.CooldownByKind {
+		k, err := ParseKind(name)
+		if err != nil {
+			return Config{}, err
+		}
+		cfg.CooldownByKind[k] = d
 	}
 	return cfg, nil
+}
+
+// DefaultConfig returns the guide's breaker settings for a provider profile: its row of the
+// policies defaults table (policies.ProfileDefaults).
+func DefaultConfig(p policies.Profile) (Config, error) {
+	d, ok := policies.ProfileDefaults(p)
+	if !ok {
+		return Config{}, fmt.Errorf("breaker: unknown profile %q", p)
+	}
+	return ConfigFrom(d.Breaker)
 }
 
 // Validate reports the first setting out of range.

@@ -23,14 +23,9 @@ type Config struct {
 	Budget      time.Duration // total waiting one request may do (budgetMs)
 }
 
-// DefaultConfig returns the defaults from policies.
+// DefaultConfig returns the defaults from policies (policies.Defaults).
 func DefaultConfig() Config {
-	return Config{
-		Enabled:     policies.ComboCooldownWaitEnabled,
-		MaxWait:     policies.ComboCooldownWaitMaxWait,
-		MaxAttempts: policies.ComboCooldownWaitMaxAttempts,
-		Budget:      policies.ComboCooldownWaitBudget,
-	}
+	return ConfigFrom(policies.Defaults().ComboCooldownWait)
 }
 
 // Reason says why a target was excluded before dispatch. The string values are stable:

@@ -42,29 +42,31 @@ type Config struct {
 	StreamStallCooldown bool
 }
 
-// DefaultConfig returns the guide's defaults for profile p. An unknown profile gets the API-key
-// defaults; policy validation rejects unknown profiles before they reach the engine.
+// ConfigFrom converts a provider's resolved connection-cooldown settings
+// (policies.ResolvedProvider.ConnectionCooldown) into a Config: the one conversion from
+// policy settings to the tracker.
+func ConfigFrom(s policies.ConnectionCooldownSettings) Config {
+	return Config{
+		BaseCooldown:             s.BaseCooldown,
+		MaxBackoffSteps:          s.MaxBackoffSteps,
+		MaxCooldown:              s.MaxCooldown,
+		PreferRetryHint:          s.UseUpstreamRetryHints,
+		ConcurrencyLimitCooldown: s.ConcurrencyLimitCooldown,
+		ExpiredRetryMax:          s.ExpiredRetryMax,
+		RequestRejectedStreak:    s.RequestRejectedStreak,
+		StreamStallCooldown:      s.StreamStallCooldown,
+	}
+}
+
+// DefaultConfig returns the guide's defaults for profile p: its row of the policies
+// defaults table. An unknown profile gets the API-key defaults; policy validation rejects
+// unknown profiles before they reach the engine.
 func DefaultConfig(p policies.Profile) Config {
-	c := Config{
-		BaseCooldown:             policies.ConnectionCooldownAPIKeyBase,
-		MaxBackoffSteps:          policies.ConnectionCooldownMaxBackoffSteps,
-		MaxCooldown:              policies.ConnectionCooldownMax,
-		PreferRetryHint:          true,
-		ConcurrencyLimitCooldown: policies.ConcurrencyLimitCooldown,
-		ExpiredRetryMax:          policies.ExpiredRetryMax,
-		RequestRejectedStreak:    policies.RequestRejectedStreak,
-		StreamStallCooldown:      policies.StreamStallCooldownEnabled,
+	d, ok := policies.ProfileDefaults(p)
+	if !ok {
+		d, _ = policies.ProfileDefaults(policies.ProfileAPIKey)
 	}
-	switch p {
-	case policies.ProfileOAuth:
-		c.BaseCooldown = policies.ConnectionCooldownOAuthBase
-		// The guide prefers upstream hints for API-key 429s only; subscription accounts
-		// keep the computed backoff.
-		c.PreferRetryHint = false
-	case policies.ProfileLocal:
-		c.BaseCooldown = policies.ConnectionCooldownLocalBase
-	}
-	return c
+	return ConfigFrom(d.ConnectionCooldown)
 }
 
 // Validate reports the first setting that is out of range.

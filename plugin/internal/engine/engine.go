@@ -95,25 +95,125 @@ type candidateRef struct {
 	weight     int
 }
 
+// settings are the mechanism configs of one resolved policy: the one place where the
+// engine turns policies.Resolved into mechanism settings, each through its package's
+// conversion (breaker.ConfigFrom and the like). settingsFrom is pure, so a test can check
+// that every resolved setting reaches a mechanism.
+type settings struct {
+	latency       latency.Config
+	latencyWeight int // selection.Config.LatencyWeight
+	affinity      affinity.Config
+	combo         combo.Config
+	restate       []restate.Rule
+	errorRules    []errorrules.Rule
+	providers     []providerSettings
+	routes        []routeSettings
+}
+
+// providerSettings are one provider's mechanism configs.
+type providerSettings struct {
+	breaker  breaker.Config
+	gate     providercooldown.Config
+	cooldown conncooldown.Config
+	lockout  lockout.Config
+	conns    []connectionSettings
+}
+
+// connectionSettings are one connection's mechanism configs.
+type connectionSettings struct {
+	fingerprint string // conncooldown's credential fingerprint
+	admit       admission.GateConfig
+}
+
+// routeSettings are one route's expanded candidates and selection config.
+type routeSettings struct {
+	combo      selection.ComboConfig
+	candidates []candidateRef
+	needsLoad  bool
+}
+
+// settingsFrom converts a resolved policy into every mechanism's config.
+func settingsFrom(res *policies.Resolved) (*settings, error) {
+	s := &settings{
+		latency:       latency.ConfigFrom(res.P2CLatency),
+		latencyWeight: res.P2CLatency.Weight,
+		affinity:      affinity.ConfigFrom(res),
+		combo:         combo.ConfigFrom(res.ComboCooldownWait),
+		providers:     make([]providerSettings, len(res.Providers)),
+		routes:        make([]routeSettings, len(res.Routes)),
+	}
+	for i := range res.Providers {
+		rp := &res.Providers[i]
+		for _, r := range rp.StatusRestatement {
+			s.restate = append(s.restate, restate.Rule{ID: r.ID, Provider: r.Provider, FromStatuses: r.FromStatuses, ToStatus: r.ToStatus,
+				TextMarkers: r.TextMarkers, ExcludeMarkers: r.ExcludeMarkers, DefaultRetryAfter: r.DefaultRetryAfter})
+		}
+		for _, r := range rp.ErrorRules {
+			s.errorRules = append(s.errorRules, errorrules.Rule{ID: r.ID, Provider: r.Provider, Status: r.Status, Markers: r.TextMarkers,
+				ExcludeMarkers: r.ExcludeMarkers, Reason: failure.Reason(r.Reason), Scope: failure.Scope(r.Scope),
+				Cooldown: r.Cooldown})
+		}
+		ps := &s.providers[i]
+		var err error
+		if ps.breaker, err = breaker.ConfigFrom(rp.Breaker); err != nil {
+			return nil, fmt.Errorf("engine: provider %q: %w", rp.ID, err)
+		}
+		ps.gate = providercooldown.ConfigFrom(res.ProviderCooldownEnabled, rp.ProviderCooldown)
+		ps.cooldown = conncooldown.ConfigFrom(rp.ConnectionCooldown)
+		ps.lockout = lockout.ConfigFrom(res.ModelLockout, res.RequestQueue)
+		if len(rp.QuotaFamilies) > 0 {
+			ps.lockout.Family = rp.QuotaFamily
+		}
+		ps.conns = make([]connectionSettings, len(rp.Connections))
+		for j := range rp.Connections {
+			rc := &rp.Connections[j]
+			ps.conns[j] = connectionSettings{fingerprint: fingerprint(rc), admit: admission.GateConfigFrom(rp.ID, rc)}
+		}
+	}
+	for i := range res.Routes {
+		rr := &res.Routes[i]
+		rs := &s.routes[i]
+		for _, t := range rr.Targets {
+			rp := &res.Providers[t.Provider]
+			if t.Connection >= 0 {
+				rs.candidates = append(rs.candidates, candidateRef{provider: t.Provider, connection: t.Connection,
+					model: t.Model, weight: weightOf(t, rp.Connections[t.Connection].Weight)})
+				continue
+			}
+			for j := range rp.Connections {
+				rs.candidates = append(rs.candidates, candidateRef{provider: t.Provider, connection: j,
+					model: t.Model, weight: weightOf(t, rp.Connections[j].Weight)})
+			}
+		}
+		strategy, err := selection.ParseStrategy(string(rr.Strategy))
+		if err != nil {
+			return nil, fmt.Errorf("engine: route %q: %w", rr.Model, err)
+		}
+		rs.needsLoad = strategy == selection.LeastUsed || strategy == selection.P2C || strategy == selection.FillFirst
+		rs.combo = selection.ComboConfig{Name: rr.Model, Strategy: strategy, Targets: len(rs.candidates)}
+	}
+	return s, nil
+}
+
 // New prepares an engine for a validated policy.
 func New(p *policies.Policy, store state.Store, clock state.Clock, opts Options) (*Engine, error) {
 	res := p.Resolved()
-	e := &Engine{
-		res:      res,
-		store:    store,
-		clock:    clock,
-		breakers: breaker.New(store, clock),
-		gate:     providercooldown.New(store, clock),
-		admitter: admission.New(store, clock),
-		gateOn:   res.ProviderCooldownEnabled,
-		comboWait: combo.Config{Enabled: res.ComboCooldownWait.Enabled, MaxWait: res.ComboCooldownWait.MaxWait,
-			MaxAttempts: res.ComboCooldownWait.MaxAttempts, Budget: res.ComboCooldownWait.Budget},
-		routeOf: make(map[*policies.ResolvedRoute]int, len(res.Routes)),
+	cfg, err := settingsFrom(res)
+	if err != nil {
+		return nil, err
 	}
-	var err error
-	lcfg := latency.DefaultConfig()
-	lcfg.Samples, lcfg.Window = res.P2CLatency.Samples, res.P2CLatency.Window
-	if e.latency, err = latency.NewTracker(lcfg); err != nil {
+	e := &Engine{
+		res:       res,
+		store:     store,
+		clock:     clock,
+		breakers:  breaker.New(store, clock),
+		gate:      providercooldown.New(store, clock),
+		admitter:  admission.New(store, clock),
+		gateOn:    res.ProviderCooldownEnabled,
+		comboWait: cfg.combo,
+		routeOf:   make(map[*policies.ResolvedRoute]int, len(res.Routes)),
+	}
+	if e.latency, err = latency.NewTracker(cfg.latency); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	random := opts.Random
@@ -121,118 +221,79 @@ func New(p *policies.Policy, store state.Store, clock state.Clock, opts Options)
 		random = selection.NewSeededSource()
 	}
 	if e.selector, err = selection.New(selection.Config{Store: store, Clock: clock, Random: random,
-		Latency: e.latency, LatencyWeight: res.P2CLatency.Weight}); err != nil {
+		Latency: e.latency, LatencyWeight: cfg.latencyWeight}); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if e.affinity, err = affinity.New(store, clock, affinity.Config{TTL: res.SessionAffinityTTL}); err != nil {
+	if e.affinity, err = affinity.New(store, clock, cfg.affinity); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if e.classifier, err = newClassifier(res); err != nil {
+	if e.classifier, err = newClassifier(cfg); err != nil {
 		return nil, err
 	}
 	e.providers = make([]provider, len(res.Providers))
 	for i := range res.Providers {
-		if err := e.prepareProvider(i); err != nil {
+		if err := e.prepareProvider(i, &cfg.providers[i]); err != nil {
 			return nil, err
 		}
 	}
 	e.routes = make([]route, len(res.Routes))
 	for i := range res.Routes {
-		if err := e.prepareRoute(i); err != nil {
+		if err := e.prepareRoute(i, &cfg.routes[i]); err != nil {
 			return nil, err
 		}
 	}
 	return e, nil
 }
 
-func (e *Engine) prepareProvider(i int) error {
+func (e *Engine) prepareProvider(i int, cfg *providerSettings) error {
 	rp := &e.res.Providers[i]
 	pv := &e.providers[i]
 	pv.res = rp
 	fail := func(err error) error { return fmt.Errorf("engine: provider %q: %w", rp.ID, err) }
 
-	bcfg, err := breakerConfig(rp)
-	if err != nil {
+	var err error
+	if pv.breaker, err = breaker.NewProvider(rp.ID, cfg.breaker); err != nil {
 		return fail(err)
 	}
-	if pv.breaker, err = breaker.NewProvider(rp.ID, bcfg); err != nil {
+	if pv.gate, err = providercooldown.ProviderEntry(rp.ID, cfg.gate); err != nil {
 		return fail(err)
 	}
-	gcfg := providercooldown.Config{Enabled: e.gateOn, FailureThreshold: rp.ProviderCooldown.FailureThreshold,
-		FailureWindow: rp.ProviderCooldown.FailureWindow, Cooldown: rp.ProviderCooldown.Cooldown,
-		MinRetryCooldown: rp.ProviderCooldown.MinRetryCooldown, MaxRetryCooldown: rp.ProviderCooldown.MaxRetryCooldown}
-	if pv.gate, err = providercooldown.ProviderEntry(rp.ID, gcfg); err != nil {
+	if pv.cooldown, err = conncooldown.New(e.store, e.clock, cfg.cooldown); err != nil {
 		return fail(err)
 	}
-	cc := rp.ConnectionCooldown
-	pv.cooldown, err = conncooldown.New(e.store, e.clock, conncooldown.Config{BaseCooldown: cc.BaseCooldown,
-		MaxBackoffSteps: cc.MaxBackoffSteps, MaxCooldown: cc.MaxCooldown, PreferRetryHint: cc.UseUpstreamRetryHints,
-		ConcurrencyLimitCooldown: cc.ConcurrencyLimitCooldown, ExpiredRetryMax: cc.ExpiredRetryMax,
-		RequestRejectedStreak: cc.RequestRejectedStreak, StreamStallCooldown: cc.StreamStallCooldown})
-	if err != nil {
+	if pv.lockout, err = lockout.New(e.store, e.clock, cfg.lockout); err != nil {
 		return fail(err)
 	}
-	ml := e.res.ModelLockout
-	lcfg := lockout.DefaultConfig(rp.Profile)
-	lcfg.Enabled, lcfg.ErrorCodes = ml.Enabled, ml.ErrorCodes
-	lcfg.BaseCooldown, lcfg.MaxCooldown, lcfg.MaxBackoffSteps = ml.BaseCooldown, ml.MaxCooldown, ml.MaxBackoffSteps
-	lcfg.UseExponentialBackoff, lcfg.LongRetryCap = ml.UseExponentialBackoff, ml.LongRetryCap
-	lcfg.QueueMaxWait = e.res.RequestQueue.MaxWait
-	if len(rp.QuotaFamilies) > 0 {
-		lcfg.Family = rp.QuotaFamily
-	}
-	if pv.lockout, err = lockout.New(e.store, e.clock, lcfg); err != nil {
-		return fail(err)
-	}
-
 	pv.conns = make([]connection, len(rp.Connections))
 	for j := range rp.Connections {
 		rc := &rp.Connections[j]
 		c := &pv.conns[j]
 		c.res = rc
-		if c.cooldown, err = conncooldown.NewConn(rp.ID, rc.ID, fingerprint(rc)); err != nil {
+		if c.cooldown, err = conncooldown.NewConn(rp.ID, rc.ID, cfg.conns[j].fingerprint); err != nil {
 			return fail(err)
 		}
 		if c.lockout, err = lockout.NewConn(rp.ID, rc.ID); err != nil {
 			return fail(err)
 		}
-		if c.gate, err = providercooldown.ConnectionEntry(rp.ID, rc.ID, gcfg); err != nil {
+		if c.gate, err = providercooldown.ConnectionEntry(rp.ID, rc.ID, cfg.gate); err != nil {
 			return fail(err)
 		}
-		if c.admit, err = admission.NewGate(admission.GateConfig{Provider: rp.ID, Connection: rc.ID,
-			MaxConcurrent: rc.MaxConcurrent, ModelConcurrency: rc.ModelConcurrency,
-			Queue: admission.QueueConfig{MaxWait: rc.QueueMaxWait, ExecutionMaxWait: rc.ExecutionMaxWait,
-				MaxQueueDepth: rc.MaxQueueDepth}}); err != nil {
+		if c.admit, err = admission.NewGate(cfg.conns[j].admit); err != nil {
 			return fail(err)
 		}
 	}
 	return nil
 }
 
-func (e *Engine) prepareRoute(i int) error {
+func (e *Engine) prepareRoute(i int, cfg *routeSettings) error {
 	rr := &e.res.Routes[i]
 	rt := &e.routes[i]
 	rt.res = rr
 	e.routeOf[rr] = i
-	for _, t := range rr.Targets {
-		pv := &e.providers[t.Provider]
-		if t.Connection >= 0 {
-			rt.candidates = append(rt.candidates, candidateRef{provider: t.Provider, connection: t.Connection,
-				model: t.Model, weight: weightOf(t, pv.res.Connections[t.Connection].Weight)})
-			continue
-		}
-		for j := range pv.res.Connections {
-			rt.candidates = append(rt.candidates, candidateRef{provider: t.Provider, connection: j,
-				model: t.Model, weight: weightOf(t, pv.res.Connections[j].Weight)})
-		}
-	}
-	strategy, err := selection.ParseStrategy(string(rr.Strategy))
-	if err != nil {
-		return fmt.Errorf("engine: route %q: %w", rr.Model, err)
-	}
-	rt.needsLoad = strategy == selection.LeastUsed || strategy == selection.P2C || strategy == selection.FillFirst
-	if rt.combo, err = selection.NewCombo(selection.ComboConfig{Name: rr.Model, Strategy: strategy,
-		Targets: len(rt.candidates)}); err != nil {
+	rt.candidates = cfg.candidates
+	rt.needsLoad = cfg.needsLoad
+	var err error
+	if rt.combo, err = selection.NewCombo(cfg.combo); err != nil {
 		return fmt.Errorf("engine: route %q: %w", rr.Model, err)
 	}
 	return nil
@@ -257,47 +318,14 @@ func fingerprint(c *policies.ResolvedConnection) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// breakerConfig maps a provider's resolved breaker settings onto the breaker's config.
-func breakerConfig(rp *policies.ResolvedProvider) (breaker.Config, error) {
-	cfg, err := breaker.DefaultConfig(rp.Profile)
-	if err != nil {
-		return cfg, err
-	}
-	b := rp.Breaker
-	cfg.DegradationThreshold, cfg.FailureThreshold, cfg.ResetTimeout = b.DegradationThreshold, b.FailureThreshold, b.ResetTimeout
-	cfg.MaxBackoffMultiplier, cfg.RecoverySuccesses, cfg.ProbeTimeout = b.MaxBackoffMultiplier, b.RecoverySuccesses, b.ProbeTimeout
-	cfg.TripStatuses = b.TripStatuses
-	for name, d := range b.CooldownByKind {
-		k, err := breaker.ParseKind(name)
-		if err != nil {
-			return cfg, err
-		}
-		cfg.CooldownByKind[k] = d
-	}
-	return cfg, cfg.Validate()
-}
-
 // newClassifier builds the classifier from the built-in rules plus the policy's operator
 // rules.
-func newClassifier(res *policies.Resolved) (*classify.Classifier, error) {
-	var rs []restate.Rule
-	var es []errorrules.Rule
-	for i := range res.Providers {
-		for _, r := range res.Providers[i].StatusRestatement {
-			rs = append(rs, restate.Rule{ID: r.ID, Provider: r.Provider, FromStatuses: r.FromStatuses, ToStatus: r.ToStatus,
-				TextMarkers: r.TextMarkers, ExcludeMarkers: r.ExcludeMarkers, DefaultRetryAfter: r.DefaultRetryAfter})
-		}
-		for _, r := range res.Providers[i].ErrorRules {
-			es = append(es, errorrules.Rule{ID: r.ID, Provider: r.Provider, Status: r.Status, Markers: r.TextMarkers,
-				ExcludeMarkers: r.ExcludeMarkers, Reason: failure.Reason(r.Reason), Scope: failure.Scope(r.Scope),
-				Cooldown: r.Cooldown})
-		}
-	}
-	rt, err := restate.New(rs)
+func newClassifier(cfg *settings) (*classify.Classifier, error) {
+	rt, err := restate.New(cfg.restate)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	cat, err := errorrules.New(es)
+	cat, err := errorrules.New(cfg.errorRules)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}

@@ -119,7 +119,7 @@ func TestPlanOrdersTheDemoCombo(t *testing.T) {
 	p := f.plan(t, "gpt-4o", affinity.Key{})
 	want := []string{"openai/openai-a/gpt-4o", "openai/openai-b/gpt-4o", "openrouter/openrouter-a/openai/gpt-4o"}
 	if got := f.names(p); strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("targets %v, want %v (priority order, the backup gateway maps the model)", got, want)
+		t.Fatalf("targets %v, want %v (priority order, openrouter maps the model)", got, want)
 	}
 	if _, err := f.e.Plan("no-such-model", policies.APIOpenAI, affinity.Key{}, &f.buf); !errors.Is(err, ErrNoRoute) {
 		t.Fatalf("unrouted model: %v, want ErrNoRoute", err)
@@ -190,13 +190,13 @@ func TestServerErrorsOpenTheProviderBreaker(t *testing.T) {
 			f.clock.Advance(50 * time.Second)
 		}
 		p := f.plan(t, "gpt-4o", affinity.Key{})
-		if f.names(p)[0] == "anthropic/anthropic-a/claude-sonnet-4" {
+		if f.names(p)[0] == "openrouter/openrouter-a/openai/gpt-4o" {
 			t.Fatalf("openai skipped after only %d failures (excluded %v)", i, p.Excluded)
 		}
 		f.attempt(t, p, Outcome{Status: 503, Body: []byte(`upstream overloaded`)})
 	}
 	p := f.plan(t, "gpt-4o", affinity.Key{})
-	if got := f.names(p); len(got) != 1 || got[0] != "anthropic/anthropic-a/claude-sonnet-4" {
+	if got := f.names(p); len(got) != 1 || got[0] != "openrouter/openrouter-a/openai/gpt-4o" {
 		t.Fatalf("after 12 failures: %v (excluded %v)", got, p.Excluded)
 	}
 	for conn, reason := range excludedReasons(p) {

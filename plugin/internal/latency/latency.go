@@ -30,17 +30,26 @@ type Config struct {
 	Samples int
 	// Window is how old a sample may be and still count (guide: 15 minutes).
 	Window time.Duration
-	// MaxTracked bounds the number of windows kept (0 = DefaultMaxTracked).
+	// MinSamples is how many samples each candidate's window needs before p2c lets
+	// latency and errors weigh in (guide: 3; 0 = that default), so a new connection is
+	// never penalised.
+	MinSamples int
+	// MaxTracked bounds the number of windows kept (0 = DefaultMaxTracked). A memory
+	// bound of this package, not a policy setting.
 	MaxTracked int
 }
 
-// DefaultConfig returns the guide's window: the last 20 samples within 15 minutes.
+// ConfigFrom converts the resolved p2c latency settings (policies.Resolved.P2CLatency)
+// into a tracker Config: the one conversion from policy settings to the latency signal.
+// The weight is the selector's (selection.Config.LatencyWeight).
+func ConfigFrom(s policies.P2CLatencySettings) Config {
+	return Config{Samples: s.Samples, Window: s.Window, MinSamples: s.MinSamples, MaxTracked: DefaultMaxTracked}
+}
+
+// DefaultConfig returns the guide's window (policies.Defaults): the last 20 samples within
+// 15 minutes, at least 3 before they count.
 func DefaultConfig() Config {
-	return Config{
-		Samples:    policies.P2CLatencySamples,
-		Window:     policies.P2CLatencyWindow,
-		MaxTracked: DefaultMaxTracked,
-	}
+	return ConfigFrom(policies.Defaults().P2CLatency)
 }
 
 // Stats summarises one window's samples that are still inside the time window.
@@ -92,6 +101,12 @@ func NewTracker(cfg Config) (*Tracker, error) {
 	}
 	if cfg.MaxTracked < 0 {
 		return nil, fmt.Errorf("latency: max tracked %d must not be negative", cfg.MaxTracked)
+	}
+	if cfg.MinSamples < 0 || cfg.MinSamples > cfg.Samples {
+		return nil, fmt.Errorf("latency: min samples %d outside 0..samples (%d)", cfg.MinSamples, cfg.Samples)
+	}
+	if cfg.MinSamples == 0 {
+		cfg.MinSamples = policies.P2CLatencyMinSamples
 	}
 	if cfg.MaxTracked == 0 {
 		cfg.MaxTracked = DefaultMaxTracked
@@ -188,3 +203,7 @@ func (t *Tracker) stats(k key, now time.Time) Stats {
 
 // Tracked returns how many windows the tracker holds.
 func (t *Tracker) Tracked() int { return len(t.windows) }
+
+// MinSamples is how many samples a window needs before p2c lets it weigh in
+// (Config.MinSamples; see PairTerm).
+func (t *Tracker) MinSamples() int { return t.cfg.MinSamples }

@@ -213,7 +213,7 @@ func TestPairTerm(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			a, b, applied := PairTerm(tc.weight, tc.a, tc.b)
+			a, b, applied := PairTerm(tc.weight, policies.P2CLatencyMinSamples, tc.a, tc.b)
 			if a != tc.wantA || b != tc.wantB || applied != tc.applied {
 				t.Fatalf("PairTerm = (%d, %d, %v), want (%d, %d, %v)", a, b, applied, tc.wantA, tc.wantB, tc.applied)
 			}
@@ -228,7 +228,7 @@ func TestPairTermNeverExceedsWeight(t *testing.T) {
 			for _, mean := range []time.Duration{time.Microsecond, time.Millisecond, time.Hour} {
 				a := Stats{Samples: 5, Failures: fail, Timed: 5, MeanTTFB: mean}
 				b := Stats{Samples: 5, Timed: 5, MeanTTFB: time.Microsecond}
-				pa, pb, _ := PairTerm(w, a, b)
+				pa, pb, _ := PairTerm(w, policies.P2CLatencyMinSamples, a, b)
 				if pa > int64(w)*MilliPoint || pb > int64(w)*MilliPoint || pa < 0 || pb < 0 {
 					t.Fatalf("weight %d, %d failures, mean %v: penalties %d, %d out of 0..%d", w, fail, mean, pa, pb, w*MilliPoint)
 				}

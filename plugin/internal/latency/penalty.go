@@ -20,13 +20,14 @@ func ClampWeight(weight int) int {
 // (the guide's compareP2CConnections). At most weight points per candidate: half from
 // latency as a ratio to the faster of the two (twice as slow or worse takes the whole
 // half), half from the rolling error rate. The term applies only when the weight (clamped
-// to 0..20) is above 0 and both candidates have at least P2CLatencyMinSamples samples, so
+// to 0..20) is above 0 and both candidates have at least minSamples samples (the tracker's
+// MinSamples, guide: 3), so
 // a new connection is never penalised; otherwise applied is false and both are 0. When
 // either side has no timed sample (every attempt failed before a first byte), the latency
 // half is 0 for both and the error half still applies.
-func PairTerm(weight int, a, b Stats) (penaltyA, penaltyB int64, applied bool) {
+func PairTerm(weight, minSamples int, a, b Stats) (penaltyA, penaltyB int64, applied bool) {
 	weight = ClampWeight(weight)
-	if weight == 0 || a.Samples < policies.P2CLatencyMinSamples || b.Samples < policies.P2CLatencyMinSamples {
+	if weight == 0 || a.Samples < minSamples || b.Samples < minSamples {
 		return 0, 0, false
 	}
 	half := int64(weight) * MilliPoint / 2

@@ -51,21 +51,29 @@ type Config struct {
 	Bare func(model string) string
 }
 
-// DefaultConfig returns the guide's defaults. They are the same for every profile; the
-// parameter keeps the constructor shape of the other engine packages.
-func DefaultConfig(policies.Profile) Config {
+// ConfigFrom converts the resolved model-lockout settings and the policy-wide request
+// queue (whose maxWaitMs decides when a long RetryInfo hint becomes a lockout) into a
+// Config: the one conversion from policy settings to the tracker. Family and Bare, which
+// are functions rather than settings, are left for the caller.
+func ConfigFrom(s policies.ModelLockoutSettings, queue policies.RequestQueueSettings) Config {
 	return Config{
-		Enabled:               policies.ModelLockoutEnabled,
-		ErrorCodes:            append([]int(nil), policies.ModelLockoutErrorCodes...),
-		BaseCooldown:          policies.ModelLockoutBaseCooldown,
-		MaxCooldown:           policies.ModelLockoutMaxCooldown,
-		MaxBackoffSteps:       policies.ModelLockoutMaxBackoffSteps,
-		UseExponentialBackoff: policies.ModelLockoutUseExponentialBackoff,
-		LongRetryCap:          policies.ModelLockoutLongRetryCap,
-		QueueMaxWait:          policies.RequestQueueMaxWait,
-		// The guide names an escalation window without a length: one maximum lockout.
-		EscalationWindow: policies.ModelLockoutMaxCooldown,
+		Enabled:               s.Enabled,
+		ErrorCodes:            append([]int(nil), s.ErrorCodes...),
+		BaseCooldown:          s.BaseCooldown,
+		MaxCooldown:           s.MaxCooldown,
+		MaxBackoffSteps:       s.MaxBackoffSteps,
+		UseExponentialBackoff: s.UseExponentialBackoff,
+		LongRetryCap:          s.LongRetryCap,
+		QueueMaxWait:          queue.MaxWait,
+		EscalationWindow:      s.EscalationWindow,
 	}
+}
+
+// DefaultConfig returns the guide's defaults (policies.Defaults). They are the same for
+// every profile; the parameter keeps the constructor shape of the other engine packages.
+func DefaultConfig(policies.Profile) Config {
+	d := policies.Defaults()
+	return ConfigFrom(d.ModelLockout, d.RequestQueue)
 }
 
 // Validate reports the first setting that is out of range.

@@ -34,31 +34,28 @@ const (
 	maxPeriod    = 24 * time.Hour
 )
 
-// DefaultConfig returns the guide's gate settings for a provider profile (disabled, as
-// the guide's default).
-func DefaultConfig(p policies.Profile) (Config, error) {
-	cfg := Config{
-		Enabled:          policies.ProviderCooldownEnabled,
-		MinRetryCooldown: policies.ProviderCooldownMinRetryCooldown,
-		MaxRetryCooldown: policies.ProviderCooldownMaxRetryCooldown,
+// ConfigFrom converts a provider's resolved gate settings and the policy-wide switch
+// (policies.Resolved.ProviderCooldownEnabled) into a Config: the one conversion from policy
+// settings to the gate.
+func ConfigFrom(enabled bool, s policies.ProviderCooldownSettings) Config {
+	return Config{
+		Enabled:          enabled,
+		FailureThreshold: s.FailureThreshold,
+		FailureWindow:    s.FailureWindow,
+		Cooldown:         s.Cooldown,
+		MinRetryCooldown: s.MinRetryCooldown,
+		MaxRetryCooldown: s.MaxRetryCooldown,
 	}
-	switch p {
-	case policies.ProfileOAuth:
-		cfg.FailureThreshold = policies.ProviderCooldownOAuthThreshold
-		cfg.FailureWindow = policies.ProviderCooldownOAuthWindow
-		cfg.Cooldown = policies.ProviderCooldownOAuthCooldown
-	case policies.ProfileAPIKey:
-		cfg.FailureThreshold = policies.ProviderCooldownAPIKeyThreshold
-		cfg.FailureWindow = policies.ProviderCooldownAPIKeyWindow
-		cfg.Cooldown = policies.ProviderCooldownAPIKeyCooldown
-	case policies.ProfileLocal:
-		cfg.FailureThreshold = policies.ProviderCooldownLocalThreshold
-		cfg.FailureWindow = policies.ProviderCooldownLocalWindow
-		cfg.Cooldown = policies.ProviderCooldownLocalCooldown
-	default:
+}
+
+// DefaultConfig returns the guide's gate settings for a provider profile (disabled, as the
+// guide's default): its row of the policies defaults table.
+func DefaultConfig(p policies.Profile) (Config, error) {
+	d, ok := policies.ProfileDefaults(p)
+	if !ok {
 		return Config{}, fmt.Errorf("providercooldown: unknown profile %q", p)
 	}
-	return cfg, nil
+	return ConfigFrom(policies.Defaults().ProviderCooldownEnabled, d.ProviderCooldown), nil
 }
 
 // Validate reports the first setting out of range (checked whether or not the gate is

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/latency"
-	"github.com/spillwayproxy/spillway/policies"
 )
 
 // orderP2C fills each position with a power-of-two-choices draw among the candidates not
@@ -46,10 +45,11 @@ func (s *Selector) pairScores(a, b *Candidate, now time.Time) (int64, int64) {
 	// either candidate has too few samples for its model.
 	sa := s.tracker.Model(a.Provider, a.Connection, a.Model, now)
 	sb := s.tracker.Model(b.Provider, b.Connection, b.Model, now)
-	if a.Model == "" || b.Model == "" || sa.Samples < policies.P2CLatencyMinSamples || sb.Samples < policies.P2CLatencyMinSamples {
+	minSamples := s.tracker.MinSamples()
+	if a.Model == "" || b.Model == "" || sa.Samples < minSamples || sb.Samples < minSamples {
 		sa = s.tracker.Connection(a.Provider, a.Connection, now)
 		sb = s.tracker.Connection(b.Provider, b.Connection, now)
 	}
-	ta, tb, _ := latency.PairTerm(s.latencyWeight, sa, sb)
+	ta, tb, _ := latency.PairTerm(s.latencyWeight, minSamples, sa, sb)
 	return scoreA + ta, scoreB + tb
 }
