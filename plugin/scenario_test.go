@@ -1,10 +1,10 @@
 package main
 
-// The scenario suite: build/spillway.wasm in hostsim, several worker VMs on the virtual
-// clock, the way Envoy ≥ 1.36 with allow_on_headers_stop_iteration hosts it, against fake
-// providers that answer per cluster and credential. Each scenario drives whole requests
-// (RunHTTP: filter → router → upstream or callout → filter → client) and asserts what the
-// client got and what every fake credential received.
+// The scenario suite: build/spillway.wasm in hostsim with several worker VMs on the virtual
+// clock, hosted the way Envoy ≥ 1.36 with allow_on_headers_stop_iteration hosts it, against
+// fake providers that answer per cluster and credential. Each scenario drives whole
+// requests (filter → router → upstream, or a failover callout → filter → client) and
+// asserts what the client got and what every fake credential received.
 
 import (
 	"context"
@@ -60,18 +60,22 @@ type upstreamCall struct {
 	viaCallout                 bool
 	body                       []byte
 	headers                    [][2]string
+	at                         time.Time
 }
 
 // fakes answers for every cluster: by default a 200 chat completion; a test sets a
 // behaviour per credential.
 type fakes struct {
 	mu      sync.Mutex
+	clock   func() time.Time
 	calls   []upstreamCall
 	answers map[string]func(call upstreamCall) *hostsim.UpstreamResponse // by credential
 }
 
-func newFakes() *fakes {
-	return &fakes{answers: map[string]func(upstreamCall) *hostsim.UpstreamResponse{}}
+func (f *fakes) set(credential string, fn func(upstreamCall) *hostsim.UpstreamResponse) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answers[credential] = fn
 }
 
 func header(hs [][2]string, name string) string {
@@ -92,25 +96,53 @@ func credentialOf(hs [][2]string) string {
 
 func (f *fakes) answer(call upstreamCall) *hostsim.UpstreamResponse {
 	f.mu.Lock()
+	call.at = f.clock()
 	f.calls = append(f.calls, call)
 	fn := f.answers[call.credential]
 	f.mu.Unlock()
 	if fn != nil {
 		return fn(call)
 	}
+	return chatOK(call)
+}
+
+// chatOK is a provider's 200 chat completion naming the credential that answered.
+func chatOK(call upstreamCall) *hostsim.UpstreamResponse {
 	body := fmt.Sprintf(`{"id":"chatcmpl-1","object":"chat.completion","model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"hi from %s"},"finish_reason":"stop"}]}`,
 		call.model, call.credential)
 	return &hostsim.UpstreamResponse{Headers: [][2]string{{":status", "200"}, {"content-type", "application/json"}}, Body: []byte(body)}
 }
 
-func (f *fakes) byCredential() map[string]int {
+// jsonError is a provider's error response.
+func jsonError(status int, body string, extra ...[2]string) *hostsim.UpstreamResponse {
+	hs := append([][2]string{{":status", strconv.Itoa(status)}, {"content-type", "application/json"}}, extra...)
+	return &hostsim.UpstreamResponse{Headers: hs, Body: []byte(body)}
+}
+
+// sse is a 200 event stream of the given events.
+func sse(events ...string) *hostsim.UpstreamResponse {
+	chunks := make([][]byte, len(events))
+	for i, e := range events {
+		chunks[i] = []byte(e)
+	}
+	return &hostsim.UpstreamResponse{Headers: [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, BodyChunks: chunks}
+}
+
+// calls returns what each credential received, in order.
+func (f *fakes) received() []upstreamCall {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := map[string]int{}
-	for _, c := range f.calls {
-		out[c.credential]++
+	return append([]upstreamCall(nil), f.calls...)
+}
+
+func (f *fakes) count(credential string) int {
+	n := 0
+	for _, c := range f.received() {
+		if c.credential == credential {
+			n++
+		}
 	}
-	return out
+	return n
 }
 
 // world is one simulated Envoy process running spillway.wasm.
@@ -127,11 +159,13 @@ func newWorld(t *testing.T, policyYAML string, workers int, opts ...hostsim.Opti
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, fakes: newFakes()}
+	w := &world{t: t, fakes: &fakes{answers: map[string]func(upstreamCall) *hostsim.UpstreamResponse{}}}
 	upstream := func(_ context.Context, req *hostsim.UpstreamRequest) (*hostsim.UpstreamResponse, error) {
+		// The route's cluster_header: the cluster the filter named (Envoy answers 404 NR
+		// when the header is missing).
 		cluster := header(req.Headers, "x-spillway-cluster")
 		if cluster == "" {
-			return &hostsim.UpstreamResponse{Headers: [][2]string{{":status", "404"}}}, nil
+			return jsonError(404, `{"error":"no route"}`), nil
 		}
 		return w.fakes.answer(upstreamCall{cluster: cluster, credential: credentialOf(req.Headers),
 			model: gjson.GetBytes(req.Body, "model").Str, body: req.Body, headers: req.Headers}), nil
@@ -139,44 +173,539 @@ func newWorld(t *testing.T, policyYAML string, workers int, opts ...hostsim.Opti
 	callout := func(_ context.Context, c *hostsim.Callout) *hostsim.CalloutResponse {
 		r := w.fakes.answer(upstreamCall{cluster: c.Upstream, credential: credentialOf(c.Headers),
 			model: gjson.GetBytes(c.Body, "model").Str, viaCallout: true, body: c.Body, headers: c.Headers})
-		return &hostsim.CalloutResponse{Headers: r.Headers, Body: r.Body, Delay: r.Delay}
+		body := r.Body
+		if r.BodyChunks != nil {
+			body = nil
+			for _, ch := range r.BodyChunks {
+				body = append(body, ch...)
+			}
+		}
+		return &hostsim.CalloutResponse{Headers: r.Headers, Body: body, Delay: r.Delay}
 	}
 	all := append([]hostsim.Option{hostsim.WithWorkers(workers), hostsim.WithPluginConfiguration(config),
 		hostsim.WithAllowOnHeadersStopIteration(), hostsim.WithUpstream(upstream), hostsim.WithCalloutHandler(callout),
-		hostsim.WithCluster("openai", "backup", "anthropic")}, opts...)
+		hostsim.WithCluster("openai", "backup", "anthropic", "flaky", "agentrouter")}, opts...)
 	w.host = hostsimtest.New(t, wasm, all...)
+	w.fakes.clock = w.host.Clock().Now
 	if st := w.host.StartPlugin(); st != types.OnPluginStartStatusOK {
 		t.Fatalf("plugin did not start: %v", w.host.Logs())
 	}
 	return w
 }
 
-// chat sends one chat completion for model through worker i.
-func (w *world) chat(worker int, model string, extra ...[2]string) *hostsim.Response {
-	w.t.Helper()
-	body := `{"model":"` + model + `","messages":[{"role":"user","content":"hello"}]}`
-	hs := append([][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "spillway.local"},
-		{":scheme", "http"}, {"content-type", "application/json"}, {"authorization", "Bearer client-key"},
-		{"content-length", strconv.Itoa(len(body))}}, extra...)
-	return w.host.Worker(worker).RunHTTP(&hostsim.Request{Headers: hs, BodyChunks: [][]byte{[]byte(body[:9]), []byte(body[9:])}})
+// chatRequest is a client's chat completion for model (its body in two chunks).
+func chatReq(model string, extra ...[2]string) *hostsim.Request {
+	return llmRequest("/v1/chat/completions", `{"model":"`+model+`","messages":[{"role":"user","content":"hello"}]}`, extra...)
 }
 
-func TestScenarioSmoke(t *testing.T) {
-	w := newWorld(t, scenarioPolicy, 2)
-	resp := w.chat(0, "gpt-4o")
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d body %s logs %v", resp.StatusCode, resp.Body, w.host.Logs())
-	}
-	t.Logf("headers %v", resp.Headers)
-	t.Logf("upstream %v", resp.Upstream.Headers)
-	w.fakes.answers["sk-a"] = func(upstreamCall) *hostsim.UpstreamResponse {
-		return &hostsim.UpstreamResponse{Headers: [][2]string{{":status", "429"}, {"retry-after", "120"}, {"content-type", "application/json"}},
-			Body: []byte(`{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}`)}
-	}
-	resp = w.chat(1, "gpt-4o")
-	t.Logf("second: %d %v %s", resp.StatusCode, resp.Headers, resp.Body)
-	resp = w.chat(0, "gpt-4o")
-	t.Logf("third: %d %v %s", resp.StatusCode, resp.Headers, resp.Body)
-	t.Logf("calls %v", w.fakes.byCredential())
-	_ = time.Second
+// llmRequest is a client's request to path with body, sent in three chunks.
+func llmRequest(path, body string, extra ...[2]string) *hostsim.Request {
+	hs := append([][2]string{{":method", "POST"}, {":path", path}, {":authority", "spillway.local"},
+		{":scheme", "http"}, {"content-type", "application/json"}, {"authorization", "Bearer client-key"},
+		{"content-length", strconv.Itoa(len(body))}}, extra...)
+	third := len(body) / 3
+	return &hostsim.Request{Headers: hs, BodyChunks: [][]byte{[]byte(body[:third]), []byte(body[third : 2*third]), []byte(body[2*third:])}}
 }
+
+// run sends a request through worker i and waits for the client's response.
+func (w *world) run(worker int, req *hostsim.Request) *hostsim.Response {
+	w.t.Helper()
+	return w.host.Worker(worker).RunHTTP(req)
+}
+
+// start sends a request through worker i without waiting.
+func (w *world) start(worker int, req *hostsim.Request) *hostsim.Exchange {
+	w.t.Helper()
+	ex, err := w.host.Host.Worker(worker).StartHTTP(req)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return ex
+}
+
+// wait moves the virtual clock until the exchange is done.
+func (w *world) wait(ex *hostsim.Exchange) *hostsim.Response {
+	w.t.Helper()
+	resp, err := ex.Wait(context.Background())
+	if err != nil {
+		w.t.Fatalf("exchange: %v", err)
+	}
+	return resp
+}
+
+// advance moves the virtual clock, firing ticks, deliveries and wake-ups.
+func (w *world) advance(d time.Duration) { w.t.Helper(); w.host.Advance(d) }
+
+// spillway returns the client response's x-spillway-* headers as provider/connection/model/attempts.
+func spillway(r *hostsim.Response) string {
+	return header(r.Headers, "x-spillway-provider") + "/" + header(r.Headers, "x-spillway-connection") + "/" +
+		header(r.Headers, "x-spillway-model") + "/" + header(r.Headers, "x-spillway-attempts")
+}
+
+func errorCode(r *hostsim.Response) string { return gjson.GetBytes(r.Body, "error.code").Str }
+
+// expect checks a response's status and x-spillway headers.
+func expect(t *testing.T, what string, r *hostsim.Response, status int, via string) {
+	t.Helper()
+	if r.StatusCode != status || (via != "" && spillway(r) != via) {
+		t.Fatalf("%s: %d via %s, want %d via %s; body %s", what, r.StatusCode, spillway(r), status, via, r.Body)
+	}
+}
+
+// liveStreams fails the test if any VM still holds a stream.
+func (w *world) noStreamsLeft() {
+	w.t.Helper()
+	if n := w.host.Host.LiveStreams(); n != 0 {
+		w.t.Fatalf("%d streams left in the VMs", n)
+	}
+}
+
+func TestScenarioRoutesWithTheConnectionsCredential(t *testing.T) {
+	w := newWorld(t, scenarioPolicy, 2)
+	resp := w.run(0, chatReq("gpt-4o", [2]string{"x-session-id", "s"}, [2]string{"x-spillway-cluster", "anthropic"},
+		[2]string{"accept-encoding", "gzip"}))
+	expect(t, "chat", resp, 200, "openai/key-a/gpt-4o/1")
+	up := resp.Upstream
+	for name, want := range map[string]string{"authorization": "Bearer sk-a", ":authority": "api.openai.com", "x-spillway-cluster": "openai"} {
+		if got := header(up.Headers, name); got != want {
+			t.Errorf("upstream %s = %q, want %q", name, got, want)
+		}
+	}
+	for _, name := range []string{"x-session-id", "accept-encoding"} {
+		if v := header(up.Headers, name); v != "" {
+			t.Errorf("upstream got %s=%q", name, v)
+		}
+	}
+	want := `{"model":"gpt-4o","messages":[{"role":"user","content":"hello"}]}`
+	if string(up.Body) != want {
+		t.Errorf("upstream body %q, want the client's, byte for byte", up.Body)
+	}
+	// Anthropic's API: /v1/messages with x-api-key.
+	resp = w.run(1, llmRequest("/v1/messages", `{"model":"claude-sonnet-4","max_tokens":10,"messages":[]}`))
+	expect(t, "anthropic", resp, 200, "anthropic/ant-a/claude-sonnet-4/1")
+	if got := header(resp.Upstream.Headers, "x-api-key"); got != "sk-ant" {
+		t.Errorf("anthropic upstream x-api-key %q", got)
+	}
+	if got := header(resp.Upstream.Headers, "authorization"); got != "" {
+		t.Errorf("the client's authorization reached Anthropic: %q", got)
+	}
+	w.noStreamsLeft()
+}
+
+func TestScenarioRetryAfterMovesTrafficToTheOtherKeyForItsDuration(t *testing.T) {
+	w := newWorld(t, scenarioPolicy, 2)
+	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
+		return jsonError(429, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`,
+			[2]string{"retry-after", "120"})
+	})
+	// Key A answers 429 with Retry-After: 120: the same request is answered by key B.
+	expect(t, "first", w.run(0, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/2")
+	// For the next 120 s every worker sends straight to key B.
+	for i := 0; i < 4; i++ {
+		w.advance(25 * time.Second)
+		expect(t, fmt.Sprintf("request at %ds", 25*(i+1)), w.run(i%2, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/1")
+	}
+	if n := w.fakes.count("sk-a"); n != 1 {
+		t.Fatalf("key A got %d requests while cooling, want only the first", n)
+	}
+	// After 120 s key A is back.
+	w.fakes.set("sk-a", nil)
+	w.advance(21 * time.Second)
+	expect(t, "after the cooldown", w.run(1, chatReq("gpt-4o")), 200, "openai/key-a/gpt-4o/1")
+	w.noStreamsLeft()
+}
+
+// flakyPolicy: twelve keys on one provider (its breaker opens at 12 failures, apikey
+// profile) and a backup; no same-request failover, so each request is one attempt.
+func flakyPolicy() string {
+	var b strings.Builder
+	b.WriteString("providers:\n  - id: flaky\n    cluster: flaky\n    connections:\n")
+	for i := 1; i <= 12; i++ {
+		fmt.Fprintf(&b, "      - {id: f%d, credential: {header: authorization, value: \"Bearer f%d\"}}\n", i, i)
+	}
+	b.WriteString(`  - id: backup
+    cluster: backup
+    connections:
+      - {id: backup-a, credential: {header: authorization, value: "Bearer sk-backup"}}
+routes:
+  - model: gpt-4o
+    targets:
+      - {provider: flaky}
+      - {provider: backup}
+resilience:
+  failover: {maxAttempts: 1}
+`)
+	return b.String()
+}
+
+func TestScenarioServerErrorsOpenTheBreakerThenOneProbeClosesIt(t *testing.T) {
+	w := newWorld(t, flakyPolicy(), 2)
+	for i := 1; i <= 12; i++ {
+		w.fakes.set(fmt.Sprintf("f%d", i), func(upstreamCall) *hostsim.UpstreamResponse {
+			return jsonError(503, `{"error":{"message":"upstream unavailable","type":"server_error"}}`)
+		})
+	}
+	// Twelve provider failures, spread over both workers (each cools its key, so each
+	// request lands on the next key).
+	for i := 0; i < 12; i++ {
+		expect(t, fmt.Sprintf("failure %d", i+1), w.run(i%2, chatReq("gpt-4o")), 503, "")
+	}
+	// The breaker is OPEN: the next request avoids the provider.
+	expect(t, "while open", w.run(0, chatReq("gpt-4o")), 200, "backup/backup-a/gpt-4o/1")
+	flakyCalls := 0
+	for i := 1; i <= 12; i++ {
+		flakyCalls += w.fakes.count(fmt.Sprintf("f%d", i))
+	}
+	if flakyCalls != 12 {
+		t.Fatalf("the flaky provider got %d requests, want 12", flakyCalls)
+	}
+	// After the reset timeout (30 s) exactly one probe goes through: a request started
+	// while it is in flight goes to the backup.
+	for i := 1; i <= 12; i++ {
+		w.fakes.set(fmt.Sprintf("f%d", i), func(c upstreamCall) *hostsim.UpstreamResponse {
+			r := chatOK(c)
+			r.Delay = 2 * time.Second
+			return r
+		})
+	}
+	w.advance(31 * time.Second)
+	probe := w.start(0, chatReq("gpt-4o"))
+	w.advance(500 * time.Millisecond)
+	expect(t, "during the probe", w.run(1, chatReq("gpt-4o")), 200, "backup/backup-a/gpt-4o/1")
+	resp := w.wait(probe)
+	if resp.StatusCode != 200 || header(resp.Headers, "x-spillway-provider") != "flaky" {
+		t.Fatalf("probe: %d via %s", resp.StatusCode, spillway(resp))
+	}
+	// Its success closed the breaker: traffic goes back to the provider.
+	resp = w.run(1, chatReq("gpt-4o"))
+	if resp.StatusCode != 200 || header(resp.Headers, "x-spillway-provider") != "flaky" {
+		t.Fatalf("after the probe: %d via %s", resp.StatusCode, spillway(resp))
+	}
+	w.noStreamsLeft()
+}
+
+// agentrouterPolicy: one gateway that misreports quota exhaustion (guide §7).
+const agentrouterPolicy = `
+providers:
+  - id: agentrouter
+    api: anthropic
+    cluster: agentrouter
+    connections:
+      - {id: ar-1, credential: {header: authorization, value: "Bearer ar"}}
+routes:
+  - model: "claude-*"
+    targets:
+      - {provider: agentrouter}
+`
+
+func TestScenarioAgentrouterQuotaIsRestatedTo429(t *testing.T) {
+	w := newWorld(t, agentrouterPolicy, 2)
+	w.fakes.set("ar", func(upstreamCall) *hostsim.UpstreamResponse {
+		return jsonError(403, `{"error":{"message":"用户额度不足, 剩余额度: 0","type":"new_api_error"}}`)
+	})
+	resp := w.run(0, llmRequest("/v1/messages", `{"model":"claude-sonnet-4","max_tokens":5,"messages":[]}`))
+	if resp.StatusCode != 429 || header(resp.Headers, "retry-after") != "60" || header(resp.Headers, "x-spillway-restated-from") != "403" {
+		t.Fatalf("got %d retry-after %q restated-from %q; want 429, 60, 403 (headers %v)", resp.StatusCode,
+			header(resp.Headers, "retry-after"), header(resp.Headers, "x-spillway-restated-from"), resp.Headers)
+	}
+	if !strings.Contains(string(resp.Body), "额度不足") {
+		t.Fatalf("the provider's body did not reach the client: %s", resp.Body)
+	}
+	// A permanent 无权访问模型 is never restated (the rule's exclude marker vetoes it).
+	w.advance(time.Hour)
+	w.fakes.set("ar", func(upstreamCall) *hostsim.UpstreamResponse {
+		return jsonError(403, `{"error":{"message":"额度不足 无权访问模型 claude-opus","type":"new_api_error"}}`)
+	})
+	resp = w.run(1, llmRequest("/v1/messages", `{"model":"claude-opus","max_tokens":5,"messages":[]}`))
+	if resp.StatusCode != 403 || header(resp.Headers, "x-spillway-restated-from") != "" {
+		t.Fatalf("model-access denial: %d restated-from %q, want 403 unrestated", resp.StatusCode, header(resp.Headers, "x-spillway-restated-from"))
+	}
+}
+
+// Streams as the providers send them.
+const (
+	chatRoleEvent    = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n"
+	chatContentEvent = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n"
+	chatDoneEvent    = "data: [DONE]\n\n"
+	chatErrorEvent   = "data: {\"error\":{\"message\":\"Rate limit reached\",\"type\":\"rate_limit_error\"}}\n\n"
+	antOverloaded    = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+	antStart         = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"role\":\"assistant\",\"content\":[]}}\n\n"
+	antDelta         = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"
+	antStop          = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+)
+
+func TestScenarioAnErrorEventInA200StreamFailsOver(t *testing.T) {
+	w := newWorld(t, scenarioPolicy, 2)
+	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse { return sse(chatRoleEvent, chatErrorEvent) })
+	w.fakes.set("sk-b", func(upstreamCall) *hostsim.UpstreamResponse {
+		return sse(chatRoleEvent, chatContentEvent, chatDoneEvent)
+	})
+	resp := w.run(0, chatReq("gpt-4o"))
+	expect(t, "stream", resp, 200, "openai/key-b/gpt-4o/2")
+	if ct := header(resp.Headers, "content-type"); ct != "text/event-stream" {
+		t.Fatalf("content-type %q: a failover reply keeps the stream's type", ct)
+	}
+	if want := chatRoleEvent + chatContentEvent + chatDoneEvent; string(resp.Body) != want {
+		t.Fatalf("client got %q, want key B's whole stream", resp.Body)
+	}
+	if strings.Contains(string(resp.Body), "Rate limit") {
+		t.Fatal("key A's error event reached the client")
+	}
+	// Key A's in-stream rate limit cooled it: the next request goes to key B directly.
+	expect(t, "next", w.run(1, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/1")
+
+	// Anthropic's overloaded error as the first event, on a route without another target,
+	// reaches the client as the provider sent it.
+	w.fakes.set("sk-ant", func(upstreamCall) *hostsim.UpstreamResponse { return sse(antStart, antOverloaded) })
+	resp = w.run(0, llmRequest("/v1/messages", `{"model":"claude-sonnet-4","max_tokens":5,"messages":[],"stream":true}`))
+	if resp.StatusCode != 200 || string(resp.Body) != antStart+antOverloaded {
+		t.Fatalf("anthropic: %d %q", resp.StatusCode, resp.Body)
+	}
+	w.noStreamsLeft()
+}
+
+func TestScenarioAHealthyStreamPassesThroughWhole(t *testing.T) {
+	w := newWorld(t, scenarioPolicy, 1)
+	w.fakes.set("sk-ant", func(upstreamCall) *hostsim.UpstreamResponse {
+		return sse(antStart, "event: ping\ndata: {\"type\": \"ping\"}\n\n", antDelta, antDelta, antStop)
+	})
+	resp := w.run(0, llmRequest("/v1/messages", `{"model":"claude-sonnet-4","max_tokens":5,"messages":[],"stream":true}`))
+	expect(t, "anthropic stream", resp, 200, "anthropic/ant-a/claude-sonnet-4/1")
+	if want := antStart + "event: ping\ndata: {\"type\": \"ping\"}\n\n" + antDelta + antDelta + antStop; string(resp.Body) != want {
+		t.Fatalf("client got %q", resp.Body)
+	}
+}
+
+func TestScenarioATruncatedStreamCountsAgainstItsConnection(t *testing.T) {
+	w := newWorld(t, scenarioPolicy, 2)
+	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse { return sse(chatRoleEvent, chatContentEvent) })
+	resp := w.run(0, chatReq("gpt-4o"))
+	// The client got what there was: nothing can be replayed once content went out.
+	expect(t, "truncated", resp, 200, "openai/key-a/gpt-4o/1")
+	if string(resp.Body) != chatRoleEvent+chatContentEvent {
+		t.Fatalf("client got %q", resp.Body)
+	}
+	// The truncation cooled key A: the next request goes to key B.
+	expect(t, "next", w.run(1, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/1")
+	logs := strings.Join(w.host.Host.LogsAt(hostsim.LogWarn), "\n")
+	if !strings.Contains(logs, "ended without its terminal event") {
+		t.Fatalf("the truncation is not logged: %s", logs)
+	}
+}
+
+// cappedPolicy: one key that serves one request at a time, with a short queue budget.
+const cappedPolicy = `
+providers:
+  - id: glm
+    cluster: openai
+    connections:
+      - id: glm-1
+        credential: {header: authorization, value: "Bearer glm"}
+        maxConcurrent: 1
+        modelConcurrency: {glm-4.7: 1}
+        rateLimitOverrides: {maxWaitMs: 10000}
+      - id: glm-2
+        credential: {header: authorization, value: "Bearer glm2"}
+        maxConcurrent: 4
+        modelConcurrency: {glm-5: 1}
+routes:
+  - model: glm-4.7
+    targets:
+      - {provider: glm, connection: glm-1}
+  - model: glm-5
+    targets:
+      - {provider: glm, connection: glm-2}
+resilience:
+  requestQueue: {maxQueueDepth: 1, executionMaxWaitMs: 60000}
+`
+
+func TestScenarioAQueuedRequestResumesWhenASlotFreesOnAnotherWorker(t *testing.T) {
+	w := newWorld(t, cappedPolicy, 2)
+	w.fakes.set("glm", func(c upstreamCall) *hostsim.UpstreamResponse {
+		r := chatOK(c)
+		r.Delay = 3 * time.Second
+		return r
+	})
+	first := w.start(0, chatReq("glm-4.7"))
+	// A long body in several chunks: it must reach the upstream byte for byte after the wait.
+	long := `{"model":"glm-4.7","messages":[{"role":"user","content":"` + strings.Repeat("ab", 5000) + `"}]}`
+	second := w.start(1, llmRequest("/v1/chat/completions", long))
+	w.advance(time.Second)
+	if second.Done() || w.fakes.count("glm") != 1 {
+		t.Fatalf("second request done=%v, upstream calls %d: it must wait for the slot", second.Done(), w.fakes.count("glm"))
+	}
+	r1 := w.wait(first)
+	expect(t, "first", r1, 200, "glm/glm-1/glm-4.7/1")
+	r2 := w.wait(second)
+	expect(t, "second", r2, 200, "glm/glm-1/glm-4.7/1")
+	calls := w.fakes.received()
+	if len(calls) != 2 || string(calls[1].body) != long {
+		t.Fatalf("the queued request reached the upstream with %d bytes, want its %d", len(calls[len(calls)-1].body), len(long))
+	}
+	if gap := calls[1].at.Sub(calls[0].at); gap < 3*time.Second {
+		t.Fatalf("second dispatched %v after the first: it did not wait for the slot", gap)
+	}
+	if n, _ := w.host.Host.GetCounterMetric("spillway_queued_total"); n != 1 {
+		t.Errorf("queued = %d", n)
+	}
+	w.noStreamsLeft()
+}
+
+func TestScenarioQueueFullAndQueueTimeout(t *testing.T) {
+	w := newWorld(t, cappedPolicy, 2)
+	w.fakes.set("glm", func(c upstreamCall) *hostsim.UpstreamResponse {
+		r := chatOK(c)
+		r.Delay = 30 * time.Second
+		return r
+	})
+	busy := w.start(0, chatReq("glm-4.7"))
+	queued := w.start(1, chatReq("glm-4.7"))
+	// The queue holds one: the third is refused at once.
+	full := w.run(0, chatReq("glm-4.7"))
+	if full.StatusCode != 429 || errorCode(full) != "RATE_LIMIT_QUEUE_FULL" {
+		t.Fatalf("third: %d %s", full.StatusCode, full.Body)
+	}
+	// The queued one waits its 10 s budget and is refused; it never reached the upstream.
+	r := w.wait(queued)
+	if r.StatusCode != 429 || errorCode(r) != "RATE_LIMIT_QUEUE_TIMEOUT" {
+		t.Fatalf("queued: %d %s", r.StatusCode, r.Body)
+	}
+	if n := w.fakes.count("glm"); n != 1 {
+		t.Fatalf("upstream got %d requests, want only the busy one", n)
+	}
+	expect(t, "busy", w.wait(busy), 200, "")
+	w.noStreamsLeft()
+}
+
+func TestScenarioTheModelGateAnswersSemaphoreCodes(t *testing.T) {
+	w := newWorld(t, cappedPolicy, 2)
+	w.fakes.set("glm2", func(c upstreamCall) *hostsim.UpstreamResponse {
+		r := chatOK(c)
+		r.Delay = 30 * time.Second
+		return r
+	})
+	busy := w.start(0, chatReq("glm-5")) // glm-5 has a cap of 1; the connection has room for 4
+	queued := w.start(1, chatReq("glm-5"))
+	full := w.run(0, chatReq("glm-5"))
+	if full.StatusCode != 429 || errorCode(full) != "SEMAPHORE_QUEUE_FULL" {
+		t.Fatalf("third: %d %s", full.StatusCode, full.Body)
+	}
+	r := w.wait(queued)
+	if r.StatusCode != 429 || errorCode(r) != "SEMAPHORE_TIMEOUT" {
+		t.Fatalf("queued: %d %s", r.StatusCode, r.Body)
+	}
+	w.wait(busy)
+}
+
+func TestScenarioExecutionTimeout(t *testing.T) {
+	w := newWorld(t, strings.Replace(cappedPolicy, "executionMaxWaitMs: 60000", "executionMaxWaitMs: 5000", 1), 1)
+	w.fakes.set("glm", func(c upstreamCall) *hostsim.UpstreamResponse {
+		r := chatOK(c)
+		r.Delay = time.Minute
+		return r
+	})
+	r := w.run(0, chatReq("glm-4.7"))
+	if r.StatusCode != 504 || errorCode(r) != "RATE_LIMIT_EXECUTION_TIMEOUT" {
+		t.Fatalf("got %d %s", r.StatusCode, r.Body)
+	}
+	// The timeout is the provider's failure: its connection cools (apikey base 3 s)...
+	w.fakes.set("glm", nil)
+	if r := w.run(0, chatReq("glm-4.7")); r.StatusCode != 503 || errorCode(r) != "all_targets_cooling_down" {
+		t.Fatalf("right after the timeout: %d %s", r.StatusCode, r.Body)
+	}
+	// ...and its slot came back: once cooled, the next request is not queued behind it.
+	w.advance(4 * time.Second)
+	expect(t, "next", w.run(0, chatReq("glm-4.7")), 200, "glm/glm-1/glm-4.7/1")
+	w.noStreamsLeft()
+}
+
+func TestScenarioAClientThatGoesAwayGivesItsSlotBack(t *testing.T) {
+	w := newWorld(t, cappedPolicy, 2)
+	w.fakes.set("glm", func(c upstreamCall) *hostsim.UpstreamResponse {
+		r := chatOK(c)
+		r.Delay = 20 * time.Second
+		return r
+	})
+	gone := w.start(0, chatReq("glm-4.7"))
+	w.advance(time.Second)
+	if err := gone.Reset(""); err != nil {
+		t.Fatal(err)
+	}
+	w.fakes.set("glm", nil)
+	next := w.start(1, chatReq("glm-4.7"))
+	w.advance(10 * time.Millisecond)
+	if !next.Done() {
+		t.Fatal("the next request waits: the client that went away kept its slot")
+	}
+	expect(t, "next", w.wait(next), 200, "glm/glm-1/glm-4.7/1")
+	w.noStreamsLeft()
+}
+
+func TestScenarioComboWaitResumesAfterAShortRateLimit(t *testing.T) {
+	policy := `
+providers:
+  - id: openai
+    cluster: openai
+    connections:
+      - {id: key-a, credential: {header: authorization, value: "Bearer sk-a"}}
+routes:
+  - model: gpt-4o
+    targets:
+      - {provider: openai}
+resilience:
+  failover: {maxAttempts: 1}
+`
+	w := newWorld(t, policy, 2)
+	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
+		return jsonError(429, `{"error":{"message":"Rate limit reached","type":"requests"}}`, [2]string{"retry-after", "2"})
+	})
+	first := w.run(0, chatReq("gpt-4o"))
+	if first.StatusCode != 429 {
+		t.Fatalf("first: %d", first.StatusCode)
+	}
+	w.fakes.set("sk-a", nil)
+	// Every target is excluded by a 2 s rate limit: the request waits it out (comboCooldownWait)
+	// and is answered, its three-chunk body intact.
+	start := w.host.Clock().Now()
+	resp := w.run(1, chatReq("gpt-4o"))
+	expect(t, "after the wait", resp, 200, "openai/key-a/gpt-4o/1")
+	if waited := w.host.Clock().Now().Sub(start); waited < 1500*time.Millisecond {
+		t.Fatalf("answered after %v: it did not wait the rate limit out", waited)
+	}
+	if want := `{"model":"gpt-4o","messages":[{"role":"user","content":"hello"}]}`; string(resp.Upstream.Body) != want {
+		t.Fatalf("upstream body %q after the wait", resp.Upstream.Body)
+	}
+}
+
+func TestScenarioAllTargetsCoolingDownAndCircuitOpenReplies(t *testing.T) {
+	w := newWorld(t, scenarioPolicy, 1)
+	for _, key := range []string{"sk-a", "sk-b", "sk-backup"} {
+		w.fakes.set(key, func(upstreamCall) *hostsim.UpstreamResponse {
+			return jsonError(500, `{"error":{"message":"internal","type":"server_error"}}`)
+		})
+	}
+	first := w.run(0, chatReq("gpt-4o"))
+	if first.StatusCode != 500 || header(first.Headers, "x-spillway-attempts") != "3" {
+		t.Fatalf("first: %d attempts %s", first.StatusCode, header(first.Headers, "x-spillway-attempts"))
+	}
+	// Every target cooled by a server error: not worth waiting for, answered at once.
+	r := w.run(0, chatReq("gpt-4o"))
+	if r.StatusCode != 503 || errorCode(r) != "all_targets_cooling_down" || header(r.Headers, "retry-after") == "" {
+		t.Fatalf("second: %d %s %v", r.StatusCode, r.Body, r.Headers)
+	}
+	excluded := gjson.GetBytes(r.Body, "error.diagnostics.excluded").Array()
+	if len(excluded) != 3 {
+		t.Fatalf("diagnostics %s", r.Body)
+	}
+	for _, e := range excluded {
+		if e.Get("reason").Str != "unavailable" || e.Get("retryAfterSeconds").Int() < 1 || e.Get("connection").Str == "" {
+			t.Fatalf("diagnostics entry %s", e.Raw)
+		}
+	}
+	// An Anthropic-shaped request for an OpenAI-only route: nothing can serve it.
+	r = w.run(0, llmRequest("/v1/messages", `{"model":"gpt-4o","max_tokens":5,"messages":[]}`))
+	if r.StatusCode != 404 || errorCode(r) != "no_executable_targets" {
+		t.Fatalf("api mismatch: %d %s", r.StatusCode, r.Body)
+	}
+}
+
