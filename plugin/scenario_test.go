@@ -709,3 +709,219 @@ func TestScenarioAllTargetsCoolingDownAndCircuitOpenReplies(t *testing.T) {
 	}
 }
 
+
+func TestScenarioSessionAffinityPinsTheConnectionAcrossWorkers(t *testing.T) {
+	policy := `
+providers:
+  - id: openai
+    cluster: openai
+    connections:
+      - {id: key-a, credential: {header: authorization, value: "Bearer sk-a"}}
+      - {id: key-b, credential: {header: authorization, value: "Bearer sk-b"}}
+      - {id: key-c, credential: {header: authorization, value: "Bearer sk-c"}}
+routes:
+  - model: gpt-4o
+    strategy: round-robin
+    targets:
+      - {provider: openai}
+resilience:
+  sessionAffinityTtlMs: 600000
+`
+	w := newWorld(t, policy, 3)
+	pinned := ""
+	for i := 0; i < 6; i++ {
+		r := w.run(i%3, chatReq("gpt-4o", [2]string{"x-session-id", "agent-session-42"}))
+		conn := header(r.Headers, "x-spillway-connection")
+		if pinned == "" {
+			pinned = conn
+		}
+		if r.StatusCode != 200 || conn != pinned {
+			t.Fatalf("request %d of the session went to %q (%d), want the pinned %q", i, conn, r.StatusCode, pinned)
+		}
+		if v := header(r.Upstream.Headers, "x-session-id"); v != "" {
+			t.Fatalf("the session header reached the upstream: %q", v)
+		}
+	}
+	// Without a session the round-robin spreads over every key.
+	seen := map[string]bool{}
+	for i := 0; i < 6; i++ {
+		seen[header(w.run(i%3, chatReq("gpt-4o")).Headers, "x-spillway-connection")] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("round-robin without a session used %v", seen)
+	}
+}
+
+func TestScenarioALockedModelSparesTheConnectionsOtherModels(t *testing.T) {
+	policy := `
+providers:
+  - id: openai
+    cluster: openai
+    connections:
+      - {id: key-a, credential: {header: authorization, value: "Bearer sk-a"}}
+      - {id: key-b, credential: {header: authorization, value: "Bearer sk-b"}}
+routes:
+  - model: gpt-4o
+    targets: [{provider: openai}]
+  - model: gpt-4o-mini
+    targets: [{provider: openai}]
+resilience:
+  modelLockout: {enabled: true}
+`
+	w := newWorld(t, policy, 2)
+	w.fakes.set("sk-a", func(c upstreamCall) *hostsim.UpstreamResponse {
+		if c.model == "gpt-4o" {
+			return jsonError(429, `{"error":{"message":"Rate limit reached for gpt-4o in organization org-1 on tokens per min (TPM)","type":"tokens","code":"rate_limit_exceeded"}}`)
+		}
+		return chatOK(c)
+	})
+	expect(t, "gpt-4o fails over", w.run(0, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/2")
+	expect(t, "gpt-4o locked on key A", w.run(1, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/1")
+	expect(t, "gpt-4o-mini still on key A", w.run(0, chatReq("gpt-4o-mini")), 200, "openai/key-a/gpt-4o-mini/1")
+}
+
+func TestScenarioALongStreamKeepsItsSlotPastTheLease(t *testing.T) {
+	policy := strings.Replace(cappedPolicy, "executionMaxWaitMs: 60000", "executionMaxWaitMs: 5000", 1)
+	w := newWorld(t, policy, 2)
+	vm := w.host.Worker(0)
+	id := vm.InitializeHttpContext()
+	req := chatReq("glm-4.7")
+	vm.CallOnRequestHeaders(id, req.Headers, false)
+	for i, c := range req.BodyChunks {
+		vm.CallOnRequestBody(id, c, i == len(req.BodyChunks)-1)
+	}
+	if a := vm.CallOnResponseHeaders(id, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false); a != types.ActionPause {
+		t.Fatalf("stream headers: %v, want held until the first event", a)
+	}
+	if a := vm.CallOnResponseBody(id, []byte(chatRoleEvent+chatContentEvent), false); a != types.ActionContinue {
+		t.Fatalf("first event: %v, want the stream to go on", a)
+	}
+	// The stream runs 20 s, four times the lease: ticks renew it.
+	for i := 0; i < 20; i++ {
+		w.advance(time.Second)
+		vm.CallOnResponseBody(id, []byte(chatContentEvent), false)
+	}
+	second := w.start(1, chatReq("glm-4.7"))
+	w.advance(time.Second)
+	if second.Done() {
+		t.Fatalf("a second request got the slot while the 20 s stream still runs: %d %s", second.Response().StatusCode, second.Response().Body)
+	}
+	vm.CallOnResponseBody(id, []byte(chatDoneEvent), true)
+	vm.CompleteHttpContext(id)
+	expect(t, "second after the stream ended", w.wait(second), 200, "glm/glm-1/glm-4.7/1")
+	w.noStreamsLeft()
+}
+
+// TestScenarioMixedTrafficLeavesNothingBehind runs randomised traffic — successes, errors,
+// streams, failovers, queueing, client aborts — over three workers and checks that every
+// request got exactly one answer and nothing is left: no stream in any VM, no slot in use.
+func TestScenarioMixedTrafficLeavesNothingBehind(t *testing.T) {
+	policy := `
+providers:
+  - id: openai
+    cluster: openai
+    connections:
+      - {id: key-a, credential: {header: authorization, value: "Bearer sk-a"}, maxConcurrent: 2}
+      - {id: key-b, credential: {header: authorization, value: "Bearer sk-b"}, maxConcurrent: 2}
+  - id: backup
+    cluster: backup
+    connections:
+      - {id: backup-a, credential: {header: authorization, value: "Bearer sk-backup"}, maxConcurrent: 2}
+routes:
+  - model: gpt-4o
+    targets: [{provider: openai}, {provider: backup}]
+resilience:
+  requestQueue: {maxWaitMs: 4000, maxQueueDepth: 8}
+`
+	w := newWorld(t, policy, 3)
+	var mu sync.Mutex
+	n := 0
+	behave := func(c upstreamCall) *hostsim.UpstreamResponse {
+		mu.Lock()
+		n++
+		k := (n*7 + len(c.credential)) % 9
+		mu.Unlock()
+		var r *hostsim.UpstreamResponse
+		switch k {
+		case 0:
+			r = jsonError(429, `{"error":{"message":"Rate limit reached","type":"requests"}}`, [2]string{"retry-after", "1"})
+		case 1:
+			r = jsonError(503, `{"error":{"message":"overloaded","type":"server_error"}}`)
+		case 2:
+			r = sse(chatRoleEvent, chatErrorEvent)
+		case 3:
+			r = sse(chatRoleEvent, chatContentEvent) // truncated
+		case 4:
+			r = sse(chatRoleEvent, chatContentEvent, chatDoneEvent)
+		default:
+			r = chatOK(c)
+		}
+		r.Delay = time.Duration(k*150) * time.Millisecond
+		return r
+	}
+	for _, key := range []string{"sk-a", "sk-b", "sk-backup"} {
+		w.fakes.set(key, behave)
+	}
+	type flight struct {
+		ex    *hostsim.Exchange
+		abort bool
+	}
+	var flights []flight
+	for i := 0; i < 120; i++ {
+		flights = append(flights, flight{ex: w.start(i%3, chatReq("gpt-4o")), abort: i%11 == 5})
+		if i%4 == 3 {
+			w.advance(200 * time.Millisecond)
+		}
+		for j := range flights {
+			if f := &flights[j]; f.abort && !f.ex.Done() {
+				if err := f.ex.Reset(""); err != nil {
+					t.Fatal(err)
+				}
+				f.abort = false
+			}
+		}
+	}
+	statuses := map[int]int{}
+	for _, f := range flights {
+		r := w.wait(f.ex)
+		switch {
+		case r.Reset != "":
+			statuses[-1]++
+		case r.StatusCode >= 200 && r.StatusCode < 600:
+			statuses[r.StatusCode]++
+			if r.StatusCode == 200 && header(r.Headers, "x-spillway-connection") == "" {
+				t.Fatalf("a 200 without x-spillway headers: %v", r.Headers)
+			}
+		default:
+			t.Fatalf("malformed answer: %+v", r)
+		}
+	}
+	t.Logf("answers by status (-1 = client reset): %v", statuses)
+	if statuses[200] == 0 || statuses[-1] == 0 {
+		t.Fatalf("the traffic did not mix: %v", statuses)
+	}
+	w.advance(time.Minute) // let every cooldown pass
+	w.noStreamsLeft()
+	// No slot is left in use: all six slots of the three keys can be taken at once, without
+	// a single request queuing.
+	for _, key := range []string{"sk-a", "sk-b", "sk-backup"} {
+		w.fakes.set(key, func(c upstreamCall) *hostsim.UpstreamResponse {
+			r := chatOK(c)
+			r.Delay = 10 * time.Second
+			return r
+		})
+	}
+	queuedBefore, _ := w.host.Host.GetCounterMetric("spillway_queued_total")
+	var held []*hostsim.Exchange
+	for i := 0; i < 6; i++ {
+		held = append(held, w.start(i%3, chatReq("gpt-4o")))
+	}
+	w.advance(time.Second)
+	if queued, _ := w.host.Host.GetCounterMetric("spillway_queued_total"); queued != queuedBefore {
+		t.Fatalf("%d of 6 requests queued on 6 free slots: slots leaked", queued-queuedBefore)
+	}
+	for _, ex := range held {
+		expect(t, "final", w.wait(ex), 200, "")
+	}
+	w.noStreamsLeft()
+}
