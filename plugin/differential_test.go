@@ -37,6 +37,7 @@ type emulator interface {
 	GetCurrentRequestHeaders(id uint32) [][2]string
 	GetCurrentResponseHeaders(id uint32) [][2]string
 	GetCounterMetric(name string) (uint64, error)
+	Tick()
 	CallOnHttpCallResponse(calloutID uint32, headers, trailers [][2]string, body []byte)
 }
 
@@ -195,6 +196,7 @@ func observe(sc scenario, e emulator, local func(uint32) string, callouts func(u
 	r.obs.Start = e.StartPlugin()
 	if r.obs.Start == types.OnPluginStartStatusOK && sc.run != nil {
 		sc.run(r)
+		e.Tick() // counters reach Envoy's stats on the VM's tick
 	}
 	for _, m := range []string{"spillway_requests_total", "spillway_panics_total", "spillway_routed_total",
 		"spillway_attempts_total", "spillway_failovers_total", "spillway_local_replies_total"} {

@@ -233,6 +233,21 @@ func (w *world) wait(ex *hostsim.Exchange) *hostsim.Response {
 	return resp
 }
 
+// metric reads a counter once every VM has flushed what it counted (on its tick).
+func (w *world) metric(name string) uint64 {
+	w.t.Helper()
+	for _, vm := range w.host.Host.Workers() {
+		if err := vm.Tick(); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	n, err := w.host.Host.GetCounterMetric(name)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return n
+}
+
 // advance moves the virtual clock, firing ticks, deliveries and wake-ups.
 func (w *world) advance(d time.Duration) { w.t.Helper(); w.host.Advance(d) }
 
@@ -545,7 +560,7 @@ func TestScenarioAQueuedRequestResumesWhenASlotFreesOnAnotherWorker(t *testing.T
 	if gap := calls[1].at.Sub(calls[0].at); gap < 3*time.Second {
 		t.Fatalf("second dispatched %v after the first: it did not wait for the slot", gap)
 	}
-	if n, _ := w.host.Host.GetCounterMetric("spillway_queued_total"); n != 1 {
+	if n := w.metric("spillway_queued_total"); n != 1 {
 		t.Errorf("queued = %d", n)
 	}
 	w.noStreamsLeft()
@@ -708,7 +723,6 @@ func TestScenarioAllTargetsCoolingDownAndCircuitOpenReplies(t *testing.T) {
 		t.Fatalf("api mismatch: %d %s", r.StatusCode, r.Body)
 	}
 }
-
 
 func TestScenarioSessionAffinityPinsTheConnectionAcrossWorkers(t *testing.T) {
 	policy := `
@@ -911,13 +925,13 @@ resilience:
 			return r
 		})
 	}
-	queuedBefore, _ := w.host.Host.GetCounterMetric("spillway_queued_total")
+	queuedBefore := w.metric("spillway_queued_total")
 	var held []*hostsim.Exchange
 	for i := 0; i < 6; i++ {
 		held = append(held, w.start(i%3, chatReq("gpt-4o")))
 	}
 	w.advance(time.Second)
-	if queued, _ := w.host.Host.GetCounterMetric("spillway_queued_total"); queued != queuedBefore {
+	if queued := w.metric("spillway_queued_total"); queued != queuedBefore {
 		t.Fatalf("%d of 6 requests queued on 6 free slots: slots leaked", queued-queuedBefore)
 	}
 	for _, ex := range held {

@@ -17,7 +17,7 @@
 //   - no `//go:noescape` on any import: the host may call back into the guest
 //     (proxy_on_memory_allocate) during an import and the goroutine stack can move;
 //   - buffers the host asks for are pinned until the guest has read their address back,
-//     so a GC that runs inside a nested allocation cannot free them;
+//     so a GC that runs inside a nested allocation cannot free them (plugin/hostabi);
 //   - no goroutines, no timers, no allocation beyond the buffers the host asks for.
 
 //go:build wasip1
@@ -25,9 +25,9 @@
 package internal
 
 import (
-	"unsafe"
-
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/spillwayproxy/spillway/plugin/hostabi"
 )
 
 func init() {
@@ -43,52 +43,13 @@ func init() {
 func spillwayBridgeMarker() uint32 { return 1 }
 
 // ---------------------------------------------------------------------------------------
-// Memory handed to the host.
-//
-// Envoy (WasmBase::copyToPointerSize) calls proxy_on_memory_allocate from inside a hostcall,
-// copies the data into the returned buffer and writes its address as a u32 into the
-// guest's out-param. Until the guest turns that address back into a pointer nothing in Go
-// references the buffer, so it is kept in a small pin ring; the wrapper of the hostcall
-// claims it. A hostcall allocates at most a few buffers, so a ring of eight never wraps
-// within one call; anything left over from a failed call is dropped at the next claim.
+// Memory handed to the host: proxy_on_memory_allocate and the pins that keep what it hands
+// out alive until the guest reads the address back live in Spillway's plugin/hostabi,
+// which also serves the filter's own host calls out of a reused arena; claim turns an
+// address the host wrote back into a pointer.
 // ---------------------------------------------------------------------------------------
 
-const pinSlots = 8
-
-var (
-	pins    [pinSlots][]byte
-	pinNext int
-)
-
-//go:wasmexport proxy_on_memory_allocate
-func abiOnMemoryAllocate(size uint32) *byte {
-	if size == 0 { // Envoy never asks for 0, but &buf[0] of an empty slice would panic
-		size = 1
-	}
-	buf := make([]byte, size)
-	pins[pinNext] = buf
-	pinNext = (pinNext + 1) % pinSlots
-	return &buf[0]
-}
-
-// claim turns a host-written address back into a Go pointer and releases every pin: once
-// a hostcall has returned, no other buffer it allocated is still owed to the guest.
-func claim(addr uint32) *byte {
-	var p *byte
-	for i := range pins {
-		if b := pins[i]; len(b) > 0 && uint32(uintptr(unsafe.Pointer(&b[0]))) == addr {
-			p = &b[0]
-		}
-		pins[i] = nil
-	}
-	pinNext = 0
-	if p == nil && addr != 0 {
-		// Not ours (a host that wrote into memory it did not allocate through us). Go's heap
-		// does not move objects, so the raw address is still the right one.
-		p = (*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(addr)))
-	}
-	return p
-}
+func claim(addr uint32) *byte { return hostabi.Claim(addr) }
 
 // Out-params written by the host. Package-level, not stack slots: the goroutine stack may
 // move during a nested proxy_on_memory_allocate, and a global costs no allocation.

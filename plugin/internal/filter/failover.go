@@ -8,6 +8,7 @@ import (
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 
+	"github.com/spillwayproxy/spillway/plugin/hostabi"
 	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
 	"github.com/spillwayproxy/spillway/plugin/internal/llmapi"
@@ -27,7 +28,7 @@ func (h *httpContext) startFailover() bool {
 	p := h.plugin
 	budget := p.res.Failover
 	for h.next < len(h.plan.Targets) {
-		if h.attempts >= budget.MaxAttempts || p.now.Sub(h.started) >= budget.Budget {
+		if h.attempts >= budget.MaxAttempts || p.clock().Sub(h.started) >= budget.Budget {
 			return false
 		}
 		t := h.plan.Targets[h.next]
@@ -50,7 +51,7 @@ func (h *httpContext) startFailover() bool {
 			continue
 		}
 		h.startAttempt(d)
-		if h.callout(budget.Budget - p.now.Sub(h.started)) {
+		if h.callout(budget.Budget - p.clock().Sub(h.started)) {
 			h.phase = phaseCallout
 			return true
 		}
@@ -138,7 +139,7 @@ func (h *httpContext) onCalloutResponse(numHeaders, bodySize, _ int) {
 	}
 	p := h.plugin
 	p.readClock()
-	ttfb := p.now.Sub(h.dispatchedAt)
+	ttfb := p.clock().Sub(h.dispatchedAt)
 	if numHeaders == 0 {
 		fr := h.recordFailure(engine.Outcome{Status: 0, Message: "failover attempt got no response", TTFB: ttfb})
 		h.carryOut(h.afterFailure(fr, nil))
@@ -189,7 +190,7 @@ func (h *httpContext) carryOut(s step) {
 	if s != stepProceed {
 		return
 	}
-	if err := proxywasm.ResumeHttpResponse(); err != nil {
+	if err := hostabi.ContinueStream(hostabi.StreamResponse); err != nil {
 		proxywasm.LogWarnf("spillway: resume response: %v", err)
 	}
 }

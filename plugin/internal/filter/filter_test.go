@@ -206,6 +206,7 @@ func TestRoutedRequestGetsItsTarget(t *testing.T) {
 	}
 	host.CallOnResponseBody(id, []byte(`{"id":"x"}`), true)
 	host.CompleteHttpContext(id)
+	host.Tick() // a VM's counts reach Envoy's counters on its tick
 	for name, want := range map[string]uint64{"spillway_requests_total": 1, "spillway_routed_total": 1, "spillway_attempts_total": 1} {
 		if n, err := host.GetCounterMetric(name); err != nil || n != want {
 			t.Errorf("%s = %d, %v; want %d", name, n, err, want)
@@ -346,6 +347,7 @@ func TestFailoverRetriesTheNextCandidateWithACallout(t *testing.T) {
 			t.Errorf("reply %s = %q, want %q", name, got, want)
 		}
 	}
+	host.Tick()
 	if n, _ := host.GetCounterMetric("spillway_failovers_total"); n != 1 {
 		t.Errorf("failovers = %d", n)
 	}
@@ -409,6 +411,7 @@ func TestPanicInCallbackFailsOpen(t *testing.T) {
 	if a := host.CallOnRequestBody(id, []byte(`{"model":"gpt-4o"}`), true); a != types.ActionContinue {
 		t.Fatalf("action after panic = %v, want Continue (fail open)", a)
 	}
+	host.Tick()
 	if n, _ := host.GetCounterMetric("spillway_panics_total"); n != 1 {
 		t.Errorf("spillway_panics_total = %d, want 1", n)
 	}
@@ -417,5 +420,16 @@ func TestPanicInCallbackFailsOpen(t *testing.T) {
 	}
 	if a := host.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true); a != types.ActionContinue {
 		t.Fatalf("response after the panic: %v", a)
+	}
+}
+
+func TestLiveKeys(t *testing.T) {
+	for key, live := range map[string]bool{
+		"spw1:adm:c:6:openai:a": true, "spw1:sel:rr:gpt-4o": true, "spw1:aff:12": true, vmDirectoryKey: true,
+		"spw1:br:openai": false, "spw1:cc:openai:a": false, "spw1:mli:openai:a": false, "spw1:gen": false, "spw1:": false,
+	} {
+		if got := isLiveKey(key); got != live {
+			t.Errorf("isLiveKey(%q) = %v, want %v", key, got, live)
+		}
 	}
 }

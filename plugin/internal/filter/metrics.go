@@ -1,36 +1,83 @@
 package filter
 
-import "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+import (
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 
-// metrics are the plugin's Envoy stats (Envoy files them under wasmcustom.*).
-type metrics struct {
-	requests      proxywasm.MetricCounter // HTTP streams seen
-	routed        proxywasm.MetricCounter // LLM requests Spillway chose a target for
-	localReplies  proxywasm.MetricCounter // replies Spillway answered itself
-	attempts      proxywasm.MetricCounter // upstream attempts, the first included
-	failovers     proxywasm.MetricCounter // attempts after the first (same-request failover)
-	restated      proxywasm.MetricCounter // upstream statuses restated
-	streamErrors  proxywasm.MetricCounter // 200 event streams whose first event was an error
-	truncated     proxywasm.MetricCounter // committed streams that ended without their terminal event
-	queued        proxywasm.MetricCounter // requests that waited for a concurrency slot
-	wakeups       proxywasm.MetricCounter // cross-worker wake-ups sent
-	misconfigured proxywasm.MetricCounter // requests answered spillway_misconfigured
-	panics        proxywasm.MetricCounter // callbacks that panicked and failed open
+	"github.com/spillwayproxy/spillway/plugin/hostabi"
+)
+
+// counter is one of the plugin's Envoy stats (Envoy files them under wasmcustom.*). A VM
+// counts in its own memory and adds what it counted to Envoy's counter on each tick (at
+// most a second later, see idleTickMs) and when asked to flush: a proxy_increment_metric
+// per event would be a host call on every request.
+type counter struct {
+	id      uint32
+	pending int64
 }
 
-func defineMetrics() metrics {
-	return metrics{
-		requests:      proxywasm.DefineCounterMetric("spillway_requests_total"),
-		routed:        proxywasm.DefineCounterMetric("spillway_routed_total"),
-		localReplies:  proxywasm.DefineCounterMetric("spillway_local_replies_total"),
-		attempts:      proxywasm.DefineCounterMetric("spillway_attempts_total"),
-		failovers:     proxywasm.DefineCounterMetric("spillway_failovers_total"),
-		restated:      proxywasm.DefineCounterMetric("spillway_restated_total"),
-		streamErrors:  proxywasm.DefineCounterMetric("spillway_stream_error_events_total"),
-		truncated:     proxywasm.DefineCounterMetric("spillway_truncated_streams_total"),
-		queued:        proxywasm.DefineCounterMetric("spillway_queued_total"),
-		wakeups:       proxywasm.DefineCounterMetric("spillway_wakeups_total"),
-		misconfigured: proxywasm.DefineCounterMetric("spillway_misconfigured_total"),
-		panics:        proxywasm.DefineCounterMetric("spillway_panics_total"),
+// Increment counts n events.
+func (c *counter) Increment(n int64) { c.pending += n }
+
+func (c *counter) flush() {
+	if c.pending == 0 {
+		return
+	}
+	if err := hostabi.IncrementMetric(c.id, c.pending); err != nil {
+		proxywasm.LogDebugf("spillway: increment metric: %v", err)
+		return
+	}
+	c.pending = 0
+}
+
+// metrics are the plugin's counters.
+type metrics struct {
+	requests      counter // HTTP streams seen
+	routed        counter // LLM requests Spillway chose a target for
+	localReplies  counter // replies Spillway answered itself
+	attempts      counter // upstream attempts, the first included
+	failovers     counter // attempts after the first (same-request failover)
+	restated      counter // upstream statuses restated
+	streamErrors  counter // 200 event streams whose first event was an error
+	truncated     counter // committed streams that ended without their terminal event
+	queued        counter // requests that waited for a concurrency slot
+	wakeups       counter // cross-worker wake-ups sent
+	misconfigured counter // requests answered spillway_misconfigured
+	panics        counter // callbacks that panicked and failed open
+}
+
+// all lists the counters with their names, for definition and flushing.
+func (m *metrics) all() [12]struct {
+	name string
+	c    *counter
+} {
+	return [...]struct {
+		name string
+		c    *counter
+	}{
+		{"spillway_requests_total", &m.requests},
+		{"spillway_routed_total", &m.routed},
+		{"spillway_local_replies_total", &m.localReplies},
+		{"spillway_attempts_total", &m.attempts},
+		{"spillway_failovers_total", &m.failovers},
+		{"spillway_restated_total", &m.restated},
+		{"spillway_stream_error_events_total", &m.streamErrors},
+		{"spillway_truncated_streams_total", &m.truncated},
+		{"spillway_queued_total", &m.queued},
+		{"spillway_wakeups_total", &m.wakeups},
+		{"spillway_misconfigured_total", &m.misconfigured},
+		{"spillway_panics_total", &m.panics},
+	}
+}
+
+func (m *metrics) define() {
+	for _, e := range m.all() {
+		e.c.id = uint32(proxywasm.DefineCounterMetric(e.name))
+	}
+}
+
+// flush adds every pending count to Envoy's counters.
+func (m *metrics) flush() {
+	for _, e := range m.all() {
+		e.c.flush()
 	}
 }

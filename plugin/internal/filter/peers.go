@@ -75,11 +75,11 @@ func (ps *peers) encode(entries []peerEntry) []byte {
 // heartbeat enters (or refreshes) this VM in the directory at most every heartbeatEvery,
 // dropping entries past peerTTL.
 func (ps *peers) heartbeat(p *pluginContext) {
-	if p.vmID == "" || (!ps.lastBeat.IsZero() && p.now.Sub(ps.lastBeat) < heartbeatEvery) {
+	if p.vmID == "" || (!ps.lastBeat.IsZero() && p.clock().Sub(ps.lastBeat) < heartbeatEvery) {
 		return
 	}
-	ps.lastBeat = p.now
-	nowMs := p.now.UnixMilli()
+	ps.lastBeat = p.clock()
+	nowMs := p.clock().UnixMilli()
 	_, err := state.Update(&p.store, vmDirectoryKey, func(cur []byte, found bool) ([]byte, state.Mutation, error) {
 		entries := decodeDirectory(cur, found)
 		kept := entries[:0]
@@ -107,7 +107,7 @@ func (ps *peers) wakeAll(p *pluginContext) {
 		proxywasm.LogWarnf("spillway: VM directory: %v", err)
 		return
 	}
-	nowMs := p.now.UnixMilli()
+	nowMs := p.clock().UnixMilli()
 	for _, e := range decodeDirectory(v, found) {
 		if nowMs-e.seenMs > peerTTL.Milliseconds() {
 			continue

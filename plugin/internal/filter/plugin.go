@@ -24,18 +24,20 @@ const (
 	idleTickMs = 1000
 )
 
-// liveKeyPrefixes are the shared-data records that change on most requests (concurrency
-// leases and queues, round-robin turns, session pins, the VM directory): they bypass the
-// per-VM cache and do not bump its generation, so they do not make every other worker
-// re-read everything after every request.
-var liveKeyPrefixes = [...]string{state.KeyPrefix + "adm:", state.KeyPrefix + "sel:",
-	state.KeyPrefix + "aff:", vmDirectoryKey}
-
+// isLiveKey selects the shared-data records that change on most requests — concurrency
+// leases and queues (spw1:adm:), round-robin turns and decks (spw1:sel:), session pins
+// (spw1:aff:), the VM directory (spw1:vms) — which bypass the per-VM cache and do not bump
+// its generation, so they do not make every other worker re-read everything after every
+// request. It looks at the three bytes after the prefix only: it runs on every shared-data
+// access, and comparing strings is dear in a Go wasm module.
 func isLiveKey(key string) bool {
-	for _, p := range liveKeyPrefixes {
-		if strings.HasPrefix(key, p) {
-			return true
-		}
+	const n = len(state.KeyPrefix)
+	if len(key) < n+3 {
+		return false
+	}
+	switch key[n : n+3] {
+	case "adm", "sel", "aff", "vms":
+		return true
 	}
 	return false
 }
@@ -50,9 +52,11 @@ type pluginContext struct {
 	store   sharedStore
 	cache   *state.Cache
 	metrics metrics
-	// now is the time of the callback being run: read once per callback (every read of
-	// the WASI clock is a host call).
-	now time.Time
+	// now is the time of the callback being run (see clock).
+	now      time.Time
+	nowValid bool
+	// free holds ended streams' contexts for reuse, with their buffers.
+	free []*httpContext
 
 	vmID    string // random, names this VM's wake queue
 	wakeQID uint32
@@ -76,18 +80,23 @@ type pluginContext struct {
 	timeNow func() time.Time
 }
 
-// clock is the engine's view of time: the callback's.
-func (p *pluginContext) clock() time.Time { return p.now }
-
-// readClock reads the time once at the start of a callback (the guest's wall clock; a
-// test's clock natively).
-func (p *pluginContext) readClock() {
-	if p.timeNow != nil {
-		p.now = p.timeNow()
-		return
+// clock is the time of the callback being run, the engine's clock too: read at most once
+// per callback, and only by a callback that needs it (each read of the WASI clock is two
+// host calls).
+func (p *pluginContext) clock() time.Time {
+	if !p.nowValid {
+		if p.timeNow != nil {
+			p.now = p.timeNow()
+		} else {
+			p.now = time.Now()
+		}
+		p.nowValid = true
 	}
-	p.now = time.Now()
+	return p.now
 }
+
+// readClock starts a callback: the time is read afresh when next asked for.
+func (p *pluginContext) readClock() { p.nowValid = false }
 
 // OnPluginStart implements types.PluginContext: it parses the policy, builds the engine on
 // it and refuses to start, with every problem and its field path in a critical log, when
@@ -114,7 +123,7 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 		proxywasm.LogCriticalf("spillway: refusing to start: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	p.metrics = defineMetrics()
+	p.metrics.define()
 	p.models = internTable(p.res)
 	// Reserve the creation CAS now (a shared-data write, not allowed during _initialize) so
 	// the first request that records state does not pay for it.
@@ -172,10 +181,29 @@ func (p *pluginContext) intern(model string) string {
 	return strings.Clone(model)
 }
 
-// NewHttpContext implements types.PluginContext.
+// NewHttpContext implements types.PluginContext. Contexts of ended streams are reused, with
+// their buffers, so a request allocates nothing for its own state.
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 	p.metrics.requests.Increment(1)
-	return &httpContext{plugin: p, id: contextID}
+	var h *httpContext
+	if n := len(p.free); n > 0 {
+		h, p.free = p.free[n-1], p.free[:n-1]
+	} else {
+		h = &httpContext{plugin: p}
+	}
+	h.id = contextID
+	return h
+}
+
+// maxFreeContexts bounds the reuse list (a burst of streams does not stay in memory).
+const maxFreeContexts = 256
+
+// recycle keeps an ended stream's context for the next one.
+func (p *pluginContext) recycle(h *httpContext) {
+	h.reset()
+	if len(p.free) < maxFreeContexts {
+		p.free = append(p.free, h)
+	}
 }
 
 // setTick changes the tick period when it differs.
@@ -239,6 +267,14 @@ func (p *pluginContext) OnTick() {
 	} else {
 		p.setTick(idleTickMs)
 	}
+	p.metrics.flush()
+}
+
+// OnPluginDone implements types.PluginContext: the last counts go to Envoy.
+func (p *pluginContext) OnPluginDone() bool {
+
+	p.metrics.flush()
+	return true
 }
 
 // OnQueueReady implements types.PluginContext: a slot was freed somewhere in the process;

@@ -7,6 +7,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/spillwayproxy/spillway/plugin/hostabi"
 	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
@@ -23,11 +24,11 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 	defer h.failOpen("request headers", &action)
 	h.enter("request headers")
 	p := h.plugin
-	hdrs, err := proxywasm.GetHttpRequestHeaders()
-	if err != nil {
+	if err := hostabi.ReadPairs(hostabi.RequestHeaders, &h.bufs.reqPairs); err != nil {
 		proxywasm.LogDebugf("spillway: request headers: %v", err)
 		return types.ActionContinue
 	}
+	hdrs := h.bufs.reqPairs.All()
 	var path, method string
 	clusterHeader := p.res.Routing.ClusterHeader
 	for _, kv := range hdrs {
@@ -70,7 +71,7 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 	if !routed || method != "POST" {
 		return types.ActionContinue
 	}
-	h.api, h.reqHeaders, h.started, h.heldAt = api, hdrs, p.now, p.now
+	h.api, h.reqHeaders, h.started, h.heldAt = api, hdrs, p.clock(), p.clock()
 	if endOfStream {
 		h.reply(replies.InvalidRequest("request has no body"))
 		return types.ActionPause
@@ -141,7 +142,7 @@ func (h *httpContext) resumeRequest(s step) {
 	if s != stepProceed {
 		return
 	}
-	if err := proxywasm.ResumeHttpRequest(); err != nil {
+	if err := hostabi.ContinueStream(hostabi.StreamRequest); err != nil {
 		proxywasm.LogWarnf("spillway: resume request: %v", err)
 	}
 }
@@ -149,7 +150,8 @@ func (h *httpContext) resumeRequest(s step) {
 // endOfRequest reads and checks the whole body, then routes the request.
 func (h *httpContext) endOfRequest(bodySize int) step {
 	p := h.plugin
-	body, err := proxywasm.GetHttpRequestBody(0, bodySize)
+	body, err := hostabi.ReadBuffer(hostabi.RequestBody, 0, bodySize, h.bufs.body)
+	h.bufs.body = body
 	if err != nil || len(body) == 0 {
 		h.reply(replies.InvalidRequest("request has no body"))
 		return stepAnswered
@@ -181,7 +183,7 @@ func (h *httpContext) planAndDispatch() step {
 	if err := p.cache.Refresh(); err != nil {
 		proxywasm.LogWarnf("spillway: shared data: %v", err)
 	}
-	plan, err := p.engine.Plan(h.model, h.api, key, &h.buf)
+	plan, err := p.engine.Plan(h.model, h.api, key, &h.bufs.plan)
 	if err != nil && !errors.Is(err, engine.ErrNoRoute) {
 		proxywasm.LogWarnf("spillway: plan %q: %v", h.model, err)
 	}
@@ -249,7 +251,7 @@ func (h *httpContext) startAttempt(d engine.Dispatch) {
 	p := h.plugin
 	h.d, h.inFlight, h.holding = d, true, true
 	h.attempts++
-	h.dispatchedAt = p.now
+	h.dispatchedAt = p.clock()
 	h.phase = phaseUpstream
 	p.metrics.attempts.Increment(1)
 	if h.attempts == 1 {
@@ -272,7 +274,7 @@ func (h *httpContext) noTarget() step {
 	}
 	dec := p.engine.AllExcluded(&h.plan, h.progress)
 	if dec.Outcome == combo.OutcomeWait {
-		h.phase, h.waitUntil, h.waitStart = phaseComboWait, p.now.Add(dec.Wait), p.now
+		h.phase, h.waitUntil, h.waitStart = phaseComboWait, p.clock().Add(dec.Wait), p.clock()
 		p.watch(h)
 		return stepWait
 	}
@@ -344,7 +346,7 @@ func (h *httpContext) applyTarget() {
 			proxywasm.LogWarnf("spillway: %v", err)
 			return
 		}
-		if err := proxywasm.ReplaceHttpRequestBody(body); err != nil {
+		if err := hostabi.ReplaceBuffer(hostabi.RequestBody, body); err != nil {
 			proxywasm.LogWarnf("spillway: replace request body: %v", err)
 			return
 		}
@@ -355,13 +357,13 @@ func (h *httpContext) applyTarget() {
 // removeRequestHeader and replaceRequestHeader edit the held request headers; a failure
 // (the map is gone) only logs.
 func removeRequestHeader(name string) {
-	if err := proxywasm.RemoveHttpRequestHeader(name); err != nil {
+	if err := hostabi.RemoveHeader(hostabi.RequestHeaders, name); err != nil {
 		proxywasm.LogDebugf("spillway: remove %s: %v", name, err)
 	}
 }
 
 func replaceRequestHeader(name, value string) {
-	if err := proxywasm.ReplaceHttpRequestHeader(name, value); err != nil {
+	if err := hostabi.ReplaceHeader(hostabi.RequestHeaders, name, value); err != nil {
 		proxywasm.LogDebugf("spillway: set %s: %v", name, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/spillwayproxy/spillway/plugin/hostabi"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
 	"github.com/spillwayproxy/spillway/plugin/internal/llmapi"
 	"github.com/spillwayproxy/spillway/plugin/internal/replies"
@@ -22,11 +23,12 @@ const maxErrorBody = 64 << 10
 // upstream's headers).
 const viaUpstream = "via_upstream"
 
-var propResponseCodeDetails = []string{"response", "code_details"}
+// propResponseCodeDetails is the path of Envoy's response.code_details attribute.
+var propResponseCodeDetails = hostabi.JoinPath(nil, "response", "code_details")
 
-// property reads a stream property as a string ("" when absent).
-func property(path []string) (string, bool) {
-	v, err := proxywasm.GetProperty(path)
+// property reads a stream property as a string (false when absent).
+func property(path []byte) (string, bool) {
+	v, err := hostabi.GetProperty(path, nil)
 	if err != nil {
 		return "", false
 	}
@@ -45,18 +47,18 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action typ
 	}
 	h.enter("response headers")
 	p := h.plugin
-	hdrs, err := proxywasm.GetHttpResponseHeaders()
-	if err != nil {
+	if err := hostabi.ReadPairs(hostabi.ResponseHeaders, &h.bufs.respPairs); err != nil {
 		return types.ActionContinue
 	}
+	hdrs := h.bufs.respPairs.All()
 	h.respHdrs = hdrs
 	status, contentType := statusAndType(hdrs)
 	h.status = status
-	ttfb := p.now.Sub(h.dispatchedAt)
+	ttfb := p.clock().Sub(h.dispatchedAt)
 	if status >= 200 && status < 300 {
 		if isEventStream(contentType) && !endOfStream {
 			h.eventStream = true
-			h.phase, h.holdStart = phaseHoldFirst, p.now
+			h.phase, h.holdStart = phaseHoldFirst, p.clock()
 			p.watch(h)
 			return types.ActionPause
 		}
@@ -81,7 +83,9 @@ func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) (action
 	switch h.phase {
 	case phaseStreaming:
 		if h.eventStream && bodySize > 0 {
-			if chunk, err := proxywasm.GetHttpResponseBody(0, bodySize); err == nil {
+			chunk, err := hostabi.ReadBuffer(hostabi.ResponseBody, 0, bodySize, h.bufs.respBody)
+			h.bufs.respBody = chunk
+			if err == nil {
 				h.tracker.Feed(chunk)
 			}
 		}
@@ -90,7 +94,8 @@ func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) (action
 	case phaseHoldFirst:
 		h.enter("response body")
 		p := h.plugin
-		body, err := proxywasm.GetHttpResponseBody(0, bodySize)
+		body, err := hostabi.ReadBuffer(hostabi.ResponseBody, 0, bodySize, h.bufs.respBody)
+		h.bufs.respBody = body
 		if err != nil {
 			body = nil
 		}
@@ -113,7 +118,8 @@ func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) (action
 		if !endOfStream && bodySize < maxErrorBody {
 			return types.ActionPause
 		}
-		body, err := proxywasm.GetHttpResponseBody(0, min(bodySize, maxErrorBody))
+		body, err := hostabi.ReadBuffer(hostabi.ResponseBody, 0, min(bodySize, maxErrorBody), h.bufs.respBody)
+		h.bufs.respBody = body
 		if err != nil {
 			body = nil
 		}
@@ -160,13 +166,13 @@ func (h *httpContext) recordSuccess(ttfb time.Duration) {
 // error body.
 func (h *httpContext) attemptFailed(body []byte) step {
 	return h.afterFailure(h.recordFailure(engine.Outcome{Status: h.status, Headers: h.respHdrs, Body: body,
-		TTFB: h.plugin.now.Sub(h.dispatchedAt)}), &attemptFailure{status: h.status, headers: h.respHdrs, body: body})
+		TTFB: h.plugin.clock().Sub(h.dispatchedAt)}), &attemptFailure{status: h.status, headers: h.respHdrs, body: body})
 }
 
 // attemptFailedWith handles a held 200 event stream whose first event is an error: a failed
 // attempt like an HTTP error with that status.
 func (h *httpContext) attemptFailedWith(status int, body []byte) step {
-	fr := h.recordFailure(engine.Outcome{Status: status, Body: body, TTFB: h.plugin.now.Sub(h.dispatchedAt)})
+	fr := h.recordFailure(engine.Outcome{Status: status, Body: body, TTFB: h.plugin.clock().Sub(h.dispatchedAt)})
 	// The client would get the 200 stream with its error event as the provider sent it: a
 	// restatement has no status to rewrite there.
 	fr.restatedTo = 0
@@ -271,7 +277,7 @@ func appendRestatement(hdrs [][2]string, f *attemptFailure) [][2]string {
 }
 
 func replaceResponseHeader(name, value string) {
-	if err := proxywasm.ReplaceHttpResponseHeader(name, value); err != nil {
+	if err := hostabi.ReplaceHeader(hostabi.ResponseHeaders, name, value); err != nil {
 		proxywasm.LogDebugf("spillway: set %s: %v", name, err)
 	}
 }

@@ -7,19 +7,23 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/spillwayproxy/spillway/plugin/hostabi"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
-// sharedStore is state.Store over proxy-wasm shared data.
+// sharedStore is state.Store over proxy-wasm shared data. A value it returns lives in its
+// reused read buffer until its next Get (state.Store allows it).
 type sharedStore struct {
 	guardCAS uint32 // CAS of this VM's guard key, reserved on first use
+	buf      []byte
 }
 
 var _ state.Store = (*sharedStore)(nil)
 
 // Get implements state.Store.
 func (s *sharedStore) Get(key string) ([]byte, uint32, bool, error) {
-	v, cas, err := proxywasm.GetSharedData(key)
+	v, cas, err := hostabi.GetSharedData(key, s.buf)
+	s.buf = v
 	switch {
 	case errors.Is(err, types.ErrorStatusNotFound):
 		return nil, 0, false, nil
@@ -33,7 +37,7 @@ func (s *sharedStore) Get(key string) ([]byte, uint32, bool, error) {
 
 // Set implements state.Store.
 func (s *sharedStore) Set(key string, value []byte, cas uint32) error {
-	err := proxywasm.SetSharedData(key, value, cas)
+	err := hostabi.SetSharedData(key, value, cas)
 	if errors.Is(err, types.ErrorStatusCasMismatch) {
 		return state.ErrCasMismatch
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/spillwayproxy/spillway/plugin/hostabi"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
 	"github.com/spillwayproxy/spillway/plugin/internal/llmapi"
@@ -30,28 +31,47 @@ const (
 	phaseAnswered               // Spillway sent its own reply
 )
 
-// httpContext is one HTTP stream.
+// httpContext is one HTTP stream. Its state is reset when the stream ends and the context is
+// reused for a later stream with its buffers (pluginContext.recycle).
 type httpContext struct {
 	types.DefaultHttpContext
 	plugin *pluginContext
 	id     uint32
-	phase  phase
+	streamState
+	bufs streamBuffers
+}
+
+// streamBuffers is the memory a context keeps from one stream to the next.
+type streamBuffers struct {
+	reqPairs, respPairs hostabi.Pairs // request and response headers as read
+	body                []byte        // the request body
+	respBody            []byte        // response body bytes read (error body, held events)
+	plan                engine.Buffers
+	scratch             []byte // encoding local reply headers
+}
+
+// maxKeptBody bounds the body buffer a context keeps for reuse: a rare large request does
+// not stay in memory after it.
+const maxKeptBody = 1 << 20
+
+// streamState is everything about one stream.
+type streamState struct {
+	phase phase
 
 	// The request.
 	api        policies.API
-	reqHeaders [][2]string // as the client sent them (for failover attempts)
+	reqHeaders [][2]string // as the client sent them (aliases bufs.reqPairs; for failover attempts)
 	present    headerSet   // which headers of interest the client sent
 	session    string      // the session id (first session header), "" = none
 	heldAt     time.Time   // request headers held (missing-option detector)
 	started    time.Time   // the request's start (failover budget)
-	body       []byte      // the whole request body, once read
+	body       []byte      // the whole request body, once read (aliases bufs.body)
 	model      string      // requested model (interned)
 	stream     bool        // "stream": true
 	sawBody    bool
 
 	// The plan and the attempt in flight.
 	plan         engine.Plan
-	buf          engine.Buffers
 	next         int // index in plan.Targets of the next candidate
 	attempts     int
 	progress     combo.Progress
@@ -65,7 +85,7 @@ type httpContext struct {
 
 	// The response.
 	status      int
-	respHdrs    [][2]string
+	respHdrs    [][2]string // aliases bufs.respPairs
 	eventStream bool
 	holdStart   time.Time
 	tracker     llmapi.Tracker
@@ -74,6 +94,19 @@ type httpContext struct {
 	last        *attemptFailure
 
 	watched bool
+}
+
+// reset clears the stream's state and trims what its buffers keep.
+func (h *httpContext) reset() {
+	h.streamState = streamState{}
+	if cap(h.bufs.body) > maxKeptBody {
+		h.bufs.body = nil
+	}
+	if cap(h.bufs.respBody) > maxKeptBody {
+		h.bufs.respBody = nil
+	}
+	h.bufs.reqPairs.Reset()
+	h.bufs.respPairs.Reset()
 }
 
 // attemptFailure is the last failed attempt, kept for the final answer when failover runs
@@ -150,31 +183,31 @@ func (h *httpContext) onTick() {
 			p.unwatch(h)
 			return
 		}
-		if !h.sawBody && p.now.Sub(h.heldAt) >= p.res.Routing.BodyWait {
+		if !h.sawBody && p.clock().Sub(h.heldAt) >= p.res.Routing.BodyWait {
 			h.effective()
 			h.misconfigured()
 		}
 	case phaseQueued:
 		h.retryAdmission()
 	case phaseComboWait:
-		if !p.now.Before(h.waitUntil) {
+		if !p.clock().Before(h.waitUntil) {
 			h.progress.Attempts++
-			h.progress.Waited += p.now.Sub(h.waitStart)
+			h.progress.Waited += p.clock().Sub(h.waitStart)
 			h.effective()
 			h.resumeRequest(h.planAndDispatch())
 		}
 	case phaseUpstream:
-		if limit := h.executionLimit(); limit > 0 && p.now.Sub(h.dispatchedAt) >= limit {
+		if limit := h.executionLimit(); limit > 0 && p.clock().Sub(h.dispatchedAt) >= limit {
 			h.effective()
 			h.executionTimeout(limit)
 			return
 		}
 		h.renewLease()
 	case phaseHoldFirst:
-		if p.now.Sub(h.holdStart) >= p.res.FirstEvent.Timeout {
+		if p.clock().Sub(h.holdStart) >= p.res.FirstEvent.Timeout {
 			h.effective()
 			h.commitHeldStream(nil)
-			if err := proxywasm.ResumeHttpResponse(); err != nil {
+			if err := hostabi.ContinueStream(hostabi.StreamResponse); err != nil {
 				proxywasm.LogWarnf("spillway: resume response: %v", err)
 			}
 			return
@@ -201,7 +234,7 @@ func (h *httpContext) renewLease() {
 		return
 	}
 	limit := h.executionLimit()
-	if limit <= 0 || h.d.Lease.Deadline.Sub(h.plugin.now) > limit/2 {
+	if limit <= 0 || h.d.Lease.Deadline.Sub(h.plugin.clock()) > limit/2 {
 		return
 	}
 	if err := h.plugin.engine.Renew(&h.d); err != nil {
@@ -241,17 +274,34 @@ func (h *httpContext) spillwayHeaders() [4][2]string {
 		model = h.model
 	}
 	return [4][2]string{{HeaderProvider, provider}, {HeaderConnection, connection}, {HeaderModel, model},
-		{HeaderAttempts, strconv.Itoa(h.attempts)}}
+		{HeaderAttempts, attemptsValue(h.attempts)}}
 }
 
 // setSpillwayHeaders writes them on the response headers the filter holds.
 func (h *httpContext) setSpillwayHeaders() {
 	for _, kv := range h.spillwayHeaders() {
-		if err := proxywasm.ReplaceHttpResponseHeader(kv[0], kv[1]); err != nil {
-			proxywasm.LogDebugf("spillway: set %s: %v", kv[0], err)
-		}
+		replaceResponseHeader(kv[0], kv[1])
 	}
 }
+
+// attemptCounts are the x-spillway-attempts values without a conversion per response.
+var attemptCounts = func() (s [32]string) {
+	for i := range s {
+		s[i] = strconv.Itoa(i)
+	}
+	return s
+}()
+
+func attemptsValue(n int) string {
+	if n >= 0 && n < len(attemptCounts) {
+		return attemptCounts[n]
+	}
+	return strconv.Itoa(n)
+}
+
+// localReplyDetails is the response code details of Spillway's own replies (Envoy's
+// response.code_details and %RESPONSE_CODE_DETAILS% in access logs).
+const localReplyDetails = "spillway_local_reply"
 
 // reply answers the client with one of Spillway's own replies. In the request phase it goes
 // through the filter chain (and this filter's response callbacks, which leave it alone); in
@@ -271,7 +321,7 @@ func (h *httpContext) sendLocal(status int, headers [][2]string, body []byte) {
 	h.phase = phaseAnswered
 	h.plugin.unwatch(h)
 	h.plugin.metrics.localReplies.Increment(1)
-	if err := proxywasm.SendHttpResponse(uint32(status), all, body, -1); err != nil {
+	if err := hostabi.SendLocalResponse(uint32(status), localReplyDetails, body, all, &h.bufs.scratch); err != nil {
 		proxywasm.LogErrorf("spillway: send local reply %d: %v", status, err)
 	}
 }
@@ -352,7 +402,7 @@ func (h *httpContext) OnHttpStreamDone() {
 		}
 	}
 	h.abandon()
-	h.phase = phasePass
+	p.recycle(h)
 }
 
 // clientWentAway reports whether the stream ended because the downstream went away (Envoy's

@@ -36,13 +36,13 @@ var (
 	ErrModelNotPrint = errors.New(`request body's "model" is empty or holds control characters`)
 )
 
-// ParseRequest validates a JSON request body and reads its model and stream flag. The
-// returned Model aliases body; body must not be modified while it is in use.
+// ParseRequest reads a request body's top-level model and stream flag. It reads what
+// routing needs, not the whole document: the body must be a JSON object with a model
+// string; the rest goes to the provider as sent, which answers a malformed body with its own
+// 400 (a client error that counts against nothing). The returned Model aliases body; body
+// must not be modified while it is in use.
 func ParseRequest(body []byte) (Request, error) {
 	s := unsafeString(body)
-	if !gjson.Valid(s) {
-		return Request{}, ErrNotJSON
-	}
 	root := gjson.Parse(s)
 	if !root.IsObject() {
 		return Request{}, ErrNotJSON
@@ -65,6 +65,9 @@ func ParseRequest(body []byte) (Request, error) {
 	})
 	switch {
 	case !seenModel || model.Type == gjson.Null:
+		if !gjson.Valid(s) { // only on the error path: say why there is no model
+			return Request{}, ErrNotJSON
+		}
 		return Request{}, ErrNoModel
 	case model.Type != gjson.String:
 		return Request{}, ErrModelNotText

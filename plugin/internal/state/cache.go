@@ -105,6 +105,9 @@ func (c *Cache) Get(key string) ([]byte, uint32, bool, error) {
 	if len(c.entries) >= maxCacheEntries {
 		clear(c.entries)
 	}
+	if v != nil {
+		v = append([]byte(nil), v...) // the store may reuse its memory; the cache keeps a copy
+	}
 	c.entries[key] = cacheEntry{value: v, cas: cas, found: found}
 	return v, cas, found, nil
 }

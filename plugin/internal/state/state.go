@@ -35,7 +35,9 @@ const MaxCASAttempts = 16
 type Store interface {
 	// Get returns the value stored under key and its CAS. A missing key returns
 	// found=false, a nil value, cas 0 and no error. A deleted key (empty value, see
-	// Delete) returns found=false with its real, non-zero CAS.
+	// Delete) returns found=false with its real, non-zero CAS. The value may live in memory
+	// the store reuses: it is valid until the next call on the store, so a caller copies
+	// what it keeps (the engine's decoders read it at once).
 	Get(key string) (value []byte, cas uint32, found bool, err error)
 	// Set stores value under key if cas is 0, or if cas matches the stored CAS, or if the
 	// key is missing (Envoy does not check the CAS of a missing key); otherwise it returns

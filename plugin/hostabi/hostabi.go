@@ -1,0 +1,183 @@
+// Package hostabi is the filter's direct line to the proxy-wasm host for the calls on its
+// hot path — header maps, bodies, shared data, properties, local replies, continue, metrics —
+// without the allocations the SDK's getters make (their out-parameters escape through the
+// SDK's host interface, and every buffer the host hands over is a fresh allocation).
+//
+// In the wasm build (wasip1) the functions call the proxy_* imports themselves and receive
+// the host's data in a reusable arena: proxy_on_memory_allocate, which this package
+// exports, serves a host call made from here out of the arena instead of the Go heap, and
+// the data is copied into (or parsed in) the caller's reusable buffer before the next call.
+// Natively the same functions go through the SDK, so the filter runs unchanged under its
+// proxytest host.
+//
+// Data returned here aliases a buffer the caller passed in (or a Pairs the caller owns) and
+// stays valid until the caller reuses it.
+package hostabi
+
+import (
+	"encoding/binary"
+	"errors"
+	"unsafe"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// MapType is a header map of the ABI.
+type MapType uint32
+
+// Header maps (proxy-wasm ABI 0.2.1).
+const (
+	RequestHeaders          MapType = 0
+	RequestTrailers         MapType = 1
+	ResponseHeaders         MapType = 2
+	ResponseTrailers        MapType = 3
+	HTTPCallResponseHeaders MapType = 6
+)
+
+// BufferType is a buffer of the ABI.
+type BufferType uint32
+
+// Buffers (proxy-wasm ABI 0.2.1).
+const (
+	RequestBody          BufferType = 0
+	ResponseBody         BufferType = 1
+	HTTPCallResponseBody BufferType = 4
+)
+
+// StreamType is a stream direction of proxy_continue_stream.
+type StreamType uint32
+
+// Streams (proxy-wasm ABI 0.2.0).
+const (
+	StreamRequest  StreamType = 0
+	StreamResponse StreamType = 1
+)
+
+// status codes of the ABI, mapped to the SDK's errors so callers test them the same way
+// natively and in wasm.
+const (
+	statusOK          = 0
+	statusNotFound    = 1
+	statusBadArgument = 2
+	statusEmpty       = 7
+	statusCasMismatch = 8
+	statusInternal    = 10
+	statusUnsupported = 12
+)
+
+func statusErr(s uint32) error {
+	switch s {
+	case statusOK:
+		return nil
+	case statusNotFound:
+		return types.ErrorStatusNotFound
+	case statusBadArgument:
+		return types.ErrorStatusBadArgument
+	case statusEmpty:
+		return types.ErrorStatusEmpty
+	case statusCasMismatch:
+		return types.ErrorStatusCasMismatch
+	case statusInternal:
+		return types.ErrorInternalFailure
+	case statusUnsupported:
+		return types.ErrorUnimplemented
+	}
+	return errUnknownStatus
+}
+
+var errUnknownStatus = errors.New("hostabi: unknown status from host")
+
+// Pairs is a header map read from the host, kept in memory the caller reuses: after a read,
+// its pairs' strings alias its own buffer until the next read into it.
+type Pairs struct {
+	buf []byte
+	kv  [][2]string
+}
+
+// All returns the pairs (names lower case, as Envoy keeps them).
+func (p *Pairs) All() [][2]string { return p.kv }
+
+// Get returns the first value of name (lower case).
+func (p *Pairs) Get(name string) (string, bool) {
+	for _, kv := range p.kv {
+		if kv[0] == name {
+			return kv[1], true
+		}
+	}
+	return "", false
+}
+
+// Reset empties p, keeping its memory.
+func (p *Pairs) Reset() { p.buf, p.kv = p.buf[:0], p.kv[:0] }
+
+// Clone returns a copy of the pairs that does not alias p.
+func (p *Pairs) Clone() [][2]string {
+	out := make([][2]string, len(p.kv))
+	for i, kv := range p.kv {
+		out[i] = [2]string{string([]byte(kv[0])), string([]byte(kv[1]))}
+	}
+	return out
+}
+
+// setFrom copies an encoded map into p and parses it: u32 count, count × (u32 key length,
+// u32 value length), then each key and value followed by a NUL (proxy-wasm spec, "Map
+// serialization"). A malformed encoding reads as an empty map.
+func (p *Pairs) setFrom(encoded []byte) {
+	p.buf = append(p.buf[:0], encoded...)
+	p.kv = p.kv[:0]
+	b := p.buf
+	if len(b) < 4 {
+		return
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	if n < 0 || n > (len(b)-4)/8 {
+		return
+	}
+	sizes, data := b[4:4+8*n], b[4+8*n:]
+	for i := 0; i < n; i++ {
+		kl := int(binary.LittleEndian.Uint32(sizes[8*i:]))
+		vl := int(binary.LittleEndian.Uint32(sizes[8*i+4:]))
+		if kl < 0 || vl < 0 || kl+1+vl+1 > len(data) {
+			p.kv = p.kv[:0]
+			return
+		}
+		k := unsafeString(data[:kl])
+		v := unsafeString(data[kl+1 : kl+1+vl])
+		data = data[kl+1+vl+1:]
+		p.kv = append(p.kv, [2]string{k, v})
+	}
+}
+
+// AppendPairs appends the ABI encoding of pairs to dst.
+func AppendPairs(dst []byte, pairs [][2]string) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(pairs)))
+	for _, kv := range pairs {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(kv[0])))
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(kv[1])))
+	}
+	for _, kv := range pairs {
+		dst = append(dst, kv[0]...)
+		dst = append(dst, 0)
+		dst = append(dst, kv[1]...)
+		dst = append(dst, 0)
+	}
+	return dst
+}
+
+func unsafeString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// JoinPath encodes a property path (segments joined by NUL) into dst.
+func JoinPath(dst []byte, path ...string) []byte {
+	for i, s := range path {
+		if i > 0 {
+			dst = append(dst, 0)
+		}
+		dst = append(dst, s...)
+	}
+	return dst
+}

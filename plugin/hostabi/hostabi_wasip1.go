@@ -1,0 +1,230 @@
+//go:build wasip1
+
+package hostabi
+
+import (
+	"unsafe"
+)
+
+// Memory the host writes into. Envoy (WasmBase::copyToPointerSize) calls
+// proxy_on_memory_allocate from inside a host call, copies the data into the returned
+// memory and writes its address into the caller's out-parameter. A call made from this
+// package turns the arena on first: the allocation then comes out of one reused block and
+// the data is consumed before the next call. Any other allocation (the SDK's own calls)
+// gets fresh Go memory, pinned in a small ring until the SDK turns the address back into a
+// pointer (Claim), so a GC inside a nested allocation cannot free it.
+
+var (
+	arena       []byte
+	arenaUsed   int
+	arenaActive bool
+)
+
+const pinSlots = 8
+
+var (
+	pins    [pinSlots][]byte
+	pinNext int
+)
+
+//go:wasmexport proxy_on_memory_allocate
+func onMemoryAllocate(size uint32) *byte {
+	n := int(size)
+	if n == 0 { // Envoy never asks for 0, but &b[0] of an empty slice would panic
+		n = 1
+	}
+	if arenaActive && (arenaUsed+n <= len(arena) || arenaUsed == 0) {
+		// Every call made from this package has the host allocate once; the block grows
+		// only when it is empty, so no pointer into the old one is ever owed.
+		if arenaUsed+n > len(arena) {
+			arena = make([]byte, max(2*len(arena), n, 4096))
+		}
+		p := &arena[arenaUsed]
+		arenaUsed += n
+		return p
+	}
+	buf := make([]byte, n)
+	pins[pinNext] = buf
+	pinNext = (pinNext + 1) % pinSlots
+	return &buf[0]
+}
+
+// Claim turns a host-written address back into a Go pointer (the SDK bridge's out-params)
+// and releases every pin: once a host call has returned, no other buffer it allocated is
+// still owed to the guest.
+func Claim(addr uint32) *byte {
+	var p *byte
+	for i := range pins {
+		if b := pins[i]; len(b) > 0 && uint32(uintptr(unsafe.Pointer(&b[0]))) == addr {
+			p = &b[0]
+		}
+		pins[i] = nil
+	}
+	pinNext = 0
+	if p == nil && addr != 0 {
+		// Not ours (a host that wrote into memory it did not allocate through us). Go's heap
+		// does not move objects, so the raw address is still the right one.
+		p = (*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(addr)))
+	}
+	return p
+}
+
+// Out-params written by the host: package-level, not stack slots, because the goroutine
+// stack may move during a nested proxy_on_memory_allocate, and a global costs no allocation.
+var (
+	retAddr uint32
+	retSize int32
+	retCas  uint32
+)
+
+// beginArena makes the next host allocation come from the arena.
+func beginArena() {
+	arenaActive, arenaUsed = true, 0
+	retAddr, retSize = 0, 0
+}
+
+// endArena returns the data the host wrote (valid until the next beginArena).
+func endArena(status uint32) ([]byte, uint32) {
+	arenaActive = false
+	if status != statusOK || retSize <= 0 || retAddr == 0 {
+		return nil, status
+	}
+	base := uintptr(unsafe.Pointer(&arena[0]))
+	off := uintptr(retAddr) - base
+	if uintptr(retAddr) < base || off+uintptr(retSize) > uintptr(len(arena)) {
+		// The host wrote somewhere else: read it where it is.
+		return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(retAddr))), int(retSize)), status
+	}
+	return arena[off : off+uintptr(retSize)], status
+}
+
+// Host imports (proxy-wasm ABI 0.2.x, i32 sizes). No //go:noescape: the host may call back
+// into the guest (proxy_on_memory_allocate) during an import and the goroutine stack can
+// move; pointers passed here point into the heap or into globals.
+
+//go:wasmimport env proxy_get_header_map_pairs
+func hostGetHeaderMapPairs(mapType MapType, retData *uint32, retSize *int32) uint32
+
+//go:wasmimport env proxy_replace_header_map_value
+func hostReplaceHeaderMapValue(mapType MapType, key *byte, keySize int32, value *byte, valueSize int32) uint32
+
+//go:wasmimport env proxy_remove_header_map_value
+func hostRemoveHeaderMapValue(mapType MapType, key *byte, keySize int32) uint32
+
+//go:wasmimport env proxy_get_buffer_bytes
+func hostGetBufferBytes(bufferType BufferType, start int32, maxSize int32, retData *uint32, retSize *int32) uint32
+
+//go:wasmimport env proxy_set_buffer_bytes
+func hostSetBufferBytes(bufferType BufferType, start int32, maxSize int32, data *byte, size int32) uint32
+
+//go:wasmimport env proxy_get_shared_data
+func hostGetSharedData(key *byte, keySize int32, retData *uint32, retSize *int32, retCas *uint32) uint32
+
+//go:wasmimport env proxy_set_shared_data
+func hostSetSharedData(key *byte, keySize int32, value *byte, valueSize int32, cas uint32) uint32
+
+//go:wasmimport env proxy_get_property
+func hostGetProperty(path *byte, pathSize int32, retData *uint32, retSize *int32) uint32
+
+//go:wasmimport env proxy_send_local_response
+func hostSendLocalResponse(status uint32, details *byte, detailsSize int32, body *byte, bodySize int32,
+	headers *byte, headersSize int32, grpcStatus int32) uint32
+
+//go:wasmimport env proxy_continue_stream
+func hostContinueStream(streamType StreamType) uint32
+
+//go:wasmimport env proxy_increment_metric
+func hostIncrementMetric(metricID uint32, offset int64) uint32
+
+// ptr returns a pointer to s's bytes for the host (nil for "").
+func ptr(s string) *byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.StringData(s)
+}
+
+func bptr(b []byte) *byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return &b[0]
+}
+
+// ReadPairs reads header map m into p.
+func ReadPairs(m MapType, p *Pairs) error {
+	beginArena()
+	data, st := endArena(hostGetHeaderMapPairs(m, &retAddr, &retSize))
+	if st != statusOK {
+		p.Reset()
+		return statusErr(st)
+	}
+	p.setFrom(data)
+	return nil
+}
+
+// ReplaceHeader sets name to value in map m (the first value replaced, others removed).
+func ReplaceHeader(m MapType, name, value string) error {
+	return statusErr(hostReplaceHeaderMapValue(m, ptr(name), int32(len(name)), ptr(value), int32(len(value))))
+}
+
+// RemoveHeader removes every value of name from map m.
+func RemoveHeader(m MapType, name string) error {
+	return statusErr(hostRemoveHeaderMapValue(m, ptr(name), int32(len(name))))
+}
+
+// ReadBuffer copies up to max bytes of buffer b from start into dst (reusing its memory)
+// and returns them.
+func ReadBuffer(b BufferType, start, max int, dst []byte) ([]byte, error) {
+	beginArena()
+	data, st := endArena(hostGetBufferBytes(b, int32(start), int32(max), &retAddr, &retSize))
+	if st != statusOK {
+		return dst[:0], statusErr(st)
+	}
+	return append(dst[:0], data...), nil
+}
+
+// ReplaceBuffer replaces buffer b with data.
+func ReplaceBuffer(b BufferType, data []byte) error {
+	return statusErr(hostSetBufferBytes(b, 0, 1<<31-1, bptr(data), int32(len(data))))
+}
+
+// GetSharedData reads key into dst (reusing its memory). A missing key is
+// types.ErrorStatusNotFound.
+func GetSharedData(key string, dst []byte) ([]byte, uint32, error) {
+	beginArena()
+	retCas = 0
+	data, st := endArena(hostGetSharedData(ptr(key), int32(len(key)), &retAddr, &retSize, &retCas))
+	if st != statusOK {
+		return dst[:0], 0, statusErr(st)
+	}
+	return append(dst[:0], data...), retCas, nil
+}
+
+// SetSharedData stores value under key if cas is 0 or matches.
+func SetSharedData(key string, value []byte, cas uint32) error {
+	return statusErr(hostSetSharedData(ptr(key), int32(len(key)), bptr(value), int32(len(value)), cas))
+}
+
+// GetProperty reads a property (path segments joined by NUL, see JoinPath) into dst.
+func GetProperty(path []byte, dst []byte) ([]byte, error) {
+	beginArena()
+	data, st := endArena(hostGetProperty(bptr(path), int32(len(path)), &retAddr, &retSize))
+	if st != statusOK {
+		return dst[:0], statusErr(st)
+	}
+	return append(dst[:0], data...), nil
+}
+
+// SendLocalResponse sends a local reply; headers are encoded into *scratch.
+func SendLocalResponse(status uint32, details string, body []byte, headers [][2]string, scratch *[]byte) error {
+	*scratch = AppendPairs((*scratch)[:0], headers)
+	return statusErr(hostSendLocalResponse(status, ptr(details), int32(len(details)), bptr(body), int32(len(body)),
+		bptr(*scratch), int32(len(*scratch)), -1))
+}
+
+// ContinueStream resumes a paused direction (deferred by the host until the callback returns).
+func ContinueStream(s StreamType) error { return statusErr(hostContinueStream(s)) }
+
+// IncrementMetric adds delta to a counter.
+func IncrementMetric(id uint32, delta int64) error { return statusErr(hostIncrementMetric(id, delta)) }
