@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"errors"
+	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
+	"github.com/spillwayproxy/spillway/plugin/internal/classify"
+	"github.com/spillwayproxy/spillway/plugin/internal/conncooldown"
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/plugin/internal/lockout"
+	"github.com/spillwayproxy/spillway/plugin/internal/restate"
+)
+
+// Outcome is what came back from one attempt.
+type Outcome struct {
+	Status   int           // upstream HTTP status; 0 = no response (transport failure)
+	TimedOut bool          // with Status 0: the attempt ran out of time
+	Headers  [][2]string   // upstream response headers
+	Body     []byte        // upstream error body (small; only failures are read)
+	TTFB     time.Duration // time to the response headers
+	Message  string        // short operator-facing summary for the connection's lastError
+}
+
+// Result is what the engine made of an attempt's outcome.
+type Result struct {
+	Verdict     failure.Verdict // the classification (zero Reason on success)
+	Restatement restate.Result  // the status restatement, if a rule matched
+	Waiters     bool            // a concurrency slot was freed that others wait for
+	Errors      error           // state writes that failed (the outcome is still accounted where possible)
+}
+
+// Finish records an attempt's outcome in every layer it concerns and releases its slots:
+// Record then Release. plan is the request's plan (for the session pin); it may be nil.
+func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
+	r := e.Record(d, o, plan)
+	waiters, err := e.Release(d)
+	r.Waiters = waiters
+	if err != nil {
+		r.Errors = errors.Join(r.Errors, err)
+	}
+	return r
+}
+
+// Record records an attempt's outcome in every layer it concerns — breaker (and its
+// HALF_OPEN probe), connection cooldown, model lockout, provider cooldown gate, latency,
+// session pin — without releasing its concurrency slots: a streamed response keeps its slots
+// until it ends (Release), while its outcome is known from the headers or the first event.
+// plan is the request's plan (for the session pin); it may be nil.
+func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
+	pv := &e.providers[d.Target.Provider]
+	cn := &pv.conns[d.Target.Connection]
+	var r Result
+	note := func(err error) {
+		if err != nil {
+			r.Errors = errors.Join(r.Errors, err)
+		}
+	}
+	if o.Status > 0 && o.Status < 400 {
+		_, err := e.breakers.RecordSuccess(pv.breaker)
+		note(err)
+		note(pv.cooldown.RecordSuccess(cn.cooldown, d.Started))
+		note(pv.lockout.RecordSuccess(cn.lockout, d.Target.Model))
+		if e.gateOn {
+			note(e.gate.RecordSuccess(pv.gate))
+			note(e.gate.RecordSuccess(cn.gate))
+		}
+		e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), o.TTFB, true)
+		if plan != nil && e.affinity.Enabled() && plan.Session != (affinity.Key{}) {
+			_, err := e.affinity.Record(plan.Session, pv.res.ID, cn.res.ID, plan.pin)
+			note(err)
+		}
+		return r
+	}
+	r.Verdict, r.Restatement = e.classifier.Classify(classify.Input{Provider: pv.res.ID, Profile: pv.res.Profile,
+		Status: o.Status, TimedOut: o.TimedOut, Headers: o.Headers, Body: o.Body, Now: e.now()})
+	e.recordFailure(pv, cn, d, o, r.Verdict, note)
+	return r
+}
+
+// recordFailure applies a failure verdict to the layers whose scope it blames.
+func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outcome, v failure.Verdict, note func(error)) {
+	if v.CountBreaker {
+		_, err := e.breakers.RecordFailure(pv.breaker, v)
+		note(err)
+		if e.gateOn {
+			_, err := e.gate.RecordFailure(pv.gate)
+			note(err)
+		}
+	} else if d.probe.Probe {
+		note(e.breakers.ReleaseProbe(pv.breaker, d.probe))
+	}
+	// A model-level failure goes to the model lockout first; when the model ends up locked
+	// the connection stays usable for its other models. Everything else that blames
+	// something (connection scope, terminal states, model-level failures the lockout does
+	// not take because it is off or does not count the status) cools the connection.
+	modelLevel := v.Scope == failure.ScopeQuotaFamily || v.Scope == failure.ScopeModel || v.Scope == failure.ScopeExact
+	locked := false
+	if modelLevel && v.Terminal == failure.TerminalNone {
+		out, err := pv.lockout.RecordFailure(cn.lockout, lockout.Failure{Model: d.Target.Model, Verdict: v,
+			Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait})
+		note(err)
+		locked = out.Locked
+	}
+	if v.Reason != failure.ReasonNone && v.Scope != failure.ScopeNone && !locked {
+		_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started, Message: o.Message})
+		note(err)
+		if e.gateOn {
+			_, err := e.gate.RecordFailure(cn.gate)
+			note(err)
+		}
+	}
+	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), o.TTFB, false)
+}
+
+// RecordTruncation records that a stream already going to the client ended without its
+// terminal event: a failure of that connection (the response cannot be replayed, so there
+// is no failover), cooled like a transport failure. It never counts for the breaker: the
+// provider answered.
+func (e *Engine) RecordTruncation(d Dispatch) Result {
+	pv := &e.providers[d.Target.Provider]
+	cn := &pv.conns[d.Target.Connection]
+	var r Result
+	v := failure.Verdict{Status: 0, Reason: failure.ReasonStreamTruncated, Scope: failure.ScopeConnection}
+	_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
+		Message: "stream ended without its terminal event"})
+	r.Verdict, r.Errors = v, err
+	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), 0, false)
+	return r
+}
