@@ -6,6 +6,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
+	"github.com/spillwayproxy/spillway/plugin/internal/combo"
 )
 
 // Dispatch is one attempt on its way to a target.
@@ -16,24 +17,55 @@ type Dispatch struct {
 	Lease   admission.Lease  // concurrency slots held (released by Finish or Abandon)
 	Ticket  admission.Ticket // set when the attempt must wait for a slot
 	Waiting bool             // the attempt waits in the queue (TryDispatch again later)
-	// Wake says slots were handed back on the way (an all-or-nothing acquire rolled back, or
-	// a slot returned because the provider refused the attempt): wake the other workers'
-	// waiters as after a release.
+	// Wake says slots were handed back on the way (an all-or-nothing acquire rolled back, a
+	// slot returned because the provider refused the attempt, a ticket that left the queue):
+	// wake the other workers' waiters as after a release.
 	Wake bool
 }
 
-// ErrTargetUnavailable reports that a planned target was taken by another worker between
-// planning and dispatch (the breaker's single probe, usually): try the next target.
+// ErrTargetUnavailable reports that a planned target cannot take the attempt now: try the
+// next target. A target a layer excludes is an *ExcludedError, which says why; the plain
+// error means the slot came but another worker holds the provider's probe.
 var ErrTargetUnavailable = errors.New("engine: target no longer available")
 
-// Dispatch claims what sending an attempt to t needs: concurrency slots, then the breaker's
-// probe when the provider is HALF_OPEN. The probe is claimed only once the slots are granted,
-// so a request waiting in the queue never holds it. A typed *admission.Error (queue full)
-// means the request should be answered with it; Dispatch.Waiting means it must wait in the
-// queue (TryDispatch); ErrTargetUnavailable means try the next target.
+// ExcludedError is a target excluded at dispatch, with the exclusion as the plan would have
+// listed it: a layer's state changed since the plan (another worker's failure, an OPEN or
+// HALF_OPEN breaker whose probe another request holds, a cooldown, lockout or terminal state
+// reached while the request waited in the queue), or the request itself exhausted the
+// target's connection (a failed attempt earlier in the same request). The caller moves on to
+// the next target. errors.Is(err, ErrTargetUnavailable) holds for it.
+type ExcludedError struct {
+	Exclusion combo.Exclusion
+}
+
+// Error implements error.
+func (e *ExcludedError) Error() string {
+	x := &e.Exclusion
+	return "engine: " + x.Provider + "/" + x.Connection + " for " + x.Model + " excluded at dispatch: " + string(x.Reason)
+}
+
+// Is makes errors.Is(err, ErrTargetUnavailable) hold.
+func (e *ExcludedError) Is(target error) bool { return target == ErrTargetUnavailable }
+
+// Dispatch claims what sending an attempt to t needs, after checking t once more against
+// every layer: state may have changed since the plan (another worker's failure), and
+// same-request failover must not return to a connection the request just saw fail, under
+// any model. Then it takes the concurrency slots, then the breaker's probe when the provider
+// is HALF_OPEN; the probe is claimed only once the slots are granted, so a request waiting in
+// the queue never holds it.
+//
+// A typed *admission.Error (queue full) means the request should be answered with it;
+// Dispatch.Waiting means it must wait in the queue (TryDispatch); an *ExcludedError
+// (errors.Is ErrTargetUnavailable) means try the next target. Another error is a store
+// failure: the attempt may go, failing open. The re-check reads the records the plan read,
+// which the filter's per-VM cache already holds: it costs no shared-data read.
 func (e *Engine) Dispatch(t Target) (Dispatch, error) {
-	cn := &e.providers[t.Provider].conns[t.Connection]
+	pv := &e.providers[t.Provider]
+	cn := &pv.conns[t.Connection]
 	d := Dispatch{Target: t, Started: e.now()}
+	if err := e.recheck(pv, cn, t, false); err != nil {
+		return d, err
+	}
 	res, err := e.admitter.Admit(cn.admit, t.Model)
 	d.Wake = res.Wake
 	if err != nil {
@@ -48,9 +80,21 @@ func (e *Engine) Dispatch(t Target) (Dispatch, error) {
 }
 
 // TryDispatch checks a waiting attempt's turn in the queue. It returns the attempt granted
-// (Waiting false), still waiting, or an error: the typed queue timeout, or
-// ErrTargetUnavailable when the slot came but the provider's probe is taken.
+// (Waiting false), still waiting, or an error: the typed queue timeout, or an *ExcludedError
+// when a layer excludes the target now (the ticket then leaves the queue, so the request
+// fails over at once instead of waiting for a slot on a call bound to fail) or when the slot
+// came but the provider's probe is taken (ErrTargetUnavailable).
 func (e *Engine) TryDispatch(d Dispatch) (Dispatch, error) {
+	pv := &e.providers[d.Target.Provider]
+	cn := &pv.conns[d.Target.Connection]
+	if err := e.recheck(pv, cn, d.Target, true); err != nil {
+		waiters, cerr := e.admitter.Cancel(d.Ticket)
+		d.Ticket, d.Waiting, d.Wake = admission.Ticket{}, false, waiters
+		if cerr != nil {
+			err = errors.Join(err, cerr) // the ticket expires on its own
+		}
+		return d, err
+	}
 	res, err := e.admitter.TryAdmit(d.Ticket)
 	d.Wake = res.Wake
 	if err != nil || !res.Granted {
@@ -58,6 +102,34 @@ func (e *Engine) TryDispatch(d Dispatch) (Dispatch, error) {
 	}
 	d.Lease, d.Waiting, d.Started = res.Lease, false, e.now()
 	return e.claimProbe(d)
+}
+
+// recheck excludes a target the request itself exhausted, or one a layer excludes now. The
+// breaker is read too for a request waiting in the queue (withBreaker), which leaves at once
+// when the circuit opens; a dispatch asks it right after, in claimProbe. A layer that cannot
+// be read fails open, as in Plan.
+func (e *Engine) recheck(pv *provider, cn *connection, t Target, withBreaker bool) error {
+	if t.req != nil && t.req.spentOn(t.Provider, t.Connection) {
+		return e.excluded(t, combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: t.Model,
+			Reason: combo.ReasonUnavailable})
+	}
+	var degraded error
+	var x combo.Exclusion
+	var excluded bool
+	if withBreaker {
+		x, excluded = e.exclusion(pv, cn, t.Model, &degraded)
+	} else {
+		x, excluded = e.connectionExclusion(pv, cn, t.Model, &degraded)
+	}
+	if excluded {
+		return e.excluded(t, x)
+	}
+	return nil
+}
+
+// excluded returns x as an *ExcludedError.
+func (e *Engine) excluded(_ Target, x combo.Exclusion) error {
+	return &ExcludedError{Exclusion: x}
 }
 
 // claimProbe asks the breaker for an attempt that holds its slots. When the provider refuses

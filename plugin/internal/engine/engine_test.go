@@ -388,7 +388,9 @@ func BenchmarkDispatchAndFinishSuccess(b *testing.B) {
 func BenchmarkFinishFailure(b *testing.B) {
 	f := newFixture(b, benchPolicy(b))
 	p, _ := f.e.Plan("bench", policies.APIOpenAI, affinity.Key{}, &f.buf)
-	t := p.Targets[0]
+	// Each iteration is a request of its own: a target without the plan's request memory,
+	// which would skip the connection once it failed.
+	t := Target{Provider: p.Targets[0].Provider, Connection: p.Targets[0].Connection, Model: p.Targets[0].Model}
 	o := Outcome{Status: 429, Headers: [][2]string{{"retry-after", "2"}},
 		Body: []byte(`{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`)}
 	b.ReportAllocs()

@@ -46,7 +46,8 @@ func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
 // HALF_OPEN probe), connection cooldown, model lockout, provider cooldown gate, latency,
 // session pin — without releasing its concurrency slots: a streamed response keeps its slots
 // until it ends (Release), while its outcome is known from the headers or the first event.
-// plan is the request's plan (for the session pin); it may be nil.
+// A failure also marks the connection it blamed as exhausted for the rest of the request,
+// so failover skips it. plan is the request's plan (for the session pin); it may be nil.
 func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 	pv := &e.providers[d.Target.Provider]
 	cn := &pv.conns[d.Target.Connection]
@@ -78,7 +79,8 @@ func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 	return r
 }
 
-// recordFailure applies a failure verdict to the layers whose scope it blames.
+// recordFailure applies a failure verdict to the layers whose scope it blames, and marks the
+// connection as exhausted for the rest of the request.
 func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outcome, v failure.Verdict, note func(error)) {
 	if v.CountBreaker {
 		_, err := e.breakers.RecordFailure(pv.breaker, v)
@@ -109,6 +111,12 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 			_, err := e.gate.RecordFailure(cn.gate)
 			note(err)
 		}
+	}
+	// Same-request failover skips the connection, under any model (a locked model spares
+	// the connection's other models for other requests, not for this one), unless the
+	// failure blamed only the request itself (another target may take it).
+	if v.Scope != failure.ScopeNone {
+		d.Target.req.spend(d.Target.Provider, d.Target.Connection)
 	}
 	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), o.TTFB, false)
 }

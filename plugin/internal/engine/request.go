@@ -19,6 +19,10 @@ type Target struct {
 	Provider   int    // index in Resolved.Providers
 	Connection int    // index in the provider's Connections
 	Model      string // upstream model
+	// req is the request whose plan listed the target (nil for a Target built by hand):
+	// Dispatch reads what the request's own attempts exhausted there, and notes the
+	// exclusions it finds.
+	req *Buffers
 }
 
 // Plan is the routing decision for one request: the eligible targets in the order to try
@@ -34,12 +38,50 @@ type Plan struct {
 	Degraded error             // state could not be read or written; the plan is still usable
 }
 
-// Buffers are a request's reusable scratch space; the filter keeps one per stream so a
-// plan allocates nothing once they have grown.
+// Buffers are a request's reusable scratch space and its memory. The filter keeps one per
+// stream (one request), so a plan allocates nothing once they have grown, and what the
+// request's own failed attempts exhausted is remembered until the request is planned again:
+// same-request failover never goes back to a connection that just failed, under any model
+// (see Record).
 type Buffers struct {
 	candidates []selection.Candidate
 	targets    []Target
 	excluded   []combo.Exclusion
+	spent      []spent
+}
+
+// spent is what one of the request's failed attempts exhausted for the rest of the
+// request: a connection (under every model), or every connection of a provider when the
+// failure blamed the provider.
+type spent struct {
+	provider   int
+	connection int // anyConnection: the whole provider
+}
+
+const anyConnection = -1
+
+// spend remembers that the request exhausted a connection (or, with anyConnection, a
+// provider).
+func (b *Buffers) spend(provider, connection int) {
+	if b == nil {
+		return
+	}
+	for _, s := range b.spent {
+		if s.provider == provider && (s.connection == connection || s.connection == anyConnection) {
+			return
+		}
+	}
+	b.spent = append(b.spent, spent{provider: provider, connection: connection})
+}
+
+// spentOn reports whether the request exhausted the connection or its provider.
+func (b *Buffers) spentOn(provider, connection int) bool {
+	for _, s := range b.spent {
+		if s.provider == provider && (s.connection == connection || s.connection == anyConnection) {
+			return true
+		}
+	}
+	return false
 }
 
 // Plan decides which targets may serve a request for model, written in api, and in what
@@ -47,6 +89,9 @@ type Buffers struct {
 // sent a body it cannot read. session may be the zero Key. It returns ErrNoRoute when no
 // route serves the model. A store error in one layer fails that layer open (the target stays
 // eligible) and is reported in Plan.Degraded.
+//
+// Plan starts the request's memory in buf afresh: a request planned again after a combo
+// cooldown wait may try what the wait sat out (guide §4).
 func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf *Buffers) (Plan, error) {
 	rr, ok := e.res.Route(model)
 	if !ok {
@@ -55,6 +100,7 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	ri := e.routeOf[rr]
 	rt := &e.routes[ri]
 	plan := Plan{Model: model, Route: ri, Session: session}
+	buf.spent = buf.spent[:0]
 	cands := buf.candidates[:0]
 	excl := buf.excluded[:0]
 	for i, c := range rt.candidates {
@@ -69,7 +115,7 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 				Reason: combo.ReasonAPIMismatch})
 			continue
 		}
-		if x, excluded := e.exclusion(pv, cn, model, &plan); excluded {
+		if x, excluded := e.exclusion(pv, cn, model, &plan.Degraded); excluded {
 			excl = append(excl, x)
 			continue
 		}
@@ -108,7 +154,7 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	targets := buf.targets[:0]
 	for _, c := range cands {
 		ref := rt.candidates[c.Index]
-		targets = append(targets, Target{Provider: ref.provider, Connection: ref.connection, Model: c.Model})
+		targets = append(targets, Target{Provider: ref.provider, Connection: ref.connection, Model: c.Model, req: buf})
 	}
 	buf.targets = targets
 	plan.Targets = targets
@@ -124,14 +170,15 @@ const probeRetryAfter = time.Second
 // exclusion is Transient — worth a comboCooldownWait — only for the short, rate-limit-class
 // locks the guide waits on (§4: rate limits, concurrency limits, capacity): never for an
 // open breaker, a connection cooled by a server error or an auth failure, quota, not-found
-// or a terminal state, which answer at once with Retry-After.
-func (e *Engine) exclusion(pv *provider, cn *connection, model string, plan *Plan) (combo.Exclusion, bool) {
+// or a terminal state, which answer at once with Retry-After. A layer that cannot be read
+// fails open and joins its error to degraded.
+func (e *Engine) exclusion(pv *provider, cn *connection, model string, degraded *error) (combo.Exclusion, bool) {
 	x := combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: model}
 	// Provider circuit breaker. Planning must not claim the HALF_OPEN probe (it may not
 	// dispatch this target at all), so it reads the status; Dispatch claims.
 	st, err := e.breakers.Status(pv.breaker)
 	if err != nil {
-		plan.Degraded = errors.Join(plan.Degraded, err)
+		*degraded = errors.Join(*degraded, err)
 	} else if st.State == breaker.Open {
 		x.Reason, x.RetryAfter = combo.ReasonCircuitOpen, st.RetryAfter
 		return x, true
@@ -139,11 +186,18 @@ func (e *Engine) exclusion(pv *provider, cn *connection, model string, plan *Pla
 		x.Reason, x.RetryAfter = combo.ReasonCircuitOpen, probeRetryAfter
 		return x, true
 	}
+	return e.connectionExclusion(pv, cn, model, degraded)
+}
+
+// connectionExclusion checks the layers below the breaker: the provider cooldown gate, the
+// connection's cooldown or terminal state, the model's lockout on it.
+func (e *Engine) connectionExclusion(pv *provider, cn *connection, model string, degraded *error) (combo.Exclusion, bool) {
+	x := combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: model}
 	if e.gateOn {
 		for _, entry := range [...]*providercooldown.Entry{&pv.gate, &cn.gate} {
 			gs, err := e.gate.Check(*entry)
 			if err != nil {
-				plan.Degraded = errors.Join(plan.Degraded, err)
+				*degraded = errors.Join(*degraded, err)
 				continue
 			}
 			if gs.Cooling {
@@ -154,7 +208,7 @@ func (e *Engine) exclusion(pv *provider, cn *connection, model string, plan *Pla
 	}
 	av, err := pv.cooldown.Check(cn.cooldown)
 	if err != nil {
-		plan.Degraded = errors.Join(plan.Degraded, err)
+		*degraded = errors.Join(*degraded, err)
 	} else if !av.Available() {
 		if av.Status.Terminal() {
 			x.Reason = combo.ReasonTerminal
@@ -166,7 +220,7 @@ func (e *Engine) exclusion(pv *provider, cn *connection, model string, plan *Pla
 	}
 	lock, locked, err := pv.lockout.Locked(cn.lockout, model)
 	if err != nil {
-		plan.Degraded = errors.Join(plan.Degraded, err)
+		*degraded = errors.Join(*degraded, err)
 	} else if locked {
 		x.Reason, x.RetryAfter = combo.ReasonModelLockout, lock.Until.Sub(e.now())
 		x.Transient = rateLimitClass(lock.Reason)

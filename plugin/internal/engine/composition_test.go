@@ -1,0 +1,311 @@
+package engine
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
+	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
+	"github.com/spillwayproxy/spillway/plugin/internal/combo"
+	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/policies"
+	"github.com/spillwayproxy/spillway/policies/policyfile"
+)
+
+// acmePolicy is a two-provider policy for the composition tests: acme-a serves m1 and, as a
+// second target, m2 (the same connection under another model); acme-b has a cap of 1 with a
+// 2 s queue budget; backup-a is the other provider. Its resilience block is the argument.
+func acmePolicy(resilience string) []byte {
+	return []byte(`
+providers:
+  - id: acme
+    profile: apikey
+    cluster: acme
+    connections:
+      - id: acme-a
+        credential: {header: authorization, value: "Bearer a"}
+      - id: acme-b
+        credential: {header: authorization, value: "Bearer b"}
+        maxConcurrent: 1
+        rateLimitOverrides: {maxWaitMs: 2000}
+  - id: backup
+    profile: apikey
+    cluster: backup
+    connections:
+      - id: backup-a
+        credential: {header: authorization, value: "Bearer c"}
+routes:
+  - model: m1
+    targets:
+      - {provider: acme, connection: acme-a, model: m1}
+      - {provider: acme, connection: acme-a, model: m2}
+      - {provider: acme, connection: acme-b, model: m1}
+      - {provider: backup, model: m1}
+  - model: spread
+    strategy: least-used
+    targets:
+      - {provider: acme, connection: acme-a, model: m1}
+      - {provider: backup, model: m1}
+  - model: pair
+    strategy: p2c
+    targets:
+      - {provider: acme, connection: acme-a, model: m1}
+      - {provider: backup, model: m1}
+  - model: acme-only
+    targets:
+      - {provider: acme, connection: acme-a, model: m1}
+      - {provider: acme, connection: acme-b, model: m1}
+` + resilience)
+}
+
+// peer is a second worker: an engine over the same shared store and clock.
+func (f *fixture) peer(t testing.TB, yaml []byte) *Engine {
+	t.Helper()
+	p, err := policyfile.Parse(yaml, policies.ParseOptions{LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(p, f.store, f.clock, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// target names a configured connection of the fixture's policy by ids.
+func (f *fixture) target(t testing.TB, provider, connection, model string) Target {
+	t.Helper()
+	pv, cn, ok := f.e.res.Connection(connection)
+	if !ok || pv.ID != provider {
+		t.Fatalf("no connection %s/%s", provider, connection)
+	}
+	return Target{Provider: pv.Index, Connection: cn.Index, Model: model}
+}
+
+// failOn records o for a hand-made attempt on t in e (another worker's failure).
+func failOn(t testing.TB, e *Engine, tg Target, o Outcome) {
+	t.Helper()
+	if r := e.Record(Dispatch{Target: tg, Started: e.now()}, o, nil); r.Errors != nil {
+		t.Fatal(r.Errors)
+	}
+}
+
+var (
+	rateLimited = Outcome{Status: 429, Headers: [][2]string{{"retry-after", "20"}},
+		Body: []byte(`{"error":{"message":"Rate limit reached","code":"rate_limit_exceeded"}}`)}
+	creditsGone = Outcome{Status: 400,
+		Body: []byte(`{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low"}}`)}
+	overloaded = Outcome{Status: 503, Body: []byte(`upstream overloaded`)}
+)
+
+// A target planned before another worker excluded it must not be dispatched: Dispatch
+// re-checks every layer, not only the breaker.
+func TestDispatchRechecksEveryLayer(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		resilience string       // the policy's resilience block
+		fail       Outcome      // what the other worker records on acme-a
+		dispatch   string       // the connection dispatched afterwards
+		want       combo.Reason // the exclusion Dispatch must report
+	}{
+		{name: "cooled", resilience: "", fail: rateLimited, dispatch: "acme-a", want: combo.ReasonUnavailable},
+		{name: "terminal", resilience: "", fail: creditsGone, dispatch: "acme-a", want: combo.ReasonTerminal},
+		{name: "model locked", resilience: "resilience: {modelLockout: {enabled: true}}\n", fail: rateLimited,
+			dispatch: "acme-a", want: combo.ReasonModelLockout},
+		{name: "provider cooldown gate", resilience: "resilience: {providerCooldown: {enabled: true, apikey: {providerFailureThreshold: 1}}}\n",
+			fail: overloaded, dispatch: "acme-b", want: combo.ReasonProviderCooldown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			yaml := acmePolicy(tc.resilience)
+			f := newFixture(t, yaml)
+			plan := f.plan(t, "m1", affinity.Key{})
+			var tg Target
+			for _, pt := range plan.Targets {
+				if f.e.res.Providers[pt.Provider].Connections[pt.Connection].ID == tc.dispatch && pt.Model == "m1" {
+					tg = pt
+				}
+			}
+			failOn(t, f.peer(t, yaml), f.target(t, "acme", "acme-a", "m1"), tc.fail)
+			d, err := f.e.Dispatch(tg)
+			if !errors.Is(err, ErrTargetUnavailable) {
+				t.Fatalf("dispatch after the other worker's failure: %v (waiting=%v), want the target excluded", err, d.Waiting)
+			}
+			assertExcluded(t, err, tc.dispatch, tc.want)
+		})
+	}
+}
+
+// assertExcluded checks that err is an *ExcludedError for connection with reason.
+func assertExcluded(t *testing.T, err error, connection string, reason combo.Reason) {
+	t.Helper()
+	var x *ExcludedError
+	if !errors.As(err, &x) {
+		t.Fatalf("%v is not an *ExcludedError", err)
+	}
+	if x.Exclusion.Connection != connection || x.Exclusion.Reason != reason {
+		t.Fatalf("exclusion %+v, want %s excluded for %s", x.Exclusion, connection, reason)
+	}
+}
+
+// A request waiting in a connection's queue leaves it when the connection cools or its
+// provider's circuit opens meanwhile, instead of being granted a slot on a call bound to
+// fail.
+func TestQueuedRequestLeavesAnExcludedConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		exclude func(t *testing.T, f *fixture, peer *Engine, b Target) // another worker's doing
+		want    combo.Reason                                           // the exclusion TryDispatch reports
+		granted bool                                                   // the held slot is freed before the retry
+	}{
+		{name: "cooled", want: combo.ReasonUnavailable, granted: true,
+			exclude: func(t *testing.T, f *fixture, peer *Engine, b Target) { failOn(t, peer, b, rateLimited) }},
+		{name: "circuit opened", want: combo.ReasonCircuitOpen,
+			exclude: func(t *testing.T, f *fixture, peer *Engine, b Target) {
+				for i := 0; i < 12; i++ {
+					if _, err := peer.breakers.RecordKind(peer.providers[b.Provider].breaker, breaker.KindServerError); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			yaml := acmePolicy("")
+			f := newFixture(t, yaml)
+			b := f.target(t, "acme", "acme-b", "m1") // maxConcurrent 1
+			held, err := f.e.Dispatch(b)
+			if err != nil || held.Waiting {
+				t.Fatalf("first: %v waiting=%v", err, held.Waiting)
+			}
+			queued, err := f.e.Dispatch(b)
+			if err != nil || !queued.Waiting {
+				t.Fatalf("second: %v waiting=%v, want queued", err, queued.Waiting)
+			}
+			f.clock.Advance(time.Second)
+			tc.exclude(t, f, f.peer(t, yaml), b)
+			if tc.granted {
+				// The held request, sent before the failure, succeeds: it says nothing about
+				// the connection after the failure, and frees the slot the queued one waits for.
+				f.e.Finish(held, Outcome{Status: 200}, nil)
+			}
+			queued, err = f.e.TryDispatch(queued)
+			if !errors.Is(err, ErrTargetUnavailable) {
+				t.Fatalf("queued request on an excluded connection: %v waiting=%v, want excluded", err, queued.Waiting)
+			}
+			assertExcluded(t, err, "acme-b", tc.want)
+			if queued.Waiting {
+				t.Fatal("the excluded request still counts as waiting")
+			}
+			if u, err := f.e.admitter.Inspect(f.e.providers[b.Provider].conns[b.Connection].admit, "m1"); err != nil || u.Queued != 0 {
+				t.Fatalf("queue after the exclusion: %+v %v, want the ticket gone", u, err)
+			}
+		})
+	}
+}
+
+// Same-request failover skips the connection that just failed, whatever model the next
+// target asks it for: a model lockout spares the connection's other models for other
+// requests, not for the request that saw it fail.
+func TestFailoverSkipsTheConnectionThatJustFailed(t *testing.T) {
+	f := newFixture(t, acmePolicy("resilience: {modelLockout: {enabled: true}}\n"))
+	plan := f.plan(t, "m1", affinity.Key{})
+	if got := f.names(plan); len(got) != 4 || got[0] != "acme/acme-a/m1" || got[1] != "acme/acme-a/m2" {
+		t.Fatalf("plan %v", got)
+	}
+	d, err := f.e.Dispatch(plan.Targets[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := f.e.Finish(d, overloaded, &plan); !r.Verdict.Fallback {
+		t.Fatalf("verdict %+v", r.Verdict) // 503: the exact model is locked, the connection is not cooled
+	}
+	_, err = f.e.Dispatch(plan.Targets[1]) // acme-a again, for m2
+	if !errors.Is(err, ErrTargetUnavailable) {
+		t.Fatalf("failover to the connection that just failed: %v, want it skipped", err)
+	}
+	assertExcluded(t, err, "acme-a", combo.ReasonUnavailable)
+	if _, err := f.e.Dispatch(plan.Targets[2]); err != nil {
+		t.Fatalf("failover to acme-b: %v", err)
+	}
+	// Another request still gets acme-a for m2: only the failing request skipped it.
+	other := f.plan(t, "m1", affinity.Key{})
+	if got := f.names(other); len(got) == 0 || got[0] != "acme/acme-a/m2" {
+		t.Fatalf("next request: %v (excluded %v), want acme-a for m2 first", got, other.Excluded)
+	}
+	if _, err := f.e.Dispatch(other.Targets[0]); err != nil {
+		t.Fatalf("next request on acme-a for m2: %v", err)
+	}
+}
+
+// countingStore counts what reaches shared data under a per-VM cache.
+type countingStore struct {
+	*state.MemStore
+	gets, sets int
+}
+
+func (c *countingStore) Get(key string) ([]byte, uint32, bool, error) {
+	c.gets++
+	return c.MemStore.Get(key)
+}
+
+func (c *countingStore) Set(key string, value []byte, cas uint32) error {
+	c.sets++
+	return c.MemStore.Set(key, value, cas)
+}
+
+// The success path on clean state writes no shared data, and once the per-VM cache is warm a
+// request reads nothing but the cache's generation key (and the live records its strategy
+// needs): re-checking targets at dispatch reads nothing the plan did not.
+func TestSuccessPathSharedDataBudget(t *testing.T) {
+	for _, tc := range []struct {
+		route string // the route requested
+		reads int    // shared-data reads of a request on a warm cache: the generation key only
+	}{
+		{route: "m1", reads: 1},
+	} {
+		t.Run(tc.route, func(t *testing.T) {
+			p, err := policyfile.Parse(acmePolicy(""), policies.ParseOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			shared := &countingStore{MemStore: state.NewMemStore()}
+			cache := state.NewCache(shared, func(key string) bool {
+				return len(key) > 9 && (key[:9] == "spw1:adm:" || key[:9] == "spw1:sel:" || key[:9] == "spw1:aff:")
+			})
+			clock := state.NewManualClock(start)
+			e, err := New(p, cache, clock, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf Buffers
+			request := func() (gets, sets int) {
+				g0, s0 := shared.gets, shared.sets
+				if err := cache.Refresh(); err != nil {
+					t.Fatal(err)
+				}
+				plan, err := e.Plan(tc.route, policies.APIOpenAI, affinity.Key{}, &buf)
+				if err != nil || len(plan.Targets) == 0 {
+					t.Fatalf("plan: %v %v", err, plan.Excluded)
+				}
+				d, err := e.Dispatch(plan.Targets[0])
+				if err != nil || d.Waiting {
+					t.Fatalf("dispatch: %v", err)
+				}
+				if r := e.Finish(d, Outcome{Status: 200, TTFB: time.Millisecond}, &plan); r.Errors != nil {
+					t.Fatal(r.Errors)
+				}
+				return shared.gets - g0, shared.sets - s0
+			}
+			request() // warms the cache
+			for i := 0; i < 3; i++ {
+				gets, sets := request()
+				if sets != 0 {
+					t.Fatalf("request %d wrote shared data %d times on clean state", i, sets)
+				}
+				if gets != tc.reads {
+					t.Fatalf("request %d read shared data %d times on a warm cache, want %d", i, gets, tc.reads)
+				}
+			}
+		})
+	}
+}
