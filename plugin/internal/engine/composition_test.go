@@ -237,6 +237,47 @@ func TestFailoverSkipsTheConnectionThatJustFailed(t *testing.T) {
 	}
 }
 
+// A request that loses the HALF_OPEN probe race to another worker is told the circuit is
+// open (503 provider_circuit_open, Retry-After about a second), not 404.
+func TestLosingTheProbeRaceAnswersCircuitOpen(t *testing.T) {
+	yaml := acmePolicy("")
+	f := newFixture(t, yaml)
+	pv := &f.e.providers[0]
+	for i := 0; i < 12; i++ {
+		if _, err := f.e.breakers.RecordKind(pv.breaker, breaker.KindServerError); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.clock.Advance(31 * time.Second) // HALF_OPEN, no probe yet: both targets plan
+	plan := f.plan(t, "acme-only", affinity.Key{})
+	if len(plan.Targets) != 2 {
+		t.Fatalf("HALF_OPEN plan %v excluded %v", f.names(plan), plan.Excluded)
+	}
+	peer := f.peer(t, yaml)
+	if d, err := peer.Dispatch(f.target(t, "acme", "acme-a", "m1")); err != nil || !d.probe.Probe {
+		t.Fatalf("other worker's probe: %v", err)
+	}
+	for _, tg := range plan.Targets {
+		if _, err := f.e.Dispatch(tg); !errors.Is(err, ErrTargetUnavailable) {
+			t.Fatalf("dispatch during the other worker's probe: %v", err)
+		}
+	}
+	dec := f.e.AllExcluded(&plan, combo.Progress{})
+	reply, ok := dec.Reply("acme-only", plan.Excluded)
+	if !ok || reply.Status != 503 || !hasHeader(reply.Headers, "retry-after", "1") {
+		t.Fatalf("decision %+v reply %d %s %v, want 503 provider_circuit_open with Retry-After 1", dec, reply.Status, reply.Body, reply.Headers)
+	}
+}
+
+func hasHeader(hdrs [][2]string, name, value string) bool {
+	for _, kv := range hdrs {
+		if kv[0] == name && kv[1] == value {
+			return true
+		}
+	}
+	return false
+}
+
 // countingStore counts what reaches shared data under a per-VM cache.
 type countingStore struct {
 	*state.MemStore

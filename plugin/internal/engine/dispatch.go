@@ -24,8 +24,8 @@ type Dispatch struct {
 }
 
 // ErrTargetUnavailable reports that a planned target cannot take the attempt now: try the
-// next target. A target a layer excludes is an *ExcludedError, which says why; the plain
-// error means the slot came but another worker holds the provider's probe.
+// next target. Every refusal Dispatch and TryDispatch return for it is an *ExcludedError,
+// which says why.
 var ErrTargetUnavailable = errors.New("engine: target no longer available")
 
 // ExcludedError is a target excluded at dispatch, with the exclusion as the plan would have
@@ -33,7 +33,8 @@ var ErrTargetUnavailable = errors.New("engine: target no longer available")
 // HALF_OPEN breaker whose probe another request holds, a cooldown, lockout or terminal state
 // reached while the request waited in the queue), or the request itself exhausted the
 // target's connection (a failed attempt earlier in the same request). The caller moves on to
-// the next target. errors.Is(err, ErrTargetUnavailable) holds for it.
+// the next target; AllExcluded counts the exclusion with the plan's.
+// errors.Is(err, ErrTargetUnavailable) holds for it.
 type ExcludedError struct {
 	Exclusion combo.Exclusion
 }
@@ -76,14 +77,14 @@ func (e *Engine) Dispatch(t Target) (Dispatch, error) {
 		return d, nil
 	}
 	d.Lease = res.Lease
-	return e.claimProbe(d)
+	return e.claimProbe(pv, cn, d)
 }
 
 // TryDispatch checks a waiting attempt's turn in the queue. It returns the attempt granted
 // (Waiting false), still waiting, or an error: the typed queue timeout, or an *ExcludedError
 // when a layer excludes the target now (the ticket then leaves the queue, so the request
 // fails over at once instead of waiting for a slot on a call bound to fail) or when the slot
-// came but the provider's probe is taken (ErrTargetUnavailable).
+// came but the provider's probe is taken.
 func (e *Engine) TryDispatch(d Dispatch) (Dispatch, error) {
 	pv := &e.providers[d.Target.Provider]
 	cn := &pv.conns[d.Target.Connection]
@@ -101,7 +102,7 @@ func (e *Engine) TryDispatch(d Dispatch) (Dispatch, error) {
 		return d, err
 	}
 	d.Lease, d.Waiting, d.Started = res.Lease, false, e.now()
-	return e.claimProbe(d)
+	return e.claimProbe(pv, cn, d)
 }
 
 // recheck excludes a target the request itself exhausted, or one a layer excludes now. The
@@ -127,16 +128,17 @@ func (e *Engine) recheck(pv *provider, cn *connection, t Target, withBreaker boo
 	return nil
 }
 
-// excluded returns x as an *ExcludedError.
-func (e *Engine) excluded(_ Target, x combo.Exclusion) error {
+// excluded notes x in t's request and returns it as an *ExcludedError.
+func (e *Engine) excluded(t Target, x combo.Exclusion) error {
+	t.req.noteExcluded(x)
 	return &ExcludedError{Exclusion: x}
 }
 
 // claimProbe asks the breaker for an attempt that holds its slots. When the provider refuses
-// (OPEN again, or another worker holds the HALF_OPEN probe) the slots go back at once. A
-// breaker that cannot be read fails open.
-func (e *Engine) claimProbe(d Dispatch) (Dispatch, error) {
-	pv := &e.providers[d.Target.Provider]
+// (OPEN again, or another worker holds the HALF_OPEN probe) the slots go back at once and
+// the target is excluded as circuit_open: for the rest of the OPEN period, or about a second
+// when another request holds the probe. A breaker that cannot be read fails open.
+func (e *Engine) claimProbe(pv *provider, cn *connection, d Dispatch) (Dispatch, error) {
 	dec, err := e.breakers.Allow(pv.breaker)
 	if err != nil || dec.Allowed {
 		d.probe = dec
@@ -144,7 +146,12 @@ func (e *Engine) claimProbe(d Dispatch) (Dispatch, error) {
 	}
 	waiters, _ := e.admitter.Release(d.Lease)
 	d.Lease, d.Wake = admission.Lease{}, d.Wake || waiters
-	return d, ErrTargetUnavailable
+	x := combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: d.Target.Model,
+		Reason: combo.ReasonCircuitOpen, RetryAfter: dec.RetryAfter}
+	if dec.State == breaker.HalfOpen {
+		x.RetryAfter = probeRetryAfter
+	}
+	return d, e.excluded(d.Target, x)
 }
 
 func (e *Engine) releaseProbe(pv *provider, d Dispatch) {

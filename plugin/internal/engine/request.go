@@ -31,10 +31,11 @@ type Plan struct {
 	Model    string            // requested model
 	Route    int               // index in Resolved.Routes
 	Targets  []Target          // eligible, in order: [0] first, the rest for failover
-	Excluded []combo.Exclusion // skipped before dispatch
+	Excluded []combo.Exclusion // skipped before dispatch (AllExcluded adds those skipped at dispatch)
 	Pinned   bool              // the session's pin leads the order
 	Session  affinity.Key      // the session key (zero when affinity is off or absent)
 	pin      affinity.Pin      // the pin read, passed back when recording
+	req      *Buffers          // the request's memory (see Buffers)
 	Degraded error             // state could not be read or written; the plan is still usable
 }
 
@@ -46,7 +47,7 @@ type Plan struct {
 type Buffers struct {
 	candidates []selection.Candidate
 	targets    []Target
-	excluded   []combo.Exclusion
+	excluded   []combo.Exclusion // the plan's exclusions, then those found at dispatch
 	spent      []spent
 }
 
@@ -84,6 +85,21 @@ func (b *Buffers) spentOn(provider, connection int) bool {
 	return false
 }
 
+// noteExcluded adds an exclusion found at dispatch to the request's list, replacing an
+// earlier one for the same target.
+func (b *Buffers) noteExcluded(x combo.Exclusion) {
+	if b == nil {
+		return
+	}
+	for i := range b.excluded {
+		if y := &b.excluded[i]; y.Provider == x.Provider && y.Connection == x.Connection && y.Model == x.Model {
+			*y = x
+			return
+		}
+	}
+	b.excluded = append(b.excluded, x)
+}
+
 // Plan decides which targets may serve a request for model, written in api, and in what
 // order. A target whose provider speaks another API is excluded (api_mismatch): it is never
 // sent a body it cannot read. session may be the zero Key. It returns ErrNoRoute when no
@@ -99,7 +115,7 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	}
 	ri := e.routeOf[rr]
 	rt := &e.routes[ri]
-	plan := Plan{Model: model, Route: ri, Session: session}
+	plan := Plan{Model: model, Route: ri, Session: session, req: buf}
 	buf.spent = buf.spent[:0]
 	cands := buf.candidates[:0]
 	excl := buf.excluded[:0]
@@ -239,10 +255,16 @@ func rateLimitClass(r failure.Reason) bool {
 	return false
 }
 
-// AllExcluded decides what a request whose every target was skipped before dispatch gets:
-// a wait (combo cooldown wait), or the reply to send (429 rate_limit_error, 503
-// all_targets_cooling_down, 404 no_executable_targets).
+// AllExcluded decides what a request none of whose targets can go gets: a wait (combo
+// cooldown wait), or the reply to send (429 rate_limit_error, 503 all_targets_cooling_down,
+// 503 provider_circuit_open, 404 no_executable_targets). plan is the request's current plan;
+// the exclusions Dispatch and TryDispatch found since planning join plan.Excluded first, so
+// a request that lost a HALF_OPEN probe race to another worker is told the circuit is open
+// (503 provider_circuit_open, Retry-After about a second; guide §1) rather than 404.
 func (e *Engine) AllExcluded(plan *Plan, progress combo.Progress) combo.Decision {
+	if b := plan.req; b != nil && len(b.excluded) > len(plan.Excluded) {
+		plan.Excluded = b.excluded
+	}
 	return combo.DecideExcluded(e.comboWait, plan.Excluded, progress, e.now())
 }
 
