@@ -8,6 +8,7 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
+	"github.com/spillwayproxy/spillway/plugin/internal/conncooldown"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/policyfile"
@@ -234,6 +235,54 @@ func TestFailoverSkipsTheConnectionThatJustFailed(t *testing.T) {
 	}
 	if _, err := f.e.Dispatch(other.Targets[0]); err != nil {
 		t.Fatalf("next request on acme-a for m2: %v", err)
+	}
+}
+
+// A stream stall records the error on the connection without cooling it and never counts
+// for the breaker (guide §2 "Stilstanden in stream-content koelen het account niet af"),
+// unless streamStallCooldown is on.
+func TestStallIsRecordedWithoutCooldownOrBreaker(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		resilience string // the policy's resilience block
+		cooled     bool   // the stall cools the connection
+	}{
+		{name: "default", cooled: false},
+		{name: "streamStallCooldown on", resilience: "resilience: {connectionCooldown: {streamStallCooldown: {enabled: true}}}\n", cooled: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, acmePolicy(tc.resilience))
+			a := f.target(t, "acme", "acme-a", "m1")
+			pv := &f.e.providers[a.Provider]
+			for i := 0; i < 12; i++ { // as many stalls as open the apikey breaker
+				d, err := f.e.Dispatch(a)
+				if err != nil && !tc.cooled {
+					t.Fatalf("stall %d: %v", i, err)
+				}
+				if err != nil {
+					break
+				}
+				if r := f.e.RecordStall(d); r.Errors != nil {
+					t.Fatal(r.Errors)
+				}
+				if _, err := f.e.Release(d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if st, _ := f.e.breakers.Status(pv.breaker); st.Failures != 0 || st.State != breaker.Closed {
+				t.Fatalf("breaker after stalls: %+v, want untouched", st)
+			}
+			snap, err := pv.cooldown.Inspect(pv.conns[a.Connection].cooldown)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if snap.LastErrorType != "stream_stall" {
+				t.Fatalf("connection's last error %q, want stream_stall recorded", snap.LastErrorType)
+			}
+			if cooled := snap.Status != conncooldown.StatusAvailable; cooled != tc.cooled {
+				t.Fatalf("connection status %s, want cooled=%v", snap.Status, tc.cooled)
+			}
+		})
 	}
 }
 

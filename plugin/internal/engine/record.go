@@ -136,3 +136,28 @@ func (e *Engine) RecordTruncation(d Dispatch) Result {
 	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), 0, false)
 	return r
 }
+
+// RecordStall records that an attempt's stream stalled: the content or throughput
+// watchdog gave up on it before it produced model output in time. Guide §2 ("Stilstanden in
+// stream-content koelen het account niet af"): the stall belongs to that request (usually a
+// long reasoning turn), so the error is recorded on the connection (lastError, for
+// operators) without a cooldown unless resilience.connectionCooldown.streamStallCooldown is
+// on, and it never counts for the provider breaker or the provider cooldown gate; a HALF_OPEN
+// probe the attempt holds is handed back undecided. The connection is not marked exhausted
+// for the request: the guide's early recovery (§6) may reopen the same connection before
+// anything reached the client. Like Record it keeps the attempt's slots (Release).
+func (e *Engine) RecordStall(d Dispatch) Result {
+	pv := &e.providers[d.Target.Provider]
+	cn := &pv.conns[d.Target.Connection]
+	v := failure.Verdict{Reason: failure.ReasonStreamStall, Fallback: true, Scope: failure.ScopeConnection}
+	_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
+		Message: "stream stalled: no model output in time"})
+	r := Result{Verdict: v, Errors: err}
+	if d.probe.Probe {
+		if err := e.breakers.ReleaseProbe(pv.breaker, d.probe); err != nil {
+			r.Errors = errors.Join(r.Errors, err)
+		}
+	}
+	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), 0, false)
+	return r
+}
