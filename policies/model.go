@@ -167,7 +167,11 @@ type Route struct {
 	// An exact route wins over globs; among globs the first declared wins.
 	Model string `json:"model" jsonschema:"required,minLength=1,maxLength=256"`
 	// Strategy chooses among the candidates: each target expanded into its provider's
-	// connections, in declaration order. Default priority.
+	// connections, in declaration order. Default priority. least-used and p2c compare
+	// requests in flight (fill-first moves a connection at its maxConcurrent behind the
+	// rest): counted across every Envoy worker on a connection with maxConcurrent or
+	// modelConcurrency (its shared leases), and only the deciding worker's own requests on
+	// one without a cap.
 	Strategy Strategy `json:"strategy,omitempty"`
 	// Targets are where the request may go, in fallback order; at least one.
 	Targets []Target `json:"targets" jsonschema:"required,minItems=1"`

@@ -286,6 +286,41 @@ func TestStallIsRecordedWithoutCooldownOrBreaker(t *testing.T) {
 	}
 }
 
+// least-used and p2c see the requests in flight on connections without a cap: the
+// worker's own count, kept in memory by Dispatch and Release.
+func TestLoadAwareStrategiesSeeUncappedLoad(t *testing.T) {
+	for _, route := range []string{"spread", "pair"} {
+		t.Run(route, func(t *testing.T) {
+			f := newFixture(t, acmePolicy(""))
+			busy := f.target(t, "acme", "acme-a", "m1")
+			var held []Dispatch
+			for i := 0; i < 3; i++ {
+				d, err := f.e.Dispatch(busy)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, d)
+			}
+			for i := 0; i < 20; i++ {
+				p := f.plan(t, route, affinity.Key{})
+				if got := f.names(p); got[0] != "backup/backup-a/m1" {
+					t.Fatalf("plan %d with 3 requests on acme-a: %v, want the idle backup-a first", i, got)
+				}
+			}
+			for _, d := range held {
+				f.e.Finish(d, Outcome{Status: 200}, nil)
+			}
+			first := map[string]bool{}
+			for i := 0; i < 40; i++ {
+				first[f.names(f.plan(t, route, affinity.Key{}))[0]] = true
+			}
+			if len(first) != 2 {
+				t.Fatalf("with no load both connections should lead sometimes, got %v", first)
+			}
+		})
+	}
+}
+
 // A request that loses the HALF_OPEN probe race to another worker is told the circuit is
 // open (503 provider_circuit_open, Retry-After about a second), not 404.
 func TestLosingTheProbeRaceAnswersCircuitOpen(t *testing.T) {
@@ -352,6 +387,8 @@ func TestSuccessPathSharedDataBudget(t *testing.T) {
 		reads int    // shared-data reads of a request on a warm cache: the generation key only
 	}{
 		{route: "m1", reads: 1},
+		{route: "spread", reads: 1}, // least-used without caps reads no admission record
+		{route: "pair", reads: 1},   // nor does p2c
 	} {
 		t.Run(tc.route, func(t *testing.T) {
 			p, err := policyfile.Parse(acmePolicy(""), policies.ParseOptions{})

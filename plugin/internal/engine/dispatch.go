@@ -21,6 +21,9 @@ type Dispatch struct {
 	// slot returned because the provider refused the attempt, a ticket that left the queue):
 	// wake the other workers' waiters as after a release.
 	Wake bool
+	// unleased: the attempt is counted in its connection's in-memory in-flight count (it
+	// holds no lease that shared data would count).
+	unleased bool
 }
 
 // ErrTargetUnavailable reports that a planned target cannot take the attempt now: try the
@@ -142,6 +145,10 @@ func (e *Engine) claimProbe(pv *provider, cn *connection, d Dispatch) (Dispatch,
 	dec, err := e.breakers.Allow(pv.breaker)
 	if err != nil || dec.Allowed {
 		d.probe = dec
+		if !d.Lease.Held() {
+			d.unleased = true
+			cn.unleased++
+		}
 		return d, nil
 	}
 	waiters, _ := e.admitter.Release(d.Lease)
@@ -163,6 +170,11 @@ func (e *Engine) releaseProbe(pv *provider, d Dispatch) {
 // Release hands back an attempt's concurrency slots and reports whether requests wait for
 // them (the glue then wakes the other workers).
 func (e *Engine) Release(d Dispatch) (waiters bool, err error) {
+	if d.unleased {
+		if cn := &e.providers[d.Target.Provider].conns[d.Target.Connection]; cn.unleased > 0 {
+			cn.unleased--
+		}
+	}
 	return e.admitter.Release(d.Lease)
 }
 
@@ -185,5 +197,5 @@ func (e *Engine) Abandon(d Dispatch) (waiters bool, err error) {
 	if d.Waiting {
 		return e.admitter.Cancel(d.Ticket)
 	}
-	return e.admitter.Release(d.Lease)
+	return e.Release(d)
 }

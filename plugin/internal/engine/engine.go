@@ -76,6 +76,13 @@ type connection struct {
 	lockout  lockout.Conn
 	gate     providercooldown.Entry
 	admit    *admission.Gate
+	// capped: the connection has a concurrency cap (maxConcurrent or modelConcurrency), so
+	// shared data counts the leases of its attempts.
+	capped bool
+	// unleased counts this worker's attempts in flight on the connection that hold no lease
+	// (no cap applies to them), kept by Dispatch and Release: the load signal of the
+	// load-aware strategies where shared data has none.
+	unleased int
 }
 
 // route is one route's expanded candidate list (a target naming no connection stands for
@@ -269,6 +276,7 @@ func (e *Engine) prepareProvider(i int, cfg *providerSettings) error {
 		rc := &rp.Connections[j]
 		c := &pv.conns[j]
 		c.res = rc
+		c.capped = rc.MaxConcurrent > 0 || len(rc.ModelConcurrency) > 0
 		if c.cooldown, err = conncooldown.NewConn(rp.ID, rc.ID, cfg.conns[j].fingerprint); err != nil {
 			return fail(err)
 		}

@@ -138,11 +138,7 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 		cand := selection.Candidate{Provider: pv.res.ID, Connection: cn.res.ID, Model: model, Index: i,
 			Weight: c.weight, MaxConcurrent: cn.res.MaxConcurrent}
 		if rt.needsLoad {
-			if u, err := e.admitter.Inspect(cn.admit, model); err == nil {
-				cand.InFlight = u.InFlight
-			} else {
-				plan.Degraded = errors.Join(plan.Degraded, err)
-			}
+			cand.InFlight = e.inFlight(cn, model, &plan.Degraded)
 		}
 		cands = append(cands, cand)
 	}
@@ -175,6 +171,25 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	buf.targets = targets
 	plan.Targets = targets
 	return plan, nil
+}
+
+// inFlight is the load the load-aware strategies (least-used, p2c, fill-first) compare: the
+// attempts this worker has in flight on the connection without a concurrency lease, kept in
+// memory by Dispatch and Release at no shared-data cost, plus, where the connection has a
+// cap, the leases every worker holds on it (one live shared-data read). Without a cap a
+// worker sees only its own attempts: Envoy spreads requests over workers, so each balances
+// its share.
+func (e *Engine) inFlight(cn *connection, model string, degraded *error) int {
+	n := cn.unleased
+	if !cn.capped {
+		return n
+	}
+	u, err := e.admitter.Inspect(cn.admit, model)
+	if err != nil {
+		*degraded = errors.Join(*degraded, err)
+		return n
+	}
+	return n + u.InFlight
 }
 
 // probeRetryAfter is what a request that finds a provider's HALF_OPEN probe in flight is
