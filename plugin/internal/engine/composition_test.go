@@ -362,6 +362,46 @@ func hasHeader(hdrs [][2]string, name, value string) bool {
 	return false
 }
 
+// An operator rule with scope: provider blames the provider (its breaker), as declared, and
+// leaves the connection alone.
+func TestProviderScopedRuleBlamesTheBreaker(t *testing.T) {
+	f := newFixture(t, acmePolicy(`resilience:
+  providerErrorRules:
+    - {id: pool-down, provider: acme, status: 400, textMarkers: ["upstream pool down"], reason: server_error, scope: provider}
+`))
+	a := f.target(t, "acme", "acme-a", "m1")
+	pv := &f.e.providers[a.Provider]
+	plan := f.plan(t, "m1", affinity.Key{})
+	d, err := f.e.Dispatch(plan.Targets[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.e.Finish(d, Outcome{Status: 400, Body: []byte(`{"error":{"message":"upstream pool down"}}`)}, &plan)
+	if r.Verdict.RuleID != "pool-down" {
+		t.Fatalf("verdict %+v, want the operator rule", r.Verdict)
+	}
+	if st, _ := f.e.breakers.Status(pv.breaker); st.Failures != 1 {
+		t.Fatalf("breaker %+v, want the provider blamed once", st)
+	}
+	if av, _ := pv.cooldown.Check(pv.conns[a.Connection].cooldown); !av.Available() {
+		t.Fatalf("connection %+v cooled by a provider-scoped rule", av)
+	}
+	// The request fails over past the provider it blamed: acme-b is skipped, backup goes.
+	for _, tg := range plan.Targets[1:] {
+		_, err := f.e.Dispatch(tg)
+		switch name := f.e.res.Providers[tg.Provider].ID; {
+		case name == "acme" && !errors.Is(err, ErrTargetUnavailable):
+			t.Fatalf("failover to %s/%d after a provider-scoped failure: %v, want it skipped", name, tg.Connection, err)
+		case name == "backup" && err != nil:
+			t.Fatalf("failover to backup: %v", err)
+		}
+	}
+	// Another request still plans the provider's connections (its breaker decides).
+	if next := f.plan(t, "m1", affinity.Key{}); len(next.Targets) != 4 {
+		t.Fatalf("next request: %v excluded %v", f.names(next), next.Excluded)
+	}
+}
+
 // countingStore counts what reaches shared data under a per-VM cache.
 type countingStore struct {
 	*state.MemStore

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
+	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/classify"
 	"github.com/spillwayproxy/spillway/plugin/internal/conncooldown"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
@@ -46,8 +47,9 @@ func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
 // HALF_OPEN probe), connection cooldown, model lockout, provider cooldown gate, latency,
 // session pin — without releasing its concurrency slots: a streamed response keeps its slots
 // until it ends (Release), while its outcome is known from the headers or the first event.
-// A failure also marks the connection it blamed as exhausted for the rest of the request,
-// so failover skips it. plan is the request's plan (for the session pin); it may be nil.
+// A failure also marks what it blamed as exhausted for the rest of the request (the
+// connection, or the provider for a provider-scoped failure), so failover skips it. plan is
+// the request's plan (for the session pin); it may be nil.
 func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 	pv := &e.providers[d.Target.Provider]
 	cn := &pv.conns[d.Target.Connection]
@@ -79,32 +81,47 @@ func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 	return r
 }
 
-// recordFailure applies a failure verdict to the layers whose scope it blames, and marks the
-// connection as exhausted for the rest of the request.
+// recordFailure applies a failure verdict to the layers whose scope it blames, and marks
+// what it blamed as exhausted for the rest of the request.
 func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outcome, v failure.Verdict, note func(error)) {
-	if v.CountBreaker {
+	providerScoped := v.Scope == failure.ScopeProvider
+	switch {
+	case v.CountBreaker:
 		_, err := e.breakers.RecordFailure(pv.breaker, v)
 		note(err)
-		if e.gateOn {
-			_, err := e.gate.RecordFailure(pv.gate)
-			note(err)
+		e.gateProviderFailure(pv, note)
+	case providerScoped:
+		// A rule that declares scope: provider blames the provider, as declared (guide §7:
+		// an operator rule's scope is honoured, #11104), even for a status the breaker's
+		// trip list leaves out; its kind picks the OPEN period (server_error unless the
+		// verdict says timeout or transport).
+		kind := pv.breaker.Config().KindOf(v)
+		if kind == breaker.KindNone {
+			kind = breaker.KindServerError
 		}
-	} else if d.probe.Probe {
+		_, err := e.breakers.RecordKind(pv.breaker, kind)
+		note(err)
+		e.gateProviderFailure(pv, note)
+	case d.probe.Probe:
 		note(e.breakers.ReleaseProbe(pv.breaker, d.probe))
 	}
 	// A model-level failure goes to the model lockout first; when the model ends up locked
 	// the connection stays usable for its other models. Everything else that blames
-	// something (connection scope, terminal states, model-level failures the lockout does
-	// not take because it is off or does not count the status) cools the connection.
+	// something below the provider (connection scope, terminal states, model-level
+	// failures the lockout does not take because it is off or does not count the status)
+	// cools the connection.
 	modelLevel := v.Scope == failure.ScopeQuotaFamily || v.Scope == failure.ScopeModel || v.Scope == failure.ScopeExact
+	terminal := v.Terminal != failure.TerminalNone
 	locked := false
-	if modelLevel && v.Terminal == failure.TerminalNone {
+	if modelLevel && !terminal {
 		out, err := pv.lockout.RecordFailure(cn.lockout, lockout.Failure{Model: d.Target.Model, Verdict: v,
 			Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait})
 		note(err)
 		locked = out.Locked
 	}
-	if v.Reason != failure.ReasonNone && v.Scope != failure.ScopeNone && !locked {
+	switch {
+	case v.Reason == failure.ReasonNone || v.Scope == failure.ScopeNone, locked, providerScoped && !terminal:
+	default:
 		_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started, Message: o.Message})
 		note(err)
 		if e.gateOn {
@@ -112,13 +129,26 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 			note(err)
 		}
 	}
-	// Same-request failover skips the connection, under any model (a locked model spares
-	// the connection's other models for other requests, not for this one), unless the
-	// failure blamed only the request itself (another target may take it).
-	if v.Scope != failure.ScopeNone {
+	// Same-request failover skips what the failure blamed, under any model (a locked model
+	// spares the connection's other models for other requests, not for this one): the
+	// provider for a provider-scoped failure, else the connection, unless the failure blamed
+	// only the request itself.
+	switch {
+	case v.Scope == failure.ScopeNone: // the request's own fault: another target may take it
+	case providerScoped:
+		d.Target.req.spend(d.Target.Provider, anyConnection)
+	default:
 		d.Target.req.spend(d.Target.Provider, d.Target.Connection)
 	}
 	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), o.TTFB, false)
+}
+
+// gateProviderFailure counts a provider-level failure in the opt-in provider cooldown gate.
+func (e *Engine) gateProviderFailure(pv *provider, note func(error)) {
+	if e.gateOn {
+		_, err := e.gate.RecordFailure(pv.gate)
+		note(err)
+	}
 }
 
 // RecordTruncation records that a stream already going to the client ended without its
