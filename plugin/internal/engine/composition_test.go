@@ -402,6 +402,46 @@ func TestProviderScopedRuleBlamesTheBreaker(t *testing.T) {
 	}
 }
 
+// A 404 (or 400) naming a missing model must not cool the connection when model lockout does
+// not take it (guide, debugging: "only one model fails → model lockout, not connection
+// cooldown"): a client probing model names through a glob route would take the connection
+// out for every model.
+func TestMissingModelDoesNotCoolTheConnection(t *testing.T) {
+	notFound := Outcome{Status: 404, Body: []byte(`{"error":{"message":"The model 'm1' does not exist","code":"model_not_found"}}`)}
+	badModel := Outcome{Status: 400, Body: []byte(`{"error":{"message":"invalid model: m1","type":"invalid_request_error"}}`)}
+	for _, tc := range []struct {
+		name       string
+		resilience string  // the policy's resilience block
+		outcome    Outcome // the failure on acme-a
+	}{
+		{name: "404, lockout off", outcome: notFound},
+		{name: "400, lockout off", outcome: badModel},
+		{name: "400, lockout on without 400 in errorCodes", resilience: "resilience: {modelLockout: {enabled: true}}\n", outcome: badModel},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, acmePolicy(tc.resilience))
+			a := f.target(t, "acme", "acme-a", "m1")
+			pv := &f.e.providers[a.Provider]
+			plan := f.plan(t, "m1", affinity.Key{})
+			d, err := f.e.Dispatch(plan.Targets[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := f.e.Finish(d, tc.outcome, &plan)
+			if r.Verdict.Reason != "not_found" {
+				t.Fatalf("verdict %+v", r.Verdict)
+			}
+			if av, _ := pv.cooldown.Check(pv.conns[a.Connection].cooldown); !av.Available() {
+				t.Fatalf("connection %+v cooled for a missing model", av)
+			}
+			next := f.plan(t, "m1", affinity.Key{})
+			if got := f.names(next); len(got) != 4 {
+				t.Fatalf("next request: %v excluded %v, want every target", got, next.Excluded)
+			}
+		})
+	}
+}
+
 // countingStore counts what reaches shared data under a per-VM cache.
 type countingStore struct {
 	*state.MemStore

@@ -27,8 +27,13 @@ type Outcome struct {
 type Result struct {
 	Verdict     failure.Verdict // the classification (zero Reason on success)
 	Restatement restate.Result  // the status restatement, if a rule matched
-	Waiters     bool            // a concurrency slot was freed that others wait for
-	Errors      error           // state writes that failed (the outcome is still accounted where possible)
+	// RequestOnly: the failure named a model the connection does not serve (not found, or a
+	// bad request about the model) and model lockout did not take it, so no layer recorded
+	// it; only the request that saw it skips the connection (see the package doc). The
+	// filter may log or count it.
+	RequestOnly bool
+	Waiters     bool  // a concurrency slot was freed that others wait for
+	Errors      error // state writes that failed (the outcome is still accounted where possible)
 }
 
 // Finish records an attempt's outcome in every layer it concerns and releases its slots:
@@ -77,13 +82,14 @@ func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 	}
 	r.Verdict, r.Restatement = e.classifier.Classify(classify.Input{Provider: pv.res.ID, Profile: pv.res.Profile,
 		Status: o.Status, TimedOut: o.TimedOut, Headers: o.Headers, Body: o.Body, Now: e.now()})
-	e.recordFailure(pv, cn, d, o, r.Verdict, note)
+	r.RequestOnly = e.recordFailure(pv, cn, d, o, r.Verdict, note)
 	return r
 }
 
 // recordFailure applies a failure verdict to the layers whose scope it blames, and marks
-// what it blamed as exhausted for the rest of the request.
-func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outcome, v failure.Verdict, note func(error)) {
+// what it blamed as exhausted for the rest of the request. It reports a failure that only
+// the request keeps (RequestOnly).
+func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outcome, v failure.Verdict, note func(error)) (requestOnly bool) {
 	providerScoped := v.Scope == failure.ScopeProvider
 	switch {
 	case v.CountBreaker:
@@ -106,10 +112,12 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 		note(e.breakers.ReleaseProbe(pv.breaker, d.probe))
 	}
 	// A model-level failure goes to the model lockout first; when the model ends up locked
-	// the connection stays usable for its other models. Everything else that blames
-	// something below the provider (connection scope, terminal states, model-level
-	// failures the lockout does not take because it is off or does not count the status)
-	// cools the connection.
+	// the connection stays usable for its other models. A model that does not exist there
+	// (not found, or a bad request about the model) that the lockout does not take is
+	// recorded nowhere (see the package doc). Everything else that blames something below
+	// the provider (connection scope, terminal states, other model-level failures the
+	// lockout does not take because it is off or does not count the status) cools the
+	// connection.
 	modelLevel := v.Scope == failure.ScopeQuotaFamily || v.Scope == failure.ScopeModel || v.Scope == failure.ScopeExact
 	terminal := v.Terminal != failure.TerminalNone
 	locked := false
@@ -121,6 +129,8 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 	}
 	switch {
 	case v.Reason == failure.ReasonNone || v.Scope == failure.ScopeNone, locked, providerScoped && !terminal:
+	case modelLevel && !terminal && missingModel(v.Reason):
+		requestOnly = true
 	default:
 		_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started, Message: o.Message})
 		note(err)
@@ -141,6 +151,7 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 		d.Target.req.spend(d.Target.Provider, d.Target.Connection)
 	}
 	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), o.TTFB, false)
+	return requestOnly
 }
 
 // gateProviderFailure counts a provider-level failure in the opt-in provider cooldown gate.
@@ -149,6 +160,12 @@ func (e *Engine) gateProviderFailure(pv *provider, note func(error)) {
 		_, err := e.gate.RecordFailure(pv.gate)
 		note(err)
 	}
+}
+
+// missingModel reports the reasons that say the model does not exist on the connection
+// (guide §3: "lokale providers die 404 teruggeven voor één ontbrekend model").
+func missingModel(r failure.Reason) bool {
+	return r == failure.ReasonNotFound || r == failure.ReasonBadRequest
 }
 
 // RecordTruncation records that a stream already going to the client ended without its
