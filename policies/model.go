@@ -203,6 +203,8 @@ type Resilience struct {
 	ModelLockout ModelLockout `json:"modelLockout,omitzero"`
 	// RequestQueue is queue admission for connections at their concurrency cap (guide §5).
 	RequestQueue RequestQueue `json:"requestQueue,omitzero"`
+	// QuotaShareConcurrencyLimit makes a connection's maxConcurrent fail-open (guide §4).
+	QuotaShareConcurrencyLimit QuotaShareConcurrencyLimit `json:"quotaShareConcurrencyLimit,omitzero"`
 	// ComboCooldownWait waits out short transient cooldowns instead of answering 429
 	// (guide §4).
 	ComboCooldownWait ComboCooldownWait `json:"comboCooldownWait,omitzero"`
@@ -377,6 +379,20 @@ type RequestQueue struct {
 	// MaxQueueDepth caps how many requests may wait per connection (429
 	// RATE_LIMIT_QUEUE_FULL above it). Default 0 = unbounded; clamped to 0–100000.
 	MaxQueueDepth *int `json:"maxQueueDepth,omitempty"`
+}
+
+// QuotaShareConcurrencyLimit is resilienceSettings.quotaShareConcurrencyLimit (guide §4
+// "Serialisatie van quota-share-requests").
+type QuotaShareConcurrencyLimit struct {
+	// Enabled makes a connection's maxConcurrent fail-open: a request whose wait for a
+	// slot on the connection ends (the queue holds maxQueueDepth requests, or the wait
+	// budget runs out) is sent without a slot instead of being answered 429
+	// RATE_LIMIT_QUEUE_FULL / RATE_LIMIT_QUEUE_TIMEOUT. modelConcurrency caps never fail
+	// open (429 SEMAPHORE_QUEUE_FULL / SEMAPHORE_TIMEOUT). Default false: OmniRoute turns it
+	// on for quota-share combos only (several keys sharing one upstream account), which
+	// Spillway has no notion of, and Spillway's connection cap is the request queue of
+	// guide §5, which refuses.
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 // ComboCooldownWait is resilienceSettings.comboCooldownWait (guide §4).

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
@@ -512,6 +513,65 @@ func TestSuccessPathSharedDataBudget(t *testing.T) {
 				if gets != tc.reads {
 					t.Fatalf("request %d read shared data %d times on a warm cache, want %d", i, gets, tc.reads)
 				}
+			}
+		})
+	}
+}
+
+// With resilience.quotaShareConcurrencyLimit on, a connection's cap is fail-open (guide §4
+// "Serialisatie van quota-share-requests"): a request whose wait for a slot ends — queue
+// full or wait budget spent — is dispatched without a slot instead of refused. Off (the
+// default) the request queue's codes answer (guide §5).
+func TestQuotaShareFailOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		resilience  string // the policy's resilience block
+		wantFull    error  // Dispatch with the queue full (nil: dispatched without a slot)
+		wantTimeout error  // TryDispatch past the wait budget (nil: dispatched without a slot)
+	}{
+		{name: "off", resilience: "resilience: {requestQueue: {maxQueueDepth: 1}}\n",
+			wantFull: admission.ErrQueueFull, wantTimeout: admission.ErrQueueTimeout},
+		{name: "on", resilience: "resilience: {requestQueue: {maxQueueDepth: 1}, quotaShareConcurrencyLimit: {enabled: true}}\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, acmePolicy(tc.resilience))
+			b := f.target(t, "acme", "acme-b", "m1") // maxConcurrent 1, maxWaitMs 2000
+			cn := &f.e.providers[b.Provider].conns[b.Connection]
+			held, err := f.e.Dispatch(b)
+			if err != nil || held.Waiting || held.FailedOpen || !held.Lease.Held() {
+				t.Fatalf("first: %+v %v", held, err)
+			}
+			queued, err := f.e.Dispatch(b)
+			if err != nil || !queued.Waiting {
+				t.Fatalf("second: %v waiting=%v, want queued", err, queued.Waiting)
+			}
+			var open []Dispatch
+			check := func(what string, d Dispatch, err, want error) {
+				t.Helper()
+				if want != nil {
+					if !errors.Is(err, want) {
+						t.Fatalf("%s: %v, want %v", what, err, want)
+					}
+					return
+				}
+				if err != nil || d.Waiting || !d.FailedOpen || d.Lease.Held() {
+					t.Fatalf("%s: %+v %v, want dispatched without a slot", what, d, err)
+				}
+				open = append(open, d)
+			}
+			third, err := f.e.Dispatch(b)
+			check("queue full", third, err, tc.wantFull)
+			f.clock.Advance(3 * time.Second)
+			late, err := f.e.TryDispatch(queued)
+			check("wait budget spent", late, err, tc.wantTimeout)
+			if cn.unleased != len(open) {
+				t.Fatalf("%d attempts without a slot counted in memory, want %d", cn.unleased, len(open))
+			}
+			for _, d := range open {
+				f.e.Finish(d, Outcome{Status: 200}, nil)
+			}
+			if u, err := f.e.admitter.Inspect(cn.admit, "m1"); err != nil || u.InFlight != 1 || cn.unleased != 0 {
+				t.Fatalf("after the fail-open attempts: %+v %v, %d unleased; want only the first request's slot", u, err, cn.unleased)
 			}
 		})
 	}

@@ -21,6 +21,11 @@ type Dispatch struct {
 	// slot returned because the provider refused the attempt, a ticket that left the queue):
 	// wake the other workers' waiters as after a release.
 	Wake bool
+	// FailedOpen: resilience.quotaShareConcurrencyLimit is on and the attempt's wait for a
+	// slot on its connection ended (the queue was full, or the wait budget ran out), so it
+	// goes without a slot instead of being refused (guide §4 "Serialisatie van
+	// quota-share-requests": fail-open). Its Lease holds nothing; the filter counts these.
+	FailedOpen bool
 	// unleased: the attempt is counted in its connection's in-memory in-flight count (it
 	// holds no lease that shared data would count).
 	unleased bool
@@ -58,8 +63,10 @@ func (e *ExcludedError) Is(target error) bool { return target == ErrTargetUnavai
 // is HALF_OPEN; the probe is claimed only once the slots are granted, so a request waiting in
 // the queue never holds it.
 //
-// A typed *admission.Error (queue full) means the request should be answered with it;
-// Dispatch.Waiting means it must wait in the queue (TryDispatch); an *ExcludedError
+// A typed *admission.Error (queue full) means the request should be answered with it (with
+// quotaShareConcurrencyLimit on, a full queue on the connection's cap grants the attempt
+// without a slot instead: Dispatch.FailedOpen); Dispatch.Waiting means it must wait in the
+// queue (TryDispatch); an *ExcludedError
 // (errors.Is ErrTargetUnavailable) means try the next target. Another error is a store
 // failure: the attempt may go, failing open. The re-check reads the records the plan read,
 // which the filter's per-VM cache already holds: it costs no shared-data read.
@@ -79,7 +86,7 @@ func (e *Engine) Dispatch(t Target) (Dispatch, error) {
 		d.Ticket, d.Waiting = res.Ticket, true
 		return d, nil
 	}
-	d.Lease = res.Lease
+	d.Lease, d.FailedOpen = res.Lease, res.FailedOpen
 	return e.claimProbe(pv, cn, d)
 }
 
@@ -87,7 +94,8 @@ func (e *Engine) Dispatch(t Target) (Dispatch, error) {
 // (Waiting false), still waiting, or an error: the typed queue timeout, or an *ExcludedError
 // when a layer excludes the target now (the ticket then leaves the queue, so the request
 // fails over at once instead of waiting for a slot on a call bound to fail) or when the slot
-// came but the provider's probe is taken.
+// came but the provider's probe is taken. With quotaShareConcurrencyLimit on, a wait that
+// times out on the connection's cap is granted without a slot (Dispatch.FailedOpen).
 func (e *Engine) TryDispatch(d Dispatch) (Dispatch, error) {
 	pv := &e.providers[d.Target.Provider]
 	cn := &pv.conns[d.Target.Connection]
@@ -104,7 +112,7 @@ func (e *Engine) TryDispatch(d Dispatch) (Dispatch, error) {
 	if err != nil || !res.Granted {
 		return d, err
 	}
-	d.Lease, d.Waiting, d.Started = res.Lease, false, e.now()
+	d.Lease, d.Waiting, d.Started, d.FailedOpen = res.Lease, false, e.now(), res.FailedOpen
 	return e.claimProbe(pv, cn, d)
 }
 
@@ -152,7 +160,7 @@ func (e *Engine) claimProbe(pv *provider, cn *connection, d Dispatch) (Dispatch,
 		return d, nil
 	}
 	waiters, _ := e.admitter.Release(d.Lease)
-	d.Lease, d.Wake = admission.Lease{}, d.Wake || waiters
+	d.Lease, d.Wake, d.FailedOpen = admission.Lease{}, d.Wake || waiters, false
 	x := combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: d.Target.Model,
 		Reason: combo.ReasonCircuitOpen, RetryAfter: dec.RetryAfter}
 	if dec.State == breaker.HalfOpen {

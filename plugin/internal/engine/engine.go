@@ -117,8 +117,8 @@ type connection struct {
 	// shared data counts the leases of its attempts.
 	capped bool
 	// unleased counts this worker's attempts in flight on the connection that hold no lease
-	// (no cap applies to them), kept by Dispatch and Release: the load signal of the
-	// load-aware strategies where shared data has none.
+	// (no cap applies to them, or they failed open), kept by Dispatch and Release: the load
+	// signal of the load-aware strategies where shared data has none.
 	unleased int
 }
 
@@ -211,7 +211,7 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 		ps.conns = make([]connectionSettings, len(rp.Connections))
 		for j := range rp.Connections {
 			rc := &rp.Connections[j]
-			ps.conns[j] = connectionSettings{fingerprint: fingerprint(rc), admit: admission.GateConfigFrom(rp.ID, rc)}
+			ps.conns[j] = connectionSettings{fingerprint: fingerprint(rc), admit: admission.GateConfigFrom(res, rp.ID, rc)}
 		}
 	}
 	for i := range res.Routes {
