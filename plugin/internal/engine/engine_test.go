@@ -462,3 +462,33 @@ func TestQueuedRequestDoesNotHoldTheProbe(t *testing.T) {
 		t.Fatalf("the refused dispatch kept a slot: in flight %d -> %d", before.InFlight, after.InFlight)
 	}
 }
+
+// BenchmarkDispatchAndFinishSuccessCached is BenchmarkDispatchAndFinishSuccess through the
+// filter's per-VM cache, which makes every record a dispatch reads a memory hit once the
+// plan has read it.
+func BenchmarkDispatchAndFinishSuccessCached(b *testing.B) {
+	p, err := policyfile.Parse(benchPolicy(b), policies.ParseOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cache := state.NewCache(state.NewMemStore(), nil)
+	e, err := New(p, cache, state.NewManualClock(start), Options{Random: rand.NewPCG(1, 2)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var buf Buffers
+	if err := cache.Refresh(); err != nil {
+		b.Fatal(err)
+	}
+	plan, _ := e.Plan("bench", policies.APIOpenAI, affinity.Key{}, &buf)
+	t := plan.Targets[0]
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d, err := e.Dispatch(t)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.Finish(d, Outcome{Status: 200}, nil)
+	}
+}
