@@ -123,6 +123,13 @@ const (
 	RequestQueueMaxDepthCap      = 100000
 )
 
+// QuotaShareConcurrencyLimitEnabled (guide §4, quotaShareConcurrencyLimit.enabled) makes a
+// connection's maxConcurrent fail-open. OmniRoute defaults it on, but applies it to
+// quota-share combos only, which Spillway has no notion of; Spillway's connection cap is
+// the request queue of guide §5, which refuses with RATE_LIMIT_QUEUE_FULL / _TIMEOUT. So
+// Spillway defaults it off.
+const QuotaShareConcurrencyLimitEnabled = false
+
 // Cooldown-aware combo retry (guide §4, comboCooldownWait). The guide names the settings
 // but gives no values; these are Spillway's: wait out short (Gemini-class ~60 s) windows.
 const (

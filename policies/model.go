@@ -167,7 +167,11 @@ type Route struct {
 	// An exact route wins over globs; among globs the first declared wins.
 	Model string `json:"model" jsonschema:"required,minLength=1,maxLength=256"`
 	// Strategy chooses among the candidates: each target expanded into its provider's
-	// connections, in declaration order. Default priority.
+	// connections, in declaration order. Default priority. least-used and p2c compare
+	// requests in flight (fill-first moves a connection at its maxConcurrent behind the
+	// rest): counted across every Envoy worker on a connection with maxConcurrent or
+	// modelConcurrency (its shared leases), and only the deciding worker's own requests on
+	// one without a cap.
 	Strategy Strategy `json:"strategy,omitempty"`
 	// Targets are where the request may go, in fallback order; at least one.
 	Targets []Target `json:"targets" jsonschema:"required,minItems=1"`
@@ -199,6 +203,8 @@ type Resilience struct {
 	ModelLockout ModelLockout `json:"modelLockout,omitzero"`
 	// RequestQueue is queue admission for connections at their concurrency cap (guide §5).
 	RequestQueue RequestQueue `json:"requestQueue,omitzero"`
+	// QuotaShareConcurrencyLimit makes a connection's maxConcurrent fail-open (guide §4).
+	QuotaShareConcurrencyLimit QuotaShareConcurrencyLimit `json:"quotaShareConcurrencyLimit,omitzero"`
 	// ComboCooldownWait waits out short transient cooldowns instead of answering 429
 	// (guide §4).
 	ComboCooldownWait ComboCooldownWait `json:"comboCooldownWait,omitzero"`
@@ -373,6 +379,20 @@ type RequestQueue struct {
 	// MaxQueueDepth caps how many requests may wait per connection (429
 	// RATE_LIMIT_QUEUE_FULL above it). Default 0 = unbounded; clamped to 0–100000.
 	MaxQueueDepth *int `json:"maxQueueDepth,omitempty"`
+}
+
+// QuotaShareConcurrencyLimit is resilienceSettings.quotaShareConcurrencyLimit (guide §4
+// "Serialisatie van quota-share-requests").
+type QuotaShareConcurrencyLimit struct {
+	// Enabled makes a connection's maxConcurrent fail-open: a request whose wait for a
+	// slot on the connection ends (the queue holds maxQueueDepth requests, or the wait
+	// budget runs out) is sent without a slot instead of being answered 429
+	// RATE_LIMIT_QUEUE_FULL / RATE_LIMIT_QUEUE_TIMEOUT. modelConcurrency caps never fail
+	// open (429 SEMAPHORE_QUEUE_FULL / SEMAPHORE_TIMEOUT). Default false: OmniRoute turns it
+	// on for quota-share combos only (several keys sharing one upstream account), which
+	// Spillway has no notion of, and Spillway's connection cap is the request queue of
+	// guide §5, which refuses.
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 // ComboCooldownWait is resilienceSettings.comboCooldownWait (guide §4).

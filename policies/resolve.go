@@ -24,6 +24,9 @@ type Resolved struct {
 	// (RATE_LIMIT_*) applied (per-connection budgets, with overrides applied, are on
 	// ResolvedConnection).
 	RequestQueue RequestQueueSettings
+	// QuotaShareConcurrencyLimitEnabled makes every connection's maxConcurrent fail-open
+	// (guide §4): a request whose wait for a connection slot ends goes without one.
+	QuotaShareConcurrencyLimitEnabled bool
 	// ComboCooldownWait is the cooldown-aware combo retry.
 	ComboCooldownWait ComboCooldownWaitSettings
 	// Failover bounds same-request failover.
@@ -389,6 +392,7 @@ func (p *Policy) Resolved() *Resolved {
 		ExecutionMaxWait: msOr(rs.RequestQueue.ExecutionMaxWaitMs, msOr(env.ExecutionMaxWaitMs, RequestQueueExecutionMaxWait)),
 		MaxQueueDepth:    intOr(rs.RequestQueue.MaxQueueDepth, intOr(env.MaxQueueDepth, RequestQueueMaxDepth)),
 	}
+	res.QuotaShareConcurrencyLimitEnabled = boolOr(rs.QuotaShareConcurrencyLimit.Enabled, QuotaShareConcurrencyLimitEnabled)
 	res.ComboCooldownWait = ComboCooldownWaitSettings{
 		Enabled:     boolOr(rs.ComboCooldownWait.Enabled, ComboCooldownWaitEnabled),
 		MaxWait:     msOr(rs.ComboCooldownWait.MaxWaitMs, ComboCooldownWaitMaxWait),

@@ -77,6 +77,7 @@ func TestPolicyWideDefaults(t *testing.T) {
 		got, want any    // effective and guide value
 	}{
 		{"provider cooldown off", r.ProviderCooldownEnabled, false},
+		{"quota-share fail-open off", r.QuotaShareConcurrencyLimitEnabled, false},
 		{"lockout", r.ModelLockout, ModelLockoutSettings{false, []int{403, 404, 429, 502, 503, 504}, 120 * time.Second, 30 * time.Minute, 10, true, 24 * time.Hour, 30 * time.Minute}},
 		{"queue", r.RequestQueue, RequestQueueSettings{30 * time.Second, 10 * time.Minute, 0}},
 		{"combo wait", r.ComboCooldownWait, ComboCooldownWaitSettings{ComboCooldownWaitEnabled, ComboCooldownWaitMaxWait, ComboCooldownWaitMaxAttempts, ComboCooldownWaitBudget}},
@@ -105,7 +106,8 @@ func TestOverridesPerProfile(t *testing.T) {
 	r := resolveThree(t, `{
 	 "providerBreaker":{"oauth":{"failureThreshold":3,"cooldownByKind":{"timeout":5000}},"local":{"resetTimeoutMs":2000},"tripStatuses":[503]},
 	 "providerCooldown":{"enabled":true,"apikey":{"providerFailureThreshold":4,"maxRetryCooldownMs":9000}},
-	 "connectionCooldown":{"oauth":{"baseCooldownMs":1,"useUpstreamRetryHints":true},"streamStallCooldown":{"enabled":true},"expiredRetryMax":1}}`)
+	 "connectionCooldown":{"oauth":{"baseCooldownMs":1,"useUpstreamRetryHints":true},"streamStallCooldown":{"enabled":true},"expiredRetryMax":1},
+	 "quotaShareConcurrencyLimit":{"enabled":true}}`)
 	sub, _ := r.Provider("sub")
 	if sub.Breaker.FailureThreshold != 3 || sub.Breaker.DegradationThreshold != 3 {
 		t.Errorf("oauth thresholds = %d/%d, want degradation dragged down to 3/3", sub.Breaker.DegradationThreshold, sub.Breaker.FailureThreshold)
@@ -132,6 +134,9 @@ func TestOverridesPerProfile(t *testing.T) {
 	}
 	if !r.ProviderCooldownEnabled {
 		t.Error("provider cooldown not enabled")
+	}
+	if !r.QuotaShareConcurrencyLimitEnabled {
+		t.Error("quota-share fail-open not enabled")
 	}
 	if !key.ConnectionCooldown.StreamStallCooldown || key.ConnectionCooldown.ExpiredRetryMax != 1 {
 		t.Errorf("policy-wide connection settings not applied: %+v", key.ConnectionCooldown)

@@ -10,12 +10,23 @@
 // a worker VM that dies holding slots cannot leak them: expired leases are pruned on every
 // write.
 //
-// A request that cannot get a slot gets a ticket in the connection's FIFO (or
-// RATE_LIMIT_QUEUE_FULL at maxQueueDepth). The filter glue pauses it and calls TryAdmit when
-// woken (a shared-queue message sent because Release reported waiters, or a tick): the slot
-// goes to the oldest ticket that fits, across workers. A ticket older than maxWaitMs is
-// answered with RATE_LIMIT_QUEUE_TIMEOUT; a lease past executionMaxWaitMs with
-// RATE_LIMIT_EXECUTION_TIMEOUT.
+// A request that cannot get a slot gets a ticket in the connection's FIFO. The filter glue
+// pauses it and calls TryAdmit when woken (a shared-queue message sent because Release
+// reported waiters, or a tick): the slot goes to the oldest ticket that fits, across
+// workers. What a request whose wait ends gets depends on the cap that keeps it waiting:
+//
+//   - the connection's cap (maxConcurrent), the request queue of guide §5: 429
+//     RATE_LIMIT_QUEUE_FULL when maxQueueDepth requests already wait, 429
+//     RATE_LIMIT_QUEUE_TIMEOUT once it has waited maxWaitMs;
+//   - only its model's cap (modelConcurrency: the connection has room), the per-model gate
+//     of guide §4: 429 SEMAPHORE_QUEUE_FULL and 429 SEMAPHORE_TIMEOUT in the same places;
+//   - the connection's cap with GateConfig.QuotaShareFailOpen
+//     (resilience.quotaShareConcurrencyLimit.enabled, guide §4 "Serialisatie van
+//     quota-share-requests"): fail-open, the request is granted without a slot
+//     (Result.FailedOpen, an empty Lease) instead of either RATE_LIMIT_QUEUE_* code. The
+//     per-model gate never fails open.
+//
+// A lease past executionMaxWaitMs is answered 504 RATE_LIMIT_EXECUTION_TIMEOUT.
 //
 // A store error (contention beyond the bounded CAS loop, a host failure) is returned wrapped;
 // the caller fails open for that request, as the guide's quota-share serialisation does.
@@ -80,6 +91,10 @@ type Result struct {
 	// Wake: a slot was handed back on the way (an all-or-nothing acquire rolled back), so
 	// the glue should wake waiters as after Release.
 	Wake bool
+	// FailedOpen: granted without a slot, because the gate fails open
+	// (GateConfig.QuotaShareFailOpen) and the request's wait for a connection slot ended.
+	// Lease holds nothing.
+	FailedOpen bool
 }
 
 // Usage is a gate's current load, for the admin API and stats.
@@ -198,8 +213,12 @@ func (a *Admitter) Admit(g *Gate, model string) (Result, error) {
 	}
 	res.Wake = a.releaseUpper(g, nowMs, upper) || res.Wake
 	if out == outFull {
-		if modelBound {
+		switch {
+		case modelBound:
 			return res, ErrSemaphoreQueueFull
+		case g.failOpen:
+			res.Granted, res.Lease, res.FailedOpen = true, Lease{gate: g}, true
+			return res, nil
 		}
 		return res, ErrQueueFull
 	}
@@ -223,8 +242,11 @@ func (a *Admitter) TryAdmit(t Ticket) (Result, error) {
 	tk := ticket{id: t.id, enqueuedMs: t.Enqueued.UnixMilli(), deadlineMs: t.Deadline.UnixMilli(), model: t.model, modelCap: t.modelCap}
 	if nowMs >= tk.deadlineMs {
 		// Expired tickets are pruned by the next write on the record; nothing to do here.
-		if t.ModelBound {
+		switch {
+		case t.ModelBound:
 			return Result{Ticket: t}, ErrSemaphoreTimeout
+		case g.failOpen:
+			return Result{Granted: true, Lease: Lease{gate: g}, FailedOpen: true}, nil
 		}
 		return Result{Ticket: t}, ErrQueueTimeout
 	}

@@ -615,51 +615,74 @@ func TestRenewPutsBackAPrunedLease(t *testing.T) {
 	}
 }
 
-// TestRefusalsNameTheGateThatRefused: guide §4 gives the per-model gate (modelConcurrency)
-// its own codes, SEMAPHORE_QUEUE_FULL / SEMAPHORE_TIMEOUT; guide §5 gives the request queue
-// (the connection's maxConcurrent) RATE_LIMIT_QUEUE_FULL / RATE_LIMIT_QUEUE_TIMEOUT. A
-// request gets the codes of the cap that keeps it waiting.
+// The refusal codes follow the cap that keeps a request waiting: the per-model gate
+// (modelConcurrency) answers SEMAPHORE_QUEUE_FULL / SEMAPHORE_TIMEOUT (guide §4), the
+// request queue (the connection's maxConcurrent) RATE_LIMIT_QUEUE_FULL /
+// RATE_LIMIT_QUEUE_TIMEOUT (guide §5). With QuotaShareFailOpen the connection's cap fails
+// open instead (guide §4 "Serialisatie van quota-share-requests"): the request is granted
+// without a slot; the model gate still refuses.
 func TestRefusalsNameTheGateThatRefused(t *testing.T) {
 	cases := []struct {
 		name        string // which cap is full
 		connCap     int    // maxConcurrent
 		modelCap    int    // modelConcurrency for "m"
-		wantFull    error  // refusal of a newcomer once the queue is full
-		wantTimeout error  // refusal of a queued request past its budget
+		failOpen    bool   // QuotaShareFailOpen
+		wantFull    error  // refusal of a newcomer once the queue is full (nil: granted without a slot)
+		wantTimeout error  // refusal of a queued request past its budget (nil: granted without a slot)
 	}{
-		{"model cap full, connection has room", 4, 1, ErrSemaphoreQueueFull, ErrSemaphoreTimeout},
-		{"connection cap full", 1, 0, ErrQueueFull, ErrQueueTimeout},
-		{"both full: the connection's queue", 1, 1, ErrQueueFull, ErrQueueTimeout},
+		{"model cap full, connection has room", 4, 1, false, ErrSemaphoreQueueFull, ErrSemaphoreTimeout},
+		{"connection cap full", 1, 0, false, ErrQueueFull, ErrQueueTimeout},
+		{"both full: the connection's queue", 1, 1, false, ErrQueueFull, ErrQueueTimeout},
+		{"fail-open: model cap full still refuses", 4, 1, true, ErrSemaphoreQueueFull, ErrSemaphoreTimeout},
+		{"fail-open: connection cap full goes without a slot", 1, 0, true, nil, nil},
+		{"fail-open: both full, the connection's queue goes without a slot", 1, 1, true, nil, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			w := newWorld(1)
-			cfg := GateConfig{Provider: "p", Connection: "c", MaxConcurrent: c.connCap,
+			cfg := GateConfig{Provider: "p", Connection: "c", MaxConcurrent: c.connCap, QuotaShareFailOpen: c.failOpen,
 				Queue: QueueConfig{MaxWait: time.Second, ExecutionMaxWait: time.Minute, MaxQueueDepth: 1}}
 			if c.modelCap > 0 {
 				cfg.ModelConcurrency = map[string]int{"m": c.modelCap}
 			}
 			g := mustGate(t, cfg)
 			a := w.workers[0]
-			if r, err := a.Admit(g, "m"); err != nil || !r.Granted {
+			if r, err := a.Admit(g, "m"); err != nil || !r.Granted || r.FailedOpen {
 				t.Fatalf("first: %+v %v", r, err)
 			}
 			queued, err := a.Admit(g, "m")
 			if err != nil || queued.Granted {
 				t.Fatalf("second should queue: %+v %v", queued, err)
 			}
-			if _, err := a.Admit(g, "m"); !errors.Is(err, c.wantFull) {
-				t.Fatalf("third: %v, want %v", err, c.wantFull)
+			check := func(what string, r Result, err, want error) {
+				t.Helper()
+				if want != nil {
+					if !errors.Is(err, want) || r.Granted {
+						t.Fatalf("%s: %+v %v, want %v", what, r, err, want)
+					}
+					return
+				}
+				if err != nil || !r.Granted || !r.FailedOpen || r.Lease.Held() {
+					t.Fatalf("%s: %+v %v, want granted without a slot", what, r, err)
+				}
 			}
+			third, err := a.Admit(g, "m")
+			check("third", third, err, c.wantFull)
 			w.clock.Advance(2 * time.Second)
-			if _, err := a.TryAdmit(queued.Ticket); !errors.Is(err, c.wantTimeout) {
-				t.Fatalf("queued past its budget: %v, want %v", err, c.wantTimeout)
-			}
+			late, err := a.TryAdmit(queued.Ticket)
+			check("queued past its budget", late, err, c.wantTimeout)
 			for _, err := range []error{c.wantFull, c.wantTimeout} {
+				if err == nil {
+					continue
+				}
 				r, ok := g.Reply(err)
 				if !ok || r.Status != 429 || r.Code != err.(*Error).Code {
 					t.Fatalf("reply for %v: %+v %v", err, r, ok)
 				}
+			}
+			// A request that failed open holds no slot: the first request's is the only one.
+			if u, err := a.Inspect(g, "m"); err != nil || u.InFlight != 1 {
+				t.Fatalf("in flight %+v %v, want only the first request's slot", u, err)
 			}
 		})
 	}

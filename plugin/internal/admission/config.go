@@ -29,12 +29,13 @@ func QueueConfigFrom(c *policies.ResolvedConnection) QueueConfig {
 	return QueueConfig{MaxWait: c.QueueMaxWait, ExecutionMaxWait: c.ExecutionMaxWait, MaxQueueDepth: c.MaxQueueDepth}
 }
 
-// GateConfigFrom converts a resolved connection of the given provider into its gate
-// setting: the one conversion from policy settings to admission. The policy has no global
-// or provider-wide caps, so those stay 0 (none).
-func GateConfigFrom(provider string, c *policies.ResolvedConnection) GateConfig {
+// GateConfigFrom converts a resolved connection of the given provider, in the resolved
+// policy res, into its gate setting: the one conversion from policy settings to admission.
+// The policy has no global or provider-wide caps, so those stay 0 (none).
+func GateConfigFrom(res *policies.Resolved, provider string, c *policies.ResolvedConnection) GateConfig {
 	return GateConfig{Provider: provider, Connection: c.ID, MaxConcurrent: c.MaxConcurrent,
-		ModelConcurrency: c.ModelConcurrency, Queue: QueueConfigFrom(c)}
+		ModelConcurrency: c.ModelConcurrency, Queue: QueueConfigFrom(c),
+		QuotaShareFailOpen: res.QuotaShareConcurrencyLimitEnabled}
 }
 
 // DefaultQueueConfig returns the guide's defaults (policies.Defaults): 30 s wait budget,

@@ -24,11 +24,14 @@ func TestDefaultQueueConfigIsTheGuides(t *testing.T) {
 func TestQueueConfigFromTheResolvedConnection(t *testing.T) {
 	c := &policies.ResolvedConnection{ID: "a", MaxConcurrent: 3, ModelConcurrency: map[string]int{"m": 1},
 		QueueMaxWait: 2 * time.Second, ExecutionMaxWait: time.Minute, MaxQueueDepth: 7}
-	got := GateConfigFrom("p", c)
-	want := GateConfig{Provider: "p", Connection: "a", MaxConcurrent: 3, ModelConcurrency: map[string]int{"m": 1},
-		Queue: QueueConfig{MaxWait: 2 * time.Second, ExecutionMaxWait: time.Minute, MaxQueueDepth: 7}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("GateConfigFrom = %+v, want %+v", got, want)
+	for _, quotaShare := range []bool{false, true} { // resilience.quotaShareConcurrencyLimit.enabled
+		got := GateConfigFrom(&policies.Resolved{QuotaShareConcurrencyLimitEnabled: quotaShare}, "p", c)
+		want := GateConfig{Provider: "p", Connection: "a", MaxConcurrent: 3, ModelConcurrency: map[string]int{"m": 1},
+			Queue:              QueueConfig{MaxWait: 2 * time.Second, ExecutionMaxWait: time.Minute, MaxQueueDepth: 7},
+			QuotaShareFailOpen: quotaShare}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("GateConfigFrom = %+v, want %+v", got, want)
+		}
 	}
 }
 

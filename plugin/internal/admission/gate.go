@@ -24,6 +24,12 @@ type GateConfig struct {
 	ModelConcurrency map[string]int
 	// Queue is the connection's resolved request-queue setting (see QueueConfigFrom).
 	Queue QueueConfig
+	// QuotaShareFailOpen makes the connection's cap fail-open (guide §4 "Serialisatie van
+	// quota-share-requests", resilience.quotaShareConcurrencyLimit): a request whose wait for
+	// a connection slot ends — the queue is full, or its wait budget runs out — is granted
+	// without a slot (Result.FailedOpen) instead of RATE_LIMIT_QUEUE_FULL /
+	// RATE_LIMIT_QUEUE_TIMEOUT. The per-model gate never fails open.
+	QuotaShareFailOpen bool
 }
 
 // Gate is one connection's compound gate (global → provider → connection → model), built
@@ -35,6 +41,7 @@ type Gate struct {
 	models                          []modelLimit
 	queue                           QueueConfig
 	executionMaxWaitMs, maxWaitMs   int64
+	failOpen                        bool
 }
 
 type modelLimit struct {
@@ -69,6 +76,7 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		providerCap: cfg.ProviderMaxConcurrent,
 		connCap:     cfg.MaxConcurrent,
 		queue:       cfg.Queue.Normalize(),
+		failOpen:    cfg.QuotaShareFailOpen,
 	}
 	for name, c := range cfg.ModelConcurrency {
 		if name == "" {

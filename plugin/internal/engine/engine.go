@@ -3,6 +3,43 @@
 // records each attempt's outcome in every layer it concerns. It reads a resolved policy and
 // depends only on a state.Store and a state.Clock, so it runs natively in tests and inside
 // the filter unchanged.
+//
+// How the layers compose:
+//
+//   - Plan checks every layer for every candidate (breaker, provider cooldown gate,
+//     connection cooldown and terminal states, model lockout) and orders the eligible ones.
+//     Dispatch and TryDispatch check the target again, since state changes between a plan
+//     and a dispatch (another worker's failure, a wait in the queue): a target excluded by
+//     then is an *ExcludedError, the caller moves on, and AllExcluded counts it with the
+//     plan's exclusions.
+//   - A request remembers what its own failures blamed (Buffers): failover never goes back
+//     to a connection that failed earlier in the same request, under any model, nor to a
+//     provider a provider-scoped failure blamed. Other requests are governed by the layers
+//     alone.
+//   - A failure blames the layers its verdict names. The breaker counts provider-level
+//     failures (the trip statuses, transport failures) and every failure a rule declares
+//     scope: provider for, which leaves the connection alone (guide §7: a declared scope is
+//     honoured). Connection scope and terminal states go to the connection. Model-level
+//     scopes go to the model lockout and, when the lockout does not take them (off, or not
+//     counting the status), to the connection cooldown — except a model that does not
+//     exist there.
+//   - A 404 or 400 that names a missing model (not_found, or a bad request about the model)
+//     that the model lockout does not take is recorded in no layer: it only makes the
+//     request that saw it move on (Result.RequestOnly, for the filter's log and metric).
+//     This is the guide's debugging rule (Foutopsporing: "slechts één model faalt → geef de
+//     voorkeur aan model-lockout boven connection-cooldown") and §3's example ("lokale
+//     providers die 404 teruggeven voor één ontbrekend model"): with the lockout off,
+//     cooling the whole connection would let a client that probes model names through a
+//     glob route take the connection out for every model. An operator who wants such
+//     models kept out turns model lockout on (404 is in its default errorCodes).
+//   - A stream stall (RecordStall) records the error on the connection without a cooldown
+//     unless streamStallCooldown is on, and never counts for the breaker (guide §2).
+//   - The load-aware strategies (least-used, p2c, fill-first) compare requests in flight:
+//     the leases shared data holds where a connection has a cap, plus this worker's own
+//     attempts that hold none, counted in memory by Dispatch and Release (no shared data).
+//
+// On clean state the success path writes no shared data, and the filter's per-VM cache
+// makes the records a plan reads, and a dispatch reads again, free after its first read.
 package engine
 
 import (
@@ -76,6 +113,13 @@ type connection struct {
 	lockout  lockout.Conn
 	gate     providercooldown.Entry
 	admit    *admission.Gate
+	// capped: the connection has a concurrency cap (maxConcurrent or modelConcurrency), so
+	// shared data counts the leases of its attempts.
+	capped bool
+	// unleased counts this worker's attempts in flight on the connection that hold no lease
+	// (no cap applies to them, or they failed open), kept by Dispatch and Release: the load
+	// signal of the load-aware strategies where shared data has none.
+	unleased int
 }
 
 // route is one route's expanded candidate list (a target naming no connection stands for
@@ -167,7 +211,7 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 		ps.conns = make([]connectionSettings, len(rp.Connections))
 		for j := range rp.Connections {
 			rc := &rp.Connections[j]
-			ps.conns[j] = connectionSettings{fingerprint: fingerprint(rc), admit: admission.GateConfigFrom(rp.ID, rc)}
+			ps.conns[j] = connectionSettings{fingerprint: fingerprint(rc), admit: admission.GateConfigFrom(res, rp.ID, rc)}
 		}
 	}
 	for i := range res.Routes {
@@ -269,6 +313,7 @@ func (e *Engine) prepareProvider(i int, cfg *providerSettings) error {
 		rc := &rp.Connections[j]
 		c := &pv.conns[j]
 		c.res = rc
+		c.capped = rc.MaxConcurrent > 0 || len(rc.ModelConcurrency) > 0
 		if c.cooldown, err = conncooldown.NewConn(rp.ID, rc.ID, cfg.conns[j].fingerprint); err != nil {
 			return fail(err)
 		}

@@ -388,7 +388,9 @@ func BenchmarkDispatchAndFinishSuccess(b *testing.B) {
 func BenchmarkFinishFailure(b *testing.B) {
 	f := newFixture(b, benchPolicy(b))
 	p, _ := f.e.Plan("bench", policies.APIOpenAI, affinity.Key{}, &f.buf)
-	t := p.Targets[0]
+	// Each iteration is a request of its own: a target without the plan's request memory,
+	// which would skip the connection once it failed.
+	t := Target{Provider: p.Targets[0].Provider, Connection: p.Targets[0].Connection, Model: p.Targets[0].Model}
 	o := Outcome{Status: 429, Headers: [][2]string{{"retry-after", "2"}},
 		Body: []byte(`{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`)}
 	b.ReportAllocs()
@@ -458,5 +460,35 @@ func TestQueuedRequestDoesNotHoldTheProbe(t *testing.T) {
 	after, _ := f.e.admitter.Inspect(pv.conns[0].admit, "gpt-4o-mini")
 	if after.InFlight != before.InFlight {
 		t.Fatalf("the refused dispatch kept a slot: in flight %d -> %d", before.InFlight, after.InFlight)
+	}
+}
+
+// BenchmarkDispatchAndFinishSuccessCached is BenchmarkDispatchAndFinishSuccess through the
+// filter's per-VM cache, which makes every record a dispatch reads a memory hit once the
+// plan has read it.
+func BenchmarkDispatchAndFinishSuccessCached(b *testing.B) {
+	p, err := policyfile.Parse(benchPolicy(b), policies.ParseOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cache := state.NewCache(state.NewMemStore(), nil)
+	e, err := New(p, cache, state.NewManualClock(start), Options{Random: rand.NewPCG(1, 2)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var buf Buffers
+	if err := cache.Refresh(); err != nil {
+		b.Fatal(err)
+	}
+	plan, _ := e.Plan("bench", policies.APIOpenAI, affinity.Key{}, &buf)
+	t := plan.Targets[0]
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d, err := e.Dispatch(t)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.Finish(d, Outcome{Status: 200}, nil)
 	}
 }

@@ -4,17 +4,12 @@ import (
 	"errors"
 	"time"
 
-	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
-	"github.com/spillwayproxy/spillway/plugin/internal/classify"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
-	"github.com/spillwayproxy/spillway/plugin/internal/conncooldown"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
-	"github.com/spillwayproxy/spillway/plugin/internal/lockout"
 	"github.com/spillwayproxy/spillway/plugin/internal/providercooldown"
 	"github.com/spillwayproxy/spillway/plugin/internal/replies"
-	"github.com/spillwayproxy/spillway/plugin/internal/restate"
 	"github.com/spillwayproxy/spillway/plugin/internal/selection"
 	"github.com/spillwayproxy/spillway/policies"
 )
@@ -24,6 +19,10 @@ type Target struct {
 	Provider   int    // index in Resolved.Providers
 	Connection int    // index in the provider's Connections
 	Model      string // upstream model
+	// req is the request whose plan listed the target (nil for a Target built by hand):
+	// Dispatch reads what the request's own attempts exhausted there, and notes the
+	// exclusions it finds.
+	req *Buffers
 }
 
 // Plan is the routing decision for one request: the eligible targets in the order to try
@@ -32,19 +31,73 @@ type Plan struct {
 	Model    string            // requested model
 	Route    int               // index in Resolved.Routes
 	Targets  []Target          // eligible, in order: [0] first, the rest for failover
-	Excluded []combo.Exclusion // skipped before dispatch
+	Excluded []combo.Exclusion // skipped before dispatch (AllExcluded adds those skipped at dispatch)
 	Pinned   bool              // the session's pin leads the order
 	Session  affinity.Key      // the session key (zero when affinity is off or absent)
 	pin      affinity.Pin      // the pin read, passed back when recording
+	req      *Buffers          // the request's memory (see Buffers)
 	Degraded error             // state could not be read or written; the plan is still usable
 }
 
-// Buffers are a request's reusable scratch space; the filter keeps one per stream so a
-// plan allocates nothing once they have grown.
+// Buffers are a request's reusable scratch space and its memory. The filter keeps one per
+// stream (one request), so a plan allocates nothing once they have grown, and what the
+// request's own failed attempts exhausted is remembered until the request is planned again:
+// same-request failover never goes back to a connection that just failed, under any model
+// (see Record).
 type Buffers struct {
 	candidates []selection.Candidate
 	targets    []Target
-	excluded   []combo.Exclusion
+	excluded   []combo.Exclusion // the plan's exclusions, then those found at dispatch
+	spent      []spent
+}
+
+// spent is what one of the request's failed attempts exhausted for the rest of the
+// request: a connection (under every model), or every connection of a provider when the
+// failure blamed the provider.
+type spent struct {
+	provider   int
+	connection int // anyConnection: the whole provider
+}
+
+const anyConnection = -1
+
+// spend remembers that the request exhausted a connection (or, with anyConnection, a
+// provider).
+func (b *Buffers) spend(provider, connection int) {
+	if b == nil {
+		return
+	}
+	for _, s := range b.spent {
+		if s.provider == provider && (s.connection == connection || s.connection == anyConnection) {
+			return
+		}
+	}
+	b.spent = append(b.spent, spent{provider: provider, connection: connection})
+}
+
+// spentOn reports whether the request exhausted the connection or its provider.
+func (b *Buffers) spentOn(provider, connection int) bool {
+	for _, s := range b.spent {
+		if s.provider == provider && (s.connection == connection || s.connection == anyConnection) {
+			return true
+		}
+	}
+	return false
+}
+
+// noteExcluded adds an exclusion found at dispatch to the request's list, replacing an
+// earlier one for the same target.
+func (b *Buffers) noteExcluded(x combo.Exclusion) {
+	if b == nil {
+		return
+	}
+	for i := range b.excluded {
+		if y := &b.excluded[i]; y.Provider == x.Provider && y.Connection == x.Connection && y.Model == x.Model {
+			*y = x
+			return
+		}
+	}
+	b.excluded = append(b.excluded, x)
 }
 
 // Plan decides which targets may serve a request for model, written in api, and in what
@@ -52,6 +105,9 @@ type Buffers struct {
 // sent a body it cannot read. session may be the zero Key. It returns ErrNoRoute when no
 // route serves the model. A store error in one layer fails that layer open (the target stays
 // eligible) and is reported in Plan.Degraded.
+//
+// Plan starts the request's memory in buf afresh: a request planned again after a combo
+// cooldown wait may try what the wait sat out (guide §4).
 func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf *Buffers) (Plan, error) {
 	rr, ok := e.res.Route(model)
 	if !ok {
@@ -59,7 +115,8 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	}
 	ri := e.routeOf[rr]
 	rt := &e.routes[ri]
-	plan := Plan{Model: model, Route: ri, Session: session}
+	plan := Plan{Model: model, Route: ri, Session: session, req: buf}
+	buf.spent = buf.spent[:0]
 	cands := buf.candidates[:0]
 	excl := buf.excluded[:0]
 	for i, c := range rt.candidates {
@@ -74,18 +131,14 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 				Reason: combo.ReasonAPIMismatch})
 			continue
 		}
-		if x, excluded := e.exclusion(pv, cn, model, &plan); excluded {
+		if x, excluded := e.exclusion(pv, cn, model, &plan.Degraded); excluded {
 			excl = append(excl, x)
 			continue
 		}
 		cand := selection.Candidate{Provider: pv.res.ID, Connection: cn.res.ID, Model: model, Index: i,
 			Weight: c.weight, MaxConcurrent: cn.res.MaxConcurrent}
 		if rt.needsLoad {
-			if u, err := e.admitter.Inspect(cn.admit, model); err == nil {
-				cand.InFlight = u.InFlight
-			} else {
-				plan.Degraded = errors.Join(plan.Degraded, err)
-			}
+			cand.InFlight = e.inFlight(cn, model, &plan.Degraded)
 		}
 		cands = append(cands, cand)
 	}
@@ -113,11 +166,30 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	targets := buf.targets[:0]
 	for _, c := range cands {
 		ref := rt.candidates[c.Index]
-		targets = append(targets, Target{Provider: ref.provider, Connection: ref.connection, Model: c.Model})
+		targets = append(targets, Target{Provider: ref.provider, Connection: ref.connection, Model: c.Model, req: buf})
 	}
 	buf.targets = targets
 	plan.Targets = targets
 	return plan, nil
+}
+
+// inFlight is the load the load-aware strategies (least-used, p2c, fill-first) compare: the
+// attempts this worker has in flight on the connection without a concurrency lease, kept in
+// memory by Dispatch and Release at no shared-data cost, plus, where the connection has a
+// cap, the leases every worker holds on it (one live shared-data read). Without a cap a
+// worker sees only its own attempts: Envoy spreads requests over workers, so each balances
+// its share.
+func (e *Engine) inFlight(cn *connection, model string, degraded *error) int {
+	n := cn.unleased
+	if !cn.capped {
+		return n
+	}
+	u, err := e.admitter.Inspect(cn.admit, model)
+	if err != nil {
+		*degraded = errors.Join(*degraded, err)
+		return n
+	}
+	return n + u.InFlight
 }
 
 // probeRetryAfter is what a request that finds a provider's HALF_OPEN probe in flight is
@@ -129,14 +201,15 @@ const probeRetryAfter = time.Second
 // exclusion is Transient — worth a comboCooldownWait — only for the short, rate-limit-class
 // locks the guide waits on (§4: rate limits, concurrency limits, capacity): never for an
 // open breaker, a connection cooled by a server error or an auth failure, quota, not-found
-// or a terminal state, which answer at once with Retry-After.
-func (e *Engine) exclusion(pv *provider, cn *connection, model string, plan *Plan) (combo.Exclusion, bool) {
+// or a terminal state, which answer at once with Retry-After. A layer that cannot be read
+// fails open and joins its error to degraded.
+func (e *Engine) exclusion(pv *provider, cn *connection, model string, degraded *error) (combo.Exclusion, bool) {
 	x := combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: model}
 	// Provider circuit breaker. Planning must not claim the HALF_OPEN probe (it may not
 	// dispatch this target at all), so it reads the status; Dispatch claims.
 	st, err := e.breakers.Status(pv.breaker)
 	if err != nil {
-		plan.Degraded = errors.Join(plan.Degraded, err)
+		*degraded = errors.Join(*degraded, err)
 	} else if st.State == breaker.Open {
 		x.Reason, x.RetryAfter = combo.ReasonCircuitOpen, st.RetryAfter
 		return x, true
@@ -144,11 +217,18 @@ func (e *Engine) exclusion(pv *provider, cn *connection, model string, plan *Pla
 		x.Reason, x.RetryAfter = combo.ReasonCircuitOpen, probeRetryAfter
 		return x, true
 	}
+	return e.connectionExclusion(pv, cn, model, degraded)
+}
+
+// connectionExclusion checks the layers below the breaker: the provider cooldown gate, the
+// connection's cooldown or terminal state, the model's lockout on it.
+func (e *Engine) connectionExclusion(pv *provider, cn *connection, model string, degraded *error) (combo.Exclusion, bool) {
+	x := combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: model}
 	if e.gateOn {
 		for _, entry := range [...]*providercooldown.Entry{&pv.gate, &cn.gate} {
 			gs, err := e.gate.Check(*entry)
 			if err != nil {
-				plan.Degraded = errors.Join(plan.Degraded, err)
+				*degraded = errors.Join(*degraded, err)
 				continue
 			}
 			if gs.Cooling {
@@ -159,7 +239,7 @@ func (e *Engine) exclusion(pv *provider, cn *connection, model string, plan *Pla
 	}
 	av, err := pv.cooldown.Check(cn.cooldown)
 	if err != nil {
-		plan.Degraded = errors.Join(plan.Degraded, err)
+		*degraded = errors.Join(*degraded, err)
 	} else if !av.Available() {
 		if av.Status.Terminal() {
 			x.Reason = combo.ReasonTerminal
@@ -171,7 +251,7 @@ func (e *Engine) exclusion(pv *provider, cn *connection, model string, plan *Pla
 	}
 	lock, locked, err := pv.lockout.Locked(cn.lockout, model)
 	if err != nil {
-		plan.Degraded = errors.Join(plan.Degraded, err)
+		*degraded = errors.Join(*degraded, err)
 	} else if locked {
 		x.Reason, x.RetryAfter = combo.ReasonModelLockout, lock.Until.Sub(e.now())
 		x.Transient = rateLimitClass(lock.Reason)
@@ -190,228 +270,16 @@ func rateLimitClass(r failure.Reason) bool {
 	return false
 }
 
-// Dispatch is one attempt on its way to a target.
-type Dispatch struct {
-	Target  Target
-	Started time.Time
-	probe   breaker.Decision // the breaker's decision (holds the HALF_OPEN probe if any)
-	Lease   admission.Lease  // concurrency slots held (released by Finish or Abandon)
-	Ticket  admission.Ticket // set when the attempt must wait for a slot
-	Waiting bool             // the attempt waits in the queue (TryDispatch again later)
-	// Wake says slots were handed back on the way (an all-or-nothing acquire rolled back, or
-	// a slot returned because the provider refused the attempt): wake the other workers'
-	// waiters as after a release.
-	Wake bool
-}
-
-// ErrTargetUnavailable reports that a planned target was taken by another worker between
-// planning and dispatch (the breaker's single probe, usually): try the next target.
-var ErrTargetUnavailable = errors.New("engine: target no longer available")
-
-// Dispatch claims what sending an attempt to t needs: concurrency slots, then the breaker's
-// probe when the provider is HALF_OPEN. The probe is claimed only once the slots are granted,
-// so a request waiting in the queue never holds it. A typed *admission.Error (queue full)
-// means the request should be answered with it; Dispatch.Waiting means it must wait in the
-// queue (TryDispatch); ErrTargetUnavailable means try the next target.
-func (e *Engine) Dispatch(t Target) (Dispatch, error) {
-	cn := &e.providers[t.Provider].conns[t.Connection]
-	d := Dispatch{Target: t, Started: e.now()}
-	res, err := e.admitter.Admit(cn.admit, t.Model)
-	d.Wake = res.Wake
-	if err != nil {
-		return d, err
-	}
-	if !res.Granted {
-		d.Ticket, d.Waiting = res.Ticket, true
-		return d, nil
-	}
-	d.Lease = res.Lease
-	return e.claimProbe(d)
-}
-
-// TryDispatch checks a waiting attempt's turn in the queue. It returns the attempt granted
-// (Waiting false), still waiting, or an error: the typed queue timeout, or
-// ErrTargetUnavailable when the slot came but the provider's probe is taken.
-func (e *Engine) TryDispatch(d Dispatch) (Dispatch, error) {
-	res, err := e.admitter.TryAdmit(d.Ticket)
-	d.Wake = res.Wake
-	if err != nil || !res.Granted {
-		return d, err
-	}
-	d.Lease, d.Waiting, d.Started = res.Lease, false, e.now()
-	return e.claimProbe(d)
-}
-
-// claimProbe asks the breaker for an attempt that holds its slots. When the provider refuses
-// (OPEN again, or another worker holds the HALF_OPEN probe) the slots go back at once. A
-// breaker that cannot be read fails open.
-func (e *Engine) claimProbe(d Dispatch) (Dispatch, error) {
-	pv := &e.providers[d.Target.Provider]
-	dec, err := e.breakers.Allow(pv.breaker)
-	if err != nil || dec.Allowed {
-		d.probe = dec
-		return d, nil
-	}
-	waiters, _ := e.admitter.Release(d.Lease)
-	d.Lease, d.Wake = admission.Lease{}, d.Wake || waiters
-	return d, ErrTargetUnavailable
-}
-
-func (e *Engine) releaseProbe(pv *provider, d Dispatch) {
-	if d.probe.Probe {
-		_ = e.breakers.ReleaseProbe(pv.breaker, d.probe)
-	}
-}
-
-// Outcome is what came back from one attempt.
-type Outcome struct {
-	Status   int           // upstream HTTP status; 0 = no response (transport failure)
-	TimedOut bool          // with Status 0: the attempt ran out of time
-	Headers  [][2]string   // upstream response headers
-	Body     []byte        // upstream error body (small; only failures are read)
-	TTFB     time.Duration // time to the response headers
-	Message  string        // short operator-facing summary for the connection's lastError
-}
-
-// Result is what the engine made of an attempt's outcome.
-type Result struct {
-	Verdict     failure.Verdict // the classification (zero Reason on success)
-	Restatement restate.Result  // the status restatement, if a rule matched
-	Waiters     bool            // a concurrency slot was freed that others wait for
-	Errors      error           // state writes that failed (the outcome is still accounted where possible)
-}
-
-// Finish records an attempt's outcome in every layer it concerns and releases its slots:
-// Record then Release. plan is the request's plan (for the session pin); it may be nil.
-func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
-	r := e.Record(d, o, plan)
-	waiters, err := e.Release(d)
-	r.Waiters = waiters
-	if err != nil {
-		r.Errors = errors.Join(r.Errors, err)
-	}
-	return r
-}
-
-// Record records an attempt's outcome in every layer it concerns — breaker (and its
-// HALF_OPEN probe), connection cooldown, model lockout, provider cooldown gate, latency,
-// session pin — without releasing its concurrency slots: a streamed response keeps its slots
-// until it ends (Release), while its outcome is known from the headers or the first event.
-// plan is the request's plan (for the session pin); it may be nil.
-func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
-	pv := &e.providers[d.Target.Provider]
-	cn := &pv.conns[d.Target.Connection]
-	var r Result
-	note := func(err error) {
-		if err != nil {
-			r.Errors = errors.Join(r.Errors, err)
-		}
-	}
-	if o.Status > 0 && o.Status < 400 {
-		_, err := e.breakers.RecordSuccess(pv.breaker)
-		note(err)
-		note(pv.cooldown.RecordSuccess(cn.cooldown, d.Started))
-		note(pv.lockout.RecordSuccess(cn.lockout, d.Target.Model))
-		if e.gateOn {
-			note(e.gate.RecordSuccess(pv.gate))
-			note(e.gate.RecordSuccess(cn.gate))
-		}
-		e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), o.TTFB, true)
-		if plan != nil && e.affinity.Enabled() && plan.Session != (affinity.Key{}) {
-			_, err := e.affinity.Record(plan.Session, pv.res.ID, cn.res.ID, plan.pin)
-			note(err)
-		}
-		return r
-	}
-	r.Verdict, r.Restatement = e.classifier.Classify(classify.Input{Provider: pv.res.ID, Profile: pv.res.Profile,
-		Status: o.Status, TimedOut: o.TimedOut, Headers: o.Headers, Body: o.Body, Now: e.now()})
-	e.recordFailure(pv, cn, d, o, r.Verdict, note)
-	return r
-}
-
-// Release hands back an attempt's concurrency slots and reports whether requests wait for
-// them (the glue then wakes the other workers).
-func (e *Engine) Release(d Dispatch) (waiters bool, err error) {
-	return e.admitter.Release(d.Lease)
-}
-
-// Renew keeps a long attempt's slots alive: a lease expires executionMaxWait after it was
-// granted (so a worker that died holding it cannot leak it), and a stream that is still
-// running renews it before then. It reports the lease's new deadline.
-func (e *Engine) Renew(d *Dispatch) error {
-	l, err := e.admitter.Renew(d.Lease)
-	if err != nil {
-		return err
-	}
-	d.Lease = l
-	return nil
-}
-
-// RecordTruncation records that a stream already going to the client ended without its
-// terminal event: a failure of that connection (the response cannot be replayed, so there
-// is no failover), cooled like a transport failure. It never counts for the breaker: the
-// provider answered.
-func (e *Engine) RecordTruncation(d Dispatch) Result {
-	pv := &e.providers[d.Target.Provider]
-	cn := &pv.conns[d.Target.Connection]
-	var r Result
-	v := failure.Verdict{Status: 0, Reason: failure.ReasonStreamTruncated, Scope: failure.ScopeConnection}
-	_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
-		Message: "stream ended without its terminal event"})
-	r.Verdict, r.Errors = v, err
-	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), 0, false)
-	return r
-}
-
-// recordFailure applies a failure verdict to the layers whose scope it blames.
-func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outcome, v failure.Verdict, note func(error)) {
-	if v.CountBreaker {
-		_, err := e.breakers.RecordFailure(pv.breaker, v)
-		note(err)
-		if e.gateOn {
-			_, err := e.gate.RecordFailure(pv.gate)
-			note(err)
-		}
-	} else if d.probe.Probe {
-		note(e.breakers.ReleaseProbe(pv.breaker, d.probe))
-	}
-	// A model-level failure goes to the model lockout first; when the model ends up locked
-	// the connection stays usable for its other models. Everything else that blames
-	// something (connection scope, terminal states, model-level failures the lockout does
-	// not take because it is off or does not count the status) cools the connection.
-	modelLevel := v.Scope == failure.ScopeQuotaFamily || v.Scope == failure.ScopeModel || v.Scope == failure.ScopeExact
-	locked := false
-	if modelLevel && v.Terminal == failure.TerminalNone {
-		out, err := pv.lockout.RecordFailure(cn.lockout, lockout.Failure{Model: d.Target.Model, Verdict: v,
-			Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait})
-		note(err)
-		locked = out.Locked
-	}
-	if v.Reason != failure.ReasonNone && v.Scope != failure.ScopeNone && !locked {
-		_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started, Message: o.Message})
-		note(err)
-		if e.gateOn {
-			_, err := e.gate.RecordFailure(cn.gate)
-			note(err)
-		}
-	}
-	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), o.TTFB, false)
-}
-
-// Abandon releases an attempt that never produced an outcome (the client went away while it
-// waited or before the upstream answered): its queue ticket or slots, and a held probe.
-func (e *Engine) Abandon(d Dispatch) (waiters bool, err error) {
-	e.releaseProbe(&e.providers[d.Target.Provider], d)
-	if d.Waiting {
-		return e.admitter.Cancel(d.Ticket)
-	}
-	return e.admitter.Release(d.Lease)
-}
-
-// AllExcluded decides what a request whose every target was skipped before dispatch gets:
-// a wait (combo cooldown wait), or the reply to send (429 rate_limit_error, 503
-// all_targets_cooling_down, 404 no_executable_targets).
+// AllExcluded decides what a request none of whose targets can go gets: a wait (combo
+// cooldown wait), or the reply to send (429 rate_limit_error, 503 all_targets_cooling_down,
+// 503 provider_circuit_open, 404 no_executable_targets). plan is the request's current plan;
+// the exclusions Dispatch and TryDispatch found since planning join plan.Excluded first, so
+// a request that lost a HALF_OPEN probe race to another worker is told the circuit is open
+// (503 provider_circuit_open, Retry-After about a second; guide §1) rather than 404.
 func (e *Engine) AllExcluded(plan *Plan, progress combo.Progress) combo.Decision {
+	if b := plan.req; b != nil && len(b.excluded) > len(plan.Excluded) {
+		plan.Excluded = b.excluded
+	}
 	return combo.DecideExcluded(e.comboWait, plan.Excluded, progress, e.now())
 }
 

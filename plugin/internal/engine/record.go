@@ -1,0 +1,210 @@
+package engine
+
+import (
+	"errors"
+	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
+	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
+	"github.com/spillwayproxy/spillway/plugin/internal/classify"
+	"github.com/spillwayproxy/spillway/plugin/internal/conncooldown"
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/plugin/internal/lockout"
+	"github.com/spillwayproxy/spillway/plugin/internal/restate"
+)
+
+// Outcome is what came back from one attempt.
+type Outcome struct {
+	Status   int           // upstream HTTP status; 0 = no response (transport failure)
+	TimedOut bool          // with Status 0: the attempt ran out of time
+	Headers  [][2]string   // upstream response headers
+	Body     []byte        // upstream error body (small; only failures are read)
+	TTFB     time.Duration // time to the response headers
+	Message  string        // short operator-facing summary for the connection's lastError
+}
+
+// Result is what the engine made of an attempt's outcome.
+type Result struct {
+	Verdict     failure.Verdict // the classification (zero Reason on success)
+	Restatement restate.Result  // the status restatement, if a rule matched
+	// RequestOnly: the failure named a model the connection does not serve (not found, or a
+	// bad request about the model) and model lockout did not take it, so no layer recorded
+	// it; only the request that saw it skips the connection (see the package doc). The
+	// filter may log or count it.
+	RequestOnly bool
+	Waiters     bool  // a concurrency slot was freed that others wait for
+	Errors      error // state writes that failed (the outcome is still accounted where possible)
+}
+
+// Finish records an attempt's outcome in every layer it concerns and releases its slots:
+// Record then Release. plan is the request's plan (for the session pin); it may be nil.
+func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
+	r := e.Record(d, o, plan)
+	waiters, err := e.Release(d)
+	r.Waiters = waiters
+	if err != nil {
+		r.Errors = errors.Join(r.Errors, err)
+	}
+	return r
+}
+
+// Record records an attempt's outcome in every layer it concerns — breaker (and its
+// HALF_OPEN probe), connection cooldown, model lockout, provider cooldown gate, latency,
+// session pin — without releasing its concurrency slots: a streamed response keeps its slots
+// until it ends (Release), while its outcome is known from the headers or the first event.
+// A failure also marks what it blamed as exhausted for the rest of the request (the
+// connection, or the provider for a provider-scoped failure), so failover skips it. plan is
+// the request's plan (for the session pin); it may be nil.
+func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
+	pv := &e.providers[d.Target.Provider]
+	cn := &pv.conns[d.Target.Connection]
+	var r Result
+	note := func(err error) {
+		if err != nil {
+			r.Errors = errors.Join(r.Errors, err)
+		}
+	}
+	if o.Status > 0 && o.Status < 400 {
+		_, err := e.breakers.RecordSuccess(pv.breaker)
+		note(err)
+		note(pv.cooldown.RecordSuccess(cn.cooldown, d.Started))
+		note(pv.lockout.RecordSuccess(cn.lockout, d.Target.Model))
+		if e.gateOn {
+			note(e.gate.RecordSuccess(pv.gate))
+			note(e.gate.RecordSuccess(cn.gate))
+		}
+		e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), o.TTFB, true)
+		if plan != nil && e.affinity.Enabled() && plan.Session != (affinity.Key{}) {
+			_, err := e.affinity.Record(plan.Session, pv.res.ID, cn.res.ID, plan.pin)
+			note(err)
+		}
+		return r
+	}
+	r.Verdict, r.Restatement = e.classifier.Classify(classify.Input{Provider: pv.res.ID, Profile: pv.res.Profile,
+		Status: o.Status, TimedOut: o.TimedOut, Headers: o.Headers, Body: o.Body, Now: e.now()})
+	r.RequestOnly = e.recordFailure(pv, cn, d, o, r.Verdict, note)
+	return r
+}
+
+// recordFailure applies a failure verdict to the layers whose scope it blames, and marks
+// what it blamed as exhausted for the rest of the request. It reports a failure that only
+// the request keeps (RequestOnly).
+func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outcome, v failure.Verdict, note func(error)) (requestOnly bool) {
+	providerScoped := v.Scope == failure.ScopeProvider
+	switch {
+	case v.CountBreaker:
+		_, err := e.breakers.RecordFailure(pv.breaker, v)
+		note(err)
+		e.gateProviderFailure(pv, note)
+	case providerScoped:
+		// A rule that declares scope: provider blames the provider, as declared (guide §7:
+		// an operator rule's scope is honoured, #11104), even for a status the breaker's
+		// trip list leaves out; its kind picks the OPEN period (server_error unless the
+		// verdict says timeout or transport).
+		kind := pv.breaker.Config().KindOf(v)
+		if kind == breaker.KindNone {
+			kind = breaker.KindServerError
+		}
+		_, err := e.breakers.RecordKind(pv.breaker, kind)
+		note(err)
+		e.gateProviderFailure(pv, note)
+	case d.probe.Probe:
+		note(e.breakers.ReleaseProbe(pv.breaker, d.probe))
+	}
+	// A model-level failure goes to the model lockout first; when the model ends up locked
+	// the connection stays usable for its other models. A model that does not exist there
+	// (not found, or a bad request about the model) that the lockout does not take is
+	// recorded nowhere (see the package doc). Everything else that blames something below
+	// the provider (connection scope, terminal states, other model-level failures the
+	// lockout does not take because it is off or does not count the status) cools the
+	// connection.
+	modelLevel := v.Scope == failure.ScopeQuotaFamily || v.Scope == failure.ScopeModel || v.Scope == failure.ScopeExact
+	terminal := v.Terminal != failure.TerminalNone
+	locked := false
+	if modelLevel && !terminal {
+		out, err := pv.lockout.RecordFailure(cn.lockout, lockout.Failure{Model: d.Target.Model, Verdict: v,
+			Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait})
+		note(err)
+		locked = out.Locked
+	}
+	switch {
+	case v.Reason == failure.ReasonNone || v.Scope == failure.ScopeNone, locked, providerScoped && !terminal:
+	case modelLevel && !terminal && missingModel(v.Reason):
+		requestOnly = true
+	default:
+		_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started, Message: o.Message})
+		note(err)
+		if e.gateOn {
+			_, err := e.gate.RecordFailure(cn.gate)
+			note(err)
+		}
+	}
+	// Same-request failover skips what the failure blamed, under any model (a locked model
+	// spares the connection's other models for other requests, not for this one): the
+	// provider for a provider-scoped failure, else the connection, unless the failure blamed
+	// only the request itself.
+	switch {
+	case v.Scope == failure.ScopeNone: // the request's own fault: another target may take it
+	case providerScoped:
+		d.Target.req.spend(d.Target.Provider, anyConnection)
+	default:
+		d.Target.req.spend(d.Target.Provider, d.Target.Connection)
+	}
+	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), o.TTFB, false)
+	return requestOnly
+}
+
+// gateProviderFailure counts a provider-level failure in the opt-in provider cooldown gate.
+func (e *Engine) gateProviderFailure(pv *provider, note func(error)) {
+	if e.gateOn {
+		_, err := e.gate.RecordFailure(pv.gate)
+		note(err)
+	}
+}
+
+// missingModel reports the reasons that say the model does not exist on the connection
+// (guide §3: "lokale providers die 404 teruggeven voor één ontbrekend model").
+func missingModel(r failure.Reason) bool {
+	return r == failure.ReasonNotFound || r == failure.ReasonBadRequest
+}
+
+// RecordTruncation records that a stream already going to the client ended without its
+// terminal event: a failure of that connection (the response cannot be replayed, so there
+// is no failover), cooled like a transport failure. It never counts for the breaker: the
+// provider answered.
+func (e *Engine) RecordTruncation(d Dispatch) Result {
+	pv := &e.providers[d.Target.Provider]
+	cn := &pv.conns[d.Target.Connection]
+	var r Result
+	v := failure.Verdict{Status: 0, Reason: failure.ReasonStreamTruncated, Scope: failure.ScopeConnection}
+	_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
+		Message: "stream ended without its terminal event"})
+	r.Verdict, r.Errors = v, err
+	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), 0, false)
+	return r
+}
+
+// RecordStall records that an attempt's stream stalled: the content or throughput
+// watchdog gave up on it before it produced model output in time. Guide §2 ("Stilstanden in
+// stream-content koelen het account niet af"): the stall belongs to that request (usually a
+// long reasoning turn), so the error is recorded on the connection (lastError, for
+// operators) without a cooldown unless resilience.connectionCooldown.streamStallCooldown is
+// on, and it never counts for the provider breaker or the provider cooldown gate; a HALF_OPEN
+// probe the attempt holds is handed back undecided. The connection is not marked exhausted
+// for the request: the guide's early recovery (§6) may reopen the same connection before
+// anything reached the client. Like Record it keeps the attempt's slots (Release).
+func (e *Engine) RecordStall(d Dispatch) Result {
+	pv := &e.providers[d.Target.Provider]
+	cn := &pv.conns[d.Target.Connection]
+	v := failure.Verdict{Reason: failure.ReasonStreamStall, Fallback: true, Scope: failure.ScopeConnection}
+	_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
+		Message: "stream stalled: no model output in time"})
+	r := Result{Verdict: v, Errors: err}
+	if d.probe.Probe {
+		if err := e.breakers.ReleaseProbe(pv.breaker, d.probe); err != nil {
+			r.Errors = errors.Join(r.Errors, err)
+		}
+	}
+	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), 0, false)
+	return r
+}
