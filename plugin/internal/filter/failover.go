@@ -27,6 +27,10 @@ import (
 func (h *httpContext) startFailover() bool {
 	p := h.plugin
 	budget := p.res.Failover
+	// The dispatch re-checks every layer against what other workers recorded meanwhile.
+	if err := p.cache.Refresh(); err != nil {
+		proxywasm.LogWarnf("spillway: shared data: %v", err)
+	}
 	for h.next < len(h.plan.Targets) {
 		if h.attempts >= budget.MaxAttempts || p.clock().Sub(h.started) >= budget.Budget {
 			return false

@@ -40,13 +40,15 @@ type metrics struct {
 	streamErrors  counter // 200 event streams whose first event was an error
 	truncated     counter // committed streams that ended without their terminal event
 	queued        counter // requests that waited for a concurrency slot
+	failedOpen    counter // attempts sent without a slot (quotaShareConcurrencyLimit)
+	requestOnly   counter // failures that named a model the connection does not serve
 	wakeups       counter // cross-worker wake-ups sent
 	misconfigured counter // requests answered spillway_misconfigured
 	panics        counter // callbacks that panicked and failed open
 }
 
 // all lists the counters with their names, for definition and flushing.
-func (m *metrics) all() [12]struct {
+func (m *metrics) all() [14]struct {
 	name string
 	c    *counter
 } {
@@ -63,6 +65,8 @@ func (m *metrics) all() [12]struct {
 		{"spillway_stream_error_events_total", &m.streamErrors},
 		{"spillway_truncated_streams_total", &m.truncated},
 		{"spillway_queued_total", &m.queued},
+		{"spillway_admission_failed_open_total", &m.failedOpen},
+		{"spillway_model_not_served_total", &m.requestOnly},
 		{"spillway_wakeups_total", &m.wakeups},
 		{"spillway_misconfigured_total", &m.misconfigured},
 		{"spillway_panics_total", &m.panics},

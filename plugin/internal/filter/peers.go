@@ -35,7 +35,6 @@ const (
 type peers struct {
 	lastBeat time.Time
 	tokens   map[string]uint32 // VM id → its wake queue
-	ids      []string          // scratch: the live ids of the last read
 	buf      []byte
 }
 

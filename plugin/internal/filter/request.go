@@ -249,6 +249,9 @@ func (h *httpContext) dispatchRequest() step {
 // startAttempt makes d the attempt in flight.
 func (h *httpContext) startAttempt(d engine.Dispatch) {
 	p := h.plugin
+	if d.FailedOpen {
+		p.metrics.failedOpen.Increment(1)
+	}
 	h.d, h.inFlight, h.holding = d, true, true
 	h.attempts++
 	h.dispatchedAt = p.clock()
@@ -286,9 +289,13 @@ func (h *httpContext) noTarget() step {
 	return stepAnswered
 }
 
-// retryAdmission checks a queued request's turn (a wake-up or a tick).
+// retryAdmission checks a queued request's turn (a wake-up or a tick). The dispatch re-checks
+// every layer, so the cache is refreshed first: the wait may have outlived what it read.
 func (h *httpContext) retryAdmission() {
 	p := h.plugin
+	if err := p.cache.Refresh(); err != nil {
+		proxywasm.LogWarnf("spillway: shared data: %v", err)
+	}
 	d, err := p.engine.TryDispatch(h.d)
 	if d.Wake {
 		p.peers.wakeAll(p)

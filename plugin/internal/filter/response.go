@@ -200,6 +200,10 @@ func (h *httpContext) recordFailure(o engine.Outcome) failureResult {
 			proxywasm.LogDebugf("spillway: record failure on %s: %v", h.targetName(), r.Errors)
 		}
 		fr.fallback = r.Verdict.Fallback
+		if r.RequestOnly {
+			p.metrics.requestOnly.Increment(1)
+			proxywasm.LogDebugf("spillway: %s does not serve model %q", h.targetName(), h.d.Target.Model)
+		}
 		if r.Restatement.Restated {
 			p.metrics.restated.Increment(1)
 			fr.restatedTo, fr.retryAfter = r.Restatement.Status, r.Restatement.RetryAfter
