@@ -129,15 +129,7 @@ func isSessionHeader(name string) bool {
 // onCalloutResponse is a failover attempt's answer (proxy_on_http_call_response, run with
 // this stream as the effective context).
 func (h *httpContext) onCalloutResponse(numHeaders, bodySize, _ int) {
-	defer func() {
-		if r := recover(); r != nil {
-			h.plugin.metrics.panics.Increment(1)
-			proxywasm.LogErrorf("spillway: panic in failover answer: %v", r)
-			h.abandon()
-			h.phase = phasePass
-			_ = proxywasm.ResumeHttpResponse()
-		}
-	}()
+	defer h.failOpenOutside("failover answer")
 	if h.phase != phaseCallout {
 		return
 	}

@@ -433,3 +433,38 @@ func TestLiveKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestAPanicInATickPassesTheWaitingRequestThrough(t *testing.T) {
+	capped := `
+providers:
+  - id: openai
+    cluster: openai
+    connections:
+      - {id: key-a, credential: {header: authorization, value: "Bearer sk-a"}, maxConcurrent: 1}
+routes:
+  - model: gpt-4o
+    targets: [{provider: openai}]
+`
+	var boom bool
+	host, _, _ := newClockedHost(t, policyJSON(t, capped), func(cb string) {
+		if boom && cb == "tick" {
+			panic("tick boom")
+		}
+	})
+	busy, waiting := host.InitializeHttpContext(), host.InitializeHttpContext()
+	for _, id := range []uint32{busy, waiting} {
+		host.CallOnRequestHeaders(id, chatHeaders("/v1/chat/completions"), false)
+		host.CallOnRequestBody(id, []byte(`{"model":"gpt-4o"}`), true)
+	}
+	if a := host.GetCurrentHttpStreamAction(waiting); a != types.ActionPause {
+		t.Fatalf("second request %v, want it queued (paused)", a)
+	}
+	boom = true
+	host.Tick()
+	if a := host.GetCurrentHttpStreamAction(waiting); a != types.ActionContinue {
+		t.Fatalf("after a panic in the tick the waiting request is %v: it must go on, not hang", a)
+	}
+	if logs := strings.Join(host.GetErrorLogs(), "\n"); !strings.Contains(logs, "panic in tick") {
+		t.Fatalf("error logs %q", logs)
+	}
+}

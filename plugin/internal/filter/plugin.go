@@ -290,7 +290,7 @@ func (p *pluginContext) OnQueueReady(queueID uint32) {
 	for i := 0; i < len(p.watched); {
 		h := p.watched[i]
 		if h.phase == phaseQueued {
-			h.retryAdmission()
+			h.onWake()
 		}
 		if i < len(p.watched) && p.watched[i] == h {
 			i++

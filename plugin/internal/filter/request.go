@@ -289,6 +289,12 @@ func (h *httpContext) noTarget() step {
 	return stepAnswered
 }
 
+// onWake retries a queued request after a wake-up.
+func (h *httpContext) onWake() {
+	defer h.failOpenOutside("queue wake-up")
+	h.retryAdmission()
+}
+
 // retryAdmission checks a queued request's turn (a wake-up or a tick). The dispatch re-checks
 // every layer, so the cache is refreshed first: the wait may have outlived what it read.
 func (h *httpContext) retryAdmission() {

@@ -170,13 +170,10 @@ func (h *httpContext) needsBusyTick() bool {
 // execution timeouts, the first-event hold's time bound, lease renewals.
 func (h *httpContext) onTick() {
 	p := h.plugin
-	defer func() {
-		if r := recover(); r != nil {
-			p.metrics.panics.Increment(1)
-			proxywasm.LogErrorf("spillway: panic in tick for stream %d: %v", h.id, r)
-			p.unwatch(h)
-		}
-	}()
+	defer h.failOpenOutside("tick")
+	if p.beforeCallback != nil {
+		p.beforeCallback("tick")
+	}
 	switch h.phase {
 	case phaseBody:
 		if p.optionProven {
@@ -217,6 +214,32 @@ func (h *httpContext) onTick() {
 		h.renewLease()
 	default:
 		p.unwatch(h)
+	}
+}
+
+// failOpenOutside recovers a panic in work done for the stream from a root callback (a tick,
+// a queue wake-up, a callout answer): it logs and counts it, gives back what the stream held,
+// and lets the stream go on untouched — the direction Spillway was holding continues — so a
+// panic never leaves a request hanging.
+func (h *httpContext) failOpenOutside(where string) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	p := h.plugin
+	p.metrics.panics.Increment(1)
+	proxywasm.LogErrorf("spillway: panic in %s for stream %d, passing it through: %v", where, h.id, r)
+	defer func() { _ = recover() }() // the host may refuse; nothing more to do then
+	held := h.phase
+	h.abandon()
+	h.phase = phasePass
+	p.unwatch(h)
+	h.effective()
+	switch held {
+	case phaseBody, phaseQueued, phaseComboWait:
+		_ = hostabi.ContinueStream(hostabi.StreamRequest)
+	case phaseHoldError, phaseHoldFirst, phaseCallout:
+		_ = hostabi.ContinueStream(hostabi.StreamResponse)
 	}
 }
 
