@@ -44,10 +44,20 @@ type Availability struct {
 	Until        time.Time     // end of the cooldown (rateLimitedUntil); zero unless cooling
 	RetryAfter   time.Duration // time left in the cooldown; 0 unless cooling
 	BackoffLevel int           // current backoff level
+	// Reason is why the connection cools (the failure that set the cooldown); empty unless
+	// cooling.
+	Reason failure.Reason
 }
 
 // Available reports whether routing may use the connection.
 func (a Availability) Available() bool { return a.Status == StatusAvailable }
+
+// Transient reports whether the connection cools for a reason that waiting a little can
+// clear (a rate limit, a busy account, a server error), as opposed to an exhausted quota,
+// an auth error or a terminal state, which combo retry never waits out (guide §4).
+func (a Availability) Transient() bool {
+	return a.Status == StatusUnavailable && failure.Verdict{Reason: a.Reason}.Transient()
+}
 
 // Check reads the connection's state. A clean connection costs one shared-data read and no
 // allocation. On a store error it fails open (available) and returns the error.
@@ -158,6 +168,7 @@ func (r record) availability(now int64) Availability {
 	if a.Status == StatusUnavailable {
 		a.Until = fromMillis(r.until)
 		a.RetryAfter = time.Duration(r.until-now) * time.Millisecond
+		a.Reason = r.lastErrorType
 	}
 	return a
 }
