@@ -17,7 +17,7 @@ const MaxSlots = 1 << 20
 // bytes 8..15 and 16..23), provider, connection (strings), last use (signed varint, Unix
 // milliseconds).
 const (
-	kindPin    = 'A'
+	kindPin    = state.KindAffinityPin
 	pinVersion = 1
 	maxIDBytes = 1024 // a stored provider or connection id longer than this is corrupt
 )

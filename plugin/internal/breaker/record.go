@@ -39,7 +39,7 @@ func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // Record encoding in shared data: kind 'B', version 1.
 const (
-	recordKind    = 'B'
+	recordKind    = state.KindBreaker
 	recordVersion = 1
 	// maxRecordLen is the longest encoding: the kind and version bytes, then five
 	// unsigned and three signed varints of at most 10 bytes each.

@@ -10,9 +10,9 @@ import (
 
 // Record kinds and versions in shared data.
 const (
-	lockKind     = 'L'
+	lockKind     = state.KindLockout
 	lockVersion  = 1
-	indexKind    = 'X'
+	indexKind    = state.KindLockoutIndex
 	indexVersion = 1
 )
 

@@ -10,8 +10,8 @@ import (
 // missing record (and count it), never as a reason to fail a request.
 var ErrCorrupt = errors.New("state: corrupt record")
 
-// Record encoding: one kind byte (which record type, e.g. 'B' for a breaker), one version
-// byte, then fields as unsigned or zig-zag signed varints and length-prefixed strings, in a
+// Record encoding: one kind byte (which record type, one of the Kind* constants in kinds.go,
+// each with one owning package), one version byte, then fields as unsigned or zig-zag signed varints and length-prefixed strings, in a
 // fixed order per kind and version. Small, allocation-free to read, and a reader that sees
 // a kind or version it does not know reports ErrCorrupt instead of misreading it.
 
