@@ -291,7 +291,7 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 		_, err := e.breakers.RecordFailure(pv.breaker, v)
 		note(err)
 		if e.gateOn {
-			_, err := e.gate.RecordFailure(pv.gate)
+			_, err := e.gate.RecordFailure(pv.gate, v)
 			note(err)
 		}
 	} else if d.probe.Probe {
@@ -313,7 +313,7 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 		_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started, Message: o.Message})
 		note(err)
 		if e.gateOn {
-			_, err := e.gate.RecordFailure(cn.gate)
+			_, err := e.gate.RecordFailure(cn.gate, v)
 			note(err)
 		}
 	}
