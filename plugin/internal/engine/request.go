@@ -261,7 +261,7 @@ func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
 		}
 	}
 	if o.Status > 0 && o.Status < 400 {
-		_, err := e.breakers.RecordSuccess(pv.breaker)
+		_, err := e.breakers.RecordSuccess(pv.breaker, breaker.Attempt{Started: d.Started, Decision: d.probe})
 		note(err)
 		note(pv.cooldown.RecordSuccess(cn.cooldown, d.Started))
 		note(pv.lockout.RecordSuccess(cn.lockout, d.Target.Model))
@@ -288,7 +288,7 @@ func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
 // recordFailure applies a failure verdict to the layers whose scope it blames.
 func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outcome, v failure.Verdict, note func(error)) {
 	if v.CountBreaker {
-		_, err := e.breakers.RecordFailure(pv.breaker, v)
+		_, err := e.breakers.RecordFailure(pv.breaker, v, breaker.Attempt{Started: d.Started, Decision: d.probe})
 		note(err)
 		if e.gateOn {
 			_, err := e.gate.RecordFailure(pv.gate, v)
