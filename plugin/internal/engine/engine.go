@@ -193,7 +193,7 @@ func (e *Engine) prepareProvider(i int) error {
 		if c.cooldown, err = conncooldown.NewConn(rp.ID, rc.ID, fingerprint(rc)); err != nil {
 			return fail(err)
 		}
-		if c.lockout, err = lockout.NewConn(rp.ID, rc.ID); err != nil {
+		if c.lockout, err = lockout.NewConn(rp.ID, rc.ID, fingerprint(rc)); err != nil {
 			return fail(err)
 		}
 		if c.gate, err = providercooldown.ConnectionEntry(rp.ID, rc.ID, gcfg); err != nil {

@@ -264,7 +264,7 @@ func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
 		_, err := e.breakers.RecordSuccess(pv.breaker, breaker.Attempt{Started: d.Started, Decision: d.probe})
 		note(err)
 		note(pv.cooldown.RecordSuccess(cn.cooldown, d.Started))
-		note(pv.lockout.RecordSuccess(cn.lockout, d.Target.Model))
+		note(pv.lockout.RecordSuccess(cn.lockout, d.Target.Model, d.Started))
 		if e.gateOn {
 			note(e.gate.RecordSuccess(pv.gate))
 			note(e.gate.RecordSuccess(cn.gate))

@@ -111,6 +111,23 @@ func (d *Decoder) String() string {
 	return s
 }
 
+// View reads a length-prefixed string like String, but returns the record's own bytes
+// without copying: the view is only valid while the decoded buffer is, and must not be
+// modified. Use it to compare a stored name without allocating.
+func (d *Decoder) View() []byte {
+	n := d.Uint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.buf)) {
+		d.err = fmt.Errorf("%w: string of %d bytes past the end", ErrCorrupt, n)
+		return nil
+	}
+	v := d.buf[:n:n]
+	d.buf = d.buf[n:]
+	return v
+}
+
 // Err reports the first decoding error, or trailing bytes.
 func (d *Decoder) Err() error {
 	if d.err == nil && len(d.buf) != 0 {
