@@ -144,7 +144,7 @@ func (e *Engine) exclusion(pv *provider, cn *connection, model string, plan *Pla
 		if av.Status.Terminal() {
 			x.Reason = combo.ReasonTerminal
 		} else {
-			x.Reason, x.RetryAfter, x.Transient = combo.ReasonUnavailable, av.RetryAfter, true
+			x.Reason, x.RetryAfter, x.Transient = combo.ReasonUnavailable, av.RetryAfter, av.Transient()
 		}
 		return x, true
 	}
