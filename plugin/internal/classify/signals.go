@@ -11,36 +11,37 @@ import "strings"
 type signal []string
 
 // folded is an error text prepared for signal matching: folded to lower case, with a
-// bigram filter so that most fragments are ruled out without scanning the text. A body has
-// a few hundred distinct byte pairs; a fragment is scanned for only when every one of its
-// pairs occurs, which keeps classification near one pass over the text however many
-// signals there are.
+// trigram filter so that most fragments are ruled out without scanning the text. A body has
+// at most a few thousand distinct byte triples; a fragment is scanned for only when every one
+// of its triples occurs, which keeps classification near one pass over the text however many
+// signals there are (an absent phrase of ordinary English almost always has a triple the
+// text lacks, where a bigram filter let most of them through).
 type folded struct {
-	text  string
-	pairs [64]uint64 // 4096-bit set of hashed byte pairs present in text
+	text    string
+	triples [128]uint64 // 8192-bit set of hashed byte triples present in text
 }
 
 // newFolded indexes text. It returns a value: storing text through a pointer would make
 // escape analysis move the caller's stack buffer to the heap.
 func newFolded(text string) folded {
 	f := folded{text: text}
-	for i := 0; i+1 < len(text); i++ {
-		h := pairHash(text[i], text[i+1])
-		f.pairs[h>>6] |= 1 << (h & 63)
+	for i := 0; i+2 < len(text); i++ {
+		h := tripleHash(text[i], text[i+1], text[i+2])
+		f.triples[h>>6] |= 1 << (h & 63)
 	}
 	return f
 }
 
-// pairHash maps a byte pair into 0..4095.
-func pairHash(a, b byte) uint {
-	return (uint(a)<<5 ^ uint(b)) & 4095
+// tripleHash maps a byte triple into 0..8191 (Fibonacci hashing of the packed bytes).
+func tripleHash(a, b, c byte) uint {
+	return uint((uint32(a) | uint32(b)<<8 | uint32(c)<<16) * 2654435761 >> 19)
 }
 
 // contains reports whether fragment occurs in the text.
 func (f *folded) contains(fragment string) bool {
-	for i := 0; i+1 < len(fragment); i++ {
-		h := pairHash(fragment[i], fragment[i+1])
-		if f.pairs[h>>6]&(1<<(h&63)) == 0 {
+	for i := 0; i+2 < len(fragment); i++ {
+		h := tripleHash(fragment[i], fragment[i+1], fragment[i+2])
+		if f.triples[h>>6]&(1<<(h&63)) == 0 {
 			return false
 		}
 	}

@@ -249,38 +249,39 @@ func protoDuration(v gjson.Result) (time.Duration, bool) {
 // number there may also be an epoch time (as in reset headers).
 var bodyFields = [...]struct {
 	path  string
+	key   string // the field's own name and closing quote: a body without it skips the JSON walk
 	unit  time.Duration
 	reset bool
 }{
-	{"retry_after_ms", time.Millisecond, false},
-	{"error.retry_after_ms", time.Millisecond, false},
-	{"retryAfterMs", time.Millisecond, false},
-	{"error.retryAfterMs", time.Millisecond, false},
-	{"retry_after", time.Second, false},
-	{"error.retry_after", time.Second, false},
-	{"retryAfter", time.Second, false},
-	{"error.retryAfter", time.Second, false},
-	{"retry_after_seconds", time.Second, false},
-	{"error.retry_after_seconds", time.Second, false},
-	{"resets_in_seconds", time.Second, false}, // Codex usage_limit_reached
-	{"error.resets_in_seconds", time.Second, false},
-	{"retryDelay", time.Second, false},
-	{"error.retryDelay", time.Second, false},
-	{"error.details.#.retryDelay", time.Second, false}, // a RetryInfo-shaped detail without its @type
-	{"retry_at", time.Second, true},
-	{"error.retry_at", time.Second, true},
-	{"retryAt", time.Second, true},
-	{"error.retryAt", time.Second, true},
-	{"resets_at", time.Second, true}, // Codex usage_limit_reached
-	{"error.resets_at", time.Second, true},
-	{"reset_at", time.Second, true},
-	{"error.reset_at", time.Second, true},
-	{"resetAt", time.Second, true},
-	{"error.resetAt", time.Second, true},
-	{"reset_time", time.Second, true},
-	{"error.reset_time", time.Second, true},
-	{"resetTime", time.Second, true},
-	{"error.resetTime", time.Second, true},
+	{"retry_after_ms", `retry_after_ms"`, time.Millisecond, false},
+	{"error.retry_after_ms", `retry_after_ms"`, time.Millisecond, false},
+	{"retryAfterMs", `retryAfterMs"`, time.Millisecond, false},
+	{"error.retryAfterMs", `retryAfterMs"`, time.Millisecond, false},
+	{"retry_after", `retry_after"`, time.Second, false},
+	{"error.retry_after", `retry_after"`, time.Second, false},
+	{"retryAfter", `retryAfter"`, time.Second, false},
+	{"error.retryAfter", `retryAfter"`, time.Second, false},
+	{"retry_after_seconds", `retry_after_seconds"`, time.Second, false},
+	{"error.retry_after_seconds", `retry_after_seconds"`, time.Second, false},
+	{"resets_in_seconds", `resets_in_seconds"`, time.Second, false}, // Codex usage_limit_reached
+	{"error.resets_in_seconds", `resets_in_seconds"`, time.Second, false},
+	{"retryDelay", `retryDelay"`, time.Second, false},
+	{"error.retryDelay", `retryDelay"`, time.Second, false},
+	{"error.details.#.retryDelay", `retryDelay"`, time.Second, false}, // a RetryInfo-shaped detail without its @type
+	{"retry_at", `retry_at"`, time.Second, true},
+	{"error.retry_at", `retry_at"`, time.Second, true},
+	{"retryAt", `retryAt"`, time.Second, true},
+	{"error.retryAt", `retryAt"`, time.Second, true},
+	{"resets_at", `resets_at"`, time.Second, true}, // Codex usage_limit_reached
+	{"error.resets_at", `resets_at"`, time.Second, true},
+	{"reset_at", `reset_at"`, time.Second, true},
+	{"error.reset_at", `reset_at"`, time.Second, true},
+	{"resetAt", `resetAt"`, time.Second, true},
+	{"error.resetAt", `resetAt"`, time.Second, true},
+	{"reset_time", `reset_time"`, time.Second, true},
+	{"error.reset_time", `reset_time"`, time.Second, true},
+	{"resetTime", `resetTime"`, time.Second, true},
+	{"error.resetTime", `resetTime"`, time.Second, true},
 }
 
 // bodyField reads the first untyped hint field present that holds a usable delay.
@@ -288,7 +289,14 @@ func bodyField(json string, now time.Time) (time.Duration, bool) {
 	if !strings.Contains(json, "retry") && !strings.Contains(json, "reset") && !strings.Contains(json, "Reset") {
 		return 0, false // every field name holds one of these: skip the JSON walks
 	}
+	lastKey, present := "", false
 	for _, f := range bodyFields {
+		if f.key != lastKey {
+			lastKey, present = f.key, strings.Contains(json, f.key)
+		}
+		if !present {
+			continue // one substring scan instead of a JSON walk
+		}
 		v := gjson.Get(json, f.path)
 		if v.IsArray() { // the details query: take the first element
 			v = v.Get("0")
