@@ -203,7 +203,7 @@ func decide(r record, now int64) Decision {
 // nothing. On a clean provider it writes nothing. It returns the state after the update.
 func (b *Breaker) RecordSuccess(p Provider, a Attempt) (State, error) {
 	x := a.internal()
-	return b.apply(p, "record success", func(r record) record { return r.afterSuccess(p.cfg, x) })
+	return b.apply(p, "record success", func(r record) record { return r.afterSuccess(&p.cfg, x) })
 }
 
 // RecordFailure reports attempt a's failure. A verdict that KindOf does not count
@@ -242,7 +242,7 @@ func (b *Breaker) RecordKind(p Provider, k Kind, a Attempt) (State, error) {
 		if k == KindNone {
 			return r
 		}
-		return r.afterFailure(p.cfg, k, now, x)
+		return r.afterFailure(&p.cfg, k, now, x)
 	})
 }
 

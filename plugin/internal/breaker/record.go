@@ -156,7 +156,7 @@ type attempt struct {
 
 // afterFailure is the record after a counted failure of kind k at time now (on a
 // refreshed record).
-func (r record) afterFailure(c Config, k Kind, now int64, a attempt) record {
+func (r record) afterFailure(c *Config, k Kind, now int64, a attempt) record {
 	if !r.decides(a) {
 		return r
 	}
@@ -176,7 +176,7 @@ func (r record) afterFailure(c Config, k Kind, now int64, a attempt) record {
 }
 
 // opened moves the record to OPEN for the next escalation cycle.
-func (r record) opened(c Config, k Kind, now int64) record {
+func (r record) opened(c *Config, k Kind, now int64) record {
 	r.state = Open
 	r.cycles = min(r.cycles+1, maxCycles)
 	r.successes, r.probeUntil = 0, 0
@@ -187,7 +187,7 @@ func (r record) opened(c Config, k Kind, now int64) record {
 }
 
 // afterSuccess is the record after a successful attempt (on a refreshed record).
-func (r record) afterSuccess(c Config, a attempt) record {
+func (r record) afterSuccess(c *Config, a attempt) record {
 	if !r.decides(a) {
 		return r
 	}
