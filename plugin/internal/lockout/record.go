@@ -203,8 +203,6 @@ func (l lock) encode() []byte {
 		Bytes()
 }
 
-func decodeLock(b []byte) (lock, error) { return decodeLockOf(b, nil) }
-
 // decodeLockOf decodes a stored lock. With want set, a lock whose name is want's reuses
 // want's name instead of copying it out of the record (no allocation on the read path).
 func decodeLockOf(b []byte, want *indexEntry) (lock, error) {
