@@ -12,12 +12,13 @@
 // 401s and request_rejected are reported as reasons, and the connection layer turns the
 // ExpiredRetryMax-th / RequestRejectedStreak-th in a row into a terminal state.
 //
-// Rate limits and quotas (guide §2, §4, classify429): a 429 is quota_exhausted only when its
-// body names an exhausted quota in so many words — a daily, weekly, monthly or session cap,
-// a subscription usage limit — or when generic quota words come with an upstream wait of at
-// least QuotaScaleHint; a shorter upstream wait makes it a rate limit whatever the words.
-// A quota verdict carries its window (Verdict.QuotaWindow): the reset the upstream announced,
-// else midnight in Options.QuotaResetLocation for a daily quota, else QuotaTextCooldown.
+// Rate limits and quotas (guide §2, §3, §4, classify429): a 429 or 403 is quota_exhausted
+// only when its body names an exhausted quota in so many words — a daily, weekly, monthly or
+// session cap, a subscription usage limit — or, on a 429, when generic quota words come with
+// an upstream wait of at least QuotaScaleHint; a shorter upstream wait makes a 429 a rate
+// limit whatever the words, except for subscription usage-limit text. A quota verdict
+// carries its window (Verdict.QuotaWindow): the reset the upstream announced, else midnight
+// in Options.QuotaResetLocation for a daily quota, else QuotaTextCooldown.
 // Exhausted credits, balances and free tiers are credits_exhausted, terminal.
 //
 // A failure that concerns only the model — a 400, 404 or 410 naming a missing or retired
@@ -316,6 +317,11 @@ func (c *Classifier) generic(a *attempt, in Input) failure.Verdict {
 	case s == 403:
 		if in.Profile == policies.ProfileOAuth && a.folded.anyOf(requestRejectedSignals) {
 			return newVerdict(s, failure.ReasonRequestRejected)
+		}
+		if daily := a.folded.anyOf(dailyQuotaSignals); daily || a.folded.anyOf(subscriptionSignals) || a.folded.anyOf(quotaSignals) {
+			// A quota signal (guide §3: 429 / 403 / 402 are quota or entitlement signals):
+			// Google APIs answer an exhausted daily quota with 403 "Daily Limit Exceeded".
+			return c.quota(a, daily, in.Now)
 		}
 		// A generic 403 stays recoverable (guide: not terminal unless classified so).
 		return newVerdict(s, failure.ReasonAuthError)

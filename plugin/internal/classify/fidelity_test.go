@@ -83,6 +83,26 @@ func TestQuotaNeedsAPhraseNotWords(t *testing.T) {
 	})
 }
 
+func TestQuotaWordingOnA403IsAQuota(t *testing.T) {
+	// guide §3: "429 / 403 / 402 — een quota- of entitlement-signaal". A 403 that names an
+	// exhausted quota is quota_exhausted with its window, not a recoverable auth error; a
+	// 403 without such wording stays one.
+	quota403 := func(d time.Duration) failure.Verdict {
+		v := quotaFor(d)
+		v.Status = 403
+		return v
+	}
+	runCases(t, New(nil, nil), []classifyCase{
+		{"Google API 403 Daily Limit Exceeded: daily quota until UTC midnight", "google", apikey, 403, false, nil,
+			`{"error":{"code":403,"message":"Daily Limit Exceeded. The quota will be reset at midnight Pacific Time (PT).","status":"PERMISSION_DENIED"}}`,
+			quota403(12 * time.Hour)},
+		{"403 monthly quota: the quota-text cooldown", "x", apikey, 403, false, nil, monthlyQuota, quota403(QuotaTextCooldown)},
+		{"403 permission denied: recoverable auth error", "x", apikey, 403, false, nil,
+			`{"error":{"message":"Permission denied for this project","status":"PERMISSION_DENIED"}}`,
+			failure.Verdict{Status: 403, Reason: failure.ReasonAuthError, Fallback: true, Scope: failure.ScopeQuotaFamily}},
+	})
+}
+
 func TestExhaustedFreeTiersAreCreditsExhausted(t *testing.T) {
 	// guide §2 (terminal credits_exhausted; CREDITS_EXHAUSTED_SIGNALS "free tier of the model
 	// has been exhausted", "tier has been exhausted"), in each major provider's wording:
