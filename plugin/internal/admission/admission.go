@@ -160,6 +160,7 @@ type operation struct {
 	gotID      uint64
 	waiters    bool
 	modelBound bool // not granted: only the model's cap refused
+	queued     int  // opAdmit refused as full: the tickets waiting
 }
 
 // New returns an Admitter over store and clock.
@@ -176,8 +177,8 @@ func New(store state.Store, clock state.Clock) *Admitter {
 func (a *Admitter) CorruptRecords() uint64 { return a.corrupt }
 
 // Admit asks for a slot for a new request for model on g. It returns a granted Lease, or a
-// Ticket when the request must wait, or ErrQueueFull when maxQueueDepth requests already
-// wait. A request no cap applies to gets an empty lease without touching shared data.
+// Ticket when the request must wait, or an *Error matching ErrQueueFull (naming the limit,
+// the model and the real queue length) when maxQueueDepth requests already wait. A request no cap applies to gets an empty lease without touching shared data.
 // A newcomer never overtakes an older waiting ticket that fits.
 func (a *Admitter) Admit(g *Gate, model string) (Result, error) {
 	hash, modelCap := g.modelLimit(model)
@@ -204,7 +205,7 @@ func (a *Admitter) Admit(g *Gate, model string) (Result, error) {
 		a.releaseUpper(g, nowMs, upper)
 		return Result{}, fmt.Errorf("admission: admit on %s: %w", g, err)
 	}
-	out, id, modelBound := a.op.out, a.op.gotID, a.op.modelBound // releaseUpper reuses a.op
+	out, id, modelBound, queued := a.op.out, a.op.gotID, a.op.modelBound, a.op.queued // releaseUpper reuses a.op
 	res := Result{Wake: upper.wake}
 	if out == outGranted {
 		res.Granted = true
@@ -215,12 +216,12 @@ func (a *Admitter) Admit(g *Gate, model string) (Result, error) {
 	if out == outFull {
 		switch {
 		case modelBound:
-			return res, ErrSemaphoreQueueFull
+			return res, semaphoreQueueFull(g, model, queued)
 		case g.failOpen:
 			res.Granted, res.Lease, res.FailedOpen = true, Lease{gate: g}, true
 			return res, nil
 		}
-		return res, ErrQueueFull
+		return res, queueFull(g, model, queued)
 	}
 	res.Ticket = Ticket{
 		gate: g, id: id, model: hash, modelCap: modelCap,
@@ -433,7 +434,7 @@ func (a *Admitter) peekTurn(g *Gate, nowMs int64, tk ticket, queued bool) (fits,
 // connUpdate is the state.UpdateFunc of every connection-record operation.
 func (a *Admitter) connUpdate(cur []byte, found bool) ([]byte, state.Mutation, error) {
 	op := &a.op
-	op.out, op.gotID, op.waiters, op.modelBound = outNone, 0, false, false
+	op.out, op.gotID, op.waiters, op.modelBound, op.queued = outNone, 0, false, false, 0
 	g := op.gate
 	r := &a.conn
 	dirty := a.loadConn(cur, found, op.nowMs)
@@ -448,7 +449,7 @@ func (a *Admitter) connUpdate(cur []byte, found bool) ([]byte, state.Mutation, e
 			return a.write()
 		}
 		if d := g.queue.MaxQueueDepth; d > 0 && len(r.tickets) >= d {
-			op.out = outFull
+			op.out, op.queued = outFull, len(r.tickets)
 			return a.keepUnless(dirty)
 		}
 		op.out, op.gotID = outQueued, r.nextID

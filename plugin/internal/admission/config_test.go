@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -141,5 +142,56 @@ func TestGateReplies(t *testing.T) {
 	}
 	if _, ok := g.Reply(errors.New("store down")); ok {
 		t.Error("a store error became a client reply")
+	}
+}
+
+func TestQueueFullNamesTheLimitTheTargetAndTheRealQueue(t *testing.T) {
+	// guide §5: a request beyond maxQueueDepth gets RATE_LIMIT_QUEUE_FULL at once; the reply
+	// says which limit, on which provider connection and model, and how many really wait —
+	// which can exceed the limit when it was lowered while requests waited.
+	w := newWorld(1)
+	queue := QueueConfig{MaxWait: 30 * time.Second, ExecutionMaxWait: 10 * time.Minute}
+	unbounded := mustGate(t, GateConfig{Provider: "glm", Connection: "glm-a", MaxConcurrent: 1, Queue: queue})
+	queue.MaxQueueDepth = 5
+	bounded := mustGate(t, GateConfig{Provider: "glm", Connection: "glm-a", MaxConcurrent: 1, Queue: queue})
+	if r, err := w.workers[0].Admit(unbounded, "glm-5"); err != nil || !r.Granted {
+		t.Fatalf("first admit: %+v %v", r, err)
+	}
+	for i := range 7 { // queued under the old, unbounded setting
+		if r, err := w.workers[0].Admit(unbounded, "glm-5"); err != nil || r.Granted {
+			t.Fatalf("queue %d: %+v %v", i, r, err)
+		}
+	}
+	_, err := w.workers[0].Admit(bounded, "glm-5")
+	var full *Error
+	if !errors.Is(err, ErrQueueFull) || !errors.As(err, &full) {
+		t.Fatalf("admit past the depth: %v, want RATE_LIMIT_QUEUE_FULL", err)
+	}
+	want := Error{Code: "RATE_LIMIT_QUEUE_FULL", Status: 429, Provider: "glm", Connection: "glm-a", Model: "glm-5", Limit: 5, Queued: 7}
+	got := *full
+	got.msg = ""
+	if got != want {
+		t.Fatalf("error %+v, want %+v", got, want)
+	}
+	if !strings.Contains(err.Error(), `"glm-5"`) || !strings.Contains(err.Error(), "7 waiting") || !strings.Contains(err.Error(), "maxQueueDepth 5") {
+		t.Fatalf("error text %q", err)
+	}
+	r, ok := bounded.Reply(err)
+	var body struct {
+		Error struct {
+			Code, Provider, Connection, Model string
+			MaxQueueDepth                     int `json:"max_queue_depth"`
+			QueueLength                       int `json:"queue_length"`
+		}
+	}
+	if !ok || r.Status != 429 || json.Unmarshal(r.Body, &body) != nil {
+		t.Fatalf("reply %d %s", r.Status, r.Body)
+	}
+	if b := body.Error; b.Code != "RATE_LIMIT_QUEUE_FULL" || b.Provider != "glm" || b.Connection != "glm-a" || b.Model != "glm-5" ||
+		b.MaxQueueDepth != 5 || b.QueueLength != 7 {
+		t.Fatalf("reply body %s", r.Body)
+	}
+	if errors.Is(err, ErrQueueTimeout) {
+		t.Fatal("a queue-full error matches the queue timeout")
 	}
 }

@@ -2,21 +2,56 @@ package admission
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/replies"
 )
 
 // Error is a typed admission refusal with the code and HTTP status the client receives.
+// errors.Is matches it to the sentinel of its code (ErrQueueFull, ...).
 type Error struct {
 	Code   string // stable error.code (replies.Code*)
 	Status int    // HTTP status
 	msg    string
+
+	// Where and why, for RATE_LIMIT_QUEUE_FULL from Admit (the sentinels leave them empty).
+	Provider, Connection, Model string
+	Limit                       int // maxQueueDepth
+	Queued                      int // requests waiting when this one was refused
 }
 
 // Error implements error.
 func (e *Error) Error() string { return e.msg }
 
-// The admission refusals (guide §5).
+// Is reports whether target is an admission error with the same code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// queueFull is Admit's RATE_LIMIT_QUEUE_FULL refusal, naming the limit, where it applies
+// and the queue's real length.
+func queueFull(g *Gate, model string, queued int) *Error {
+	return &Error{
+		Code: replies.CodeQueueFull, Status: 429,
+		msg: fmt.Sprintf("admission: request queue of %s full for model %q: %d waiting, maxQueueDepth %d (RATE_LIMIT_QUEUE_FULL)",
+			g, model, queued, g.queue.MaxQueueDepth),
+		Provider: g.provider, Connection: g.connection, Model: model, Limit: g.queue.MaxQueueDepth, Queued: queued,
+	}
+}
+
+// semaphoreQueueFull is Admit's SEMAPHORE_QUEUE_FULL refusal: only the model's cap keeps the
+// request waiting and the queue is full (the per-model gate, guide §4).
+func semaphoreQueueFull(g *Gate, model string, queued int) *Error {
+	return &Error{
+		Code: replies.CodeSemaphoreQueueFull, Status: 429,
+		msg: fmt.Sprintf("admission: model gate of %s full for model %q: %d waiting, maxQueueDepth %d (SEMAPHORE_QUEUE_FULL)",
+			g, model, queued, g.queue.MaxQueueDepth),
+		Provider: g.provider, Connection: g.connection, Model: model, Limit: g.queue.MaxQueueDepth, Queued: queued,
+	}
+}
+
+// The admission refusals (guide §4 and §5).
 var (
 	// ErrQueueFull: the connection's queue already holds maxQueueDepth requests; this one
 	// was refused before queuing.
@@ -38,11 +73,19 @@ var (
 func (g *Gate) Reply(err error) (reply replies.Reply, ok bool) {
 	switch {
 	case errors.Is(err, ErrQueueFull):
-		return replies.QueueFull(g.provider, g.connection, g.queue.MaxQueueDepth), true
+		full := &Error{Provider: g.provider, Connection: g.connection, Limit: g.queue.MaxQueueDepth, Queued: g.queue.MaxQueueDepth}
+		if e := (*Error)(nil); errors.As(err, &e) && e.Provider != "" {
+			full = e
+		}
+		return replies.QueueFull(full.Provider, full.Connection, full.Model, full.Limit, full.Queued), true
 	case errors.Is(err, ErrQueueTimeout):
 		return replies.QueueTimeout(g.provider, g.connection, g.queue.MaxWait), true
 	case errors.Is(err, ErrSemaphoreQueueFull):
-		return replies.SemaphoreQueueFull(g.provider, g.connection, g.queue.MaxQueueDepth), true
+		model, queued := "", g.queue.MaxQueueDepth
+		if e := (*Error)(nil); errors.As(err, &e) && e.Provider != "" {
+			model, queued = e.Model, e.Queued
+		}
+		return replies.SemaphoreQueueFull(g.provider, g.connection, model, g.queue.MaxQueueDepth, queued), true
 	case errors.Is(err, ErrSemaphoreTimeout):
 		return replies.SemaphoreTimeout(g.provider, g.connection, g.queue.MaxWait), true
 	case errors.Is(err, ErrExecutionTimeout):

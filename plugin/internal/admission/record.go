@@ -10,19 +10,19 @@ import (
 // record hands them out from its own counter under CAS, and a fresh record seeds the counter
 // from the clock so handles from a lost record never collide with new ids.
 //
-// Connection record ('C', v1), one per provider connection, holds the connection's live
+// Connection record (state.KindAdmissionConn 'Q', v1), one per provider connection, holds the connection's live
 // leases (each tagged with its model's hash, so the per-model caps are counted in the same
 // atomic write as the connection cap) and the FIFO of waiting tickets:
 //
 //	nextID, nLeases, {id, deadlineMs, model}*, nTickets, {id, enqueuedMs, deadlineMs, model, modelCap}*
 //
-// Pool record ('P', v1), one for the global gate and one per provider, holds leases and the
+// Pool record (state.KindAdmissionPool 'P', v1), one for the global gate and one per provider, holds leases and the
 // time until which some ticket may be waiting for the pool:
 //
 //	nextID, contendedUntilMs, nLeases, {id, deadlineMs}*
 const (
-	connKind    = 'C'
-	poolKind    = 'P'
+	connKind    = state.KindAdmissionConn
+	poolKind    = state.KindAdmissionPool
 	codecV1     = 1
 	idSeedShift = 20 // a fresh record's first id is nowMs << 20
 )

@@ -17,7 +17,7 @@ const MaxSlots = 1 << 20
 // bytes 8..15 and 16..23), provider, connection (strings), last use (signed varint, Unix
 // milliseconds).
 const (
-	kindPin    = 'A'
+	kindPin    = state.KindAffinityPin
 	pinVersion = 1
 	maxIDBytes = 1024 // a stored provider or connection id longer than this is corrupt
 )
@@ -49,16 +49,20 @@ type Pin struct {
 	Connection string
 	// LastUse is when the pin was last written.
 	LastUse time.Time
+
+	place uint8 // which of the session's two slots Record writes: 0 = unknown (the first), 1 or 2
 }
 
 // IsZero reports whether there is no pin.
 func (p Pin) IsZero() bool { return p.Connection == "" }
 
-// Table is the shared pin table. Pins live in a fixed number of shared-data slots chosen by
-// the key's hash (shared data has no delete, so one key per session would grow without
-// bound); each slot remembers its session's fingerprint, and a newer session that hashes to
-// an occupied slot takes it over. A Table is one worker's handle; not safe for concurrent
-// use.
+// Table is the shared pin table. Pins live in a fixed number of shared-data slots (shared
+// data has no delete, so one key per session would grow without bound). Each session has two
+// slots chosen by independent parts of its key's hash, and each slot remembers its session's
+// fingerprint: a session's pin goes to whichever of its two slots is free (empty, expired or
+// already its own), else to the one used least recently. Two sessions that collide on one
+// slot therefore both keep their pins; only a session whose two slots are both held by live
+// sessions displaces one of them. A Table is one worker's handle; not safe for concurrent use.
 type Table struct {
 	store   state.Store
 	clock   state.Clock
@@ -99,8 +103,25 @@ func New(store state.Store, clock state.Clock, cfg Config) (*Table, error) {
 // Enabled reports whether affinity is on (TTL above 0).
 func (t *Table) Enabled() bool { return t.ttl > 0 }
 
-func (t *Table) slotKey(k Key) string {
-	slot := binary.BigEndian.Uint64(k.digest[:8]) % t.slots
+// slots returns the session's two slots (equal only in a one-slot table).
+func (t *Table) slotsOf(k Key) (uint64, uint64) {
+	first := binary.BigEndian.Uint64(k.digest[:8]) % t.slots
+	second := binary.BigEndian.Uint64(k.digest[8:16]) % t.slots
+	if second == first {
+		second = (first + 1) % t.slots
+	}
+	return first, second
+}
+
+// slotKey is the key of the session's first slot.
+func (t *Table) slotKey(k Key) string { return t.keyOf(k, 1) }
+
+// keyOf is the key of the session's slot at place (1 or 2; 0 means the first).
+func (t *Table) keyOf(k Key, place uint8) string {
+	slot, second := t.slotsOf(k)
+	if place == 2 {
+		slot = second
+	}
 	var b [32]byte
 	return string(strconv.AppendUint(append(b[:0], state.KeyPrefix+"aff:"...), slot, 10))
 }
@@ -110,44 +131,81 @@ func fingerprint(k Key) (uint64, uint64) {
 	return binary.BigEndian.Uint64(k.digest[8:16]), binary.BigEndian.Uint64(k.digest[16:24])
 }
 
-// Lookup returns the session's live pin: none when affinity is off, the key is zero, the
-// slot is empty, holds another session's pin, holds a corrupt record, or the pin's last use
-// is TTL or more ago. The error reports a shared-data failure (serve without affinity).
+// Lookup returns the session's live pin: none when affinity is off, the key is zero, or
+// neither of the session's slots holds its live pin (a slot may be empty, hold another
+// session's pin or a corrupt record, or a pin last used TTL or more ago). The returned Pin,
+// even a zero one, tells Record which slot to write. The error reports a shared-data
+// failure (serve without affinity). A session pinned in its first slot costs one read.
 func (t *Table) Lookup(k Key) (Pin, error) {
 	if !t.Enabled() || k.IsZero() {
 		return Pin{}, nil
 	}
-	b, _, found, err := t.store.Get(t.slotKey(k))
+	now := t.clock.Now()
+	first, err := t.readSlot(k, 1, now)
+	if err != nil || first.own {
+		return first.pin, err
+	}
+	if t.slots == 1 {
+		return Pin{place: 1}, nil
+	}
+	second, err := t.readSlot(k, 2, now)
+	if err != nil || second.own {
+		return second.pin, err
+	}
+	// No pin: choose where Record puts one. A free slot first; else the slot whose holder
+	// was used least recently.
+	switch {
+	case first.free:
+		return Pin{place: 1}, nil
+	case second.free:
+		return Pin{place: 2}, nil
+	case second.lastUse < first.lastUse:
+		return Pin{place: 2}, nil
+	}
+	return Pin{place: 1}, nil
+}
+
+// slotState is what one of a session's slots holds for it.
+type slotState struct {
+	own     bool  // the session's live pin (in pin)
+	free    bool  // empty, corrupt, expired, or the session's own expired pin
+	lastUse int64 // the other session's last use (Unix ms), when neither
+	pin     Pin
+}
+
+// readSlot reads the session's slot at place. It allocates only for the session's own pin.
+func (t *Table) readSlot(k Key, place uint8, now time.Time) (slotState, error) {
+	b, _, found, err := t.store.Get(t.keyOf(k, place))
 	if err != nil {
-		return Pin{}, fmt.Errorf("affinity: lookup: %w", err)
+		return slotState{}, fmt.Errorf("affinity: lookup: %w", err)
 	}
 	if !found {
-		return Pin{}, nil
+		return slotState{free: true}, nil
 	}
 	d := state.NewDecoder(b, kindPin, pinVersion)
 	fp1, fp2 := d.Uint(), d.Uint()
-	provider, connection, lastMs := d.String(), d.String(), d.Int()
-	want1, want2 := fingerprint(k)
-	if d.Err() != nil || fp1 != want1 || fp2 != want2 || connection == "" ||
-		len(provider) > maxIDBytes || len(connection) > maxIDBytes {
-		return Pin{}, nil // absent, another session's, or corrupt: no pin
+	provider, connection, lastMs := d.View(), d.View(), d.Int()
+	if d.Err() != nil || len(connection) == 0 || len(provider) > maxIDBytes || len(connection) > maxIDBytes {
+		return slotState{free: true}, nil // corrupt
 	}
-	now := t.clock.Now()
 	last := time.UnixMilli(lastMs)
 	if last.After(now) {
 		last = now
 	}
 	if now.Sub(last) >= t.ttl {
-		return Pin{}, nil
+		return slotState{free: true}, nil // expired, whoever's it was
 	}
-	return Pin{Provider: provider, Connection: connection, LastUse: last}, nil
+	if want1, want2 := fingerprint(k); fp1 != want1 || fp2 != want2 {
+		return slotState{lastUse: last.UnixMilli()}, nil // another live session's
+	}
+	return slotState{own: true, pin: Pin{Provider: string(provider), Connection: string(connection), LastUse: last, place: place}}, nil
 }
 
 // Record pins the session to the connection a request was dispatched to. seen is the pin
-// Lookup returned for this request: when it already names this connection and was used
-// less than the refresh interval ago, nothing is written. Otherwise the slot is written
-// unconditionally (the latest dispatch wins, whichever worker made it). It reports whether
-// it wrote.
+// Lookup returned for this request (it names the slot to write): when it already names this
+// connection and was used less than the refresh interval ago, nothing is written. Otherwise
+// the slot is written unconditionally (the latest dispatch wins, whichever worker made it).
+// It reports whether it wrote.
 func (t *Table) Record(k Key, provider, connection string, seen Pin) (bool, error) {
 	if !t.Enabled() || k.IsZero() || connection == "" {
 		return false, nil
@@ -163,7 +221,7 @@ func (t *Table) Record(k Key, provider, connection string, seen Pin) (bool, erro
 	e := state.NewEncoder(t.buf, kindPin, pinVersion)
 	e.Uint(fp1).Uint(fp2).String(provider).String(connection).Int(now.UnixMilli())
 	t.buf = e.Bytes()
-	if err := t.store.Set(t.slotKey(k), t.buf, 0); err != nil {
+	if err := t.store.Set(t.keyOf(k, seen.place), t.buf, 0); err != nil {
 		return false, fmt.Errorf("affinity: record: %w", err)
 	}
 	return true, nil

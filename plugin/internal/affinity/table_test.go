@@ -2,6 +2,7 @@ package affinity
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -201,6 +202,80 @@ func TestSlotCollisionTakesOver(t *testing.T) {
 	}
 	if pin, _ := tab.Lookup(b); pin.Connection != "c2" {
 		t.Fatalf("session b pin = %+v", pin)
+	}
+}
+
+// colliding returns n session keys whose first slots are the same in a table of slots.
+func colliding(t *testing.T, tab *Table, n int) []Key {
+	t.Helper()
+	want, _ := tab.slotsOf(mustKey(t, "s0"))
+	keys := []Key{mustKey(t, "s0")}
+	for i := 1; len(keys) < n && i < 1_000_000; i++ {
+		k := mustKey(t, fmt.Sprintf("s%d", i))
+		if first, _ := tab.slotsOf(k); first == want {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) < n {
+		t.Fatal("no colliding keys found")
+	}
+	return keys
+}
+
+func TestCollidingSessionsBothKeepTheirPins(t *testing.T) {
+	// guide "Sessieaffiniteit": a pin keeps a multi-turn agent on its connection. Two live
+	// sessions whose keys share a slot must not evict each other on every turn (each losing
+	// its pin, so both hop connections): each session has a second slot.
+	tab, store, clock := newTable(t, Config{TTL: time.Hour, RefreshInterval: time.Second, Slots: 64})
+	keys := colliding(t, tab, 2)
+	a, b := keys[0], keys[1]
+	pinOf := map[Key]string{a: "conn-a", b: "conn-b"}
+	for turn := 0; turn < 6; turn++ {
+		for _, k := range []Key{a, b} {
+			pin, err := tab.Lookup(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if turn > 0 && pin.Connection != pinOf[k] {
+				t.Fatalf("turn %d: session %s lost its pin: %+v", turn, pinOf[k], pin)
+			}
+			if _, err := tab.Record(k, "p", pinOf[k], pin); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clock.Advance(2 * time.Second) // past the refresh interval: every turn refreshes
+	}
+	if store.sets != 2*6 {
+		t.Fatalf("%d writes, want one per session and turn", store.sets)
+	}
+}
+
+func TestThirdCollidingSessionDisplacesTheLeastRecentlyUsed(t *testing.T) {
+	// With both of a session's slots held by live sessions, the one used least recently
+	// gives way.
+	tab, _, clock := newTable(t, Config{TTL: time.Hour, Slots: 2}) // two slots: everyone collides
+	a, b, c := mustKey(t, "a"), mustKey(t, "b"), mustKey(t, "c")
+	for _, s := range []struct {
+		k    Key
+		conn string
+	}{{a, "conn-a"}, {b, "conn-b"}} {
+		pin, _ := tab.Lookup(s.k)
+		tab.Record(s.k, "p", s.conn, pin)
+		clock.Advance(time.Minute)
+	}
+	if pa, _ := tab.Lookup(a); pa.Connection != "conn-a" {
+		t.Fatalf("a lost its pin before c came: %+v", pa)
+	}
+	pin, _ := tab.Lookup(c)
+	if !pin.IsZero() {
+		t.Fatalf("c has a pin before pinning: %+v", pin)
+	}
+	tab.Record(c, "p", "conn-c", pin)
+	pa, _ := tab.Lookup(a)
+	pb, _ := tab.Lookup(b)
+	pc, _ := tab.Lookup(c)
+	if !pa.IsZero() || pb.Connection != "conn-b" || pc.Connection != "conn-c" {
+		t.Fatalf("after c: a %+v b %+v c %+v; want a (least recently used) displaced", pa, pb, pc)
 	}
 }
 

@@ -51,7 +51,7 @@ func BenchmarkRecordSuccessAbsent(b *testing.B) {
 	p := provider(b, "prov", policies.ProfileAPIKey, nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := e.b.RecordSuccess(p); err != nil {
+		if _, err := e.b.RecordSuccess(p, Attempt{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -63,7 +63,7 @@ func BenchmarkRecordFailure(b *testing.B) {
 	p := provider(b, "prov", policies.ProfileAPIKey, bigThresholds)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := e.b.RecordFailure(p, verdict503); err != nil {
+		if _, err := e.b.RecordFailure(p, verdict503, Attempt{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -79,7 +79,7 @@ func BenchmarkRecordFailureOpenCycle(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		for i := 0; i < 12; i++ {
-			if _, err := br.RecordFailure(p, verdict503); err != nil {
+			if _, err := br.RecordFailure(p, verdict503, Attempt{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -87,7 +87,7 @@ func BenchmarkRecordFailureOpenCycle(b *testing.B) {
 		if d, err := br.Allow(p); err != nil || !d.Probe {
 			b.Fatal(d, err)
 		}
-		if _, err := br.RecordSuccess(p); err != nil {
+		if _, err := br.RecordSuccess(p, Attempt{}); err != nil {
 			b.Fatal(err)
 		}
 		clock.Advance(4 * time.Minute)

@@ -12,6 +12,14 @@
 // claimed by a CAS write that records a deadline, after which an unreported probe is
 // released. The probe's success closes the circuit; its failure reopens it, escalated.
 //
+// Only the probe decides HALF_OPEN. Every outcome is recorded with its Attempt (when it was
+// sent, and the Decision that let it through): an attempt sent before the circuit last
+// opened overlapped the outage, and its late failure or success changes nothing, in any
+// state — a late failure must not reopen a recovering circuit, nor a stale success close
+// it. A probe whose outcome is not provider-level (an account-level error, or a status
+// that is not one of the provider's trip statuses) gives the probe back at once, so the
+// next request probes instead of waiting out the claim.
+//
 // A success in CLOSED resets the failure count (failures count in a row); in DEGRADED it
 // takes RecoverySuccesses successes in a row, a passed connection test, or a quiet period
 // to return to CLOSED. The escalation level is forgotten after a quiet period too. A
@@ -114,7 +122,26 @@ type Decision struct {
 	// ReleaseProbe(p, thisDecision) if the attempt ended without a provider-level verdict.
 	Probe bool
 
-	claim int64 // the probe claim's deadline, which identifies the claim for ReleaseProbe
+	claim     int64 // the probe claim's deadline, which identifies the claim for ReleaseProbe
+	claimedAt int64 // when the probe was claimed (Unix ms)
+}
+
+// Attempt identifies the attempt an outcome belongs to. The zero Attempt is one of unknown
+// start that held no probe: it counts while the circuit is CLOSED or DEGRADED only.
+type Attempt struct {
+	// Started is when the attempt was sent; zero if unknown.
+	Started time.Time
+	// Decision is the Decision of Allow that let the attempt through (it holds the
+	// HALF_OPEN probe, if any); zero if Allow was not asked.
+	Decision Decision
+}
+
+func (a Attempt) internal() attempt {
+	x := attempt{probe: a.Decision.Probe, claimedAt: a.Decision.claimedAt}
+	if !a.Started.IsZero() {
+		x.started = a.Started.UnixMilli()
+	}
+	return x
 }
 
 // Allow decides whether a request may go to the provider now. On a store error it
@@ -147,7 +174,7 @@ func (b *Breaker) Allow(p Provider) (Decision, error) {
 	_, err = b.update(p, now, func(r record) record {
 		if r.state == HalfOpen && r.probeUntil == 0 {
 			r.probeUntil = now + p.cfg.ProbeTimeout.Milliseconds()
-			d = Decision{Allowed: true, State: HalfOpen, Probe: true, claim: r.probeUntil}
+			d = Decision{Allowed: true, State: HalfOpen, Probe: true, claim: r.probeUntil, claimedAt: now}
 			return r
 		}
 		d = decide(r, now)
@@ -170,43 +197,52 @@ func decide(r record, now int64) Decision {
 	return Decision{Allowed: true, State: r.state}
 }
 
-// RecordSuccess reports a successful attempt: it resets a CLOSED provider's failure
-// count, counts toward DEGRADED recovery, and closes a HALF_OPEN circuit. A success while
-// OPEN (a request sent before the circuit opened) changes nothing. It returns the state
-// after the update.
-func (b *Breaker) RecordSuccess(p Provider) (State, error) {
-	return b.apply(p, "record success", func(r record) record { return r.afterSuccess(p.cfg) })
+// RecordSuccess reports attempt a's success: it resets a CLOSED provider's failure count,
+// counts toward DEGRADED recovery, and — the probe's only — closes a HALF_OPEN circuit. A
+// success while OPEN, or of an attempt sent before the circuit last opened, changes
+// nothing. On a clean provider it writes nothing. It returns the state after the update.
+func (b *Breaker) RecordSuccess(p Provider, a Attempt) (State, error) {
+	x := a.internal()
+	return b.apply(p, "record success", func(r record) record { return r.afterSuccess(&p.cfg, x) })
 }
 
-// RecordFailure reports a failed attempt. Verdicts that KindOf does not count (account-
-// level failures, non-trip statuses) change nothing. A counted failure counts toward
-// DEGRADED and OPEN, reopens a HALF_OPEN circuit with an escalated period, and is ignored
-// while the circuit is OPEN. It returns the state after the update.
-func (b *Breaker) RecordFailure(p Provider, v failure.Verdict) (State, error) {
+// RecordFailure reports attempt a's failure. A verdict that KindOf does not count
+// (account-level failures, non-trip statuses) changes nothing, except that a probe it ended
+// is given back (see ReleaseProbe). A counted failure counts toward DEGRADED and OPEN, and
+// the probe's reopens a HALF_OPEN circuit with an escalated period; it is ignored while the
+// circuit is OPEN, in HALF_OPEN when it is not the probe's, and whenever the attempt was
+// sent before the circuit last opened. It returns the state after the update.
+func (b *Breaker) RecordFailure(p Provider, v failure.Verdict, a Attempt) (State, error) {
 	k := p.cfg.KindOf(v)
 	if k == KindNone {
 		if err := p.check(); err != nil {
 			return Closed, err
 		}
+		if a.Decision.Probe {
+			if err := b.ReleaseProbe(p, a.Decision); err != nil {
+				return Closed, err
+			}
+		}
 		st, err := b.Status(p)
 		return st.State, err
 	}
-	return b.RecordKind(p, k)
+	return b.RecordKind(p, k, a)
 }
 
-// RecordKind reports a provider-level failure of a known kind (for callers that classify
-// failures themselves, e.g. a transport error without a verdict). KindNone changes
-// nothing.
-func (b *Breaker) RecordKind(p Provider, k Kind) (State, error) {
+// RecordKind reports attempt a's provider-level failure of a known kind (for callers that
+// classify failures themselves, e.g. a transport error without a verdict), with the rules
+// of RecordFailure. KindNone changes nothing.
+func (b *Breaker) RecordKind(p Provider, k Kind, a Attempt) (State, error) {
 	if k >= kindCount {
 		return Closed, fmt.Errorf("breaker: record failure for %q: unknown kind %d", p.id, k)
 	}
 	now := b.nowMs()
+	x := a.internal()
 	return b.apply(p, "record failure", func(r record) record {
 		if k == KindNone {
 			return r
 		}
-		return r.afterFailure(p.cfg, k, now)
+		return r.afterFailure(&p.cfg, k, now, x)
 	})
 }
 

@@ -239,7 +239,7 @@ func TestEscalationOverOpenCycles(t *testing.T) {
 		if !d.Probe {
 			t.Fatalf("cycle %d: no probe after the OPEN period: %+v", cycle+1, d)
 		}
-		fail(t, e.b, p, 1, verdict503) // the probe fails
+		probeOutcome(t, e.b, p, d, e.clock.Now(), &verdict503) // the probe fails
 	}
 }
 
@@ -259,11 +259,13 @@ func TestEscalationKeptAcrossAQuickRecoveryAndForgottenAfterQuiet(t *testing.T) 
 			p := provider(t, "prov", policies.ProfileAPIKey, nil)
 			fail(t, e.b, p, 12, verdict503)
 			e.clock.Advance(30 * time.Second)
-			if d := allow(t, e.b, p); !d.Probe {
+			d := allow(t, e.b, p)
+			if !d.Probe {
 				t.Fatalf("no probe: %+v", d)
 			}
+			sent := e.clock.Now()
 			e.clock.Advance(time.Second)
-			if st := succeed(t, e.b, p, 1); st != Closed {
+			if st := probeOutcome(t, e.b, p, d, sent, nil); st != Closed {
 				t.Fatalf("probe success: %s, want CLOSED", st)
 			}
 			e.clock.Advance(tc.pause)
@@ -300,8 +302,7 @@ func TestCooldownByKind(t *testing.T) {
 		}
 		// The escalation applies to the kind's own cooldown.
 		e.clock.Advance(tc.want)
-		allow(t, e.b, p)
-		fail(t, e.b, p, 1, tc.v)
+		probeOutcome(t, e.b, p, allow(t, e.b, p), e.clock.Now(), &tc.v)
 		if s := status(t, e.b, p); s.RetryAfter != 2*tc.want {
 			t.Errorf("%+v: second cycle %v, want %v", tc.v, s.RetryAfter, 2*tc.want)
 		}
@@ -345,8 +346,20 @@ func TestHalfOpenProbe(t *testing.T) {
 		wantAllow bool                           // whether the next request (another worker) is allowed
 		wantRetry time.Duration                  // and its RetryAfter
 	}{
-		{"probe succeeds: closes", func(e *env, p Provider, _ Decision) { succeed(e.t(), e.b, p, 1) }, Closed, true, 0},
-		{"probe fails: reopens for 30 s × 2", func(e *env, p Provider, _ Decision) { fail(e.t(), e.b, p, 1, verdict503) }, Open, false, 60 * time.Second},
+		{"probe succeeds: closes", func(e *env, p Provider, probe Decision) {
+			probeOutcome(e.t(), e.b, p, probe, e.clock.Now(), nil)
+		}, Closed, true, 0},
+		{"probe fails: reopens for 30 s × 2", func(e *env, p Provider, probe Decision) {
+			probeOutcome(e.t(), e.b, p, probe, e.clock.Now(), &verdict503)
+		}, Open, false, 60 * time.Second},
+		// guide §1: only the probe decides HALF_OPEN ("Bij succes sluit de breaker, bij
+		// falen opent hij opnieuw") — not the outcome of an attempt that holds no probe.
+		{"a success without the probe changes nothing", func(e *env, p Provider, _ Decision) {
+			succeed(e.t(), e.b, p, 3)
+		}, HalfOpen, false, policies.BreakerProbeTimeout},
+		{"a failure without the probe changes nothing", func(e *env, p Provider, _ Decision) {
+			fail(e.t(), e.b, p, 3, verdict503)
+		}, HalfOpen, false, policies.BreakerProbeTimeout},
 		{"probe still running: others wait for its claim", func(*env, Provider, Decision) {}, HalfOpen, false, policies.BreakerProbeTimeout},
 		{"probe abandoned: claim lapses after the probe timeout", func(e *env, p Provider, _ Decision) { e.clock.Advance(policies.BreakerProbeTimeout) }, HalfOpen, true, 0},
 		{"probe released: next request probes at once", func(e *env, p Provider, probe Decision) {
@@ -368,9 +381,12 @@ func TestHalfOpenProbe(t *testing.T) {
 				e.t().Fatal(err)
 			}
 		}, HalfOpen, false, policies.BreakerProbeTimeout},
-		{"non-counting outcome (429) changes nothing", func(e *env, p Provider, _ Decision) {
+		{"non-counting outcome (429) without the probe changes nothing", func(e *env, p Provider, _ Decision) {
 			fail(e.t(), e.b, p, 1, failure.Verdict{Status: 429, Reason: failure.ReasonRateLimit})
 		}, HalfOpen, false, policies.BreakerProbeTimeout},
+		{"the probe's non-counting outcome (429) gives the probe back", func(e *env, p Provider, probe Decision) {
+			probeOutcome(e.t(), e.b, p, probe, e.clock.Now(), &failure.Verdict{Status: 429, Reason: failure.ReasonRateLimit})
+		}, HalfOpen, true, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -411,6 +427,124 @@ func TestOpenCircuitIgnoresStragglers(t *testing.T) {
 	}
 	if s := status(t, e.b, p); s.State != Open {
 		t.Fatalf("a connection test closed an OPEN circuit: %+v", s)
+	}
+}
+
+func TestLateOutcomesDoNotDecideRecovery(t *testing.T) {
+	// guide §1: HALF_OPEN lets one test request through; "bij succes sluit de breaker, bij
+	// falen opent hij opnieuw". An attempt sent while the circuit was still CLOSED and
+	// failing (or succeeding) late belongs to the outage, not to the recovery: it neither
+	// reopens a recovering circuit (with a higher backoff) nor closes it, nor counts once
+	// the probe closed it. apikey: opens at 12, 30 s.
+	type step struct {
+		early   bool             // the outcome is of an attempt sent before the circuit opened
+		probe   bool             // the outcome is the probe's
+		failure *failure.Verdict // nil = success
+		state   State            // expected state afterwards
+		cycles  int              // expected OPEN cycles afterwards
+		fails   int              // expected failure count afterwards
+	}
+	v := verdict503
+	tests := []struct {
+		name  string
+		steps []step // after the circuit opened and its OPEN period ended (HALF_OPEN, probe claimed)
+	}{
+		{"a late failure in HALF_OPEN is ignored; the probe's success closes", []step{
+			{early: true, failure: &v, state: HalfOpen, cycles: 1, fails: 12},
+			{probe: true, state: Closed, cycles: 1},
+		}},
+		{"a late success in HALF_OPEN is ignored; the probe's failure reopens, escalated", []step{
+			{early: true, state: HalfOpen, cycles: 1, fails: 12},
+			{probe: true, failure: &v, state: Open, cycles: 2, fails: 12},
+		}},
+		{"after the probe closed it, late outcomes count for nothing", []step{
+			{probe: true, state: Closed, cycles: 1},
+			{failure: &v, state: Closed, cycles: 1, fails: 1}, // a fresh failure counts
+			{early: true, failure: &v, state: Closed, cycles: 1, fails: 1},
+			{early: true, state: Closed, cycles: 1, fails: 1}, // a late success resets nothing
+			{state: Closed, cycles: 1, fails: 0},              // a fresh one does
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			p := provider(t, "prov", policies.ProfileAPIKey, nil)
+			early := e.clock.Now() // sent while CLOSED
+			e.clock.Advance(time.Second)
+			fail(t, e.b, p, 12, verdict503)
+			e.clock.Advance(30 * time.Second)
+			probe := allow(t, e.b, p)
+			if !probe.Probe {
+				t.Fatalf("no probe: %+v", probe)
+			}
+			sent := e.clock.Now()
+			for i, st := range tc.steps {
+				e.clock.Advance(time.Second)
+				a := Attempt{Started: e.clock.Now()}
+				switch {
+				case st.early:
+					a.Started = early
+				case st.probe:
+					a = Attempt{Started: sent, Decision: probe}
+				}
+				var err error
+				if st.failure != nil {
+					_, err = e.b.RecordFailure(p, *st.failure, a)
+				} else {
+					_, err = e.b.RecordSuccess(p, a)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s := status(t, e.b, p); s.State != st.state || s.OpenCycles != st.cycles || s.Failures != st.fails {
+					t.Fatalf("step %d: %+v, want %s, %d cycles, %d failures", i, s, st.state, st.cycles, st.fails)
+				}
+			}
+		})
+	}
+}
+
+func TestAProbeOfAnEarlierRecoveryDecidesNothing(t *testing.T) {
+	// Only this recovery's probe decides HALF_OPEN: a probe claimed in an earlier HALF_OPEN
+	// (its claim lapsed, another probe reopened the circuit) reporting very late is stale.
+	e := newEnv(t)
+	p := provider(t, "prov", policies.ProfileLocal, nil) // opens at 2, 15 s
+	fail(t, e.b, p, 2, verdict503)
+	e.clock.Advance(15 * time.Second)
+	first := allow(t, e.b, p)
+	firstSent := e.clock.Now()
+	e.clock.Advance(policies.BreakerProbeTimeout) // the first probe's claim lapses
+	second := allow(t, e.worker(), p)
+	if !first.Probe || !second.Probe {
+		t.Fatalf("probes %+v %+v", first, second)
+	}
+	if st := probeOutcome(t, e.b, p, second, e.clock.Now(), &verdict503); st != Open {
+		t.Fatalf("second probe failed: %s, want OPEN", st)
+	}
+	e.clock.Advance(30 * time.Second) // cycle 2: 15 s × 2
+	if st := probeOutcome(t, e.b, p, first, firstSent, nil); st != HalfOpen {
+		t.Fatalf("the first probe's late success: %s, want HALF_OPEN still", st)
+	}
+	if d := allow(t, e.b, p); !d.Probe {
+		t.Fatalf("this recovery's probe is still free: %+v", d)
+	}
+}
+
+func TestProbeWithANonTripStatusIsGivenBack(t *testing.T) {
+	// guide §1: the trip statuses are configurable. With 500 removed, a probe answered 500
+	// is no provider-level outcome: the probe is given back at once instead of blocking the
+	// provider for the 60 s probe timeout.
+	e := newEnv(t)
+	p := provider(t, "prov", policies.ProfileLocal, func(c *Config) { c.TripStatuses = []int{408, 502, 503, 504} })
+	fail(t, e.b, p, 2, verdict503)
+	e.clock.Advance(15 * time.Second)
+	probe := allow(t, e.b, p)
+	v500 := failure.Verdict{Status: 500, Reason: failure.ReasonServerError, Fallback: true}
+	if st := probeOutcome(t, e.b, p, probe, e.clock.Now(), &v500); st != HalfOpen {
+		t.Fatalf("after the probe's 500: %s, want HALF_OPEN", st)
+	}
+	if d := allow(t, e.worker(), p); !d.Probe || d.RetryAfter != 0 {
+		t.Fatalf("next request: %+v, want the probe at once", d)
 	}
 }
 
@@ -513,7 +647,7 @@ func TestStoreErrorsFailOpenAndAreWrapped(t *testing.T) {
 	if err == nil || !d.Allowed || !bytes.HasPrefix([]byte(err.Error()), []byte("breaker: ")) {
 		t.Fatalf("Allow on a failing store: %+v, %v", d, err)
 	}
-	if _, err := b.RecordFailure(p, verdict503); err == nil || !bytes.HasPrefix([]byte(err.Error()), []byte("breaker: ")) {
+	if _, err := b.RecordFailure(p, verdict503, Attempt{}); err == nil || !bytes.HasPrefix([]byte(err.Error()), []byte("breaker: ")) {
 		t.Fatalf("RecordFailure on a failing store: %v", err)
 	}
 	if _, err := b.Status(p); err == nil {

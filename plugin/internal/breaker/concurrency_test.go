@@ -39,13 +39,13 @@ func TestInterleavedWritersLoseAndDoubleNothing(t *testing.T) {
 				}
 				inside = true // the intruder's own Set must not recurse
 				injected++
-				if _, err := other.RecordFailure(p, verdict503); err != nil {
+				if _, err := other.RecordFailure(p, verdict503, Attempt{}); err != nil {
 					t.Error(err)
 				}
 				inside = false
 			}
 			for i := 0; i < tc.direct; i++ {
-				if _, err := me.RecordFailure(p, verdict503); err != nil {
+				if _, err := me.RecordFailure(p, verdict503, Attempt{}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -75,11 +75,11 @@ func TestInterleavedThresholdCrossingOpensOnce(t *testing.T) {
 			return
 		}
 		fired = true
-		if st, err := b.RecordFailure(p, verdict503); err != nil || st != Open {
+		if st, err := b.RecordFailure(p, verdict503, Attempt{}); err != nil || st != Open {
 			t.Errorf("intruder: %s, %v; want OPEN", st, err)
 		}
 	}
-	st, err := a.RecordFailure(p, verdict503)
+	st, err := a.RecordFailure(p, verdict503, Attempt{})
 	if err != nil || st != Open {
 		t.Fatalf("retried writer: %s, %v; want OPEN", st, err)
 	}
@@ -140,7 +140,7 @@ func TestGoroutinesHammeringOneStore(t *testing.T) {
 					t.Errorf("allow: %+v %v", d, err)
 					return
 				}
-				_, err := b.RecordFailure(p, verdict503)
+				_, err := b.RecordFailure(p, verdict503, Attempt{})
 				switch {
 				case err == nil:
 					recorded.Add(1)
@@ -170,6 +170,7 @@ func TestGoroutinesRacingForTheProbe(t *testing.T) {
 	for round := 0; round < rounds; round++ {
 		clock.Advance(p.cfg.OpenPeriod(KindServerError, round+1)) // the whole OPEN period
 		var probes atomic.Int32
+		var probe atomic.Pointer[Decision]
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		for w := 0; w < workers; w++ {
@@ -189,6 +190,7 @@ func TestGoroutinesRacingForTheProbe(t *testing.T) {
 					}
 					if d.Allowed {
 						probes.Add(1)
+						probe.Store(&d)
 					}
 					return
 				}
@@ -199,7 +201,7 @@ func TestGoroutinesRacingForTheProbe(t *testing.T) {
 		if probes.Load() != 1 {
 			t.Fatalf("round %d: %d requests let through HALF_OPEN, want 1", round, probes.Load())
 		}
-		if st := fail(t, New(store, clock), p, 1, verdict503); st != Open { // the probe fails
+		if st := probeOutcome(t, New(store, clock), p, *probe.Load(), clock.Now(), &verdict503); st != Open { // the probe fails
 			t.Fatalf("round %d: probe failure left %s", round, st)
 		}
 	}

@@ -61,7 +61,7 @@ func fail(t testing.TB, b *Breaker, p Provider, n int, v failure.Verdict) State 
 	st := Closed
 	for i := 0; i < n; i++ {
 		var err error
-		if st, err = b.RecordFailure(p, v); err != nil {
+		if st, err = b.RecordFailure(p, v, Attempt{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -74,7 +74,7 @@ func succeed(t testing.TB, b *Breaker, p Provider, n int) State {
 	st := Closed
 	for i := 0; i < n; i++ {
 		var err error
-		if st, err = b.RecordSuccess(p); err != nil {
+		if st, err = b.RecordSuccess(p, Attempt{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -97,4 +97,22 @@ func allow(t testing.TB, b *Breaker, p Provider) Decision {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// probeOutcome reports the probe's failure (v) or, with v nil, its success, as the engine
+// does: with the probe's Decision and the time it was sent.
+func probeOutcome(t testing.TB, b *Breaker, p Provider, probe Decision, sent time.Time, v *failure.Verdict) State {
+	t.Helper()
+	a := Attempt{Started: sent, Decision: probe}
+	var st State
+	var err error
+	if v == nil {
+		st, err = b.RecordSuccess(p, a)
+	} else {
+		st, err = b.RecordFailure(p, *v, a)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -99,14 +99,14 @@ func TestPropertyOpenGetsOnlyTheSingleProbe(t *testing.T) {
 				var st State
 				switch outcome := rapid.IntRange(0, len(verdicts)).Draw(rt, "outcome"); outcome {
 				case len(verdicts): // success
-					st, err = b.RecordSuccess(p)
+					st, err = b.RecordSuccess(p, Attempt{})
 				default:
 					v := verdicts[outcome]
 					before, serr := b.Status(p)
 					if serr != nil {
 						rt.Fatal(serr)
 					}
-					st, err = b.RecordFailure(p, v)
+					st, err = b.RecordFailure(p, v, Attempt{})
 					if err == nil && st == Open && before.State != Open {
 						blockedUntil = clock.Now().Add(cfg.OpenPeriod(cfg.KindOf(v), 1))
 					}
@@ -151,7 +151,7 @@ func TestPropertyOneProbePerHalfOpenPeriod(t *testing.T) {
 			workers[i] = New(store, clock)
 		}
 		for i := 0; i < cfg.FailureThreshold; i++ {
-			if _, err := workers[0].RecordFailure(p, verdict503); err != nil {
+			if _, err := workers[0].RecordFailure(p, verdict503, Attempt{}); err != nil {
 				rt.Fatal(err)
 			}
 		}
@@ -175,7 +175,7 @@ func TestPropertyOneProbePerHalfOpenPeriod(t *testing.T) {
 			if probes != 1 || !probe.Probe {
 				rt.Fatalf("round %d: %d requests through HALF_OPEN, want exactly the probe", round, probes)
 			}
-			if _, err := workers[order[0]].RecordFailure(p, verdict503); err != nil {
+			if _, err := workers[order[0]].RecordFailure(p, verdict503, Attempt{}); err != nil {
 				rt.Fatal(err)
 			}
 		}

@@ -37,13 +37,14 @@ func (s State) String() string {
 // MarshalText renders the state by name (admin output).
 func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
-// Record encoding in shared data: kind 'B', version 1.
+// Record encoding in shared data: kind state.KindBreaker, version 2 (version 1 had no
+// openedAt; such a record reads as corrupt, so the circuit starts CLOSED again).
 const (
-	recordKind    = 'B'
-	recordVersion = 1
+	recordKind    = state.KindBreaker
+	recordVersion = 2
 	// maxRecordLen is the longest encoding: the kind and version bytes, then five
-	// unsigned and three signed varints of at most 10 bytes each.
-	maxRecordLen = 2 + 5*10 + 3*10
+	// unsigned and four signed varints of at most 10 bytes each.
+	maxRecordLen = 2 + 5*10 + 4*10
 	// maxCycles bounds the stored OPEN cycle count; escalation is capped long before.
 	maxCycles = 64
 )
@@ -59,6 +60,9 @@ type record struct {
 	lastFailureAt int64  // when the latest counted failure happened
 	openUntil     int64  // end of the OPEN period (state Open)
 	probeUntil    int64  // deadline of the current probe claim (state HalfOpen), 0 = none
+	// openedAt is when the circuit last opened. An attempt sent before it says nothing
+	// about the provider since: its outcome is ignored in every state.
+	openedAt int64
 }
 
 // clean reports whether the record holds nothing worth storing.
@@ -74,6 +78,7 @@ func (r record) encode() []byte {
 		Int(r.lastFailureAt).
 		Int(r.openUntil).
 		Int(r.probeUntil).
+		Int(r.openedAt).
 		Bytes()
 }
 
@@ -89,6 +94,7 @@ func decodeRecord(b []byte) (record, error) {
 		lastFailureAt: d.Int(),
 		openUntil:     d.Int(),
 		probeUntil:    d.Int(),
+		openedAt:      d.Int(),
 	}
 	if err := d.Err(); err != nil {
 		return record{}, err
@@ -125,14 +131,37 @@ func (r record) refreshed(c Config, now int64) record {
 	return r
 }
 
-// afterFailure is the record after a counted failure of kind k at time now (on a
-// refreshed record).
-func (r record) afterFailure(c Config, k Kind, now int64) record {
+// decides reports whether attempt a's outcome may change the refreshed record r: not an
+// attempt sent before the circuit last opened (it overlapped the outage), nothing while
+// OPEN (in-flight stragglers), and in HALF_OPEN only the probe of this recovery.
+func (r record) decides(a attempt) bool {
+	if a.started != 0 && r.openedAt != 0 && a.started < r.openedAt {
+		return false
+	}
 	switch r.state {
 	case Open:
-		return r // the provider is already skipped; in-flight stragglers change nothing
+		return false
 	case HalfOpen:
-		return r.opened(c, k, now)
+		return a.probe && a.claimedAt >= r.openedAt
+	}
+	return true
+}
+
+// attempt is the part of an Attempt the record transitions read: times in Unix ms.
+type attempt struct {
+	started   int64 // 0 = unknown
+	probe     bool  // it held a HALF_OPEN probe
+	claimedAt int64 // when that probe was claimed
+}
+
+// afterFailure is the record after a counted failure of kind k at time now (on a
+// refreshed record).
+func (r record) afterFailure(c *Config, k Kind, now int64, a attempt) record {
+	if !r.decides(a) {
+		return r
+	}
+	if r.state == HalfOpen {
+		return r.opened(c, k, now) // the probe failed: reopen, escalated
 	}
 	r.failures = min(r.failures+1, maxThreshold*2)
 	r.successes = 0
@@ -147,17 +176,21 @@ func (r record) afterFailure(c Config, k Kind, now int64) record {
 }
 
 // opened moves the record to OPEN for the next escalation cycle.
-func (r record) opened(c Config, k Kind, now int64) record {
+func (r record) opened(c *Config, k Kind, now int64) record {
 	r.state = Open
 	r.cycles = min(r.cycles+1, maxCycles)
 	r.successes, r.probeUntil = 0, 0
 	r.lastKind, r.lastFailureAt = k, max(r.lastFailureAt, now)
 	r.openUntil = now + c.OpenPeriod(k, int(r.cycles)).Milliseconds()
+	r.openedAt = now
 	return r
 }
 
 // afterSuccess is the record after a successful attempt (on a refreshed record).
-func (r record) afterSuccess(c Config) record {
+func (r record) afterSuccess(c *Config, a attempt) record {
+	if !r.decides(a) {
+		return r
+	}
 	switch r.state {
 	case Closed:
 		r.failures = 0

@@ -3,19 +3,34 @@
 // generic rules for status, headers and body (checkFallbackError / classify429).
 //
 // The verdict says whether to fall back, why (failure.Reason), what to blame (Scope), whether
-// the provider breaker counts it (only 408/500/502/503/504 and transport failures), which
-// terminal state to set, the upstream's own retry hint, and a cooldown only where
-// classification itself decides one: a rule's declared cooldown, or the upstream's hint for
-// a concurrency limit (0 leaves the layer's default: its escalating backoff, the fixed
-// concurrency-limit cooldown, or the hint where its policy prefers hints). Streaks are not counted here: expired credentials and request_rejected are
-// reported as reasons, and the connection layer turns the ExpiredRetryMax-th /
-// RequestRejectedStreak-th in a row into a terminal state.
+// the provider breaker counts it (the provider's trip statuses — by default 408/500/502/503/
+// 504 — and transport failures), which terminal state to set, the upstream's own retry hint,
+// and a cooldown only where classification itself decides one: a rule's declared cooldown,
+// the upstream's hint for a concurrency limit, or an exhausted quota's window (0 leaves the
+// layer's default: its escalating backoff, the fixed concurrency-limit cooldown, or the hint
+// where its policy prefers hints). Streaks are not counted here: expired credentials,
+// 401s and request_rejected are reported as reasons, and the connection layer turns the
+// ExpiredRetryMax-th / RequestRejectedStreak-th in a row into a terminal state.
+//
+// Rate limits and quotas (guide §2, §3, §4, classify429): a 429 or 403 is quota_exhausted
+// only when its body names an exhausted quota in so many words — a daily, weekly, monthly or
+// session cap, a subscription usage limit — or, on a 429, when generic quota words come with
+// an upstream wait of at least QuotaScaleHint; a shorter upstream wait makes a 429 a rate
+// limit whatever the words, except for subscription usage-limit text. A quota verdict
+// carries its window (Verdict.QuotaWindow): the reset the upstream announced, else midnight
+// in Options.QuotaResetLocation for a daily quota, else QuotaTextCooldown.
+// Exhausted credits, balances and free tiers are credits_exhausted, terminal.
+//
+// A failure that concerns only the model — a 400, 404 or 410 naming a missing or retired
+// model, a rule that blames the model — is Verdict.ModelOnly: a model lockout may record it,
+// the connection is not to be cooled for it (guide "Foutopsporing").
 //
 // Classification is pure: no state, no clock but Input.Now, bounded work on arbitrary input
 // (at most textscan.MaxScanBytes of a body), and it never panics.
 package classify
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/classify/textscan"
@@ -33,6 +48,27 @@ import (
 // Spillway's choice, after OmniRoute's classify429 (the guide is silent).
 const QuotaScaleHint = time.Hour
 
+// QuotaTextCooldown is how long a quota exhausted by the body's own words stays locked when
+// the upstream announces no reset and the quota is not a daily one: the guide's long
+// quota-text cooldown (buildSubscriptionQuotaFallback, 1 hour; guide §7 "Lock op basis van
+// egress-buckets"), for "You've reached your usage limit", weekly and session limits alike.
+// Options.QuotaTextCooldown overrides it.
+const QuotaTextCooldown = time.Hour
+
+// Options are the policy settings classification reads beyond the rule sets.
+type Options struct {
+	// TripStatuses maps a provider id to its providerBreaker.tripStatuses: the statuses
+	// whose provider-level failures count against its breaker (Verdict.CountBreaker). A
+	// provider not listed uses policies.BreakerTripStatuses. Statuses must be 400–599 and
+	// never the account-level 401, 403 or 429 (guide §1).
+	TripStatuses map[string][]int
+	// QuotaResetLocation is where a daily quota resets at midnight when the upstream
+	// announces no reset of its own (resilience.quotaResetTimeZone); nil means UTC.
+	QuotaResetLocation *time.Location
+	// QuotaTextCooldown replaces the package's QuotaTextCooldown when positive.
+	QuotaTextCooldown time.Duration
+}
+
 // Input is one failed attempt as the response path sees it.
 type Input struct {
 	Provider string           // provider id (breaker scope, rule matching)
@@ -48,22 +84,83 @@ type Input struct {
 	Now      time.Time   // the filter clock, for HTTP-date and epoch hints
 }
 
-// Classifier holds the restatement and provider error rules. It is immutable and safe for
-// concurrent use.
+// Classifier holds the restatement and provider error rules and the classification options.
+// It is immutable and safe for concurrent use.
 type Classifier struct {
 	restatements *restate.Table
 	rules        *errorrules.Catalogue
+	trips        map[string]statusSet // per provider; absent = defaultTrips
+	defaultTrips statusSet
+	resetIn      *time.Location
+	quotaText    time.Duration
 }
 
-// New returns a classifier over the given rule sets; nil means the built-in rules only.
+// statusSet is a bitset of HTTP statuses 0..639.
+type statusSet [10]uint64
+
+func newStatusSet(statuses []int) statusSet {
+	var s statusSet
+	for _, st := range statuses {
+		if st >= 0 && st < 640 {
+			s[st/64] |= 1 << (st % 64)
+		}
+	}
+	return s
+}
+
+func (s *statusSet) has(status int) bool {
+	return status >= 0 && status < 640 && s[status/64]&(1<<(status%64)) != 0
+}
+
+// New returns a classifier over the given rule sets with the default options (the guide's
+// trip statuses for every provider, daily quotas resetting at UTC midnight); nil means the
+// built-in rules only.
 func New(restatements *restate.Table, rules *errorrules.Catalogue) *Classifier {
+	c, _ := NewWithOptions(restatements, rules, Options{}) // the zero Options are valid
+	return c
+}
+
+// NewWithOptions returns a classifier over the given rule sets (nil means the built-in rules
+// only) and options, or an error naming the first trip status out of range.
+func NewWithOptions(restatements *restate.Table, rules *errorrules.Catalogue, opts Options) (*Classifier, error) {
 	if restatements == nil {
 		restatements = restate.Default()
 	}
 	if rules == nil {
 		rules = errorrules.Default()
 	}
-	return &Classifier{restatements: restatements, rules: rules}
+	c := &Classifier{restatements: restatements, rules: rules, defaultTrips: newStatusSet(policies.BreakerTripStatuses),
+		resetIn: opts.QuotaResetLocation, quotaText: opts.QuotaTextCooldown}
+	if c.resetIn == nil {
+		c.resetIn = time.UTC
+	}
+	if c.quotaText <= 0 {
+		c.quotaText = QuotaTextCooldown
+	}
+	c.quotaText = min(c.quotaText, failure.MaxQuotaWindow)
+	if len(opts.TripStatuses) > 0 {
+		c.trips = make(map[string]statusSet, len(opts.TripStatuses))
+		for provider, statuses := range opts.TripStatuses {
+			for _, st := range statuses {
+				switch {
+				case st < 400 || st > 599:
+					return nil, fmt.Errorf("classify: provider %q: trip status %d is not an HTTP error status", provider, st)
+				case st == 401 || st == 403 || st == 429:
+					return nil, fmt.Errorf("classify: provider %q: trip status %d is account-level and must not trip the provider breaker", provider, st)
+				}
+			}
+			c.trips[provider] = newStatusSet(statuses)
+		}
+	}
+	return c, nil
+}
+
+// TripsBreaker reports whether status is one of provider's trip statuses.
+func (c *Classifier) TripsBreaker(provider string, status int) bool {
+	if set, ok := c.trips[provider]; ok {
+		return set.has(status)
+	}
+	return c.defaultTrips.has(status)
 }
 
 // Classify restates the status if a rule says so, then classifies the attempt. The
@@ -86,6 +183,7 @@ func (c *Classifier) Classify(in Input) (failure.Verdict, restate.Result) {
 	var folded [foldBuffer]byte // typical error bodies fold into it without allocating
 	a := newAttempt(in, res.Status, folded[:0])
 	v := c.decide(&a, in)
+	v.CountBreaker = c.TripsBreaker(in.Provider, v.Status) && providerLevel(v.Reason)
 	if a.hint.Found() {
 		v.RetryHint, v.HintSource = a.hint.Delay, a.hint.Source
 	} else if res.Restated {
@@ -184,16 +282,19 @@ func (c *Classifier) decide(a *attempt, in Input) failure.Verdict {
 		v := newVerdict(a.status, m.Reason)
 		if m.ScopeHonoured {
 			v.Scope = m.Scope
+			// A rule that blames the model (agentrouter 无权访问模型) leaves the connection
+			// and its other models alone (guide §7).
+			v.ModelOnly = m.Scope == failure.ScopeModel && v.Terminal == failure.TerminalNone
 		}
 		v.Cooldown = m.Cooldown
 		v.RuleID = m.RuleID
 		return v
 	}
-	return generic(a, in.Profile)
+	return c.generic(a, in)
 }
 
 // generic is the guide's status handling, with the body signals that refine it.
-func generic(a *attempt, profile policies.Profile) failure.Verdict {
+func (c *Classifier) generic(a *attempt, in Input) failure.Verdict {
 	s := a.status
 	// Account-level terminal signals, whatever the status.
 	switch {
@@ -204,7 +305,7 @@ func generic(a *attempt, profile policies.Profile) failure.Verdict {
 	}
 	switch {
 	case s == 429:
-		return rateLimited(a)
+		return c.rateLimited(a, in.Now)
 	case s == 401:
 		if a.folded.anyOf(expiredSignals) {
 			return newVerdict(s, failure.ReasonExpired)
@@ -214,13 +315,22 @@ func generic(a *attempt, profile policies.Profile) failure.Verdict {
 		// Payment Required: the account must pay before it serves again.
 		return newVerdict(s, failure.ReasonCreditsExhausted)
 	case s == 403:
-		if profile == policies.ProfileOAuth && a.folded.anyOf(requestRejectedSignals) {
+		if in.Profile == policies.ProfileOAuth && a.folded.anyOf(requestRejectedSignals) {
 			return newVerdict(s, failure.ReasonRequestRejected)
+		}
+		if daily := a.folded.anyOf(dailyQuotaSignals); daily || a.folded.anyOf(subscriptionSignals) || a.folded.anyOf(quotaSignals) {
+			// A quota signal (guide §3: 429 / 403 / 402 are quota or entitlement signals):
+			// Google APIs answer an exhausted daily quota with 403 "Daily Limit Exceeded".
+			return c.quota(a, daily, in.Now)
 		}
 		// A generic 403 stays recoverable (guide: not terminal unless classified so).
 		return newVerdict(s, failure.ReasonAuthError)
 	case s == 404 || s == 410:
-		return newVerdict(s, failure.ReasonNotFound)
+		v := newVerdict(s, failure.ReasonNotFound)
+		// Only a body that names the model says the model alone is missing; a bare 404 may
+		// be a wrong base URL, which fails every model of the connection.
+		v.ModelOnly = namesMissingModel(a)
+		return v
 	case s == 408:
 		return newVerdict(s, failure.ReasonTimeout)
 	case s == 400:
@@ -235,18 +345,25 @@ func generic(a *attempt, profile policies.Profile) failure.Verdict {
 	return newVerdict(s, failure.ReasonServerError)
 }
 
-// rateLimited splits a 429 into quota_exhausted, concurrency_limited and rate_limit.
-// Explicit quota wording beats concurrency wording; a short upstream hint turns quota
-// wording back into a rate limit (see QuotaScaleHint).
-func rateLimited(a *attempt) failure.Verdict {
+// rateLimited splits a 429 into quota_exhausted, concurrency_limited and rate_limit
+// (classify429). A short upstream hint makes quota wording a rate limit (QuotaScaleHint);
+// explicit quota wording beats concurrency wording.
+func (c *Classifier) rateLimited(a *attempt, now time.Time) failure.Verdict {
 	if a.unifiedRejected {
-		return newVerdict(a.status, failure.ReasonQuotaExhausted)
+		return c.quota(a, false, now) // Anthropic's 5-hour / weekly subscription window
 	}
-	if a.folded.anyOf(quotaSignals) {
+	daily := a.folded.anyOf(dailyQuotaSignals)
+	if a.folded.anyOf(subscriptionSignals) {
+		return c.quota(a, daily, now) // a subscription window: its reset, or the long quota-text cooldown
+	}
+	if daily || a.folded.anyOf(quotaSignals) {
 		if shortHint(a) {
 			return newVerdict(a.status, failure.ReasonRateLimit)
 		}
-		return newVerdict(a.status, failure.ReasonQuotaExhausted)
+		return c.quota(a, daily, now)
+	}
+	if a.hint.Found() && !shortHint(a) && a.folded.anyOf(quotaWordSignals) {
+		return c.quota(a, false, now)
 	}
 	if a.folded.anyOf(concurrencySignals) {
 		return newVerdict(a.status, failure.ReasonConcurrencyLimited)
@@ -254,9 +371,47 @@ func rateLimited(a *attempt) failure.Verdict {
 	return newVerdict(a.status, failure.ReasonRateLimit)
 }
 
+// quota is a quota_exhausted verdict with its window: the upstream's announced reset, else
+// midnight where daily quotas reset (guide §4: "vergrendeld tot middernacht"), else the
+// long quota-text cooldown.
+func (c *Classifier) quota(a *attempt, daily bool, now time.Time) failure.Verdict {
+	v := newVerdict(a.status, failure.ReasonQuotaExhausted)
+	v.QuotaWindow = true
+	switch {
+	case a.hint.Found():
+		v.Cooldown = a.hint.Delay
+	case daily:
+		v.Cooldown = UntilMidnight(now, c.resetIn)
+	default:
+		v.Cooldown = c.quotaText
+	}
+	v.Cooldown = min(v.Cooldown, failure.MaxQuotaWindow)
+	return v
+}
+
+// UntilMidnight is the time from now to the next midnight in loc (nil = UTC): when a daily
+// quota without an announced reset becomes usable again. It is always positive and at most
+// 25 hours (a day that gains an hour).
+func UntilMidnight(now time.Time, loc *time.Location) time.Duration {
+	if loc == nil {
+		loc = time.UTC
+	}
+	t := now.In(loc)
+	return time.Date(t.Year(), t.Month(), t.Day()+1, 0, 0, 0, 0, loc).Sub(now)
+}
+
 // shortHint reports whether the upstream declared a wait shorter than QuotaScaleHint.
 func shortHint(a *attempt) bool {
 	return a.hint.Found() && a.hint.Delay < QuotaScaleHint
+}
+
+// namesMissingModel reports whether the body says the model itself is missing, retired or
+// not served: Anthropic's not_found_error about a model, OpenAI's model_not_found, Azure's
+// deployment_not_found, or model-missing wording.
+func namesMissingModel(a *attempt) bool {
+	return a.code == "model_not_found" || a.code == "deployment_not_found" ||
+		(a.typ == "not_found_error" && a.folded.contains("model")) ||
+		a.folded.anyOf(modelMissingSignals)
 }
 
 // badRequest refines a 400: most are the client's own fault (no fallback, nothing to
@@ -270,8 +425,10 @@ func badRequest(a *attempt) failure.Verdict {
 		v := newVerdict(s, failure.ReasonRateLimit)
 		v.Scope = failure.ScopeConnection
 		return v
-	case a.typ == "not_found_error" || a.folded.anyOf(modelMissingSignals):
-		return newVerdict(s, failure.ReasonNotFound)
+	case a.typ == "not_found_error" || namesMissingModel(a):
+		v := newVerdict(s, failure.ReasonNotFound)
+		v.ModelOnly = true // a 400 naming the model (guide "Foutopsporing")
+		return v
 	case a.folded.anyOf(contextOverflowSignals):
 		v := newVerdict(s, failure.ReasonBadRequest)
 		v.Fallback = true // a larger context window may take it
@@ -301,7 +458,6 @@ func newVerdict(status int, reason failure.Reason) failure.Verdict {
 	case failure.ReasonNotFound:
 		v.Scope = failure.ScopeModel
 	}
-	v.CountBreaker = tripsBreaker(status) && providerLevel(reason)
 	return v
 }
 
@@ -316,16 +472,6 @@ func StatusScope(status int) failure.Scope {
 		return failure.ScopeModel
 	}
 	return failure.ScopeExact
-}
-
-// tripsBreaker reports whether status is a provider-level status (BreakerTripStatuses).
-func tripsBreaker(status int) bool {
-	for _, s := range policies.BreakerTripStatuses {
-		if s == status {
-			return true
-		}
-	}
-	return false
 }
 
 // providerLevel reports whether a reason is about the provider's service rather than one

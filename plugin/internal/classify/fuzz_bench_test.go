@@ -13,7 +13,7 @@ func FuzzClassify(f *testing.F) {
 	for _, body := range []string{
 		openAITokensPerMin, openAIInsufficientQuota, anthropicRateLimit, anthropicOverloaded, geminiPerMinute,
 		geminiPerDay, glmConcurrency, glmConcurrencyEscaped, glmBalance, agentrouterUserQuota, agentrouterNoModel,
-		cloudflareBadGateway, `[{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"99999999999999999999s"}]}}]`,
+		cloudflareBadGateway, geminiResourceExhausted, claudeUsageLimit, vertexPerDay, `[{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"99999999999999999999s"}]}}]`,
 		`{"error":{"code":{"nested":[1,2,3]},"type":["x"]}}`, "\\u\\ud800\\udc00\xff", "",
 	} {
 		for _, status := range []int{0, 200, 400, 401, 402, 403, 404, 429, 500, 503, 529, 999} {
@@ -51,10 +51,16 @@ func FuzzClassify(f *testing.F) {
 		if v.Reason == failure.ReasonConcurrencyLimited && v.Cooldown != 0 && (v.Cooldown != v.RetryHint || v.HintSource == failure.HintRestatement) {
 			t.Fatalf("concurrency cooldown is not the upstream hint: %+v", v)
 		}
+		if v.ModelOnly && (v.Scope != failure.ScopeModel || v.Terminal != failure.TerminalNone || v.CountBreaker) {
+			t.Fatalf("model-only verdict blames more than the model: %+v", v)
+		}
+		if v.QuotaWindow && (v.Reason != failure.ReasonQuotaExhausted || v.Cooldown <= 0 || v.Cooldown > failure.MaxQuotaWindow) {
+			t.Fatalf("quota window out of range: %+v", v)
+		}
 		if v.Terminal != failure.TerminalNone && v.Scope != failure.ScopeConnection {
 			t.Fatalf("terminal state not on the connection: %+v", v)
 		}
-		if v.CountBreaker && !(status == 0 || tripsBreaker(v.Status)) {
+		if v.CountBreaker && !(status == 0 || c.TripsBreaker(provider, v.Status)) {
 			t.Fatalf("breaker counted status %d: %+v", v.Status, v)
 		}
 		if res.FromStatus != status || (!res.Restated && res.Status != status) || v.Status != res.Status {

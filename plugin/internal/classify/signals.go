@@ -5,40 +5,43 @@ import "strings"
 // A signal is a set of fragments that must all occur in the error text, in any order. The
 // text is folded to lower case first and fragments are written in lower case (a test
 // checks), so ASCII matches case-insensitively and other bytes exactly. Lists are kept to
-// wording that names the condition: generic words alone ("limit", "quota") never decide.
+// wording that names the condition: generic words alone ("limit", "quota") never decide,
+// and the quota and credit lists are whole phrases only (one fragment each), because
+// quota words in any order occur in per-minute rate limits too.
 type signal []string
 
 // folded is an error text prepared for signal matching: folded to lower case, with a
-// bigram filter so that most fragments are ruled out without scanning the text. A body has
-// a few hundred distinct byte pairs; a fragment is scanned for only when every one of its
-// pairs occurs, which keeps classification near one pass over the text however many
-// signals there are.
+// trigram filter so that most fragments are ruled out without scanning the text. A body has
+// at most a few thousand distinct byte triples; a fragment is scanned for only when every one
+// of its triples occurs, which keeps classification near one pass over the text however many
+// signals there are (an absent phrase of ordinary English almost always has a triple the
+// text lacks, where a bigram filter let most of them through).
 type folded struct {
-	text  string
-	pairs [64]uint64 // 4096-bit set of hashed byte pairs present in text
+	text    string
+	triples [128]uint64 // 8192-bit set of hashed byte triples present in text
 }
 
 // newFolded indexes text. It returns a value: storing text through a pointer would make
 // escape analysis move the caller's stack buffer to the heap.
 func newFolded(text string) folded {
 	f := folded{text: text}
-	for i := 0; i+1 < len(text); i++ {
-		h := pairHash(text[i], text[i+1])
-		f.pairs[h>>6] |= 1 << (h & 63)
+	for i := 0; i+2 < len(text); i++ {
+		h := tripleHash(text[i], text[i+1], text[i+2])
+		f.triples[h>>6] |= 1 << (h & 63)
 	}
 	return f
 }
 
-// pairHash maps a byte pair into 0..4095.
-func pairHash(a, b byte) uint {
-	return (uint(a)<<5 ^ uint(b)) & 4095
+// tripleHash maps a byte triple into 0..8191 (Fibonacci hashing of the packed bytes).
+func tripleHash(a, b, c byte) uint {
+	return uint((uint32(a) | uint32(b)<<8 | uint32(c)<<16) * 2654435761 >> 19)
 }
 
 // contains reports whether fragment occurs in the text.
 func (f *folded) contains(fragment string) bool {
-	for i := 0; i+1 < len(fragment); i++ {
-		h := pairHash(fragment[i], fragment[i+1])
-		if f.pairs[h>>6]&(1<<(h&63)) == 0 {
+	for i := 0; i+2 < len(fragment); i++ {
+		h := tripleHash(fragment[i], fragment[i+1], fragment[i+2])
+		if f.triples[h>>6]&(1<<(h&63)) == 0 {
 			return false
 		}
 	}
@@ -78,38 +81,82 @@ var banSignals = []signal{
 	{"账号已停用"}, {"账户已停用"}, // account deactivated
 }
 
-// creditSignals say the account's prepaid credits or balance are gone
+// creditSignals say the account's prepaid credits, balance or free tier are gone
 // (CREDITS_EXHAUSTED_SIGNALS): terminal until someone pays. Generic quota wording is not
-// here: Gemini's transient per-minute 429 says "You exceeded your current quota" too.
+// here: Gemini's transient per-minute 429 says "You exceeded your current quota" too, and
+// its "Resource has been exhausted (e.g. check quota)" is a rate limit, which is why the
+// free-tier phrases below all name the tier, the free quota or the credits.
 var creditSignals = []signal{
 	{"insufficient_quota"}, // OpenAI: no credits / billing limit
-	{"billing_hard_limit_reached"},
+	{"billing_hard_limit_reached"}, {"billing hard limit"},
 	{"credit balance is too low"}, {"credit_balance_too_low"}, // Anthropic
-	{"credits exhausted"}, {"credits have been exhausted"}, {"out of credits"},
-	{"insufficient credit"}, // "insufficient credits", "insufficient credit balance"
+	{"credits exhausted"}, {"credits have been exhausted"}, {"out of credits"}, {"out of free credits"},
+	{"insufficient credit"},        // "insufficient credits", "insufficient credit balance"
+	{"used all available credits"}, // xAI: "used all available credits or reached its monthly spending limit"
+	{"monthly included credits"},   // Hugging Face Inference Providers: "exceeded your monthly included credits"
 	{"insufficient balance"}, {"insufficient_balance"}, {"insufficient account balance"},
 	{"insufficient funds"},
-	{"tier has been exhausted"}, // free-tier depletion
+	// Exhausted free tiers (Alibaba Model Studio AllocationQuota.FreeTierOnly "The free tier
+	// of the model has been exhausted", AllocationQuota.FreeAllocatedQuotaExceeded "Free
+	// allocated quota exceeded", and the other providers' wordings of the same).
+	{"tier has been exhausted"}, {"free tier is exhausted"}, {"free tier exhausted"},
+	{"exhausted your free tier"}, {"exhausted the free tier"},
+	{"free tier quota has been exhausted"}, {"free tier quota is exhausted"}, {"free tier quota exhausted"},
+	{"freetieronly"}, {"free allocated quota exceeded"}, {"freeallocatedquotaexceeded"},
+	{"free quota has been exhausted"}, {"free quota is exhausted"}, {"free quota exhausted"},
+	{"exhausted your free quota"}, {"free quota has been used up"}, {"used up your free quota"},
+	{"free credits have been exhausted"}, {"free credits exhausted"}, {"used all your free credits"},
+	{"free trial has ended"}, {"free trial has expired"},
 	{"insufficient_g1_credits_balance"},
+	{"免费额度已用完"}, {"免费额度已用尽"}, {"免费额度已耗尽"}, {"免费额度不足"}, // free quota used up / insufficient
 	{"余额不足"}, // GLM 1113 "余额不足或无可用资源包"
 	{"欠费"},   // "您的账户已欠费" (account in arrears)
 }
 
-// quotaSignals say a long-period cap was hit (daily, monthly, plan usage): quota_exhausted,
-// unless the upstream's own hint says the wait is short.
+// dailyQuotaSignals say a daily quota is exhausted: quota_exhausted until the provider's
+// reset, midnight when it announces none (guide §4), unless the upstream's own hint says
+// the wait is short. Phrases, never words in any order.
+var dailyQuotaSignals = []signal{
+	{"daily limit"}, {"daily request limit"}, {"daily token limit"}, {"daily usage limit"},
+	{"daily quota"}, {"daily free allocation"}, // Cloudflare Workers AI neurons
+	{"per day"}, {"per-day"}, {"perday"}, // Groq "tokens per day (TPD)", OpenRouter "free-models-per-day", Gemini quotaId "...PerDay..."
+	{"tpd rate limit"}, {"today's quota"}, {"try again tomorrow"},
+	{"今日额度"}, {"每日额度"}, {"当日额度"}, {"每日使用上限"}, // today's / daily quota
+}
+
+// quotaSignals say another long-period cap or subscription window was hit (weekly,
+// monthly, the 5-hour session, plan usage): quota_exhausted, unless the upstream's own
+// hint says the wait is short. Phrases, never words in any order: "organization quota
+// exceeded" from a gateway, or Gemini's "Resource has been exhausted (e.g. check quota)",
+// are per-minute rate limits.
 var quotaSignals = []signal{
-	{"daily", "limit"}, {"daily", "quota"}, {"per day"}, {"perday"},
-	{"weekly", "limit"}, {"monthly", "limit"}, {"monthly", "quota"}, {"per month"},
-	{"quota", "exceed"}, {"exceeded your current quota"}, {"quota", "exhausted"}, {"quota", "reached"},
-	{"usage limit"}, {"usage_limit"},
-	{"plan", "limit"}, {"hard limit"}, {"billing cap"},
-	{"daily free allocation"}, {"enable overages"},
-	{"tpd rate limit"},
+	{"weekly quota"},
+	{"monthly limit"}, {"monthly request limit"}, {"monthly usage limit"}, {"monthly quota"}, {"per month"},
+	{"quota has been exhausted"}, {"quota is exhausted"}, {"quota exhausted"},
+	{"exhausted your quota"}, {"exhausted their quota"}, {"quota has been used up"},
+	{"plan limit"}, {"plan quota"}, {"billing cap"},
+	{"individual quota reached"}, {"enable overages"}, // Cloud Code individual quota
 	{"额度不足"},             // quota insufficient (agentrouter, usually via its rule)
 	{"额度已用尽"}, {"额度已用完"}, // quota used up (Kimi, Qwen)
 	{"使用上限"}, {"调用上限"}, // usage / call cap reached (GLM 1308/1310, MiniMax)
 	{"限额将在"}, // "your limit will reset at ..." (GLM)
 }
+
+// subscriptionSignals are subscription usage-limit texts (isSubscriptionQuotaText, the
+// weekly and session caps): quota_exhausted whatever the upstream hint, cooling for the
+// announced reset or, without one, the guide's long quota-text cooldown — never the base
+// backoff (guide §7 "Lock op basis van egress-buckets": buildSubscriptionQuotaFallback).
+var subscriptionSignals = []signal{
+	{"usage limit reached"}, {"usage limit has been reached"}, {"usage_limit_reached"},
+	{"reached your usage limit"}, {"claude pro usage limit"},
+	{"weekly limit"}, {"weekly usage limit"}, {"reached your weekly"},
+	{"session usage limit"}, {"session limit reached"}, {"reached your session"},
+}
+
+// quotaWordSignals are generic quota words. Alone they decide nothing; with an upstream
+// hint of at least QuotaScaleHint they are quota exhaustion (Gemini's per-day 429 says
+// "You exceeded your current quota" with retryDelay "86399s").
+var quotaWordSignals = []signal{{"quota"}, {"resource_exhausted"}, {"resource has been exhausted"}}
 
 // concurrencySignals say the account is healthy but busy: concurrency_limited.
 var concurrencySignals = []signal{
@@ -136,16 +183,20 @@ var credentialSignals = []signal{
 	{"incorrect api key"}, {"api key", "expired"}, {"authentication", "failed"},
 }
 
-// rateLimitSignals, on a 400, are throttling reported with the wrong status.
+// rateLimitSignals, on a 400, are throttling reported with the wrong status (MiMo and
+// GLM: "Detected high-frequency non-compliant requests from you"; RATE_LIMIT_TEXT_PATTERNS).
 var rateLimitSignals = []signal{
-	{"rate limit"}, {"rate_limit"}, {"too many requests"}, {"频繁"}, {"频率"},
+	{"rate limit"}, {"rate_limit"}, {"too many requests"},
+	{"high-frequency"}, {"high frequency"}, {"non-compliant"}, {"noncompliant"},
+	{"频繁"}, {"频率"},
 }
 
-// modelMissingSignals, on a 400, say the model does not exist or is not served.
+// modelMissingSignals, on a 400, 404 or 410, say the model does not exist, was retired
+// or is not served.
 var modelMissingSignals = []signal{
-	{"model_not_found"}, {"model", "not found"}, {"model", "does not exist"},
+	{"model_not_found"}, {"deployment_not_found"}, {"model", "not found"}, {"model", "does not exist"},
 	{"invalid model"}, {"unsupported model"}, {"model", "not supported"},
-	{"no longer available"}, {"模型不存在"},
+	{"model", "no longer available"}, {"model", "end of life"}, {"模型不存在"},
 }
 
 // contextOverflowSignals, on a 400, say the prompt does not fit this model's window:

@@ -66,7 +66,17 @@ var (
 	vCredits     = failure.Verdict{Status: 402, Reason: failure.ReasonCreditsExhausted, Terminal: failure.TerminalCreditsExhausted}
 	vExpired     = failure.Verdict{Status: 401, Reason: failure.ReasonExpired, Terminal: failure.TerminalExpired}
 	vRejected    = failure.Verdict{Status: 403, Reason: failure.ReasonRequestRejected, Scope: failure.ScopeConnection}
+	v401         = failure.Verdict{Status: 401, Reason: failure.ReasonAuthError, Scope: failure.ScopeConnection}
+	vExpired401  = failure.Verdict{Status: 401, Reason: failure.ReasonExpired, Scope: failure.ScopeConnection}
+	v403         = failure.Verdict{Status: 403, Reason: failure.ReasonAuthError, Scope: failure.ScopeQuotaFamily}
+	vModelOnly   = failure.Verdict{Status: 404, Reason: failure.ReasonNotFound, Scope: failure.ScopeModel, ModelOnly: true}
 )
+
+// vQuota is an exhausted quota with its window, as the classifier reports it.
+func vQuota(window time.Duration) failure.Verdict {
+	return failure.Verdict{Status: 429, Reason: failure.ReasonQuotaExhausted, Scope: failure.ScopeQuotaFamily,
+		Cooldown: window, QuotaWindow: true}
+}
 
 func withHint(v failure.Verdict, d time.Duration, src failure.HintSource) failure.Verdict {
 	v.RetryHint, v.HintSource = d, src

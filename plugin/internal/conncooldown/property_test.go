@@ -13,6 +13,7 @@ import (
 var anyVerdicts = []failure.Verdict{vServer, vRateLimit, vConcurrency, vStall, vRejected, vExpired, vBanned, vCredits,
 	{Status: 403, Reason: failure.ReasonQuotaExhausted, Cooldown: 6 * time.Hour},
 	{Status: 502, Reason: failure.ReasonTransport, KeepBackoff: true, Cooldown: 40 * time.Minute},
+	vQuota(12 * time.Hour), vQuota(26 * time.Hour), vModelOnly, v401, vExpired401,
 }
 
 var transientVerdicts = []failure.Verdict{vServer, vRateLimit, vConcurrency, vStall,
@@ -102,8 +103,12 @@ func TestPropertyBackoffNeverExceedsMax(t *testing.T) {
 		cfg := drawConfig(t)
 		f := newFixture(t, cfg)
 		run(t, f, anyVerdicts, func(a Availability) {
-			if a.RetryAfter < 0 || a.RetryAfter > cfg.MaxCooldown {
-				t.Fatalf("cooldown %v outside [0, max %v]", a.RetryAfter, cfg.MaxCooldown)
+			limit := cfg.MaxCooldown
+			if a.Reason == failure.ReasonQuotaExhausted {
+				limit = max(limit, failure.MaxQuotaWindow) // an exhausted quota's own window
+			}
+			if a.RetryAfter < 0 || a.RetryAfter > limit {
+				t.Fatalf("cooldown %v outside [0, %v]", a.RetryAfter, limit)
 			}
 			if a.BackoffLevel < 0 || a.BackoffLevel > cfg.MaxBackoffSteps {
 				t.Fatalf("backoff level %d outside [0, %d]", a.BackoffLevel, cfg.MaxBackoffSteps)
@@ -138,11 +143,20 @@ func TestPropertyApplyFailureMonotone(t *testing.T) {
 		if next.terminal == "" && next.until < cur.until {
 			t.Fatalf("cooldown shortened: %d -> %d", cur.until, next.until)
 		}
-		if next.until != cur.until && next.until-now > cfg.MaxCooldown.Milliseconds() {
-			t.Fatalf("cooldown %dms beyond max %v", next.until-now, cfg.MaxCooldown)
+		limit := cfg.MaxCooldown
+		if v.QuotaWindow {
+			limit = failure.MaxQuotaWindow
 		}
-		if next.level < cur.level || next.level > cfg.MaxBackoffSteps {
-			t.Fatalf("level %d -> %d (max %d)", cur.level, next.level, cfg.MaxBackoffSteps)
+		if next.until != cur.until && next.until-now > limit.Milliseconds() {
+			t.Fatalf("cooldown %dms beyond %v", next.until-now, limit)
+		}
+		// The level only falls back, to 0, when the upstream decided the wait.
+		upstreamDecided := quotaWindow(v) > 0 || (cfg.PreferRetryHint && v.Status == 429 && v.UpstreamHint() > 0)
+		if next.level > cfg.MaxBackoffSteps || (next.level < cur.level && !(next.level == 0 && upstreamDecided)) {
+			t.Fatalf("level %d -> %d (max %d) for %+v", cur.level, next.level, cfg.MaxBackoffSteps, v)
+		}
+		if v.ModelOnly {
+			t.Fatalf("a model-only failure was written: %+v", next)
 		}
 	})
 }

@@ -11,7 +11,7 @@ import (
 
 // Record kind and version in shared data.
 const (
-	recordKind    = 'C'
+	recordKind    = state.KindConnCooldown
 	recordVersion = 1
 )
 

@@ -44,7 +44,7 @@ const (
 	kindTransient   failureKind = iota // escalating backoff
 	kindConcurrency                    // busy account: fixed cooldown, backoff level kept
 	kindStall                          // content stall: error recorded, cooling only if enabled
-	kindExpired                        // expired credential: cools, terminal on the Nth
+	kindExpired                        // expired or revoked credential (any 401): cools, terminal on the Nth
 	kindRejected                       // upstream refused the request: cools, banned on a streak
 	kindBanned                         // terminal at once
 	kindCredits                        // terminal at once
@@ -56,7 +56,7 @@ func classify(v failure.Verdict) failureKind {
 		return kindBanned
 	case v.Terminal == failure.TerminalCreditsExhausted || v.Reason == failure.ReasonCreditsExhausted:
 		return kindCredits
-	case v.Terminal == failure.TerminalExpired || v.Reason == failure.ReasonExpired:
+	case v.Terminal == failure.TerminalExpired || v.Reason == failure.ReasonExpired || revoked(v):
 		return kindExpired
 	case v.Reason == failure.ReasonRequestRejected:
 		return kindRejected
@@ -68,6 +68,13 @@ func classify(v failure.Verdict) failureKind {
 	return kindTransient
 }
 
+// revoked reports a 401 that blames the credential, whatever its body says: a revoked or
+// deleted key answers 401 with "invalid key" wording, never "expired", and must still end
+// in the terminal expired state after the guide's bounded retries (EXPIRED_RETRY_MAX).
+func revoked(v failure.Verdict) bool {
+	return v.Status == 401 && v.Reason == failure.ReasonAuthError
+}
+
 // applyFailure is the pure transition of a stored record on a failure at now (Unix ms). It
 // returns the next record and whether it differs enough to be written. cur must already be
 // the effective record (absent, corrupt or another credential's record read as zero).
@@ -76,6 +83,11 @@ func (c Config) applyFailure(cur record, f Failure, now int64) (next record, wri
 		return cur, false // never overwritten by anything but a reset or a new credential
 	}
 	v := f.Verdict
+	if v.ModelOnly {
+		// The model alone failed: the connection serves its other models (guide
+		// "Foutopsporing": only one model fails → model lockout, not connection cooldown).
+		return cur, false
+	}
 	next = cur
 	kind := classify(v)
 	switch kind {
@@ -85,6 +97,9 @@ func (c Config) applyFailure(cur record, f Failure, now int64) (next record, wri
 		return next, true
 	case kindStall:
 		if !c.StreamStallCooldown {
+			if cur.until > now {
+				return cur, false // the running cooldown keeps its reason
+			}
 			next.noteError(f, now)
 			return next, true
 		}
@@ -93,7 +108,14 @@ func (c Config) applyFailure(cur record, f Failure, now int64) (next record, wri
 	cooling := cur.until > now
 	inFlightBefore := started != 0 && cur.setAt != 0 && started < cur.setAt
 	if cooling || inFlightBefore {
-		// Thundering herd: this failure overlaps one that was already counted.
+		// Thundering herd: this failure overlaps one that was already counted. Only an
+		// exhausted quota's own window may extend the cooldown (it is the upstream's word
+		// on when the account serves again, not an escalation).
+		if w := quotaWindow(v); w > 0 && now+ceilMillis(w) > cur.until {
+			next.noteError(f, now)
+			next.until = now + ceilMillis(w)
+			return next, true
+		}
 		return cur, false
 	}
 	next.noteError(f, now)
@@ -124,23 +146,48 @@ func (c Config) applyFailure(cur record, f Failure, now int64) (next record, wri
 			return next, true
 		}
 	}
-	next.cool(c.escalatedCooldown(v, cur.level), now)
-	next.level = min(cur.level+1, c.MaxBackoffSteps)
+	d, ladder := c.failureCooldown(v, cur.level)
+	next.cool(d, now)
+	if ladder {
+		next.level = min(cur.level+1, c.MaxBackoffSteps)
+	} else {
+		// The upstream decided the wait: the ladder starts again from the base cooldown
+		// for the next failure that carries no hint (guide §2; newBackoffLevel 0).
+		next.level = 0
+	}
 	return next, true
 }
 
-// escalatedCooldown is the cooldown of a counted failure at backoff level level: the upstream
-// hint of a 429 where preferred, otherwise base × 2^level, with a rule's declared cooldown as
-// the base, all clamped to MaxCooldown.
-func (c Config) escalatedCooldown(v failure.Verdict, level int) time.Duration {
+// failureCooldown is the cooldown of a counted failure at backoff level level, and whether
+// it came from the backoff ladder: an exhausted quota's window as it is (up to
+// failure.MaxQuotaWindow); the upstream hint of a 429 where preferred (clamped to
+// MaxCooldown); otherwise base × 2^level, with a rule's declared cooldown as the base,
+// clamped to MaxCooldown.
+func (c Config) failureCooldown(v failure.Verdict, level int) (time.Duration, bool) {
+	if w := quotaWindow(v); w > 0 {
+		return w, false
+	}
 	if hint := v.UpstreamHint(); c.PreferRetryHint && v.Status == 429 && hint > 0 {
-		return min(hint, c.MaxCooldown)
+		return min(hint, c.MaxCooldown), false
 	}
 	base := c.BaseCooldown
 	if v.Cooldown > 0 {
 		base = min(v.Cooldown, c.MaxCooldown)
 	}
-	return failure.Backoff(base, min(level, c.MaxBackoffSteps), c.MaxCooldown)
+	return failure.Backoff(base, min(level, c.MaxBackoffSteps), c.MaxCooldown), true
+}
+
+// quotaWindow is the verdict's exhausted-quota window, or 0.
+func quotaWindow(v failure.Verdict) time.Duration {
+	if !v.QuotaWindow || v.Cooldown <= 0 {
+		return 0
+	}
+	return min(v.Cooldown, failure.MaxQuotaWindow)
+}
+
+// ceilMillis converts a positive duration to whole milliseconds, rounding up.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 func (r *record) noteError(f Failure, now int64) {
@@ -157,7 +204,7 @@ func (r *record) noteError(f Failure, now int64) {
 }
 
 func (r *record) cool(d time.Duration, now int64) {
-	r.until = now + int64((d+time.Millisecond-1)/time.Millisecond) // round up: never ends before it starts
+	r.until = now + ceilMillis(d) // round up: never ends before it starts
 	r.setAt = now
 }
 

@@ -143,11 +143,51 @@ func TestFailureRules(t *testing.T) {
 			{advance: gone, verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 30 * time.Minute, level: 4},
 		}},
 		{"apikey 429 prefers Retry-After", apikey(), []step{
-			{verdict: withHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 42 * time.Second, level: 1},
-			{advance: gone, verdict: withHint(vRateLimit, 7*time.Second, failure.HintBodyText), counted: true, status: StatusUnavailable, retryAfter: 7 * time.Second, level: 2},
+			{verdict: withHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 42 * time.Second, level: 0},
+			{advance: gone, verdict: withHint(vRateLimit, 7*time.Second, failure.HintBodyText), counted: true, status: StatusUnavailable, retryAfter: 7 * time.Second, level: 0},
 		}},
 		{"apikey 429 hint clamped to max cooldown", apikey(), []step{
-			{verdict: withHint(vRateLimit, 10*time.Hour, failure.HintRateLimitReset), counted: true, status: StatusUnavailable, retryAfter: 30 * time.Minute, level: 1},
+			{verdict: withHint(vRateLimit, 10*time.Hour, failure.HintRateLimitReset), counted: true, status: StatusUnavailable, retryAfter: 30 * time.Minute, level: 0},
+		}},
+		// guide §2: a 429 prefers the upstream's hint; when the hint decides, the ladder does
+		// not climb, and the next failure without a hint starts again from the base
+		// (checkFallbackError: newBackoffLevel 0 with usedUpstreamRetryHint).
+		{"hint-decided cooldown resets the ladder to the base", apikey(), []step{
+			{verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
+			{advance: gone, verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 6 * time.Second, level: 2},
+			{advance: gone, verdict: withHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 42 * time.Second, level: 0},
+			{advance: gone, verdict: vRateLimit, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
+			{advance: gone, verdict: withHint(vRateLimit, 9*time.Second, failure.HintRateLimitReset), counted: true, status: StatusUnavailable, retryAfter: 9 * time.Second, level: 0},
+			{advance: gone, verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
+		}},
+		{"oauth ignores 429 hints, so its ladder climbs", DefaultConfig(policies.ProfileOAuth), []step{
+			{verdict: withHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 5 * time.Second, level: 1},
+			{advance: gone, verdict: withHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 10 * time.Second, level: 2},
+		}},
+		// guide §2 and §4: an exhausted quota stays locked until its reset ("vergrendeld tot
+		// middernacht"): the verdict's window as it is, past the 30 min maximum, without
+		// climbing the ladder; up to failure.MaxQuotaWindow.
+		{"quota window: until the reset, not clamped to max cooldown, ladder reset", apikey(), []step{
+			{verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
+			{advance: gone, verdict: vQuota(12 * time.Hour), counted: true, status: StatusUnavailable, retryAfter: 12 * time.Hour, level: 0},
+			{advance: 12 * time.Hour, verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
+		}},
+		{"quota window on oauth: the window too", DefaultConfig(policies.ProfileOAuth), []step{
+			{verdict: vQuota(time.Hour), counted: true, status: StatusUnavailable, retryAfter: time.Hour, level: 0},
+		}},
+		{"quota window capped at a day", apikey(), []step{
+			{verdict: vQuota(30 * time.Hour), counted: true, status: StatusUnavailable, retryAfter: failure.MaxQuotaWindow, level: 0},
+		}},
+		{"quota window extends a running cooldown; a shorter one does not", apikey(), []step{
+			{verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
+			{advance: time.Second, verdict: vQuota(5 * time.Hour), counted: true, status: StatusUnavailable, retryAfter: 5 * time.Hour, level: 1},
+			{advance: time.Hour, verdict: vQuota(time.Hour), counted: false, status: StatusUnavailable, retryAfter: 4 * time.Hour, level: 1},
+		}},
+		// guide "Foutopsporing": only one model fails → model lockout, not connection cooldown.
+		{"model-only failure leaves the connection alone", apikey(), []step{
+			{verdict: vModelOnly, counted: false, status: StatusAvailable, level: 0},
+			{verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
+			{advance: gone, verdict: vModelOnly, counted: false, status: StatusAvailable, level: 1},
 		}},
 		{"restatement's synthetic 60s is not a cooldown", apikey(), []step{
 			{verdict: withHint(vRateLimit, 60*time.Second, failure.HintRestatement), counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
@@ -232,6 +272,30 @@ func TestFailureRules(t *testing.T) {
 			{advance: gone, verdict: vExpired, counted: true, status: StatusUnavailable, retryAfter: 10 * time.Second, level: 2},
 			{advance: gone, verdict: vExpired, counted: true, status: StatusExpired, level: 2},
 		}},
+		// guide §2: expired "gaat na begrensde retries over naar terminaal — EXPIRED_RETRY_MAX
+		// = 3 met exponentiële backoff". A revoked key answers a plain 401 ("invalid key"),
+		// never "expired": consecutive 401s, spaced by the backoff, make it expired on the
+		// third whatever the body says; a success in between starts the count again.
+		{"revoked key: third consecutive 401 is terminal expired", apikey(), []step{
+			{verdict: v401, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
+			{advance: time.Second, verdict: v401, counted: false, status: StatusUnavailable, retryAfter: 2 * time.Second, level: 1}, // while cooling: not a retry
+			{advance: gone, verdict: v401, counted: true, status: StatusUnavailable, retryAfter: 6 * time.Second, level: 2},
+			{advance: gone, verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 12 * time.Second, level: 3},
+			{advance: gone, verdict: v401, counted: true, status: StatusExpired, level: 3},
+		}},
+		{"revoked key: a success between 401s resets the count", apikey(), []step{
+			{verdict: v401, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
+			{advance: gone, verdict: v401, counted: true, status: StatusUnavailable, retryAfter: 6 * time.Second, level: 2},
+			{success: true, status: StatusAvailable},
+			{verdict: v401, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
+			{advance: gone, verdict: v401, counted: true, status: StatusUnavailable, retryAfter: 6 * time.Second, level: 2},
+			{advance: gone, verdict: vExpired401, counted: true, status: StatusExpired, level: 2}, // expired wording counts the same
+		}},
+		{"403 auth errors are not 401s: never expired", apikey(), []step{
+			{verdict: v403, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
+			{advance: gone, verdict: v403, counted: true, status: StatusUnavailable, retryAfter: 6 * time.Second, level: 2},
+			{advance: gone, verdict: v403, counted: true, status: StatusUnavailable, retryAfter: 12 * time.Second, level: 3},
+		}},
 		{"expired retries reset by a success", oauth, []step{
 			{verdict: vExpired, counted: true, status: StatusUnavailable, retryAfter: 5 * time.Second, level: 1},
 			{advance: gone, verdict: vExpired, counted: true, status: StatusUnavailable, retryAfter: 10 * time.Second, level: 2},
@@ -271,5 +335,33 @@ func TestFailureRules(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestAvailabilityTransient(t *testing.T) {
+	// guide §4: combo retry waits out only short transient cooldowns, never quota_exhausted
+	// ("vergrendeld tot middernacht") or auth reasons; Availability says which it is.
+	cases := []struct {
+		verdict   failure.Verdict // the failure that set the cooldown
+		transient bool            // expected Availability.Transient()
+	}{
+		{vServer, true},
+		{vRateLimit, true},
+		{vConcurrency, true},
+		{vQuota(12 * time.Hour), false},
+		{v403, false},
+		{v401, false},
+	}
+	for _, tc := range cases {
+		f := newFixture(t, apikey())
+		f.fail(t, tc.verdict, f.clock.Now())
+		a := f.check(t)
+		if a.Status != StatusUnavailable || a.Reason != tc.verdict.Reason || a.Transient() != tc.transient {
+			t.Errorf("%s: %+v, Transient() = %v, want %v", tc.verdict.Reason, a, a.Transient(), tc.transient)
+		}
+		f.clock.Advance(25 * time.Hour)
+		if a := f.check(t); a.Transient() || a.Reason != "" {
+			t.Errorf("%s: after the cooldown %+v still reads transient or keeps a reason", tc.verdict.Reason, a)
+		}
 	}
 }

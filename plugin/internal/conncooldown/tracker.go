@@ -44,13 +44,20 @@ type Availability struct {
 	Until        time.Time     // end of the cooldown (rateLimitedUntil); zero unless cooling
 	RetryAfter   time.Duration // time left in the cooldown; 0 unless cooling
 	BackoffLevel int           // current backoff level
-	// Reason is why the connection is cooling (the last failure's reason); "" unless
-	// cooling. Combo retry waits out only rate-limit-class cooldowns (guide §4).
+	// Reason is why the connection cools (the failure that set the cooldown); empty unless
+	// cooling.
 	Reason failure.Reason
 }
 
 // Available reports whether routing may use the connection.
 func (a Availability) Available() bool { return a.Status == StatusAvailable }
+
+// Transient reports whether the connection cools for a reason that waiting a little can
+// clear (a rate limit, a busy account, a server error), as opposed to an exhausted quota,
+// an auth error or a terminal state, which combo retry never waits out (guide §4).
+func (a Availability) Transient() bool {
+	return a.Status == StatusUnavailable && failure.Verdict{Reason: a.Reason}.Transient()
+}
 
 // Check reads the connection's state. A clean connection costs one shared-data read and no
 // allocation. On a store error it fails open (available) and returns the error.

@@ -104,7 +104,7 @@ func TestInspect(t *testing.T) {
 		Status:            StatusUnavailable,
 		CooldownRemaining: 40 * time.Second,
 		RateLimitedUntil:  t0.Add(42 * time.Second),
-		BackoffLevel:      1,
+		BackoffLevel:      0, // the hint decided: no climb
 		LastErrorType:     failure.ReasonRateLimit,
 		LastError:         strings.Repeat("é", 80),
 		ErrorCode:         429,

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,7 +167,7 @@ func TestQueuedRequestLeavesAnExcludedConnection(t *testing.T) {
 		{name: "circuit opened", want: combo.ReasonCircuitOpen,
 			exclude: func(t *testing.T, f *fixture, peer *Engine, b Target) {
 				for i := 0; i < 12; i++ {
-					if _, err := peer.breakers.RecordKind(peer.providers[b.Provider].breaker, breaker.KindServerError); err != nil {
+					if _, err := peer.breakers.RecordKind(peer.providers[b.Provider].breaker, breaker.KindServerError, breaker.Attempt{}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -329,7 +331,7 @@ func TestLosingTheProbeRaceAnswersCircuitOpen(t *testing.T) {
 	f := newFixture(t, yaml)
 	pv := &f.e.providers[0]
 	for i := 0; i < 12; i++ {
-		if _, err := f.e.breakers.RecordKind(pv.breaker, breaker.KindServerError); err != nil {
+		if _, err := f.e.breakers.RecordKind(pv.breaker, breaker.KindServerError, breaker.Attempt{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -572,6 +574,53 @@ func TestQuotaShareFailOpen(t *testing.T) {
 			}
 			if u, err := f.e.admitter.Inspect(cn.admit, "m1"); err != nil || u.InFlight != 1 || cn.unleased != 0 {
 				t.Fatalf("after the fail-open attempts: %+v %v, %d unleased; want only the first request's slot", u, err, cn.unleased)
+			}
+		})
+	}
+}
+
+// TestConfiguredTripStatusesReachClassification: providerBreaker.tripStatuses decides which
+// statuses count against the breaker (guide §1), added ones included: with 529 listed,
+// twelve Anthropic 529s open the apikey breaker; with the default list they do not.
+func TestConfiguredTripStatusesReachClassification(t *testing.T) {
+	base := `
+providers:
+  - id: anthropic
+    api: anthropic
+    cluster: anthropic
+    connections:
+` + func() string {
+		var b strings.Builder
+		for i := 0; i < 12; i++ {
+			fmt.Fprintf(&b, "      - {id: k%d, credential: {header: x-api-key, value: k%d}}\n", i, i)
+		}
+		return b.String()
+	}() + `
+routes:
+  - model: "claude-*"
+    targets: [{provider: anthropic}]
+`
+	overloaded := Outcome{Status: 529, Body: []byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)}
+	for _, c := range []struct {
+		name  string // the policy's trip statuses
+		extra string // appended policy
+		open  bool   // twelve 529s open the breaker
+	}{
+		{"default list", "", false},
+		{"529 added", "resilience:\n  providerBreaker:\n    tripStatuses: [408, 500, 502, 503, 504, 529]\n", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, []byte(base+c.extra))
+			pv := &f.e.providers[0]
+			for i := 0; i < 12; i++ {
+				failOn(t, f.e, Target{Provider: 0, Connection: i, Model: "claude-sonnet-4"}, overloaded)
+			}
+			st, err := f.e.breakers.Status(pv.breaker)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if open := st.State == breaker.Open; open != c.open {
+				t.Fatalf("after twelve 529s the breaker is %v, want open=%v", st.State, c.open)
 			}
 		})
 	}

@@ -48,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/admission"
@@ -150,6 +151,7 @@ type settings struct {
 	combo         combo.Config
 	restate       []restate.Rule
 	errorRules    []errorrules.Rule
+	classify      classify.Options
 	providers     []providerSettings
 	routes        []routeSettings
 }
@@ -165,8 +167,12 @@ type providerSettings struct {
 
 // connectionSettings are one connection's mechanism configs.
 type connectionSettings struct {
-	fingerprint string // conncooldown's credential fingerprint
+	fingerprint string // conncooldown's and lockout's credential fingerprint
 	admit       admission.GateConfig
+	// models are the upstream models the policy routes to the connection by name: they keep
+	// lockout keys of their own, while names a client invents (through a glob route) share
+	// a bounded pool.
+	models []string
 }
 
 // routeSettings are one route's expanded candidates and selection config.
@@ -183,6 +189,7 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 		latencyWeight: res.P2CLatency.Weight,
 		affinity:      affinity.ConfigFrom(res),
 		combo:         combo.ConfigFrom(res.ComboCooldownWait),
+		classify:      classify.Options{TripStatuses: map[string][]int{}, QuotaResetLocation: res.QuotaResetTimeZone},
 		providers:     make([]providerSettings, len(res.Providers)),
 		routes:        make([]routeSettings, len(res.Routes)),
 	}
@@ -197,6 +204,7 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 				ExcludeMarkers: r.ExcludeMarkers, Reason: failure.Reason(r.Reason), Scope: failure.Scope(r.Scope),
 				Cooldown: r.Cooldown})
 		}
+		s.classify.TripStatuses[rp.ID] = rp.Breaker.TripStatuses
 		ps := &s.providers[i]
 		var err error
 		if ps.breaker, err = breaker.ConfigFrom(rp.Breaker); err != nil {
@@ -219,6 +227,7 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 		rs := &s.routes[i]
 		for _, t := range rr.Targets {
 			rp := &res.Providers[t.Provider]
+			s.configureModel(rr, t)
 			if t.Connection >= 0 {
 				rs.candidates = append(rs.candidates, candidateRef{provider: t.Provider, connection: t.Connection,
 					model: t.Model, weight: weightOf(t, rp.Connections[t.Connection].Weight)})
@@ -237,6 +246,24 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 		rs.combo = selection.ComboConfig{Name: rr.Model, Strategy: strategy, Targets: len(rs.candidates)}
 	}
 	return s, nil
+}
+
+// configureModel notes the upstream model a route target sends to its connections by name:
+// the target's own model, or the route's when it is exact and the target passes it on.
+func (s *settings) configureModel(rr *policies.ResolvedRoute, t policies.ResolvedTarget) {
+	model := t.Model
+	if model == "" && !rr.IsGlob {
+		model = rr.Model
+	}
+	if model == "" {
+		return
+	}
+	conns := s.providers[t.Provider].conns
+	for j := range conns {
+		if (t.Connection < 0 || t.Connection == j) && !slices.Contains(conns[j].models, model) {
+			conns[j].models = append(conns[j].models, model)
+		}
+	}
 }
 
 // New prepares an engine for a validated policy.
@@ -317,7 +344,7 @@ func (e *Engine) prepareProvider(i int, cfg *providerSettings) error {
 		if c.cooldown, err = conncooldown.NewConn(rp.ID, rc.ID, cfg.conns[j].fingerprint); err != nil {
 			return fail(err)
 		}
-		if c.lockout, err = lockout.NewConn(rp.ID, rc.ID); err != nil {
+		if c.lockout, err = lockout.NewConn(rp.ID, rc.ID, cfg.conns[j].fingerprint, cfg.conns[j].models...); err != nil {
 			return fail(err)
 		}
 		if c.gate, err = providercooldown.ConnectionEntry(rp.ID, rc.ID, cfg.gate); err != nil {
@@ -374,7 +401,11 @@ func newClassifier(cfg *settings) (*classify.Classifier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	return classify.New(rt, cat), nil
+	c, err := classify.NewWithOptions(rt, cat, cfg.classify)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	return c, nil
 }
 
 // Resolved returns the policy the engine runs.

@@ -436,7 +436,7 @@ func TestQueuedRequestDoesNotHoldTheProbe(t *testing.T) {
 	}
 	pv := &f.e.providers[0]
 	for i := 0; i < 12; i++ { // open the circuit (apikey: 12 failures)...
-		if _, err := f.e.breakers.RecordKind(pv.breaker, breaker.KindServerError); err != nil {
+		if _, err := f.e.breakers.RecordKind(pv.breaker, breaker.KindServerError, breaker.Attempt{}); err != nil {
 			t.Fatal(err)
 		}
 	}

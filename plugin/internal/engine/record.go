@@ -65,10 +65,10 @@ func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 		}
 	}
 	if o.Status > 0 && o.Status < 400 {
-		_, err := e.breakers.RecordSuccess(pv.breaker)
+		_, err := e.breakers.RecordSuccess(pv.breaker, d.attempt())
 		note(err)
 		note(pv.cooldown.RecordSuccess(cn.cooldown, d.Started))
-		note(pv.lockout.RecordSuccess(cn.lockout, d.Target.Model))
+		note(pv.lockout.RecordSuccess(cn.lockout, d.Target.Model, d.Started))
 		if e.gateOn {
 			note(e.gate.RecordSuccess(pv.gate))
 			note(e.gate.RecordSuccess(cn.gate))
@@ -93,9 +93,9 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 	providerScoped := v.Scope == failure.ScopeProvider
 	switch {
 	case v.CountBreaker:
-		_, err := e.breakers.RecordFailure(pv.breaker, v)
+		_, err := e.breakers.RecordFailure(pv.breaker, v, d.attempt())
 		note(err)
-		e.gateProviderFailure(pv, note)
+		e.gateProviderFailure(pv, v, note)
 	case providerScoped:
 		// A rule that declares scope: provider blames the provider, as declared (guide §7:
 		// an operator rule's scope is honoured, #11104), even for a status the breaker's
@@ -105,9 +105,9 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 		if kind == breaker.KindNone {
 			kind = breaker.KindServerError
 		}
-		_, err := e.breakers.RecordKind(pv.breaker, kind)
+		_, err := e.breakers.RecordKind(pv.breaker, kind, d.attempt())
 		note(err)
-		e.gateProviderFailure(pv, note)
+		e.gateProviderFailure(pv, v, note)
 	case d.probe.Probe:
 		note(e.breakers.ReleaseProbe(pv.breaker, d.probe))
 	}
@@ -135,7 +135,7 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 		_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started, Message: o.Message})
 		note(err)
 		if e.gateOn {
-			_, err := e.gate.RecordFailure(cn.gate)
+			_, err := e.gate.RecordFailure(cn.gate, v)
 			note(err)
 		}
 	}
@@ -155,11 +155,17 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 }
 
 // gateProviderFailure counts a provider-level failure in the opt-in provider cooldown gate.
-func (e *Engine) gateProviderFailure(pv *provider, note func(error)) {
+func (e *Engine) gateProviderFailure(pv *provider, v failure.Verdict, note func(error)) {
 	if e.gateOn {
-		_, err := e.gate.RecordFailure(pv.gate)
+		_, err := e.gate.RecordFailure(pv.gate, v)
 		note(err)
 	}
+}
+
+// attempt is what the breaker needs to know of an attempt: when it started and whether it
+// holds the HALF_OPEN probe (only the probe's outcome decides a recovery).
+func (d Dispatch) attempt() breaker.Attempt {
+	return breaker.Attempt{Started: d.Started, Decision: d.probe}
 }
 
 // missingModel reports the reasons that say the model does not exist on the connection

@@ -244,8 +244,7 @@ func (e *Engine) connectionExclusion(pv *provider, cn *connection, model string,
 		if av.Status.Terminal() {
 			x.Reason = combo.ReasonTerminal
 		} else {
-			x.Reason, x.RetryAfter = combo.ReasonUnavailable, av.RetryAfter
-			x.Transient = rateLimitClass(av.Reason)
+			x.Reason, x.RetryAfter, x.Transient = combo.ReasonUnavailable, av.RetryAfter, av.Transient()
 		}
 		return x, true
 	}

@@ -37,7 +37,6 @@ var notMechanismSettings = map[string]string{
 	"Routing.BodyWait":                       "the filter",
 	"FirstEvent.MaxBytes":                    "the filter's first-event hold",
 	"FirstEvent.Timeout":                     "the filter's first-event hold",
-	"QuotaResetTimeZone":                     "not read yet: the daily quota reset of a later engine change",
 	"ThroughputWatchdog.Enabled":             "not read yet: the stream watchdog is not wired into the filter",
 	"ThroughputWatchdog.Window":              "not read yet: the stream watchdog is not wired into the filter",
 	"ThroughputWatchdog.Warmup":              "not read yet: the stream watchdog is not wired into the filter",

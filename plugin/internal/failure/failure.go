@@ -86,9 +86,25 @@ type Verdict struct {
 	Terminal     Terminal      // terminal state to set on the connection
 	// KeepBackoff leaves the connection's backoff level alone (concurrency-limit 429s).
 	KeepBackoff bool
+	// QuotaWindow says Cooldown is how long an exhausted quota stays exhausted: the reset
+	// the upstream announced, midnight for a daily quota without one, or the guide's fixed
+	// quota-text cooldown (guide §2, §4 "vergrendeld tot middernacht"). A layer applies it
+	// as it is: no escalation, no backoff climb, and not clamped to its usual maximum, only
+	// to its hard limit (MaxQuotaWindow).
+	QuotaWindow bool
+	// ModelOnly says the failure is about the model alone — it does not exist, was retired,
+	// or this account may not use it — and says nothing about the connection. Only a model
+	// lockout may record it; when the lockout does not take it (off, or not one of its
+	// error codes) nothing is cooled (guide "Foutopsporing": only one model fails → model
+	// lockout, not connection cooldown). Scope is then ScopeModel.
+	ModelOnly bool
 	// RuleID names the restatement or provider error rule that decided, if any.
 	RuleID string
 }
+
+// MaxQuotaWindow bounds a QuotaWindow cooldown in every layer: a daily quota resets within
+// a day, and no upstream hint is honoured for longer (retryhint.MaxDelay).
+const MaxQuotaWindow = 24 * time.Hour
 
 // Transient reports whether waiting a little could make the target usable again: true for
 // rate limits, concurrency limits, capacity and server errors; false for quota exhaustion,

@@ -26,10 +26,7 @@ const (
 	maxPeers = 256
 )
 
-const (
-	directoryKind    = 'W'
-	directoryVersion = 1
-)
+const directoryVersion = 1
 
 // peers is one VM's view of the directory and the queue tokens it resolved.
 type peers struct {
@@ -47,7 +44,7 @@ func decodeDirectory(b []byte, found bool) []peerEntry {
 	if !found {
 		return nil
 	}
-	d := state.NewDecoder(b, directoryKind, directoryVersion)
+	d := state.NewDecoder(b, state.KindVMDirectory, directoryVersion)
 	n := d.Uint()
 	if n > maxPeers {
 		return nil
@@ -63,7 +60,7 @@ func decodeDirectory(b []byte, found bool) []peerEntry {
 }
 
 func (ps *peers) encode(entries []peerEntry) []byte {
-	e := state.NewEncoder(ps.buf, directoryKind, directoryVersion).Uint(uint64(len(entries)))
+	e := state.NewEncoder(ps.buf, state.KindVMDirectory, directoryVersion).Uint(uint64(len(entries)))
 	for _, p := range entries {
 		e.String(p.id).Int(p.seenMs)
 	}

@@ -28,14 +28,14 @@ func (t *Tracker) List(c Conn) ([]Entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lockout: read index of %s/%s: %w", c.provider, c.connection, err)
 	}
-	x := t.loadIndex(b, found)
+	x := t.loadIndex(c, b, found)
 	now := t.nowMillis()
 	var out []Entry
 	for _, e := range x.entries {
 		if e.until <= now {
 			continue
 		}
-		l, ok, err := t.readLock(c, e.scope, e.name)
+		l, ok, err := t.readLock(c, e)
 		if err != nil {
 			return nil, err
 		}
@@ -65,36 +65,45 @@ func (t *Tracker) Delete(c Conn, model string) (int, error) {
 	}
 	cands := t.candidates(model)
 	targets := []indexEntry{}
-	add := func(s failure.Scope, name string) {
-		for _, e := range targets {
-			if e.scope == s && e.name == name {
+	add := func(e indexEntry) {
+		for _, x := range targets {
+			if x.scope == e.scope && x.name == e.name && x.slot == e.slot {
 				return
 			}
 		}
-		targets = append(targets, indexEntry{scope: s, name: name})
+		targets = append(targets, e)
 	}
 	for _, k := range cands {
-		add(k.scope, k.name)
+		if t.configured(c, k.scope, k.name) {
+			add(indexEntry{scope: k.scope, name: k.name}) // its own key, listed or not
+		}
 	}
 	removed, err := t.rewriteIndex(c, func(x *index) {
 		kept := x.entries[:0]
 		for _, e := range x.entries {
-			if e.name != model {
-				kept = append(kept, e)
+			if e.name == model || isCandidate(&cands, e) {
+				continue
 			}
+			kept = append(kept, e)
 		}
 		x.entries = kept
-		for _, k := range cands {
-			x.remove(k.scope, k.name)
-		}
 	})
 	if err != nil {
 		return 0, err
 	}
 	for _, e := range removed {
-		add(e.scope, e.name)
+		add(e)
 	}
 	return t.tombstone(c, targets)
+}
+
+func isCandidate(cands *[3]candidate, e indexEntry) bool {
+	for _, k := range cands {
+		if k.scope == e.scope && k.name == e.name {
+			return true
+		}
+	}
+	return false
 }
 
 // ClearConnection removes every lockout of the connection and its index, and returns how
@@ -115,11 +124,11 @@ func (t *Tracker) rewriteIndex(c Conn, edit func(x *index)) ([]indexEntry, error
 		if !found {
 			return nil, state.Keep, nil
 		}
-		x := t.loadIndex(cur, found)
+		x := t.loadIndex(c, cur, found)
 		before := append([]indexEntry(nil), x.entries...)
 		edit(&x)
 		for _, e := range before {
-			if !x.has(e.scope, e.name) {
+			if !x.has(e) {
 				removed = append(removed, e)
 			}
 		}
@@ -137,14 +146,21 @@ func (t *Tracker) rewriteIndex(c Conn, edit func(x *index)) ([]indexEntry, error
 	return removed, nil
 }
 
-// tombstone deletes the lock records of targets and counts those that were still active.
+// tombstone deletes the lock records of targets and counts those that were still active. A
+// pool slot that another name holds by now is left alone.
 func (t *Tracker) tombstone(c Conn, targets []indexEntry) (int, error) {
 	now := t.nowMillis()
 	active := 0
 	for _, e := range targets {
 		wasActive := false
-		_, err := state.Update(t.store, c.lockKey(e.scope, e.name), func(cur []byte, found bool) ([]byte, state.Mutation, error) {
-			wasActive = found && t.liveLock(cur, found, now).until > now
+		_, err := state.Update(t.store, c.keyOf(e), func(cur []byte, found bool) ([]byte, state.Mutation, error) {
+			wasActive = false
+			if found && e.slot > 0 {
+				if l, err := decodeLockOf(cur, &e); err == nil && !l.holds(c, e.scope, e.name) {
+					return nil, state.Keep, nil
+				}
+			}
+			wasActive = found && t.liveLock(c, e, cur, found, now).until > now
 			return nil, state.Delete, nil
 		})
 		if err != nil {
@@ -157,9 +173,9 @@ func (t *Tracker) tombstone(c Conn, targets []indexEntry) (int, error) {
 	return active, nil
 }
 
-func (x index) has(s failure.Scope, name string) bool {
+func (x index) has(want indexEntry) bool {
 	for _, e := range x.entries {
-		if e.scope == s && e.name == name {
+		if e.scope == want.scope && e.name == want.name && e.slot == want.slot {
 			return true
 		}
 	}

@@ -100,8 +100,12 @@ func TestListDeleteClear(t *testing.T) {
 }
 
 func TestIndexIsBoundedAndPruned(t *testing.T) {
-	f := newFixture(t, enabled())
 	const models = maxIndexEntries + 6
+	var names []string
+	for i := 0; i < models; i++ {
+		names = append(names, fmt.Sprintf("m%02d", i))
+	}
+	f := newFixture(t, enabled(), names...) // a policy naming 70 models on one connection
 	for i := 0; i < models; i++ {
 		f.clock.Advance(time.Millisecond) // each lock ends a little later than the one before
 		f.fail(t, fmt.Sprintf("m%02d", i), v502, time.Time{})
@@ -128,7 +132,7 @@ func TestIndexIsBoundedAndPruned(t *testing.T) {
 }
 
 func TestCorruptReadsAreAbsent(t *testing.T) {
-	f := newFixture(t, enabled())
+	f := newFixture(t, enabled(), "m")
 	f.fail(t, "m", v502, time.Time{})
 	lockKey := f.conn.lockKey(failure.ScopeExact, "m")
 
@@ -148,8 +152,9 @@ func TestCorruptReadsAreAbsent(t *testing.T) {
 
 	// A corrupt index: not locked; the next failure rebuilds it.
 	badIndexes := [][]byte{
-		{'X', 1},
-		{'X', 1, 0x80},
+		{'X', 2},
+		{'X', 2, 0x80},
+		{'X', 1, 0, 0, 0}, // the old version
 		index{entries: []indexEntry{{scope: failure.ScopeExact, until: 1, hash: 42, name: "m"}}}.encode(), // hash mismatch
 		[]byte("garbage"),
 	}
@@ -183,14 +188,14 @@ func TestStoreErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := NewConn("p", "c")
+	c, _ := NewConn("p", "c", "")
 	if _, ok, err := tr.Locked(c, "m"); ok || !errors.Is(err, errStore) {
 		t.Fatalf("Locked: ok=%v err=%v; want fail open with the error", ok, err)
 	}
 	if _, err := tr.RecordFailure(c, Failure{Model: "m", Verdict: v502}); !errors.Is(err, errStore) || !strings.HasPrefix(err.Error(), "lockout: ") {
 		t.Fatalf("RecordFailure: %v", err)
 	}
-	if err := tr.RecordSuccess(c, "m"); !errors.Is(err, errStore) {
+	if err := tr.RecordSuccess(c, "m", time.Time{}); !errors.Is(err, errStore) {
 		t.Fatalf("RecordSuccess: %v", err)
 	}
 	if _, err := tr.List(c); !errors.Is(err, errStore) {

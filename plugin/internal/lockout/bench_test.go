@@ -63,7 +63,7 @@ func BenchmarkRecordSuccessClean(b *testing.B) {
 	f := newFixture(b, enabled())
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := f.tr.RecordSuccess(f.conn, "gpt-5-mini"); err != nil {
+		if err := f.tr.RecordSuccess(f.conn, "gpt-5-mini", time.Time{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
@@ -22,7 +23,7 @@ func interleaveOn(store *state.MemStore, key string, other func()) {
 }
 
 func TestInterleavedFailuresEscalateOnce(t *testing.T) {
-	f := newFixture(t, enabled())
+	f := newFixture(t, enabled(), "m")
 	started := f.clock.Now()
 	var inner Outcome
 	interleaveOn(f.store, f.conn.lockKey("exact", "m"), func() { inner = f.fail(t, "m", v502, started) })
@@ -49,7 +50,7 @@ func TestInterleavedIndexWritersLoseNothing(t *testing.T) {
 // A success decays a lock to 0 and deletes it; before it drops the index entry, a new
 // failure locks the model again. The entry must survive, or the new lock would be invisible.
 func TestDecayRacingNewFailureKeepsIndexEntry(t *testing.T) {
-	f := newFixture(t, enabled())
+	f := newFixture(t, enabled(), "m")
 	f.fail(t, "m", v502, time.Time{})
 	// Same millisecond: the new lock ends exactly when the decayed one did.
 	interleaveOn(f.store, f.conn.indexKey, func() { f.fail(t, "m", v502, time.Time{}) })
@@ -63,7 +64,7 @@ func TestDecayRacingNewFailureKeepsIndexEntry(t *testing.T) {
 func TestGoroutinesHerdCountsOnce(t *testing.T) {
 	store := state.NewMemStore()
 	clock := state.NewManualClock(t0)
-	conn, _ := NewConn("codex", "codex-a")
+	conn, _ := NewConn("codex", "codex-a", "")
 	started := clock.Now()
 	const workers = 16
 	var wg sync.WaitGroup
@@ -98,8 +99,12 @@ func TestGoroutinesHerdCountsOnce(t *testing.T) {
 func TestGoroutinesIndexLosesNoActiveLock(t *testing.T) {
 	store := state.NewMemStore()
 	clock := state.NewManualClock(t0)
-	conn, _ := NewConn("codex", "codex-a")
 	const workers = 12
+	models := []string{"shared"}
+	for w := 0; w < workers; w++ {
+		models = append(models, fmt.Sprintf("m%d", w))
+	}
+	conn, _ := NewConn("codex", "codex-a", "", models...)
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		tr, _ := New(store, clock, enabled())
@@ -114,7 +119,7 @@ func TestGoroutinesIndexLosesNoActiveLock(t *testing.T) {
 					model = shared
 				}
 				if i%4 == 3 {
-					if err := tr.RecordSuccess(conn, model); err != nil {
+					if err := tr.RecordSuccess(conn, model, time.Time{}); err != nil {
 						t.Error(err)
 					}
 					continue
@@ -144,7 +149,7 @@ func TestGoroutinesIndexLosesNoActiveLock(t *testing.T) {
 		if w == workers {
 			model = "shared"
 		}
-		rec, active, _ := tr.readLock(conn, "exact", model)
+		rec, active, _ := tr.readLock(conn, indexEntry{scope: failure.ScopeExact, name: model})
 		active = active && rec.until > clock.Now().UnixMilli()
 		_, locked, _ := tr.Locked(conn, model)
 		if active != locked || active != listed[model] {

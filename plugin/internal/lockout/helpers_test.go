@@ -23,7 +23,10 @@ type fixture struct {
 	conn  Conn
 }
 
-func newFixture(tb tHelper, cfg Config) *fixture {
+// newFixture is a tracker over a fresh store, and a connection under credential "fp-1"
+// whose configured models are configured (none: every model is client-invented and lives in
+// the pool slots).
+func newFixture(tb tHelper, cfg Config, configured ...string) *fixture {
 	tb.Helper()
 	store := state.NewMemStore()
 	clock := state.NewManualClock(t0)
@@ -31,7 +34,7 @@ func newFixture(tb tHelper, cfg Config) *fixture {
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}
-	conn, err := NewConn("codex", "codex-a")
+	conn, err := NewConn("codex", "codex-a", "fp-1", configured...)
 	if err != nil {
 		tb.Fatalf("NewConn: %v", err)
 	}
@@ -58,7 +61,7 @@ func (f *fixture) locked(tb tHelper, model string) (Lock, bool) {
 
 func (f *fixture) succeed(tb tHelper, model string) {
 	tb.Helper()
-	if err := f.tr.RecordSuccess(f.conn, model); err != nil {
+	if err := f.tr.RecordSuccess(f.conn, model, f.clock.Now()); err != nil {
 		tb.Fatalf("RecordSuccess: %v", err)
 	}
 }

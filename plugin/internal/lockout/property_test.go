@@ -15,6 +15,7 @@ var propVerdicts = []failure.Verdict{
 	v429, v403, v404, v502, v500, v503(),
 	{Status: 403, Reason: failure.ReasonAuthError, Scope: failure.ScopeModel, Cooldown: 6 * time.Hour},
 	{Status: 429, Reason: failure.ReasonRateLimit, Scope: failure.ScopeExact},
+	{Status: 429, Reason: failure.ReasonQuotaExhausted, Cooldown: 12 * time.Hour, QuotaWindow: true},
 }
 
 var propSources = []failure.HintSource{failure.HintNone, failure.HintRetryAfter, failure.HintGoogleRetryInfo,
@@ -41,8 +42,8 @@ func drawConfig(t *rapid.T) Config {
 func TestPropertyLockoutNeverOutlivesItsCap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := drawConfig(t)
-		f := newFixture(t, cfg)
-		longHints := false
+		f := newFixture(t, cfg, propModels...)
+		longHints, windows := false, false
 		n := rapid.IntRange(1, 50).Draw(t, "events")
 		for i := 0; i < n; i++ {
 			switch rapid.IntRange(0, 2).Draw(t, "advanceKind") {
@@ -59,6 +60,7 @@ func TestPropertyLockoutNeverOutlivesItsCap(t *testing.T) {
 				v.HintSource = rapid.SampledFrom(propSources).Draw(t, "source")
 				v.RetryHint = time.Duration(rapid.Int64Range(0, int64(10*24*time.Hour)).Draw(t, "hint"))
 				longHints = longHints || v.HintSource == failure.HintGoogleRetryInfo
+				windows = windows || v.QuotaWindow
 				started := f.clock.Now()
 				if rapid.Bool().Draw(t, "overlapping") {
 					started = started.Add(-time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(t, "startedAgo")))
@@ -71,6 +73,9 @@ func TestPropertyLockoutNeverOutlivesItsCap(t *testing.T) {
 			if longHints {
 				limit = max(limit, cfg.LongRetryCap)
 			}
+			if windows {
+				limit = max(limit, failure.MaxQuotaWindow)
+			}
 			now := f.clock.Now()
 			for _, m := range propModels {
 				l, ok := f.locked(t, m)
@@ -80,14 +85,14 @@ func TestPropertyLockoutNeverOutlivesItsCap(t *testing.T) {
 				if left := l.Until.Sub(now); left <= 0 || left > limit {
 					t.Fatalf("%s locked for %v more, cap %v", m, left, limit)
 				}
-				if l.FailureCount < 1 || l.FailureCount > cfg.MaxBackoffSteps+1 {
+				if l.FailureCount < 0 || l.FailureCount > cfg.MaxBackoffSteps+1 {
 					t.Fatalf("%s failure count %d beyond %d steps", m, l.FailureCount, cfg.MaxBackoffSteps)
 				}
 			}
 			for _, m := range propModels {
 				active := false
 				for _, k := range f.tr.candidates(m) {
-					rec, ok, err := f.tr.readLock(f.conn, k.scope, k.name)
+					rec, ok, err := f.tr.readLock(f.conn, indexEntry{scope: k.scope, name: k.name})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -134,8 +139,11 @@ func TestPropertyApplyFailureBounded(t *testing.T) {
 			return
 		}
 		limit := cfg.MaxCooldown
-		if long {
+		switch {
+		case long:
 			limit = cfg.LongRetryCap
+		case v.QuotaWindow:
+			limit = failure.MaxQuotaWindow
 		}
 		if d := next.until - now; d <= 0 || d > limit.Milliseconds() {
 			t.Fatalf("lockout of %dms, cap %v", d, limit)

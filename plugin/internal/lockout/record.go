@@ -2,41 +2,68 @@ package lockout
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
-// Record kinds and versions in shared data.
+// Record kinds and versions in shared data. Version 2 added the credential fingerprint, the
+// lock's own scope and name, and the index's pool slots; a version 1 record reads as
+// corrupt, which releases it.
 const (
-	lockKind     = 'L'
-	lockVersion  = 1
-	indexKind    = 'X'
-	indexVersion = 1
+	lockKind     = state.KindLockout
+	lockVersion  = 2
+	indexKind    = state.KindLockoutIndex
+	indexVersion = 2
 )
 
 // Size bounds.
 const (
 	maxIDBytes    = 128
 	maxModelBytes = 256
-	// maxIndexEntries bounds one connection's index. When it is full the entry that ends
-	// first is dropped, which releases that lockout early rather than growing without end.
+	// maxIndexEntries bounds the lockouts of configured models one connection's index
+	// lists. The policy names those models, so the bound is only reached by a policy with
+	// more than a few dozen models on one connection; then the entry that ends first is
+	// dropped, which releases that lockout early rather than growing without end.
 	maxIndexEntries = 64
-	maxReasonBytes  = 64
+	// InventedSlots is how many lockouts of models the policy does not name (a glob
+	// route passes on whatever model a client asks for) one connection keeps. They live
+	// in this many fixed shared-data keys, so no client can create keys without bound,
+	// and when all are taken the one that ends first makes room: a client-invented name
+	// can only ever displace another client-invented name, never a configured model's
+	// lockout.
+	InventedSlots  = 16
+	maxReasonBytes = 64
 )
 
-// Conn names one connection and precomputes its keys, so the hot path reads its index
-// without building a string. Build it once per connection when the policy loads.
+// Conn names one connection, the credential it uses now, and the models the policy
+// routes to it, and precomputes its keys, so the hot path reads its index without building
+// a string. Build it once per connection when the policy loads.
 type Conn struct {
-	provider   string
-	connection string
-	indexKey   string // spw1:mli:<provider>:<connection>
-	lockPrefix string // spw1:ml:<provider>:<connection>:
+	provider    string
+	connection  string
+	indexKey    string // spw1:mli:<provider>:<connection>
+	lockPrefix  string // spw1:ml:<provider>:<connection>:
+	fingerprint uint64 // credential fingerprint; 0 = unknown
+	configured  []string
 }
 
-// NewConn validates the ids (1..128 printable ASCII bytes, no ':') and precomputes the keys.
-func NewConn(provider, connection string) (Conn, error) {
+// NewConn validates the ids (1..128 printable ASCII bytes, no ':') and the models, and
+// precomputes the keys.
+//
+// credentialFingerprint is any string that changes when the connection's credential
+// changes (a hash or a version, never the credential itself): lockouts recorded under
+// another fingerprint no longer apply, so a rotated key starts clean, as its terminal
+// states do. Empty means unknown and matches every stored lockout.
+//
+// configured are the upstream models the policy routes to this connection (the targets'
+// models, and the requested model of a non-glob route whose target passes it on). Their
+// lockouts — under the exact name, the bare name or the quota family — each get their own
+// key. Any other model is client input (a glob route passes on what the client asked
+// for); its lockouts share the connection's InventedSlots pool slots.
+func NewConn(provider, connection, credentialFingerprint string, configured ...string) (Conn, error) {
 	for _, id := range [...]struct{ what, v string }{{"provider", provider}, {"connection", connection}} {
 		if id.v == "" || len(id.v) > maxIDBytes {
 			return Conn{}, fmt.Errorf("lockout: %s id must be 1 to %d bytes, got %d", id.what, maxIDBytes, len(id.v))
@@ -47,11 +74,18 @@ func NewConn(provider, connection string) (Conn, error) {
 			}
 		}
 	}
+	for _, m := range configured {
+		if err := validModel(m); err != nil {
+			return Conn{}, fmt.Errorf("lockout: configured model of %s/%s: %w", provider, connection, err)
+		}
+	}
 	return Conn{
-		provider:   provider,
-		connection: connection,
-		indexKey:   state.KeyPrefix + "mli:" + provider + ":" + connection,
-		lockPrefix: state.KeyPrefix + "ml:" + provider + ":" + connection + ":",
+		provider:    provider,
+		connection:  connection,
+		indexKey:    state.KeyPrefix + "mli:" + provider + ":" + connection,
+		lockPrefix:  state.KeyPrefix + "ml:" + provider + ":" + connection + ":",
+		fingerprint: fingerprint(credentialFingerprint),
+		configured:  append([]string(nil), configured...),
 	}, nil
 }
 
@@ -61,9 +95,45 @@ func (c Conn) Provider() string { return c.provider }
 // Connection returns the connection id.
 func (c Conn) Connection() string { return c.connection }
 
-// lockKey is the key of one lockout: spw1:ml:<provider>:<connection>:<scope>:<name>.
+// lockKey is the key of a configured model's lockout: spw1:ml:<provider>:<connection>:<scope>:<name>.
 func (c Conn) lockKey(s failure.Scope, name string) string {
 	return c.lockPrefix + string(s) + ":" + name
+}
+
+// slotKey is the key of pool slot n (1..InventedSlots): spw1:ml:<provider>:<connection>:~<n>.
+// No scope starts with '~', so it never meets a lockKey.
+func (c Conn) slotKey(n int) string {
+	return c.lockPrefix + "~" + strconv.Itoa(n)
+}
+
+// keyOf is the key an index entry's lock lives under.
+func (c Conn) keyOf(e indexEntry) string {
+	if e.slot > 0 {
+		return c.slotKey(e.slot)
+	}
+	return c.lockKey(e.scope, e.name)
+}
+
+// sameCredential reports whether a record written under fingerprint fp applies to c. An
+// unknown fingerprint on either side matches.
+func (c Conn) sameCredential(fp uint64) bool {
+	return c.fingerprint == 0 || fp == 0 || c.fingerprint == fp
+}
+
+// fingerprint hashes a credential fingerprint with 64-bit FNV-1a; 0 is reserved for "unknown".
+func fingerprint(s string) uint64 {
+	if s == "" {
+		return 0
+	}
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	if h == 0 {
+		h = 1
+	}
+	return h
 }
 
 // validModel accepts 1..256 bytes without control characters. The model is the last part of
@@ -110,37 +180,59 @@ func entryHash(s failure.Scope, name string) uint64 {
 
 // lock is one stored lockout. Times are Unix milliseconds.
 type lock struct {
-	count    int            // failure count: escalates the cooldown, halved by each success
-	until    int64          // end of the lockout
-	lockedAt int64          // when the lockout was last set (herd protection)
-	status   int            // upstream status that set it
-	reason   failure.Reason // why (admin output)
+	fingerprint uint64         // credential fingerprint it was recorded under (0 = unknown)
+	count       int            // failure count: escalates the cooldown, halved by each success; 0 when the upstream set the window
+	until       int64          // end of the lockout
+	lockedAt    int64          // when the lockout was last set (herd protection, stale successes)
+	status      int            // upstream status that set it
+	reason      failure.Reason // why (admin output)
+	scope       failure.Scope  // the key's scope and name, so a pool slot names its holder
+	name        string
 }
 
 func (l lock) encode() []byte {
 	return state.NewEncoder(nil, lockKind, lockVersion).
+		Uint(l.fingerprint).
 		Uint(uint64(l.count)).
 		Int(l.until).
 		Int(l.lockedAt).
 		Uint(uint64(l.status)).
 		String(string(l.reason)).
+		Uint(scopeCode(l.scope)).
+		String(l.name).
 		Bytes()
 }
 
-func decodeLock(b []byte) (lock, error) {
+// decodeLockOf decodes a stored lock. With want set, a lock whose name is want's reuses
+// want's name instead of copying it out of the record (no allocation on the read path).
+func decodeLockOf(b []byte, want *indexEntry) (lock, error) {
 	d := state.NewDecoder(b, lockKind, lockVersion)
+	l := lock{fingerprint: d.Uint()}
 	count := d.Uint()
-	l := lock{until: d.Int(), lockedAt: d.Int()}
+	l.until, l.lockedAt = d.Int(), d.Int()
 	status := d.Uint()
 	l.reason = failure.Reason(d.String())
+	sc := d.Uint()
+	name := d.View()
 	if err := d.Err(); err != nil {
 		return lock{}, fmt.Errorf("lockout: %w", err)
 	}
-	if count == 0 || count > maxBackoffStepsLimit+1 || status > 999 || len(l.reason) > maxReasonBytes {
+	if want != nil && string(name) == want.name {
+		l.name = want.name
+	} else {
+		l.name = string(name)
+	}
+	if count > maxBackoffStepsLimit+1 || status > 999 || len(l.reason) > maxReasonBytes ||
+		sc == 0 || sc >= uint64(len(scopeCodes)) || validModel(l.name) != nil {
 		return lock{}, fmt.Errorf("lockout: %w: lock field out of range", state.ErrCorrupt)
 	}
-	l.count, l.status = int(count), int(status)
+	l.count, l.status, l.scope = int(count), int(status), scopeCodes[sc]
 	return l, nil
+}
+
+// holds reports whether the lock is (scope, name)'s under c's credential.
+func (l lock) holds(c Conn, s failure.Scope, name string) bool {
+	return l.scope == s && l.name == name && c.sameCredential(l.fingerprint)
 }
 
 // indexEntry is one lockout key the connection created.
@@ -148,14 +240,17 @@ type indexEntry struct {
 	scope failure.Scope
 	until int64 // the lockout's end as last written (an upper bound: lock records are authoritative)
 	hash  uint64
+	slot  int // 0 = the lock's own key (a configured model); 1..InventedSlots = a pool slot
 	name  string
 }
 
-// index lists a connection's lockout keys. Encoded as: the latest until of all entries, the
-// entry count, the fixed-size (scope, until, hash) triples, then the names; so the hot path
-// reads the first value, or the triples, and never decodes a string.
+// index lists a connection's lockout keys. Encoded as: the credential fingerprint, the
+// latest until of all entries, the entry count, the fixed-size (scope, until, hash, slot)
+// quadruples, then the names; so the hot path reads the first values, or the quadruples,
+// and never decodes a string.
 type index struct {
-	entries []indexEntry
+	fingerprint uint64
+	entries     []indexEntry
 }
 
 func (x index) maxUntil() int64 {
@@ -167,9 +262,9 @@ func (x index) maxUntil() int64 {
 }
 
 func (x index) encode() []byte {
-	e := state.NewEncoder(nil, indexKind, indexVersion).Int(x.maxUntil()).Uint(uint64(len(x.entries)))
+	e := state.NewEncoder(nil, indexKind, indexVersion).Uint(x.fingerprint).Int(x.maxUntil()).Uint(uint64(len(x.entries)))
 	for _, en := range x.entries {
-		e.Uint(scopeCode(en.scope)).Int(en.until).Uint(en.hash)
+		e.Uint(scopeCode(en.scope)).Int(en.until).Uint(en.hash).Uint(uint64(en.slot))
 	}
 	for _, en := range x.entries {
 		e.String(en.name)
@@ -179,18 +274,24 @@ func (x index) encode() []byte {
 
 func decodeIndex(b []byte) (index, error) {
 	d := state.NewDecoder(b, indexKind, indexVersion)
+	x := index{fingerprint: d.Uint()}
 	maxUntil := d.Int()
 	n := d.Uint()
-	if n > maxIndexEntries {
+	if n > maxIndexEntries+InventedSlots {
 		return index{}, fmt.Errorf("lockout: %w: %d index entries", state.ErrCorrupt, n)
 	}
-	x := index{entries: make([]indexEntry, n)}
+	x.entries = make([]indexEntry, n)
 	for i := range x.entries {
 		sc := d.Uint()
 		if sc == 0 || sc >= uint64(len(scopeCodes)) {
 			return index{}, fmt.Errorf("lockout: %w: index scope %d", state.ErrCorrupt, sc)
 		}
 		x.entries[i] = indexEntry{scope: scopeCodes[sc], until: d.Int(), hash: d.Uint()}
+		slot := d.Uint()
+		if slot > InventedSlots {
+			return index{}, fmt.Errorf("lockout: %w: index slot %d", state.ErrCorrupt, slot)
+		}
+		x.entries[i].slot = int(slot)
 	}
 	for i := range x.entries {
 		x.entries[i].name = d.String()
@@ -209,28 +310,44 @@ func decodeIndex(b []byte) (index, error) {
 	return x, nil
 }
 
-// upsert records that (scope, name) is locked until until, drops entries whose escalation
-// window has passed, and evicts the entry that ends first if the index is full.
-func (x *index) upsert(s failure.Scope, name string, until, now, window int64) {
+// upsert records that (scope, name) is locked until until in slot (0 = its own key): the
+// entry keeps the later end if it was listed; another entry in the same pool slot (a
+// holder it evicted) is dropped; entries whose escalation window has passed are dropped;
+// and when more than maxIndexEntries configured entries remain, the configured entry that
+// ends first is evicted. Pool entries never count against, nor evict, configured ones.
+func (x *index) upsert(s failure.Scope, name string, until int64, slot int, now, window int64) {
 	kept := x.entries[:0]
 	found := false
+	configured := 0
 	for _, e := range x.entries {
-		if e.scope == s && e.name == name {
+		switch {
+		case e.scope == s && e.name == name:
+			if e.slot != slot {
+				continue // moved (a race): the new place wins
+			}
 			e.until = max(e.until, until)
 			found = true
-		} else if e.until+window <= now {
+		case slot > 0 && e.slot == slot:
+			continue // the slot's previous holder, evicted
+		case e.until+window <= now:
 			continue
+		}
+		if e.slot == 0 {
+			configured++
 		}
 		kept = append(kept, e)
 	}
 	x.entries = kept
 	if !found {
-		x.entries = append(x.entries, indexEntry{scope: s, until: until, hash: entryHash(s, name), name: name})
+		x.entries = append(x.entries, indexEntry{scope: s, until: until, hash: entryHash(s, name), slot: slot, name: name})
+		if slot == 0 {
+			configured++
+		}
 	}
-	for len(x.entries) > maxIndexEntries {
-		first := 0
+	for ; configured > maxIndexEntries; configured-- {
+		first := -1
 		for i, e := range x.entries[:len(x.entries)-1] { // never the entry just added
-			if e.until < x.entries[first].until {
+			if e.slot == 0 && (first < 0 || e.until < x.entries[first].until) {
 				first = i
 			}
 		}
@@ -238,10 +355,38 @@ func (x *index) upsert(s failure.Scope, name string, until, now, window int64) {
 	}
 }
 
-// remove drops (scope, name) and reports whether it was listed.
-func (x *index) remove(s failure.Scope, name string) bool {
+// slotFor picks the pool slot for an invented (scope, name) at now: the slot it already
+// holds, else a slot no live entry holds, else the slot of the pool entry that ends first.
+func (x index) slotFor(s failure.Scope, name string, now, window int64) int {
+	var used [InventedSlots + 1]bool
+	victim := -1
 	for i, e := range x.entries {
+		if e.slot == 0 {
+			continue
+		}
 		if e.scope == s && e.name == name {
+			return e.slot
+		}
+		if e.until+window <= now {
+			continue // its escalation window passed: the slot is free
+		}
+		used[e.slot] = true
+		if victim < 0 || e.until < x.entries[victim].until {
+			victim = i
+		}
+	}
+	for n := 1; n <= InventedSlots; n++ {
+		if !used[n] {
+			return n
+		}
+	}
+	return x.entries[victim].slot
+}
+
+// remove drops (scope, name) if it is listed in slot, and reports whether it was.
+func (x *index) remove(s failure.Scope, name string, slot int) bool {
+	for i, e := range x.entries {
+		if e.scope == s && e.name == name && e.slot == slot {
 			x.entries = append(x.entries[:i], x.entries[i+1:]...)
 			return true
 		}

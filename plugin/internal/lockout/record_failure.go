@@ -25,7 +25,7 @@ type Failure struct {
 type Outcome struct {
 	// Locked is true when a lockout applies to the failure's key after it.
 	Locked bool
-	// Counted is true when the failure raised the failure count; false when it was not a
+	// Counted is true when the failure set the lockout anew; false when it was not a
 	// model-level failure or overlapped a lockout that was already set.
 	Counted bool
 	// Lock is the lockout (zero unless Locked).
@@ -56,6 +56,16 @@ func explicitScope(s failure.Scope) bool {
 // lockouts are enabled; a typed Google RetryInfo hint longer than the queue wait budget always
 // locks the exact model (whatever the verdict's scope), for the hint capped at LongRetryCap,
 // instead of pausing the queue.
+//
+// How long (guide §3 and §5): a 429's upstream hint is the truth — short hints pace, long
+// ones lock — so a 429 with a hint locks for the hint (at most MaxCooldown); an exhausted
+// quota's window (failure.Verdict.QuotaWindow) locks until its reset; otherwise
+// BaseCooldown (or a rule's declared cooldown) × 2^(count−1). When the upstream decided the
+// length the failure count does not climb, so the next failure without a hint starts again
+// from the base.
+//
+// Where: a configured model's lockout (see NewConn) gets its own key; any other model's
+// goes to one of the connection's InventedSlots pool slots.
 func (t *Tracker) RecordFailure(c Conn, f Failure) (Outcome, error) {
 	if err := validModel(f.Model); err != nil {
 		return Outcome{}, err
@@ -85,22 +95,35 @@ func (t *Tracker) RecordFailure(c Conn, f Failure) (Outcome, error) {
 	}
 
 	now := t.nowMillis()
+	window := t.cfg.EscalationWindow.Milliseconds()
+	entry := indexEntry{scope: scope, name: name}
+	if !t.configured(c, scope, name) {
+		slot, err := t.reserveSlot(c, scope, name, now, window)
+		if err != nil {
+			return Outcome{}, err
+		}
+		entry.slot = slot
+	}
 	started := millis(f.Started)
 	var after lock
 	var counted, write bool
-	_, err := state.Update(t.store, c.lockKey(scope, name), func(cur []byte, found bool) ([]byte, state.Mutation, error) {
-		prev := t.liveLock(cur, found, now)
+	_, err := state.Update(t.store, c.keyOf(entry), func(cur []byte, found bool) ([]byte, state.Mutation, error) {
+		prev := t.liveLock(c, entry, cur, found, now)
 		after, counted, write = t.applyFailure(prev, v, long, started, now)
 		if !write {
 			return nil, state.Keep, nil
 		}
+		if c.fingerprint != 0 {
+			after.fingerprint = c.fingerprint
+		}
+		after.scope, after.name = scope, name
 		return after.encode(), state.Write, nil
 	})
 	if err != nil {
 		return Outcome{}, fmt.Errorf("lockout: record failure on %s/%s %s:%s: %w", c.provider, c.connection, scope, name, err)
 	}
 	if write {
-		if err := t.indexUpsert(c, scope, name, after.until, now); err != nil {
+		if err := t.indexUpsert(c, entry, after.until, now); err != nil {
 			return Outcome{}, err
 		}
 	}
@@ -110,18 +133,42 @@ func (t *Tracker) RecordFailure(c Conn, f Failure) (Outcome, error) {
 	return Outcome{Locked: true, Counted: counted, Lock: after.public(scope, name)}, nil
 }
 
-// liveLock decodes a stored lock; absent, corrupt and dead ones (their escalation window has
-// passed) read as the zero lock.
-func (t *Tracker) liveLock(cur []byte, found bool, now int64) lock {
+// reserveSlot claims a pool slot for an invented (scope, name) in the index before its lock
+// is written, so concurrent failures of different invented names pick different slots (the
+// index's CAS orders them). A name that already holds a slot keeps it.
+func (t *Tracker) reserveSlot(c Conn, s failure.Scope, name string, now, window int64) (int, error) {
+	var slot int
+	_, err := state.Update(t.store, c.indexKey, func(cur []byte, found bool) ([]byte, state.Mutation, error) {
+		x := t.loadIndex(c, cur, found)
+		slot = x.slotFor(s, name, now, window)
+		if x.has(indexEntry{scope: s, name: name, slot: slot}) {
+			return nil, state.Keep, nil
+		}
+		x.upsert(s, name, now+1, slot, now, window) // the lock's real end follows once it is written
+		if c.fingerprint != 0 {
+			x.fingerprint = c.fingerprint
+		}
+		return x.encode(), state.Write, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("lockout: reserve a slot on %s/%s: %w", c.provider, c.connection, err)
+	}
+	return slot, nil
+}
+
+// liveLock decodes the stored lock of an index entry; absent, corrupt and dead ones (their
+// escalation window has passed), another credential's, and a pool slot's other holder read
+// as the zero lock.
+func (t *Tracker) liveLock(c Conn, e indexEntry, cur []byte, found bool, now int64) lock {
 	if !found {
 		return lock{}
 	}
-	l, err := decodeLock(cur)
+	l, err := decodeLockOf(cur, &e)
 	if err != nil {
 		t.corrupt.Add(1)
 		return lock{}
 	}
-	if l.until+t.cfg.EscalationWindow.Milliseconds() <= now {
+	if !l.holds(c, e.scope, e.name) || l.until+t.cfg.EscalationWindow.Milliseconds() <= now {
 		return lock{}
 	}
 	return l
@@ -142,21 +189,34 @@ func (t *Tracker) applyFailure(prev lock, v failure.Verdict, long bool, started,
 		return next, false, true
 	}
 	next = lock{
-		count:    min(prev.count+1, t.cfg.MaxBackoffSteps+1),
-		lockedAt: now,
-		status:   v.Status,
-		reason:   boundedReason(v.Reason),
+		fingerprint: prev.fingerprint,
+		count:       min(prev.count+1, t.cfg.MaxBackoffSteps+1),
+		lockedAt:    now,
+		status:      v.Status,
+		reason:      boundedReason(v.Reason),
 	}
-	next.until = now + ceilMillis(t.cooldown(next.count, v, long))
+	d, upstream := t.cooldown(next.count, v, long)
+	if upstream {
+		next.count = 0 // the upstream set the length: no climb, the next hintless failure gets the base
+	}
+	next.until = now + ceilMillis(d)
 	return next, true, true
 }
 
-// cooldown is the length of a lockout after count failures: BaseCooldown (or a rule's
-// declared cooldown) × 2^(count-1) when exponential, at least an upstream hint, all clamped
-// to MaxCooldown; a long typed Google hint instead locks for the hint, capped at LongRetryCap.
-func (t *Tracker) cooldown(count int, v failure.Verdict, long bool) time.Duration {
-	if long {
-		return min(v.RetryHint, t.cfg.LongRetryCap)
+// cooldown is the length of a lockout after count failures, and whether the upstream
+// decided it: a long typed Google hint locks for the hint (at most LongRetryCap); an
+// exhausted quota until its reset (at most failure.MaxQuotaWindow); a 429 with an upstream
+// hint for the hint (at most MaxCooldown). Otherwise BaseCooldown (or a rule's declared
+// cooldown) × 2^(count-1) when exponential, at least any other status's upstream hint, all
+// clamped to MaxCooldown.
+func (t *Tracker) cooldown(count int, v failure.Verdict, long bool) (time.Duration, bool) {
+	switch {
+	case long:
+		return min(v.RetryHint, t.cfg.LongRetryCap), true
+	case v.QuotaWindow && v.Cooldown > 0:
+		return min(v.Cooldown, failure.MaxQuotaWindow), true
+	case v.Status == 429 && v.UpstreamHint() > 0:
+		return min(v.UpstreamHint(), t.cfg.MaxCooldown), true
 	}
 	base := t.cfg.BaseCooldown
 	if v.Cooldown > 0 {
@@ -166,15 +226,17 @@ func (t *Tracker) cooldown(count int, v failure.Verdict, long bool) time.Duratio
 	if t.cfg.UseExponentialBackoff {
 		d = failure.Backoff(base, min(count-1, t.cfg.MaxBackoffSteps), t.cfg.MaxCooldown)
 	}
-	return max(d, min(v.UpstreamHint(), t.cfg.MaxCooldown))
+	return max(d, min(v.UpstreamHint(), t.cfg.MaxCooldown)), false
 }
 
-// explicitCooldown is the window a failure itself names (long hint, upstream hint or rule),
-// or 0.
+// explicitCooldown is the window a failure itself names (long hint, quota window, upstream
+// hint or rule), or 0.
 func (t *Tracker) explicitCooldown(v failure.Verdict, long bool) time.Duration {
 	switch {
 	case long:
 		return min(v.RetryHint, t.cfg.LongRetryCap)
+	case v.QuotaWindow && v.Cooldown > 0:
+		return min(v.Cooldown, failure.MaxQuotaWindow)
 	case v.UpstreamHint() > 0:
 		return min(v.UpstreamHint(), t.cfg.MaxCooldown)
 	case v.Cooldown > 0:
@@ -190,12 +252,15 @@ func boundedReason(r failure.Reason) failure.Reason {
 	return r
 }
 
-// indexUpsert lists (scope, name) in the connection's index until until.
-func (t *Tracker) indexUpsert(c Conn, s failure.Scope, name string, until, now int64) error {
+// indexUpsert lists e in the connection's index until until.
+func (t *Tracker) indexUpsert(c Conn, e indexEntry, until, now int64) error {
 	window := t.cfg.EscalationWindow.Milliseconds()
 	_, err := state.Update(t.store, c.indexKey, func(cur []byte, found bool) ([]byte, state.Mutation, error) {
-		x := t.loadIndex(cur, found)
-		x.upsert(s, name, until, now, window)
+		x := t.loadIndex(c, cur, found)
+		x.upsert(e.scope, e.name, until, e.slot, now, window)
+		if c.fingerprint != 0 {
+			x.fingerprint = c.fingerprint
+		}
 		return x.encode(), state.Write, nil
 	})
 	if err != nil {
@@ -204,14 +269,14 @@ func (t *Tracker) indexUpsert(c Conn, s failure.Scope, name string, until, now i
 	return nil
 }
 
-// indexRemove drops (scope, name) from the index.
-func (t *Tracker) indexRemove(c Conn, s failure.Scope, name string) error {
+// indexRemove drops e (in its slot) from the index.
+func (t *Tracker) indexRemove(c Conn, e indexEntry) error {
 	_, err := state.Update(t.store, c.indexKey, func(cur []byte, found bool) ([]byte, state.Mutation, error) {
 		if !found {
 			return nil, state.Keep, nil
 		}
-		x := t.loadIndex(cur, found)
-		if !x.remove(s, name) {
+		x := t.loadIndex(c, cur, found)
+		if !x.remove(e.scope, e.name, e.slot) {
 			return nil, state.Keep, nil
 		}
 		if len(x.entries) == 0 {
@@ -225,8 +290,9 @@ func (t *Tracker) indexRemove(c Conn, s failure.Scope, name string) error {
 	return nil
 }
 
-// loadIndex decodes a stored index; absent and corrupt ones read as empty.
-func (t *Tracker) loadIndex(cur []byte, found bool) index {
+// loadIndex decodes a stored index; absent and corrupt ones, and one written under another
+// credential, read as empty.
+func (t *Tracker) loadIndex(c Conn, cur []byte, found bool) index {
 	if !found {
 		return index{}
 	}
@@ -235,14 +301,20 @@ func (t *Tracker) loadIndex(cur []byte, found bool) index {
 		t.corrupt.Add(1)
 		return index{}
 	}
+	if !c.sameCredential(x.fingerprint) {
+		return index{} // a rotated credential starts clean
+	}
 	return x
 }
 
 // RecordSuccess decays the failure counts of every lockout key of model on the connection
-// (exact, bare and family): each count is halved (floor(n/2)) and a lockout whose count
-// reaches 0 is removed, releasing the model before its timer ends. A connection with no
-// lockout history costs one shared-data read and no allocation.
-func (t *Tracker) RecordSuccess(c Conn, model string) error {
+// (exact, bare and family) for an attempt that started at started (zero if unknown): each
+// count is halved (floor(n/2)) and a lockout whose count reaches 0 is removed, releasing the
+// model before its timer ends (guide §3, decayModelFailureCount). A success of an attempt
+// that started before a lockout was set says nothing about the model since and leaves that
+// lockout alone. A connection with no lockout history costs one shared-data read, no write
+// and no allocation.
+func (t *Tracker) RecordSuccess(c Conn, model string, started time.Time) error {
 	if err := validModel(model); err != nil {
 		return err
 	}
@@ -254,26 +326,42 @@ func (t *Tracker) RecordSuccess(c Conn, model string) error {
 		return nil
 	}
 	d := state.NewDecoder(b, indexKind, indexVersion)
+	if fp := d.Uint(); !c.sameCredential(fp) {
+		return nil // another credential's lockouts: not this one's to decay
+	}
 	d.Int() // maxUntil: decay also applies to ended lockouts still in their escalation window
 	cands := t.candidates(model)
-	untils := scanIndex(d, &cands)
+	untils, slots := scanIndex(d, &cands)
 	now := t.nowMillis()
+	start := millis(started)
 	for j, listed := range untils {
 		if listed == 0 {
 			continue
 		}
-		if err := t.decay(c, cands[j].scope, cands[j].name, now); err != nil {
+		e := indexEntry{scope: cands[j].scope, name: cands[j].name, slot: slots[j]}
+		if err := t.decay(c, e, start, now); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// decay halves one lock's failure count and removes it at 0, from the index too.
-func (t *Tracker) decay(c Conn, s failure.Scope, name string, now int64) error {
+// decay halves one lock's failure count and removes it at 0, from the index too. A lock set
+// after the succeeding attempt started is left alone.
+func (t *Tracker) decay(c Conn, e indexEntry, started, now int64) error {
 	var gone bool
-	_, err := state.Update(t.store, c.lockKey(s, name), func(cur []byte, found bool) ([]byte, state.Mutation, error) {
-		l := t.liveLock(cur, found, now)
+	_, err := state.Update(t.store, c.keyOf(e), func(cur []byte, found bool) ([]byte, state.Mutation, error) {
+		gone = false
+		if found && e.slot > 0 {
+			if l, err := decodeLockOf(cur, &e); err == nil && !l.holds(c, e.scope, e.name) {
+				gone = true // the slot holds another name now: only the stale entry goes
+				return nil, state.Keep, nil
+			}
+		}
+		l := t.liveLock(c, e, cur, found, now)
+		if started != 0 && l.lockedAt > started {
+			return nil, state.Keep, nil // the attempt predates this lockout
+		}
 		l.count /= 2
 		gone = l.count == 0
 		if gone {
@@ -282,20 +370,20 @@ func (t *Tracker) decay(c Conn, s failure.Scope, name string, now int64) error {
 		return l.encode(), state.Write, nil
 	})
 	if err != nil {
-		return fmt.Errorf("lockout: decay %s/%s %s:%s: %w", c.provider, c.connection, s, name, err)
+		return fmt.Errorf("lockout: decay %s/%s %s:%s: %w", c.provider, c.connection, e.scope, e.name, err)
 	}
 	if !gone {
 		return nil
 	}
-	if err := t.indexRemove(c, s, name); err != nil {
+	if err := t.indexRemove(c, e); err != nil {
 		return err
 	}
 	// A failure may have locked the key again after the delete. If its record write came
 	// before this read, list it again here; if after, its own index write follows ours.
 	// Either way no live lock is left out of the index.
-	l, ok, err := t.readLock(c, s, name)
+	l, ok, err := t.readLock(c, e)
 	if err != nil || !ok || l.until+t.cfg.EscalationWindow.Milliseconds() <= now {
 		return err
 	}
-	return t.indexUpsert(c, s, name, l.until, now)
+	return t.indexUpsert(c, e, l.until, now)
 }

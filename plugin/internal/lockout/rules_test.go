@@ -71,13 +71,13 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestNamesAndKeys(t *testing.T) {
-	if _, err := NewConn("codex", "a:b"); err == nil {
+	if _, err := NewConn("codex", "a:b", ""); err == nil {
 		t.Error("connection id with ':' accepted")
 	}
-	if _, err := NewConn("", "a"); err == nil {
+	if _, err := NewConn("", "a", ""); err == nil {
 		t.Error("empty provider accepted")
 	}
-	c, _ := NewConn("ollama", "local")
+	c, _ := NewConn("ollama", "local", "")
 	if got := c.lockKey(failure.ScopeExact, "llama3:8b"); got != "spw1:ml:ollama:local:exact:llama3:8b" {
 		t.Errorf("lock key %q", got)
 	}
@@ -240,27 +240,59 @@ func TestLockoutRules(t *testing.T) {
 			{model: "claude-opus", verdict: failure.Verdict{Status: 403, Reason: failure.ReasonAuthError, Scope: failure.ScopeModel, Cooldown: 6 * time.Hour, RuleID: "agentrouter-model-access-denied"},
 				counted: true, checks: []check{{"claude-opus", true, 30 * time.Minute, failure.ScopeModel, 1}}},
 		}},
-		{"upstream Retry-After longer than the ladder wins, clamped", enabled(), []step{
-			{model: "m", verdict: hinted(v429, 10*time.Minute, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, 10 * time.Minute, failure.ScopeQuotaFamily, 1}}},
-			{advance: ended, model: "m", verdict: hinted(v429, 5*time.Hour, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, 30 * time.Minute, failure.ScopeQuotaFamily, 2}}},
+		// guide §5 ("Retries uit de body: pacing versus lockout"): a 429's upstream hint is the
+		// truth — short hints pace, long ones lock; the base applies only without one. The
+		// upstream set the length, so the count does not climb: the next hintless failure
+		// gets the base again.
+		{"429 upstream Retry-After is the lockout, clamped; no climb", enabled(), []step{
+			{model: "m", verdict: hinted(v429, 10*time.Minute, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, 10 * time.Minute, failure.ScopeQuotaFamily, 0}}},
+			{advance: ended, model: "m", verdict: hinted(v429, 5*time.Hour, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, 30 * time.Minute, failure.ScopeQuotaFamily, 0}}},
+			{advance: ended, model: "m", verdict: v429, counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeQuotaFamily, 1}}},
+		}},
+		{"429 with Retry-After 1 locks for 1 s, not the 120 s base", enabled(), []step{
+			{model: "m", verdict: hinted(v429, time.Second, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, time.Second, failure.ScopeQuotaFamily, 0}}},
+			{advance: time.Second, model: "m", verdict: hinted(v429, time.Second, failure.HintRateLimitReset), counted: true, checks: []check{{"m", true, time.Second, failure.ScopeQuotaFamily, 0}}},
+		}},
+		{"an escalated count survives a hinted lockout, then starts over", enabled(), []step{
+			{model: "m", verdict: v429, counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeQuotaFamily, 1}}},
+			{advance: 121 * time.Second, model: "m", verdict: v429, counted: true, checks: []check{{"m", true, 240 * time.Second, failure.ScopeQuotaFamily, 2}}},
+			{advance: 241 * time.Second, model: "m", verdict: hinted(v429, 5*time.Second, failure.HintBodyText), counted: true, checks: []check{{"m", true, 5 * time.Second, failure.ScopeQuotaFamily, 0}}},
+			{advance: 6 * time.Second, model: "m", verdict: v429, counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeQuotaFamily, 1}}},
+		}},
+		{"a 5xx's Retry-After only lengthens the ladder", enabled(), []step{
+			{model: "m", verdict: hinted(v502, 20*time.Second, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeExact, 1}}},
+			{advance: ended, model: "m", verdict: hinted(v502, 10*time.Minute, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, 10 * time.Minute, failure.ScopeExact, 2}}},
+		}},
+		// guide §4: quota_exhausted is "vergrendeld tot middernacht": until its reset, past
+		// the 30 min maxCooldown, without climbing.
+		{"quota window locks until the reset", enabled(), []step{
+			{model: "m", verdict: quotaWindow(12 * time.Hour), counted: true, checks: []check{{"m", true, 12 * time.Hour, failure.ScopeQuotaFamily, 0}}},
+			{advance: time.Hour, model: "m", verdict: v429, checks: []check{{"m", true, 11 * time.Hour, failure.ScopeQuotaFamily, 0}}},
+		}},
+		{"quota window capped at a day", enabled(), []step{
+			{model: "m", verdict: quotaWindow(30 * time.Hour), counted: true, checks: []check{{"m", true, failure.MaxQuotaWindow, failure.ScopeQuotaFamily, 0}}},
+		}},
+		{"quota window extends a running lockout", enabled(), []step{
+			{model: "m", verdict: v429, counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeQuotaFamily, 1}}},
+			{advance: time.Second, model: "m", verdict: quotaWindow(6 * time.Hour), checks: []check{{"m", true, 6 * time.Hour, failure.ScopeQuotaFamily, 1}}},
 		}},
 		{"restatement's synthetic 60s does not set the lockout", enabled(), []step{
 			{model: "m", verdict: hinted(v429, 20*time.Minute, failure.HintRestatement), counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeQuotaFamily, 1}}},
 		}},
 		{"long Google RetryInfo: exact lockout for the hint, even when disabled", disabled, []step{
 			{model: "models/gemini-2.5-pro", verdict: hinted(v429, 86399*time.Second, failure.HintGoogleRetryInfo), counted: true, checks: []check{
-				{"models/gemini-2.5-pro", true, 86399 * time.Second, failure.ScopeExact, 1},
+				{"models/gemini-2.5-pro", true, 86399 * time.Second, failure.ScopeExact, 0},
 				{model: "gemini-2.5-pro"},
 			}},
 		}},
 		{"long Google RetryInfo locks exactly even under a family scope", families, []step{
 			{model: "gpt-5-mini", verdict: withScope(hinted(v429, 2*time.Hour, failure.HintGoogleRetryInfo), failure.ScopeQuotaFamily), counted: true, checks: []check{
-				{"gpt-5-mini", true, 2 * time.Hour, failure.ScopeExact, 1},
+				{"gpt-5-mini", true, 2 * time.Hour, failure.ScopeExact, 0},
 				{model: "gpt-5.1"},
 			}},
 		}},
 		{"long Google RetryInfo capped at 24h", disabled, []step{
-			{model: "g", verdict: hinted(v429, 30*time.Hour, failure.HintGoogleRetryInfo), counted: true, checks: []check{{"g", true, 24 * time.Hour, failure.ScopeExact, 1}}},
+			{model: "g", verdict: hinted(v429, 30*time.Hour, failure.HintGoogleRetryInfo), counted: true, checks: []check{{"g", true, 24 * time.Hour, failure.ScopeExact, 0}}},
 		}},
 		{"Google hint within the queue budget is pacing, not a long lockout", disabled, []step{
 			{model: "g", verdict: hinted(v429, 20*time.Second, failure.HintGoogleRetryInfo), checks: []check{{model: "g"}}},
@@ -290,6 +322,14 @@ func TestLockoutRules(t *testing.T) {
 			{model: "m", success: true, checks: []check{{model: "m"}}},
 			{advance: time.Second, model: "m", verdict: v502, counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeExact, 1}}},
 		}},
+		// guide §3 success decay, applied only to what the success can vouch for: an attempt
+		// that started before the lockout was set says nothing about the model since (as the
+		// connection cooldown already ignores such successes).
+		{"a success from before the lockout leaves it; a later one releases it", enabled(), []step{
+			{model: "m", verdict: v502, counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeExact, 1}}},
+			{advance: time.Second, startedAgo: 2 * time.Second, model: "m", success: true, checks: []check{{"m", true, 119 * time.Second, failure.ScopeExact, 1}}},
+			{startedAgo: time.Second, model: "m", success: true, checks: []check{{model: "m"}}}, // started exactly when it locked
+		}},
 		{"success on a sibling model decays the shared family", families, []step{
 			{model: "gpt-5-mini", verdict: v429, counted: true, checks: []check{{"gpt-5.1", true, 120 * time.Second, failure.ScopeQuotaFamily, 1}}},
 			{model: "gpt-5.1", success: true, checks: []check{{model: "gpt-5-mini"}}},
@@ -309,40 +349,66 @@ func TestLockoutRules(t *testing.T) {
 			{advance: time.Minute, model: "gpt-5-mini", verdict: v429, counted: true, checks: []check{{"gpt-5-mini", true, 120 * time.Second, failure.ScopeQuotaFamily, 1}}},
 		}},
 	}
+	// Every rule holds alike for a model the policy names (its own keys) and for one a
+	// client invented (the pool slots).
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, tc.cfg)
-			for i, s := range tc.steps {
-				f.clock.Advance(s.advance)
-				if s.success {
-					f.succeed(t, s.model)
-				} else {
-					out, err := f.tr.RecordFailure(f.conn, Failure{Model: s.model, Verdict: s.verdict, Started: f.clock.Now().Add(-s.startedAgo)})
-					if err != nil {
-						t.Fatalf("step %d: %v", i, err)
-					}
-					if out.Counted != s.counted {
-						t.Errorf("step %d: counted %v, want %v", i, out.Counted, s.counted)
-					}
-				}
-				for _, c := range s.checks {
-					l, ok := f.locked(t, c.model)
-					if ok != c.locked {
-						t.Fatalf("step %d: %s locked=%v (%+v), want %v", i, c.model, ok, l, c.locked)
-					}
-					if !ok {
-						continue
-					}
-					if left := l.Until.Sub(f.clock.Now()); left != c.left || l.Scope != c.scope || l.FailureCount != c.count {
-						t.Fatalf("step %d: %s left %v scope %s count %d, want %v %s %d", i, c.model, left, l.Scope, l.FailureCount, c.left, c.scope, c.count)
-					}
-				}
+		var named []string
+		for _, s := range tc.steps {
+			named = append(named, s.model)
+			for _, c := range s.checks {
+				named = append(named, c.model)
 			}
-		})
+		}
+		for _, kind := range []string{"configured", "invented"} {
+			configured := named
+			if kind == "invented" {
+				configured = nil
+			}
+			runLockoutSteps(t, tc.name+"/"+kind, tc.cfg, configured, tc.steps)
+		}
 	}
 }
 
+func runLockoutSteps(t *testing.T, name string, cfg Config, configured []string, steps []step) {
+	t.Run(name, func(t *testing.T) {
+		f := newFixture(t, cfg, configured...)
+		for i, s := range steps {
+			f.clock.Advance(s.advance)
+			if s.success {
+				if err := f.tr.RecordSuccess(f.conn, s.model, f.clock.Now().Add(-s.startedAgo)); err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+			} else {
+				out, err := f.tr.RecordFailure(f.conn, Failure{Model: s.model, Verdict: s.verdict, Started: f.clock.Now().Add(-s.startedAgo)})
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if out.Counted != s.counted {
+					t.Errorf("step %d: counted %v, want %v", i, out.Counted, s.counted)
+				}
+			}
+			for _, c := range s.checks {
+				l, ok := f.locked(t, c.model)
+				if ok != c.locked {
+					t.Fatalf("step %d: %s locked=%v (%+v), want %v", i, c.model, ok, l, c.locked)
+				}
+				if !ok {
+					continue
+				}
+				if left := l.Until.Sub(f.clock.Now()); left != c.left || l.Scope != c.scope || l.FailureCount != c.count {
+					t.Fatalf("step %d: %s left %v scope %s count %d, want %v %s %d", i, c.model, left, l.Scope, l.FailureCount, c.left, c.scope, c.count)
+				}
+			}
+		}
+	})
+}
+
 func v503() failure.Verdict { return failure.Verdict{Status: 503, Reason: failure.ReasonModelCapacity} }
+
+// quotaWindow is an exhausted quota with its window, as the classifier reports it.
+func quotaWindow(d time.Duration) failure.Verdict {
+	return failure.Verdict{Status: 429, Reason: failure.ReasonQuotaExhausted, Cooldown: d, QuotaWindow: true}
+}
 
 func withScope(v failure.Verdict, s failure.Scope) failure.Verdict {
 	v.Scope = s

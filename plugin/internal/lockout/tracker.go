@@ -13,6 +13,20 @@ import (
 // Tracker applies one Config to the model lockouts of connections whose state lives in a
 // shared Store. It keeps no lockout memory of its own, so every worker VM sees the same state;
 // it is safe for concurrent use.
+//
+// Rules (guide §3, §4, §5): a failure whose status is one of ErrorCodes locks the model on
+// the connection — the quota family for 429/402/403, the bare model for 404, the exact model
+// otherwise — for BaseCooldown × 2^(count−1) up to MaxCooldown; a 429's upstream hint, or an
+// exhausted quota's window, sets the length instead (without climbing); a long typed Google
+// RetryInfo hint locks the exact model even when lockouts are off. Failures overlapping a
+// lockout do not escalate it. A success halves the count of every key of the model and
+// releases it at 0, unless the succeeding attempt started before the lockout was set.
+//
+// Storage: lockouts are tied to the connection's credential fingerprint (a rotated key starts
+// clean). A configured model's keys are its own; a model the policy does not name — client
+// input on a glob route — shares the connection's InventedSlots pool slots, so nothing a
+// client sends creates keys without bound or displaces a configured model's lockout. One
+// index per connection lists them, since shared data has no key listing.
 type Tracker struct {
 	store   state.Store
 	clock   state.Clock
@@ -77,6 +91,28 @@ type candidate struct {
 	hash  uint64
 }
 
+// configured reports whether (scope, name) is the lockout key of a model the policy routes
+// to c: the model itself, its bare name or its quota family.
+func (t *Tracker) configured(c Conn, s failure.Scope, name string) bool {
+	for _, m := range c.configured {
+		switch s {
+		case failure.ScopeExact:
+			if m == name {
+				return true
+			}
+		case failure.ScopeModel:
+			if t.bare(m) == name {
+				return true
+			}
+		case failure.ScopeQuotaFamily:
+			if t.family(m) == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // candidates returns the exact, bare-model and family keys of model, without hashes.
 func (t *Tracker) candidates(model string) [3]candidate {
 	return [3]candidate{
@@ -86,32 +122,33 @@ func (t *Tracker) candidates(model string) [3]candidate {
 	}
 }
 
-// scanIndex reads the index's fixed-size triples after maxUntil and returns, per candidate,
-// the until recorded for it (0 = not listed). It decodes no string. A corrupt index can only
-// produce matches that the lock records then fail to confirm.
-func scanIndex(d *state.Decoder, cands *[3]candidate) (untils [3]int64) {
+// scanIndex reads the index's fixed-size quadruples after its header and returns, per
+// candidate, the until recorded for it (0 = not listed) and its slot. It decodes no string.
+// A corrupt index can only produce matches that the lock records then fail to confirm.
+func scanIndex(d *state.Decoder, cands *[3]candidate) (untils [3]int64, slots [3]int) {
 	for j := range cands {
 		cands[j].hash = entryHash(cands[j].scope, cands[j].name)
 	}
 	n := d.Uint()
-	if n > maxIndexEntries {
-		return untils
+	if n > maxIndexEntries+InventedSlots {
+		return untils, slots
 	}
 	for i := uint64(0); i < n; i++ {
-		sc, until, h := d.Uint(), d.Int(), d.Uint()
+		sc, until, h, slot := d.Uint(), d.Int(), d.Uint(), d.Uint()
 		for j := range cands {
-			if h == cands[j].hash && sc == scopeCode(cands[j].scope) {
-				untils[j] = max(untils[j], until)
+			if h == cands[j].hash && sc == scopeCode(cands[j].scope) && until > untils[j] && slot <= InventedSlots {
+				untils[j], slots[j] = until, int(slot)
 			}
 		}
 	}
-	return untils
+	return untils, slots
 }
 
 // Locked reports whether model is locked on the connection: under its exact name, its bare
 // name or its quota family. When several are, it returns the one that ends last. A connection
-// with no lockout history costs one shared-data read and no allocation. On a store error it
-// fails open (not locked) and returns the error.
+// with no lockout history, or one whose lockouts were recorded under another credential,
+// costs one shared-data read and no allocation. On a store error it fails open (not locked)
+// and returns the error.
 func (t *Tracker) Locked(c Conn, model string) (Lock, bool, error) {
 	if err := validModel(model); err != nil {
 		return Lock{}, false, err
@@ -125,18 +162,18 @@ func (t *Tracker) Locked(c Conn, model string) (Lock, bool, error) {
 	}
 	now := t.nowMillis()
 	d := state.NewDecoder(b, indexKind, indexVersion)
-	if d.Int() <= now {
-		return Lock{}, false, nil // every listed lockout has ended
+	if fp, maxUntil := d.Uint(), d.Int(); maxUntil <= now || !c.sameCredential(fp) {
+		return Lock{}, false, nil // every listed lockout has ended, or belongs to a rotated key
 	}
 	cands := t.candidates(model)
-	untils := scanIndex(d, &cands)
+	untils, slots := scanIndex(d, &cands)
 	var best Lock
 	locked := false
 	for j, u := range untils {
 		if u <= now {
 			continue
 		}
-		l, ok, err := t.readLock(c, cands[j].scope, cands[j].name)
+		l, ok, err := t.readLock(c, indexEntry{scope: cands[j].scope, name: cands[j].name, slot: slots[j]})
 		if err != nil {
 			return Lock{}, false, err
 		}
@@ -147,21 +184,22 @@ func (t *Tracker) Locked(c Conn, model string) (Lock, bool, error) {
 	return best, locked, nil
 }
 
-// readLock reads one lock record; absent and corrupt records report ok=false.
-func (t *Tracker) readLock(c Conn, s failure.Scope, name string) (lock, bool, error) {
-	b, _, found, err := t.store.Get(c.lockKey(s, name))
+// readLock reads the lock an index entry names; absent and corrupt records, a pool slot
+// that another name holds now, and a lock of another credential report ok=false.
+func (t *Tracker) readLock(c Conn, e indexEntry) (lock, bool, error) {
+	b, _, found, err := t.store.Get(c.keyOf(e))
 	if err != nil {
-		return lock{}, false, fmt.Errorf("lockout: read %s/%s %s:%s: %w", c.provider, c.connection, s, name, err)
+		return lock{}, false, fmt.Errorf("lockout: read %s/%s %s:%s: %w", c.provider, c.connection, e.scope, e.name, err)
 	}
 	if !found {
 		return lock{}, false, nil
 	}
-	l, err := decodeLock(b)
+	l, err := decodeLockOf(b, &e)
 	if err != nil {
 		t.corrupt.Add(1)
 		return lock{}, false, nil
 	}
-	return l, true, nil
+	return l, l.holds(c, e.scope, e.name), nil
 }
 
 func (l lock) public(s failure.Scope, name string) Lock {

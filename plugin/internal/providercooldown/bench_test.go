@@ -66,7 +66,7 @@ func BenchmarkRecordFailureWindow(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		e.clock.Advance(3 * time.Minute) // 30 min window, threshold 15: a steady 10, never cooling
-		if _, err := e.g.RecordFailure(p); err != nil {
+		if _, err := e.g.RecordFailure(p, vServer); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -80,7 +80,7 @@ func BenchmarkRecordFailureWindowWorstCase(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		e.clock.Advance(time.Second) // 15 min window, threshold 1000: a steady ~900 failures
-		if _, err := e.g.RecordFailure(p); err != nil {
+		if _, err := e.g.RecordFailure(p, vServer); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -93,7 +93,7 @@ func BenchmarkRecordFailureConnection(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		e.clock.Advance(3 * time.Minute) // past any cooldown, so every failure writes
-		if _, err := e.g.RecordFailure(c); err != nil {
+		if _, err := e.g.RecordFailure(c, vServer); err != nil {
 			b.Fatal(err)
 		}
 	}

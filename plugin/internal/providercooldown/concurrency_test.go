@@ -40,13 +40,13 @@ func TestInterleavedWindowWritersLoseAndDoubleNothing(t *testing.T) {
 				inside = true
 				injected++
 				clock.Advance(time.Millisecond) // distinct timestamps, so a lost one would show
-				if _, err := other.RecordFailure(p); err != nil {
+				if _, err := other.RecordFailure(p, vServer); err != nil {
 					t.Error(err)
 				}
 				inside = false
 			}
 			for i := 0; i < tc.direct; i++ {
-				if _, err := me.RecordFailure(p); err != nil {
+				if _, err := me.RecordFailure(p, vServer); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -74,11 +74,11 @@ func TestInterleavedConnectionFailuresEscalateOnce(t *testing.T) {
 			return
 		}
 		fired = true
-		if s, err := other.RecordFailure(c); err != nil || s.RetryAfter != time.Second {
+		if s, err := other.RecordFailure(c, vServer); err != nil || s.RetryAfter != time.Second {
 			t.Errorf("intruder: %+v %v", s, err)
 		}
 	}
-	s, err := me.RecordFailure(c)
+	s, err := me.RecordFailure(c, vServer)
 	if err != nil || s.Failures != 1 || s.RetryAfter != time.Second {
 		t.Fatalf("retried writer: %+v %v; want the intruder's single 1 s step", s, err)
 	}
@@ -101,7 +101,7 @@ func TestGoroutinesHammeringOneWindow(t *testing.T) {
 					t.Errorf("check: %+v %v", s, err)
 					return
 				}
-				_, err := g.RecordFailure(p)
+				_, err := g.RecordFailure(p, vServer)
 				switch {
 				case err == nil:
 					recorded.Add(1)

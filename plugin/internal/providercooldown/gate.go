@@ -4,11 +4,17 @@
 //
 // Rules (Resilience Guide §1, "Opt-in globale Provider Cooldown"; off by default): a
 // provider entry cools for providerCooldown once providerFailureThreshold failures fall
-// within the sliding providerFailureWindow (oauth 10 in 15 min → 5 min, apikey 15 in
-// 30 min → 10 min, local 2 in 5 min → 1 min); below the threshold it is not cooling, and
-// a success clears the window. A connection entry (provider:connection) instead cools
-// for minRetryCooldown × 2^(failures in a row − 1), at most maxRetryCooldown, and a
-// success clears it.
+// within the sliding providerFailureWindow, the window's ends included (oauth 10 in 15 min
+// → 5 min, apikey 15 in 30 min → 10 min, local 2 in 5 min → 1 min); below the threshold it
+// is not cooling, and a success clears the window. A connection entry (provider:connection)
+// instead cools for minRetryCooldown × 2^(failures in a row − 1), at most
+// maxRetryCooldown, and a success clears it.
+//
+// A concurrency-limit 429 (the account is healthy but busy; guide §2) is not a failure in a
+// row: it cools the connection entry for the upstream's hint or a fixed
+// ConcurrencyLimitCooldown and leaves the backoff alone, and it never counts in a provider
+// window. A model-only failure (failure.Verdict.ModelOnly) is not the connection's and is
+// not recorded on its entry.
 //
 // Failures that arrive while an entry is already cooling belong to the same incident
 // (requests that were in flight): they neither extend the cooldown nor escalate it. An
@@ -24,8 +30,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/policies"
 )
+
+// ConcurrencyLimitCooldown is how long a concurrency-limit 429 without an upstream hint cools
+// a connection entry (CONCURRENCY_LIMIT_COOLDOWN_MS, guide §2), at most MaxRetryCooldown.
+const ConcurrencyLimitCooldown = policies.ConcurrencyLimitCooldown
 
 // keyPrefix starts every gate key: spw1:pc:<provider> and spw1:pc:<provider>:<connection>.
 const keyPrefix = state.KeyPrefix + "pc:"
@@ -169,11 +181,23 @@ func (g *Gate) Check(e Entry) (Status, error) {
 	return s, nil
 }
 
-// RecordFailure records a failure on the entry and returns its status afterwards. With
-// the gate disabled it does nothing.
-func (g *Gate) RecordFailure(e Entry) (Status, error) {
+// RecordFailure records a failed attempt's verdict on the entry and returns its status
+// afterwards. A concurrency-limit verdict cools a connection entry for a fixed time without
+// counting a failure in a row, and is not recorded on a provider entry; a model-only verdict
+// is not recorded on a connection entry (see the package doc). With the gate disabled it
+// does nothing.
+func (g *Gate) RecordFailure(e Entry, v failure.Verdict) (Status, error) {
 	if err := e.check(); err != nil || !e.cfg.Enabled {
 		return Status{}, err
+	}
+	busy := v.KeepBackoff || v.Reason == failure.ReasonConcurrencyLimited
+	switch {
+	case busy && !e.isConnection():
+		return g.Check(e) // a busy account says nothing about the provider
+	case busy:
+		return g.recordBusy(e, v)
+	case v.ModelOnly && e.isConnection():
+		return g.Check(e)
 	}
 	now := g.nowMs()
 	if e.isConnection() {
@@ -221,6 +245,38 @@ func (g *Gate) RecordFailure(e Entry) (Status, error) {
 	s := coolingStatus(out.coolingUntil, now)
 	s.Failures = len(out.failures)
 	return s, err
+}
+
+// recordBusy cools a connection entry for a concurrency limit: the upstream's hint, else the
+// verdict's cooldown, else ConcurrencyLimitCooldown, at most MaxRetryCooldown. The failures in
+// a row stay as they are; a running cooldown is the same incident.
+func (g *Gate) recordBusy(e Entry, v failure.Verdict) (Status, error) {
+	d := v.UpstreamHint()
+	if d <= 0 {
+		d = v.Cooldown
+	}
+	if d <= 0 {
+		d = ConcurrencyLimitCooldown
+	}
+	d = min(d, e.cfg.MaxRetryCooldown)
+	now := g.nowMs()
+	var out backoff
+	err := g.update(e, func(raw []byte, found bool) ([]byte, state.Mutation, bool) {
+		b, corrupt := backoff{}, false
+		if found {
+			var err error
+			if b, err = decodeBackoff(raw); err != nil {
+				b, corrupt = backoff{}, true
+			}
+		}
+		out = b.refreshed(e.cfg, now)
+		if out.coolingUntil != 0 {
+			return nil, state.Keep, false
+		}
+		out.coolingUntil = now + max(d.Milliseconds(), 1)
+		return out.encode(), state.Write, corrupt
+	})
+	return out.status(now), err
 }
 
 // RecordSuccess records a success on the entry: a provider's failure window is cleared,
@@ -346,11 +402,12 @@ func activeCooldown(until int64, longest time.Duration, now int64) int64 {
 	return until
 }
 
-// inWindow reports whether a failure at time at is inside the window ending at now.
-// Failures "in the future" (a clock that moved back) count only within one window.
+// inWindow reports whether a failure at time at is inside the window ending at now; the
+// window is inclusive, so a failure exactly one window old still counts ("10 within 15
+// min"). Failures "in the future" (a clock that moved back) count only within one window.
 func inWindow(at int64, window time.Duration, now int64) bool {
 	w := window.Milliseconds()
-	return now-at < w && at-now < w
+	return now-at <= w && at-now <= w
 }
 
 func coolingStatus(until, now int64) Status {

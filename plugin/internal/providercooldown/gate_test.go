@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
 )
@@ -97,7 +98,7 @@ func TestEntriesRejectBadIDs(t *testing.T) {
 	if _, err := g.Check(zero); err == nil {
 		t.Error("Check accepted a zero Entry")
 	}
-	if _, err := g.RecordFailure(zero); err == nil {
+	if _, err := g.RecordFailure(zero, vServer); err == nil {
 		t.Error("RecordFailure accepted a zero Entry")
 	}
 }
@@ -158,13 +159,16 @@ func TestWindowGateThresholds(t *testing.T) {
 }
 
 func TestWindowSlides(t *testing.T) {
+	// guide §1: "tript na N binnen window": the window is inclusive, so a failure exactly one
+	// window old still counts; a millisecond later it has left.
 	for _, tc := range guideWindows {
 		tests := []struct {
 			span    time.Duration // time from the first to the last of threshold failures
 			cooling bool          // whether they cool the provider
 		}{
-			{tc.window - time.Millisecond, true}, // all inside the window
-			{tc.window, false},                   // the first just left it
+			{tc.window - time.Millisecond, true},  // all inside the window
+			{tc.window, true},                     // the first exactly one window old: still inside
+			{tc.window + time.Millisecond, false}, // the first just left it
 		}
 		for _, st := range tests {
 			e := newEnv(t)
@@ -225,7 +229,7 @@ func TestProviderStillFailingAfterItsCooldownCoolsAgain(t *testing.T) {
 	if s := fail(t, e.g, p, 1); !s.Cooling || s.RetryAfter != time.Minute {
 		t.Fatalf("failure right after the cooldown: %+v, want cooling again", s)
 	}
-	e.clock.Advance(5 * time.Minute)
+	e.clock.Advance(5*time.Minute + time.Millisecond)
 	if s := fail(t, e.g, p, 1); s.Cooling || s.Failures != 1 {
 		t.Fatalf("failure after the window emptied: %+v, want not cooling", s)
 	}
@@ -257,6 +261,64 @@ func TestConnectionBackoff(t *testing.T) {
 	succeed(t, e.g, c)
 	if s := fail(t, e.g, c, 1); s.RetryAfter != time.Second {
 		t.Fatalf("after a success: %+v, want the 1 s start", s)
+	}
+}
+
+func TestConcurrencyLimitsCoolFixedAndLeaveTheBackoff(t *testing.T) {
+	// guide §2: a concurrency-limit 429 means the account is healthy but busy: cool for the
+	// fixed CONCURRENCY_LIMIT_COOLDOWN_MS (1 s) or the upstream's hint, leave backoffLevel
+	// alone. It never climbs the connection entry's ladder, and never counts against the
+	// provider's window.
+	hinted := vConcurrency
+	hinted.RetryHint, hinted.HintSource = 3*time.Second, failure.HintRetryAfter
+	steps := []struct {
+		verdict  failure.Verdict // what is recorded
+		cooling  time.Duration   // expected cooldown afterwards
+		failures int             // expected failures in a row afterwards
+	}{
+		{vConcurrency, time.Second, 0},
+		{vConcurrency, time.Second, 0},
+		{vConcurrency, time.Second, 0}, // a ladder would say 4 s here
+		{vServer, time.Second, 1},
+		{vConcurrency, time.Second, 1},
+		{hinted, 3 * time.Second, 1},
+		{vServer, 2 * time.Second, 2}, // the ladder resumes where it was
+	}
+	e := newEnv(t)
+	c := connectionEntry(t, "prov", "conn", enabled(t, policies.ProfileAPIKey, nil))
+	p := providerEntry(t, "prov", enabled(t, policies.ProfileLocal, nil)) // 2 failures cool it
+	for i, st := range steps {
+		s, err := e.g.RecordFailure(c, st.verdict)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !s.Cooling || s.RetryAfter != st.cooling || s.Failures != st.failures {
+			t.Fatalf("step %d (%s): %+v, want cooling %v with %d failures", i, st.verdict.Reason, s, st.cooling, st.failures)
+		}
+		// A busy account in flight while cooling is the same incident.
+		if s, _ := e.g.RecordFailure(c, vConcurrency); s.RetryAfter != st.cooling {
+			t.Fatalf("step %d: overlapping concurrency 429 changed the cooldown: %+v", i, s)
+		}
+		e.clock.Advance(st.cooling)
+	}
+	for range 5 {
+		if s, err := e.g.RecordFailure(p, vConcurrency); err != nil || s.Cooling || s.Failures != 0 {
+			t.Fatalf("concurrency 429 counted in the provider window: %+v, %v", s, err)
+		}
+	}
+}
+
+func TestModelOnlyFailuresSkipTheConnectionEntry(t *testing.T) {
+	// guide "Foutopsporing": only one model fails → not the connection's cooldown.
+	e := newEnv(t)
+	c := connectionEntry(t, "prov", "conn", enabled(t, policies.ProfileAPIKey, nil))
+	for range 3 {
+		if s, err := e.g.RecordFailure(c, vModelOnly); err != nil || s.Cooling || s.Failures != 0 {
+			t.Fatalf("model-only failure recorded on the connection: %+v, %v", s, err)
+		}
+	}
+	if e.sets != 0 {
+		t.Fatalf("%d writes for model-only failures", e.sets)
 	}
 }
 
@@ -403,7 +465,7 @@ func TestStoreErrorsAreWrapped(t *testing.T) {
 	if s, err := g.Check(p); err == nil || s.Cooling || !errors.Is(err, errStore) || !strings.HasPrefix(err.Error(), "providercooldown: ") {
 		t.Fatalf("Check: %+v, %v", s, err)
 	}
-	if _, err := g.RecordFailure(p); !errors.Is(err, errStore) || !strings.HasPrefix(err.Error(), "providercooldown: ") {
+	if _, err := g.RecordFailure(p, vServer); !errors.Is(err, errStore) || !strings.HasPrefix(err.Error(), "providercooldown: ") {
 		t.Fatalf("RecordFailure: %v", err)
 	}
 	if err := g.RecordSuccess(p); !errors.Is(err, errStore) {

@@ -4,12 +4,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
 // t0 is an arbitrary start instant for the manual clock.
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// Verdicts as the classifier reports them.
+var (
+	vServer      = failure.Verdict{Status: 500, Reason: failure.ReasonServerError, Scope: failure.ScopeExact, CountBreaker: true}
+	vConcurrency = failure.Verdict{Status: 429, Reason: failure.ReasonConcurrencyLimited, Scope: failure.ScopeConnection, KeepBackoff: true}
+	vModelOnly   = failure.Verdict{Status: 404, Reason: failure.ReasonNotFound, Scope: failure.ScopeModel, ModelOnly: true}
+)
 
 // env is one shared store and clock with a Gate over them.
 type env struct {
@@ -65,7 +73,7 @@ func fail(t testing.TB, g *Gate, e Entry, n int) Status {
 	var s Status
 	for i := 0; i < n; i++ {
 		var err error
-		if s, err = g.RecordFailure(e); err != nil {
+		if s, err = g.RecordFailure(e, vServer); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -21,7 +21,7 @@ type windowModel struct {
 func (m *windowModel) inWindow(now time.Time) int {
 	n := 0
 	for _, at := range m.failures {
-		if now.Sub(at) < m.cfg.FailureWindow {
+		if now.Sub(at) <= m.cfg.FailureWindow { // inclusive (guide §1)
 			n++
 		}
 	}
@@ -59,7 +59,7 @@ func TestPropertyWindowGateMatchesModel(t *testing.T) {
 		for i := 0; i < n; i++ {
 			switch rapid.IntRange(0, 4).Draw(rt, "op") {
 			case 0, 1:
-				if _, err := g.RecordFailure(p); err != nil {
+				if _, err := g.RecordFailure(p, vServer); err != nil {
 					rt.Fatal(err)
 				}
 				model.fail(clock.Now())
@@ -106,7 +106,7 @@ func TestPropertyConnectionCooldownStaysInBounds(t *testing.T) {
 		for i := 0; i < n; i++ {
 			before, _ := g.Check(c)
 			if rapid.Bool().Draw(rt, "fail") {
-				s, err := g.RecordFailure(c)
+				s, err := g.RecordFailure(c, vServer)
 				if err != nil {
 					rt.Fatal(err)
 				}

@@ -8,9 +8,9 @@ import (
 
 // Records in shared data. Times are Unix milliseconds of the filter's clock.
 const (
-	windowKind     = 'W' // provider entry: cooling deadline + failure timestamps
+	windowKind     = state.KindGateWindow // provider entry: cooling deadline + failure timestamps
 	windowVersion  = 1
-	backoffKind    = 'R' // connection entry: cooling deadline + failures in a row
+	backoffKind    = state.KindGateBackoff // connection entry: cooling deadline + failures in a row
 	backoffVersion = 1
 )
 

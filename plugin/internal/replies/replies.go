@@ -150,12 +150,31 @@ func RateLimited(model string, retryAfter time.Duration, resetAt time.Time) Repl
 	return finish(429, CodeRateLimit, retryAfter, b)
 }
 
-// QueueFull is 429 RATE_LIMIT_QUEUE_FULL: the connection's queue already holds depth
-// waiting requests (maxQueueDepth), so this one was refused before queuing.
-func QueueFull(provider, connection string, depth int) Reply {
-	msg := "request queue of " + target(provider, connection) + " is full (" +
-		strconv.Itoa(depth) + " waiting)"
-	return finish(429, CodeQueueFull, 0, open(CodeQueueFull, TypeRateLimit, msg))
+// QueueFull is 429 RATE_LIMIT_QUEUE_FULL: the queue of a provider connection already held
+// queued waiting requests, at or above its limit (maxQueueDepth), so this request for model
+// was refused before queuing (guide §5). The body names the limit, the provider,
+// connection and model, and the real queue length.
+func QueueFull(provider, connection, model string, limit, queued int) Reply {
+	return fullQueue(CodeQueueFull, "request queue", provider, connection, model, limit, queued)
+}
+
+// fullQueue is the reply of a queue that refused a newcomer: what, where, the limit
+// (maxQueueDepth) and the queue's real length.
+func fullQueue(code, what, provider, connection, model string, limit, queued int) Reply {
+	msg := what + " of " + target(provider, connection)
+	if model != "" {
+		msg += " for model " + strconv.Quote(clip(model, maxClientText))
+	}
+	msg += " is full: " + strconv.Itoa(queued) + " waiting, maxQueueDepth " + strconv.Itoa(limit)
+	b := open(code, TypeRateLimit, msg)
+	b = appendStringField(b, "provider", provider)
+	b = appendStringField(b, "connection", connection)
+	if model != "" {
+		b = appendStringField(b, "model", clip(model, maxClientText))
+	}
+	b = appendIntField(b, "max_queue_depth", int64(limit))
+	b = appendIntField(b, "queue_length", int64(queued))
+	return finish(429, code, 0, b)
 }
 
 // QueueTimeout is 429 RATE_LIMIT_QUEUE_TIMEOUT: the request waited its whole queue budget
@@ -167,11 +186,9 @@ func QueueTimeout(provider, connection string, budget time.Duration) Reply {
 }
 
 // SemaphoreQueueFull is 429 SEMAPHORE_QUEUE_FULL: the model's concurrency gate on the
-// connection (modelConcurrency) already has depth requests waiting.
-func SemaphoreQueueFull(provider, connection string, depth int) Reply {
-	msg := "model concurrency gate of " + target(provider, connection) + " is full (" +
-		strconv.Itoa(depth) + " waiting)"
-	return finish(429, CodeSemaphoreQueueFull, 0, open(CodeSemaphoreQueueFull, TypeRateLimit, msg))
+// connection (modelConcurrency) already has queued requests waiting, limit of them at most.
+func SemaphoreQueueFull(provider, connection, model string, limit, queued int) Reply {
+	return fullQueue(CodeSemaphoreQueueFull, "model concurrency gate", provider, connection, model, limit, queued)
 }
 
 // SemaphoreTimeout is 429 SEMAPHORE_TIMEOUT: the request waited its whole budget for a slot

@@ -147,13 +147,15 @@ func TestRepliesStatusCodeTypeAndHeaders(t *testing.T) {
 			keys:       []string{"message", "type", "code", "retry_after", "reset_at"},
 		},
 		{
+			// guide §5 (maxQueueDepth): the refusal names the limit, where it applies and the
+			// queue's real length (7 waiting under a limit of 5 after the limit was lowered).
 			name:      "queue full",
-			reply:     QueueFull("glm", "glm-a", 5),
+			reply:     QueueFull("glm", "glm-a", "glm-5", 5, 7),
 			status:    429,
 			code:      "RATE_LIMIT_QUEUE_FULL",
 			typ:       TypeRateLimit,
-			inMessage: []string{`"glm"`, `"glm-a"`, "5 waiting"},
-			keys:      []string{"message", "type", "code"},
+			inMessage: []string{`"glm"`, `"glm-a"`, `"glm-5"`, "7 waiting", "maxQueueDepth 5"},
+			keys:      []string{"message", "type", "code", "provider", "connection", "model", "max_queue_depth", "queue_length"},
 		},
 		{
 			name:      "queue timeout",

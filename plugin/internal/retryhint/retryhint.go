@@ -3,7 +3,8 @@
 //
 // Sources, most authoritative first (Find): a typed google.rpc.RetryInfo detail,
 // retry-after-ms, Retry-After, untyped body fields (retry_after_ms, retryAfter, retryDelay,
-// ...), rate-limit reset headers (X-RateLimit-Reset, x-ratelimit-reset-requests,
+// resets_in_seconds, reset_at, ...; durations, ISO-8601 durations, numbers, epoch times and
+// RFC 3339 / HTTP-date timestamps alike), rate-limit reset headers (X-RateLimit-Reset, x-ratelimit-reset-requests,
 // anthropic-ratelimit-*-reset, ...), and finally reset text in the body ("try again in 30s",
 // "reset after 2h30m14s", "retry after 20 seconds"). Every delay is positive and at most
 // MaxDelay; anything else is no hint. Only HintGoogleRetryInfo may later become a long model
@@ -50,7 +51,7 @@ func Find(headers [][2]string, body []byte, now time.Time) Hint {
 	if h := fromRetryAfterHeaders(headers, now); h.Found() {
 		return h
 	}
-	if d, ok := bodyField(json); ok {
+	if d, ok := bodyField(json, now); ok {
 		return Hint{d, failure.HintBodyField}
 	}
 	if d, ok := rateLimitReset(headers, now); ok {
@@ -242,47 +243,79 @@ func protoDuration(v gjson.Result) (time.Duration, bool) {
 }
 
 // bodyFields are the untyped hint fields, at the top level or under "error", with the unit
-// of a bare number. The string forms may be ISO-8601 ("PT30S") or Go-style ("30s").
+// of a bare number. The string forms may be ISO-8601 durations ("PT30S"), Go-style
+// durations ("30s"), or absolute times (RFC 3339 "2025-06-01T12:05:00Z", an HTTP date),
+// measured from now. Reset fields (reset: true) name when the limit resets, so a bare
+// number there may also be an epoch time (as in reset headers).
 var bodyFields = [...]struct {
-	path string
-	unit time.Duration
+	path  string
+	key   string // the field's own name and closing quote: a body without it skips the JSON walk
+	unit  time.Duration
+	reset bool
 }{
-	{"retry_after_ms", time.Millisecond},
-	{"error.retry_after_ms", time.Millisecond},
-	{"retryAfterMs", time.Millisecond},
-	{"error.retryAfterMs", time.Millisecond},
-	{"retry_after", time.Second},
-	{"error.retry_after", time.Second},
-	{"retryAfter", time.Second},
-	{"error.retryAfter", time.Second},
-	{"retry_after_seconds", time.Second},
-	{"error.retry_after_seconds", time.Second},
-	{"resets_in_seconds", time.Second}, // Codex usage_limit_reached
-	{"error.resets_in_seconds", time.Second},
-	{"retryDelay", time.Second},
-	{"error.retryDelay", time.Second},
-	{"error.details.#.retryDelay", time.Second}, // a RetryInfo-shaped detail without its @type
+	{"retry_after_ms", `retry_after_ms"`, time.Millisecond, false},
+	{"error.retry_after_ms", `retry_after_ms"`, time.Millisecond, false},
+	{"retryAfterMs", `retryAfterMs"`, time.Millisecond, false},
+	{"error.retryAfterMs", `retryAfterMs"`, time.Millisecond, false},
+	{"retry_after", `retry_after"`, time.Second, false},
+	{"error.retry_after", `retry_after"`, time.Second, false},
+	{"retryAfter", `retryAfter"`, time.Second, false},
+	{"error.retryAfter", `retryAfter"`, time.Second, false},
+	{"retry_after_seconds", `retry_after_seconds"`, time.Second, false},
+	{"error.retry_after_seconds", `retry_after_seconds"`, time.Second, false},
+	{"resets_in_seconds", `resets_in_seconds"`, time.Second, false}, // Codex usage_limit_reached
+	{"error.resets_in_seconds", `resets_in_seconds"`, time.Second, false},
+	{"retryDelay", `retryDelay"`, time.Second, false},
+	{"error.retryDelay", `retryDelay"`, time.Second, false},
+	{"error.details.#.retryDelay", `retryDelay"`, time.Second, false}, // a RetryInfo-shaped detail without its @type
+	{"retry_at", `retry_at"`, time.Second, true},
+	{"error.retry_at", `retry_at"`, time.Second, true},
+	{"retryAt", `retryAt"`, time.Second, true},
+	{"error.retryAt", `retryAt"`, time.Second, true},
+	{"resets_at", `resets_at"`, time.Second, true}, // Codex usage_limit_reached
+	{"error.resets_at", `resets_at"`, time.Second, true},
+	{"reset_at", `reset_at"`, time.Second, true},
+	{"error.reset_at", `reset_at"`, time.Second, true},
+	{"resetAt", `resetAt"`, time.Second, true},
+	{"error.resetAt", `resetAt"`, time.Second, true},
+	{"reset_time", `reset_time"`, time.Second, true},
+	{"error.reset_time", `reset_time"`, time.Second, true},
+	{"resetTime", `resetTime"`, time.Second, true},
+	{"error.resetTime", `resetTime"`, time.Second, true},
 }
 
-// bodyField reads the first untyped hint field present.
-func bodyField(json string) (time.Duration, bool) {
-	if !strings.Contains(json, "retry") && !strings.Contains(json, "resets") {
+// bodyField reads the first untyped hint field present that holds a usable delay.
+func bodyField(json string, now time.Time) (time.Duration, bool) {
+	if !strings.Contains(json, "retry") && !strings.Contains(json, "reset") && !strings.Contains(json, "Reset") {
 		return 0, false // every field name holds one of these: skip the JSON walks
 	}
+	lastKey, present := "", false
 	for _, f := range bodyFields {
+		if f.key != lastKey {
+			lastKey, present = f.key, strings.Contains(json, f.key)
+		}
+		if !present {
+			continue // one substring scan instead of a JSON walk
+		}
 		v := gjson.Get(json, f.path)
 		if v.IsArray() { // the details query: take the first element
 			v = v.Get("0")
 		}
 		switch v.Type {
 		case gjson.Number:
+			if f.reset {
+				if d, ok := ParseReset(v.Raw, now, false); ok {
+					return d, true
+				}
+				continue
+			}
 			if d, ok := nonNegativeNumber(v, f.unit); ok {
 				if d, ok := clamp(d); ok {
 					return d, true
 				}
 			}
 		case gjson.String:
-			if d, ok := stringDelay(v.Str, f.unit); ok {
+			if d, ok := stringDelay(v.Str, f.unit, now); ok {
 				return d, true
 			}
 		}
@@ -290,9 +323,9 @@ func bodyField(json string) (time.Duration, bool) {
 	return 0, false
 }
 
-// stringDelay parses a body field's string: ISO-8601, a duration with a unit, or a bare
-// number in unit.
-func stringDelay(s string, unit time.Duration) (time.Duration, bool) {
+// stringDelay parses a body field's string: an ISO-8601 duration, a duration with a unit,
+// a bare number in unit, or an absolute time (RFC 3339 or an HTTP date) measured from now.
+func stringDelay(s string, unit time.Duration, now time.Time) (time.Duration, bool) {
 	s = trimSpace(s)
 	if len(s) > 0 && s[0]|0x20 == 'p' {
 		return ParseISO8601(s)
@@ -300,7 +333,10 @@ func stringDelay(s string, unit time.Duration) (time.Duration, bool) {
 	if n, ok := parseNumber(s, 0); ok && n.end == len(s) {
 		return clamp(n.times(unit))
 	}
-	return ParseDuration(s)
+	if d, ok := ParseDuration(s); ok {
+		return d, true
+	}
+	return parseDate(s, now)
 }
 
 // nonNegativeNumber converts a JSON number in unit to a duration using its raw text, so

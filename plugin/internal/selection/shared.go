@@ -6,14 +6,15 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
-// Shared-data records (state codec kinds, version 1):
+// Shared-data records (state codec kinds state.KindSelectionCounter and
+// state.KindSelectionDeck, version 1):
 //
 //	round-robin counter  'R' 1: next turn (uint)
 //	strict-random deck   'K' 1: targets (uint), last drawn Index + 1 (uint, 0 = none),
 //	                            count (uint), Indexes drawn this cycle (uint each)
 const (
-	kindCounter   = 'R'
-	kindDeck      = 'K'
+	kindCounter   = state.KindSelectionCounter
+	kindDeck      = state.KindSelectionDeck
 	recordVersion = 1
 )
 

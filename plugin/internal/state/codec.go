@@ -10,8 +10,8 @@ import (
 // missing record (and count it), never as a reason to fail a request.
 var ErrCorrupt = errors.New("state: corrupt record")
 
-// Record encoding: one kind byte (which record type, e.g. 'B' for a breaker), one version
-// byte, then fields as unsigned or zig-zag signed varints and length-prefixed strings, in a
+// Record encoding: one kind byte (which record type, one of the Kind* constants in kinds.go,
+// each with one owning package), one version byte, then fields as unsigned or zig-zag signed varints and length-prefixed strings, in a
 // fixed order per kind and version. Small, allocation-free to read, and a reader that sees
 // a kind or version it does not know reports ErrCorrupt instead of misreading it.
 
@@ -109,6 +109,23 @@ func (d *Decoder) String() string {
 	s := string(d.buf[:n])
 	d.buf = d.buf[n:]
 	return s
+}
+
+// View reads a length-prefixed string like String, but returns the record's own bytes
+// without copying: the view is only valid while the decoded buffer is, and must not be
+// modified. Use it to compare a stored name without allocating.
+func (d *Decoder) View() []byte {
+	n := d.Uint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.buf)) {
+		d.err = fmt.Errorf("%w: string of %d bytes past the end", ErrCorrupt, n)
+		return nil
+	}
+	v := d.buf[:n:n]
+	d.buf = d.buf[n:]
+	return v
 }
 
 // Err reports the first decoding error, or trailing bytes.

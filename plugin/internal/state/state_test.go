@@ -243,3 +243,23 @@ func BenchmarkUpdateCounter(b *testing.B) {
 		}
 	}
 }
+
+func TestDecoderView(t *testing.T) {
+	rec := NewEncoder(nil, 'T', 1).String("claude-sonnet-4").Uint(7).Bytes()
+	d := NewDecoder(rec, 'T', 1)
+	if v := d.View(); string(v) != "claude-sonnet-4" || d.Uint() != 7 || d.Err() != nil {
+		t.Fatalf("view %q, err %v", v, d.Err())
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		d := NewDecoder(rec, 'T', 1)
+		if string(d.View()) != "claude-sonnet-4" {
+			t.Fatal("view changed")
+		}
+	}); n != 0 {
+		t.Fatalf("View allocates %v times", n)
+	}
+	bad := NewDecoder([]byte{'T', 1, 5, 'a'}, 'T', 1)
+	if v := bad.View(); v != nil || !errors.Is(bad.Err(), ErrCorrupt) {
+		t.Fatalf("view past the end: %q, %v", v, bad.Err())
+	}
+}
