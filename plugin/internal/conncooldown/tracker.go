@@ -52,11 +52,19 @@ type Availability struct {
 // Available reports whether routing may use the connection.
 func (a Availability) Available() bool { return a.Status == StatusAvailable }
 
-// Transient reports whether the connection cools for a reason that waiting a little can
-// clear (a rate limit, a busy account, a server error), as opposed to an exhausted quota,
-// an auth error or a terminal state, which combo retry never waits out (guide §4).
+// Transient reports whether the connection cools for a reason combo retry may wait out:
+// the rate-limit class the guide waits on (§4: a request that would answer 429 — a rate
+// limit, a busy account, model capacity). A server error, an exhausted quota, an auth error
+// or a terminal state is answered at once with its Retry-After instead.
 func (a Availability) Transient() bool {
-	return a.Status == StatusUnavailable && failure.Verdict{Reason: a.Reason}.Transient()
+	if a.Status != StatusUnavailable {
+		return false
+	}
+	switch a.Reason {
+	case failure.ReasonRateLimit, failure.ReasonConcurrencyLimited, failure.ReasonModelCapacity:
+		return true
+	}
+	return false
 }
 
 // Check reads the connection's state. A clean connection costs one shared-data read and no

@@ -625,3 +625,36 @@ routes:
 		})
 	}
 }
+
+// TestComboWaitsOnlyForRateLimitClassLocks: comboCooldownWait waits where the guide waits
+// (§4: a request that would answer 429), never on a connection cooled by a server error.
+func TestComboWaitsOnlyForRateLimitClassLocks(t *testing.T) {
+	single := `
+providers:
+  - id: openai
+    cluster: openai
+    connections:
+      - {id: key-a, credential: {header: authorization, value: "Bearer sk-a"}}
+routes:
+  - model: gpt-4o
+    targets: [{provider: openai}]
+`
+	serverError := Outcome{Status: 500, Body: []byte(`{"error":{"message":"internal","type":"server_error"}}`)}
+	for _, c := range []struct {
+		name    string        // the failure that cooled the only connection
+		outcome Outcome       // its outcome
+		want    combo.Outcome // what the next request gets
+	}{
+		{"rate limit with a short hint", rateLimited, combo.OutcomeWait},
+		{"server error", serverError, combo.OutcomeCoolingDown},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, []byte(single))
+			failOn(t, f.e, Target{Provider: 0, Connection: 0, Model: "gpt-4o"}, c.outcome)
+			p := f.plan(t, "gpt-4o", affinity.Key{})
+			if d := f.e.AllExcluded(&p, combo.Progress{}); d.Outcome != c.want {
+				t.Fatalf("decision %+v, want outcome %v", d, c.want)
+			}
+		})
+	}
+}

@@ -253,15 +253,16 @@ func (e *Engine) connectionExclusion(pv *provider, cn *connection, model string,
 		*degraded = errors.Join(*degraded, err)
 	} else if locked {
 		x.Reason, x.RetryAfter = combo.ReasonModelLockout, lock.Until.Sub(e.now())
-		x.Transient = rateLimitClass(lock.Reason)
+		x.Transient = waitable(lock.Reason)
 		return x, true
 	}
 	return x, false
 }
 
-// rateLimitClass reports the failure reasons comboCooldownWait may wait out (guide §4: a
-// request that would answer 429 waits a short transient cooldown).
-func rateLimitClass(r failure.Reason) bool {
+// waitable reports the lockout reasons comboCooldownWait may wait out (guide §4: a request
+// that would answer 429 waits a short transient lock), as conncooldown's
+// Availability.Transient does for connections.
+func waitable(r failure.Reason) bool {
 	switch r {
 	case failure.ReasonRateLimit, failure.ReasonConcurrencyLimited, failure.ReasonModelCapacity:
 		return true
