@@ -44,7 +44,7 @@ type Host struct {
 	nextToken uint32
 	asyncErrs []error
 	vmSeq     int
-	created   []*VM // every VM made, for HostCalls
+	callCount []hostCallCounters // the host-call counters of every VM made (HostCalls)
 	randMu    sync.Mutex
 
 	rr atomic.Uint64 // RunHTTP round-robin
@@ -299,7 +299,7 @@ func (h *Host) newVM(kind vmKind, index int) *VM {
 	h.vmSeq++
 	seq := h.vmSeq
 	vm := &VM{host: h, kind: kind, index: index, seq: seq, hostCalls: newHostCallCounters()}
-	h.created = append(h.created, vm)
+	h.callCount = append(h.callCount, vm.hostCalls)
 	h.mu.Unlock()
 	switch kind {
 	case vmBase:

@@ -152,21 +152,23 @@ func (vm *VM) ResetHostCalls() { vm.hostCalls.reset() }
 // and workers), added up.
 func (h *Host) HostCalls() HostCallCounts {
 	out := HostCallCounts{}
-	for _, vm := range h.allVMs() {
-		vm.hostCalls.addTo(out)
+	for _, c := range h.allCallCounters() {
+		c.addTo(out)
 	}
 	return out
 }
 
 // ResetHostCalls sets the host-call counters of every VM of the Host to zero.
 func (h *Host) ResetHostCalls() {
-	for _, vm := range h.allVMs() {
-		vm.hostCalls.reset()
+	for _, c := range h.allCallCounters() {
+		c.reset()
 	}
 }
 
-func (h *Host) allVMs() []*VM {
+// allCallCounters returns the counters of every VM the Host made. Only the counters are
+// kept, not the VMs: a closed base VM's memory is not held on to.
+func (h *Host) allCallCounters() []hostCallCounters {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]*VM(nil), h.created...)
+	return append([]hostCallCounters(nil), h.callCount...)
 }
