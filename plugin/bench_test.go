@@ -347,11 +347,12 @@ func runBenchPath(b *testing.B, p benchPath) {
 		return // a run that sizes b.N: its ratios are single requests
 	}
 	if _, done := benchLogged.LoadOrStore(b.Name(), true); !done {
-		// Once per benchmark and process: the counts are the same in every run.
+		// Once per benchmark and process: the counts are the same in every run (the
+		// ratios of each run are in its x-noop-median).
 		b.Logf("per request (%d counted): host calls spillway %.1f (%v), noop %.1f (%v); guest allocations "+
-			"spillway %.1f (%v), noop %.1f (%v); hostsim allocations spillway %.1f, noop %.1f; round ratios %s",
+			"spillway %.1f (%v), noop %.1f (%v); hostsim allocations spillway %.1f, noop %.1f",
 			benchCounted, calls, spw.calls1, noopCalls, noop.calls1, allocs, spw.allocs1, noopAllocs, noop.allocs1,
-			spw.perRequest(spw.hostAllocs), noop.perRequest(noop.hostAllocs), formatRatios(ratios))
+			spw.perRequest(spw.hostAllocs), noop.perRequest(noop.hostAllocs))
 		b.Logf("spillway host calls per request: %s", perRequestCalls(spw))
 		b.Logf("noop host calls per request:     %s", perRequestCalls(noop))
 	}
@@ -367,14 +368,6 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func formatRatios(xs []float64) string {
-	parts := make([]string, len(xs))
-	for i, x := range xs {
-		parts[i] = fmt.Sprintf("%.2f", x)
-	}
-	return strings.Join(parts, " ")
 }
 
 // perRequestCalls lists a meter's calls per request by function, most frequent first.
@@ -393,6 +386,9 @@ func perRequestCalls(m *benchMeter) string {
 		}
 		return fs[i].name < fs[j].name
 	})
+	if len(fs) == 0 {
+		return "none"
+	}
 	parts := make([]string, len(fs))
 	for i, f := range fs {
 		v := m.perRequest(f.n)
