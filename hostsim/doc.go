@@ -70,6 +70,21 @@
 // is a "thread" whose calls are serialized, and process-wide state is locked. The library
 // has no package-level state; share a Runtime to compile each module once.
 //
+// # Instrumentation
+//
+// Each VM counts the guest's host calls per function — every env.proxy_* function and
+// every function of hostsim's WASI — with one atomic add per call: VM.HostCalls and
+// Host.HostCalls (the sum over every VM the Host made, canary and base VM included) return
+// HostCallCounts, whose SharedData, Proxy, WASI and Total add them up; ResetHostCalls zeroes
+// them, and HostCallCounts.Sub gives a window without a reset. A call refused in a
+// restricted phase counts; in the WASIWazero mode wazero's WASI functions are not counted.
+// VM.CallExport calls a guest export outside the ABI like a root callback (proxy_*
+// callbacks, the allocator and start-up functions are refused). VM.GuestHeapAllocs and
+// Host.GuestHeapAllocs read the guest Go heap's cumulative allocation count from the
+// spillway_heap_allocs export that Spillway's ABI bridge adds to every module it builds
+// (runtime.MemStats.Mallocs, exact); a module without it gives an error wrapping
+// ErrNoExport, never 0. The filter benchmarks (plugin/bench_test.go) are built on these.
+//
 // The self-tests' guests live in testdata/guests and are built into build/guests by
 // `go run ./hostsim/internal/buildguests` (part of `make build`).
 package hostsim

@@ -34,14 +34,20 @@ func envImportAllowed(name string, abi ABIVersion) bool {
 	return envCommon[name] || envByABI[abi][name]
 }
 
-// wrapHostFunc finds the calling VM in the context and enforces the restricted phases.
+// wrapHostFunc finds the calling VM in the context, counts the call and enforces the
+// restricted phases.
 func wrapHostFunc(module string, f hostFunc) api.GoModuleFunc {
 	full := module + "." + f.name
+	idx, counted := hostCallIndex[full]
+	if !counted {
+		panic("hostsim: " + full + " missing from the host-call table")
+	}
 	return func(ctx context.Context, m api.Module, s []uint64) {
 		vm, _ := ctx.Value(vmKey{}).(*VM)
 		if vm == nil {
 			panic(fmt.Errorf("hostsim: %s called outside a hostsim VM", full))
 		}
+		vm.hostCalls[idx].Add(1)
 		if r := vm.restrict; r != restrictNone {
 			allow := f.allow&restrictMask(r) != 0 ||
 				(vm.host.cfg.wasi == WASICppHostHead && f.allow&(restrictMask(r)<<2) != 0)

@@ -44,6 +44,7 @@ type Host struct {
 	nextToken uint32
 	asyncErrs []error
 	vmSeq     int
+	callCount []hostCallCounters // the host-call counters of every VM made (HostCalls)
 	randMu    sync.Mutex
 
 	rr atomic.Uint64 // RunHTTP round-robin
@@ -297,8 +298,9 @@ func (h *Host) newVM(kind vmKind, index int) *VM {
 	h.mu.Lock()
 	h.vmSeq++
 	seq := h.vmSeq
+	vm := &VM{host: h, kind: kind, index: index, seq: seq, hostCalls: newHostCallCounters()}
+	h.callCount = append(h.callCount, vm.hostCalls)
 	h.mu.Unlock()
-	vm := &VM{host: h, kind: kind, index: index, seq: seq}
 	switch kind {
 	case vmBase:
 		vm.name = "base"

@@ -44,6 +44,8 @@ type VM struct {
 	mu  sync.Mutex
 	gen uint64 // bumped when FAIL_RELOAD replaces the instance
 
+	hostCalls hostCallCounters // calls per host function (hostcalls.go); atomic, read without mu
+
 	mod        api.Module
 	mem        api.Memory
 	ctx        context.Context

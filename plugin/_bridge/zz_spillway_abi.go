@@ -19,12 +19,17 @@
 //   - buffers the host asks for are pinned until the guest has read their address back,
 //     so a GC that runs inside a nested allocation cannot free them (plugin/hostabi);
 //   - no goroutines, no timers, no allocation beyond the buffers the host asks for.
+//
+// Besides the ABI it exports two names of its own: the bridge marker and a heap-allocation
+// counter for benchmarks (spillway_heap_allocs).
 
 //go:build wasip1
 
 package internal
 
 import (
+	"runtime"
+
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/spillwayproxy/spillway/plugin/hostabi"
@@ -41,6 +46,27 @@ func init() {
 //
 //go:wasmexport spillway_abi_bridge_v1
 func spillwayBridgeMarker() uint32 { return 1 }
+
+// heapStats receives the runtime's statistics for spillwayHeapAllocs: a package-level
+// variable, so reading them allocates nothing.
+var heapStats runtime.MemStats
+
+// spillwayHeapAllocs is benchmark instrumentation (hostsim's GuestHeapAllocs; Envoy never
+// calls it): the cumulative number of heap objects this VM's Go runtime has allocated, tiny
+// allocations included — runtime.MemStats.Mallocs, what `go test -benchmem` reports as
+// allocs/op. The difference of two readings is the allocations made in between, exactly:
+// ReadMemStats flushes every allocation cache first, whereas runtime/metrics'
+// /gc/heap/allocs:objects counts a cached span's allocations only when the span leaves the
+// cache, so a per-request difference could be off by a span's worth. Reading stops the
+// world (a single goroutine here, so the pause is short), allocates nothing and makes no
+// proxy-wasm host call; the runtime reads the monotonic clock (WASI clock_time_get) to time
+// the pause.
+//
+//go:wasmexport spillway_heap_allocs
+func spillwayHeapAllocs() uint64 {
+	runtime.ReadMemStats(&heapStats)
+	return heapStats.Mallocs
+}
 
 // ---------------------------------------------------------------------------------------
 // Memory handed to the host: proxy_on_memory_allocate and the pins that keep what it hands

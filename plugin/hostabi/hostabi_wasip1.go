@@ -20,6 +20,17 @@ var (
 	arenaActive bool
 )
 
+// maxKeptArena bounds the arena kept between calls: a rare large read (a big request body)
+// does not pin its memory for the VM's life.
+const maxKeptArena = 1 << 20
+
+// trimArena drops an arena grown past maxKeptArena, once its data has been consumed.
+func trimArena() {
+	if len(arena) > maxKeptArena {
+		arena = nil
+	}
+}
+
 const pinSlots = 8
 
 var (
@@ -160,6 +171,7 @@ func ReadPairs(m MapType, p *Pairs) error {
 		return statusErr(st)
 	}
 	p.setFrom(data)
+	trimArena()
 	return nil
 }
 
@@ -174,14 +186,31 @@ func RemoveHeader(m MapType, name string) error {
 }
 
 // ReadBuffer copies up to max bytes of buffer b from start into dst (reusing its memory)
-// and returns them.
+// and returns them. When dst already has room for max bytes the host writes straight into
+// it: a large body is not held twice.
 func ReadBuffer(b BufferType, start, max int, dst []byte) ([]byte, error) {
+	if max > 0 && cap(dst) >= max {
+		kept := arena
+		arena = dst[:cap(dst)]
+		beginArena()
+		data, st := endArena(hostGetBufferBytes(b, int32(start), int32(max), &retAddr, &retSize))
+		arena = kept
+		if st != statusOK {
+			return dst[:0], statusErr(st)
+		}
+		if len(data) > 0 && &data[0] != &dst[:1][0] {
+			return append(dst[:0], data...), nil // the host wrote somewhere else
+		}
+		return dst[:len(data)], nil
+	}
 	beginArena()
 	data, st := endArena(hostGetBufferBytes(b, int32(start), int32(max), &retAddr, &retSize))
 	if st != statusOK {
 		return dst[:0], statusErr(st)
 	}
-	return append(dst[:0], data...), nil
+	dst = append(dst[:0], data...)
+	trimArena()
+	return dst, nil
 }
 
 // ReplaceBuffer replaces buffer b with data.
@@ -198,7 +227,9 @@ func GetSharedData(key string, dst []byte) ([]byte, uint32, error) {
 	if st != statusOK {
 		return dst[:0], 0, statusErr(st)
 	}
-	return append(dst[:0], data...), retCas, nil
+	dst = append(dst[:0], data...)
+	trimArena()
+	return dst, retCas, nil
 }
 
 // SetSharedData stores value under key if cas is 0 or matches.

@@ -99,6 +99,7 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) (action 
 			p.unwatch(h)
 		}
 	}
+	h.bodySize = bodySize
 	if limit := p.res.MaxRequestBodyBytes; int64(bodySize) > limit {
 		h.reply(replies.RequestTooLarge(limit))
 		return types.ActionPause
@@ -116,7 +117,7 @@ func (h *httpContext) OnHttpRequestTrailers(int) (action types.Action) {
 		return types.ActionContinue
 	}
 	h.enter("request trailers")
-	return h.requestAction(h.endOfRequest(int(h.plugin.res.MaxRequestBodyBytes)))
+	return h.requestAction(h.endOfRequest(h.bodySize))
 }
 
 // step is what routing did with a request.
@@ -150,6 +151,9 @@ func (h *httpContext) resumeRequest(s step) {
 // endOfRequest reads and checks the whole body, then routes the request.
 func (h *httpContext) endOfRequest(bodySize int) step {
 	p := h.plugin
+	if cap(h.bufs.body) < bodySize {
+		h.bufs.body = make([]byte, 0, bodySize) // the host writes the body straight in
+	}
 	body, err := hostabi.ReadBuffer(hostabi.RequestBody, 0, bodySize, h.bufs.body)
 	h.bufs.body = body
 	if err != nil || len(body) == 0 {

@@ -66,6 +66,7 @@ type streamState struct {
 	heldAt     time.Time   // request headers held (missing-option detector)
 	started    time.Time   // the request's start (failover budget)
 	body       []byte      // the whole request body, once read (aliases bufs.body)
+	bodySize   int         // the body buffered so far (Envoy reports the cumulative size)
 	model      string      // requested model (interned)
 	stream     bool        // "stream": true
 	sawBody    bool

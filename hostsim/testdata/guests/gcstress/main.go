@@ -1,7 +1,9 @@
 // Command gcstress is an SDK filter for hostsim's GC-stress test, built with
 // plugin/wasmbuild (with and without the poll_oneoff runtime fix). Each request allocates
 // garbage in proportion to its x-alloc header, counts requests in a Go global, answers
-// with x-seen on the response, and forces a GC when the request carries x-gc.
+// with x-seen on the response, and forces a GC when the request carries x-gc. Its export
+// gcstress_alloc(n) makes exactly n heap allocations, for the test of the bridge's
+// spillway_heap_allocs counter.
 package main
 
 import (
@@ -46,4 +48,17 @@ func (*httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 func (*httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	_ = proxywasm.AddHttpResponseHeader("x-seen", strconv.Itoa(seen))
 	return types.ActionContinue
+}
+
+// allocSink keeps gcstress_alloc's objects escaping to the heap.
+var allocSink *[4]*int
+
+// gcstressAlloc makes exactly n heap allocations of 32 bytes each (pointerful, so none is
+// merged by the tiny allocator) and nothing else.
+//
+//go:wasmexport gcstress_alloc
+func gcstressAlloc(n uint32) {
+	for i := uint32(0); i < n; i++ {
+		allocSink = new([4]*int)
+	}
 }
