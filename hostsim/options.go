@@ -46,6 +46,8 @@ func defaultConfig() config {
 		foreign:        map[string]func([]byte) ([]byte, error){},
 		maxVirtualWait: time.Hour,
 		bufferLimit:    1 << 20,
+
+		allowHeadersStopIteration: true,
 	}
 }
 
@@ -146,10 +148,23 @@ func WithMaxVirtualWait(d time.Duration) Option { return func(c *config) { c.max
 // per_connection_buffer_limit_bytes).
 func WithBufferLimit(n int) Option { return func(c *config) { c.bufferLimit = n } }
 
-// WithAllowOnHeadersStopIteration models Envoy ≥ 1.35's
-// PluginConfig.allow_on_headers_stop_iteration: a headers Pause is a true StopIteration, so
-// body callbacks still reach the filter while the headers are held (Envoy 1.33 turns it
-// into StopAllIterationAndWatermark, the default here).
+// WithoutAllowOnHeadersStopIteration models a proxy without
+// PluginConfig.allow_on_headers_stop_iteration (Envoy 1.33–1.34, Istio's WasmPlugin): a
+// Pause from on_request_headers or on_response_headers becomes StopAllIterationAndWatermark
+// (cpp-host context.cc, convertVmCallResultToFilterHeadersStatus), so no body or trailers
+// callback reaches the filter until it continues; the data waits in the filter manager,
+// which stops reading at the buffer limit. By default hostsim models the configuration
+// Spillway ships (Envoy ≥ 1.36 with the option on): a headers Pause is a true
+// StopIteration and body callbacks keep arriving while the headers are held.
+func WithoutAllowOnHeadersStopIteration() Option {
+	return func(c *config) { c.allowHeadersStopIteration = false }
+}
+
+// WithAllowOnHeadersStopIteration turns allow_on_headers_stop_iteration on, which is already
+// the default.
+//
+// Deprecated: the option is on by default; use WithoutAllowOnHeadersStopIteration to model a
+// proxy that lacks it.
 func WithAllowOnHeadersStopIteration() Option {
 	return func(c *config) { c.allowHeadersStopIteration = true }
 }
