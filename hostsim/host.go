@@ -71,6 +71,9 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 	if cfg.workers < 1 {
 		return nil, fmt.Errorf("hostsim: need at least one worker, got %d", cfg.workers)
 	}
+	if cfg.streamUpstream != nil && !cfg.realtime {
+		return nil, errors.New("hostsim: WithStreamingUpstream needs WithRealClock")
+	}
 	h := &Host{cfg: cfg, rt: cfg.runtime, clock: cfg.clock, realtime: cfg.realtime,
 		metricIDs: map[string]uint32{}, callouts: map[uint32]*Callout{}}
 	if h.clock == nil {
@@ -638,6 +641,7 @@ const (
 	evCalloutTimeout
 	evUpstreamInvoke
 	evUpstreamDeliver
+	evExchange // ex's timer: runs exFn
 )
 
 type event struct {
@@ -652,6 +656,7 @@ type event struct {
 	ex      *Exchange
 	up      *UpstreamResponse
 	upErr   error
+	exFn    func(*Exchange) error
 }
 
 type timer struct {
@@ -856,12 +861,15 @@ func (h *Host) dispatch(ev event) error {
 	vm := ev.vm
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
-	if ev.kind == evUpstreamDeliver {
+	if ev.kind == evUpstreamDeliver || ev.kind == evExchange {
 		if vm.gen != ev.gen || vm.dead {
 			vm.mu.Unlock()
 			ev.ex.finishFailedVM()
 			vm.mu.Lock()
 			return nil
+		}
+		if ev.kind == evExchange {
+			return ev.ex.runEvent(ev.exFn)
 		}
 		return ev.ex.deliverUpstream(ev.up, ev.upErr)
 	}

@@ -27,6 +27,7 @@ type config struct {
 	clusters       map[string]bool
 	calloutHandler CalloutHandler
 	upstream       UpstreamFunc
+	streamUpstream UpstreamStreamFunc
 	foreign        map[string]func([]byte) ([]byte, error)
 	logWriter      io.Writer
 	logLevel       LogLevel
@@ -34,6 +35,9 @@ type config struct {
 	random         io.Reader
 	maxVirtualWait time.Duration
 	bufferLimit    int
+
+	routeTimeout        time.Duration
+	upstreamIdleTimeout time.Duration
 
 	allowHeadersStopIteration bool
 }
@@ -118,8 +122,32 @@ func WithCluster(names ...string) Option {
 // until the test answers them (CallOnHttpCallResponse) or they time out.
 func WithCalloutHandler(h CalloutHandler) Option { return func(c *config) { c.calloutHandler = h } }
 
-// WithUpstream sets the upstream that RunHTTP forwards requests to.
+// WithUpstream sets the upstream that exchanges (RunHTTP, StartHTTP, StartStream) forward
+// requests to, once the whole request has passed the filter; its answer is played back
+// through the filter, body chunk by body chunk at their ChunkDelays.
 func WithUpstream(f UpstreamFunc) Option { return func(c *config) { c.upstream = f } }
+
+// WithStreamingUpstream sets an upstream that streams both ways instead (it takes precedence
+// over WithUpstream): called as soon as the request headers passed the filter, it reads the
+// body as it passes and answers part by part (see UpstreamCall). It needs WithRealClock.
+func WithStreamingUpstream(f UpstreamStreamFunc) Option {
+	return func(c *config) { c.streamUpstream = f }
+}
+
+// WithRouteTimeout sets the route timeout (Envoy's route timeout, 15 s by default there;
+// default here 0, off, as for streaming routes): armed when the whole request has passed the
+// filter (Router::Filter::onRequestComplete) and disarmed when the upstream's response
+// ends, it answers 504 "upstream request timeout" (flag UT, details response_timeout) or
+// resets a response that already went downstream.
+func WithRouteTimeout(d time.Duration) Option { return func(c *config) { c.routeTimeout = d } }
+
+// WithUpstreamIdleTimeout sets how long the upstream may stay silent (retry policy
+// per_try_idle_timeout; default 0, off): re-armed by every upstream event, it answers 504
+// "upstream request timeout" (flag UT, details upstream_per_try_idle_timeout) or resets a
+// response that already went downstream: what ends a stalled stream.
+func WithUpstreamIdleTimeout(d time.Duration) Option {
+	return func(c *config) { c.upstreamIdleTimeout = d }
+}
 
 // WithForeignFunction registers a function for proxy_call_foreign_function.
 func WithForeignFunction(name string, f func(args []byte) ([]byte, error)) Option {
@@ -173,8 +201,11 @@ func WithAllowOnHeadersStopIteration() Option {
 // Host from it with a virtual clock; with a real clock it runs on its own goroutine).
 type CalloutHandler func(ctx context.Context, c *Callout) *CalloutResponse
 
-// UpstreamFunc answers a request RunHTTP forwards upstream. An error becomes Envoy's 503
-// "upstream connect error" reply. ctx is the exchange's context (Exchange.Context): it
-// carries the values of the context the exchange started with and is cancelled when the
-// exchange ends or is reset, so the call can stop when nobody waits for its answer.
+// UpstreamFunc answers a request an exchange forwards upstream. An error becomes the router's
+// own reply: ErrClusterNotFound (503, NC), ErrNoHealthyUpstream (503, UH), an *UpstreamReset
+// (503 "upstream connect error or disconnect/reset before headers. reset reason: ...", UF
+// for connection failures and timeouts), any other error a remote connection failure (UF).
+// ctx derives from the exchange's context (Exchange.Context): it carries the values of the
+// context the exchange started with and is cancelled when the exchange ends or is reset, or
+// the router gives up on the upstream, so the call can stop when nobody waits for its answer.
 type UpstreamFunc func(ctx context.Context, req *UpstreamRequest) (*UpstreamResponse, error)
