@@ -513,7 +513,9 @@ func (ex *Exchange) step() {
 		return
 	}
 	ex.stepRequest()
-	ex.stepClient()
+	if !ex.done { // the router may have answered and finished the exchange meanwhile
+		ex.stepClient()
+	}
 	ex.signal()
 }
 
@@ -533,6 +535,15 @@ func (ex *Exchange) stepRequest() {
 	}
 	if ex.upReq == nil {
 		ex.upReq = &UpstreamRequest{Headers: clonePairs(d.headers)}
+		if resolve := h.cfg.routeResolver; resolve != nil {
+			if err := resolve(ex.upReq.Headers); err != nil {
+				ex.upstreamFailed(err)
+				return
+			}
+		}
+	}
+	if ex.upDone {
+		return // the router answered or gave up
 	}
 	if h.cfg.streamUpstream != nil && !ex.upStarted {
 		ex.upStarted = true
@@ -622,6 +633,9 @@ func (ex *Exchange) stepClient() {
 
 // finish builds the downstream response and ends the stream (log → done → delete).
 func (ex *Exchange) finish() {
+	if ex.done {
+		return
+	}
 	ex.done = true
 	s := ex.s
 	r := &Response{LocalReply: s.local, Reset: s.reset, VM: ex.vm.name, ContextID: s.id, Start: ex.start}

@@ -544,6 +544,33 @@ func (h *Host) GetHistogramValues(name string) ([]uint64, error) {
 	return vs, err
 }
 
+// MetricValue is a snapshot of one metric the plugin defined.
+type MetricValue struct {
+	Name  string
+	Type  MetricType
+	Value uint64 // counter and gauge value; a histogram's last recorded value
+	// Samples are every value recorded in a histogram, oldest first.
+	Samples []uint64
+}
+
+// Metrics returns every defined metric's current value, sorted by name and type (for an
+// admin endpoint such as hostsim serve's /stats/prometheus).
+func (h *Host) Metrics() []MetricValue {
+	h.mu.Lock()
+	out := make([]MetricValue, 0, len(h.metrics))
+	for _, m := range h.metrics {
+		out = append(out, MetricValue{Name: m.name, Type: m.typ, Value: m.value, Samples: append([]uint64(nil), m.hist...)})
+	}
+	h.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Type < out[j].Type
+	})
+	return out
+}
+
 // MetricNames lists the defined metrics as "type:name", sorted.
 func (h *Host) MetricNames() []string {
 	h.mu.Lock()

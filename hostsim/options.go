@@ -28,6 +28,7 @@ type config struct {
 	calloutHandler CalloutHandler
 	upstream       UpstreamFunc
 	streamUpstream UpstreamStreamFunc
+	routeResolver  func(headers [][2]string) error
 	foreign        map[string]func([]byte) ([]byte, error)
 	logWriter      io.Writer
 	logLevel       LogLevel
@@ -132,6 +133,15 @@ func WithUpstream(f UpstreamFunc) Option { return func(c *config) { c.upstream =
 // body as it passes and answers part by part (see UpstreamCall). It needs WithRealClock.
 func WithStreamingUpstream(f UpstreamStreamFunc) Option {
 	return func(c *config) { c.streamUpstream = f }
+}
+
+// WithRouteResolver sets what the router decides the moment the request headers pass the
+// filter, before any body (Router::Filter::decodeHeaders looks up the route's cluster and
+// a host there): ErrClusterNotFound or ErrNoHealthyUpstream make the router answer at once
+// (503, NC or UH), so the filter sees no request body; nil lets the request go on to the
+// upstream. Without it the upstream itself may return those errors, later.
+func WithRouteResolver(f func(headers [][2]string) error) Option {
+	return func(c *config) { c.routeResolver = f }
 }
 
 // WithRouteTimeout sets the route timeout (Envoy's route timeout, 15 s by default there;

@@ -343,3 +343,24 @@ func TestResponseFlagsString(t *testing.T) {
 		t.Fatal("flag bit positions differ from Envoy's")
 	}
 }
+
+// The router resolves the cluster when the request headers pass the filter: an unknown one
+// is answered before any request body reaches the filter, as in Envoy.
+func TestRouteResolvedAtHeaders(t *testing.T) {
+	calls := 0
+	h := probe(t, "request_body log 2 body-seen", hostsim.WithUpstream(echoUpstream(&calls)),
+		hostsim.WithRouteResolver(func(headers [][2]string) error {
+			if v, _ := headerOf(headers, "x-spillway-cluster"); v == "nowhere" {
+				return hostsim.ErrClusterNotFound
+			}
+			return nil
+		}))
+	resp := h.RunHTTP(&hostsim.Request{Headers: append(hdrs("x-spillway-cluster", "nowhere"), postReq...), Body: []byte("{}")})
+	if resp.StatusCode != 503 || len(resp.Body) != 0 || resp.Flags != hostsim.FlagNoClusterFound || calls != 0 {
+		t.Fatalf("response %d %q flags %v after %d upstream calls", resp.StatusCode, resp.Body, resp.Flags, calls)
+	}
+	requireNoLine(t, h.Host, "worker-0", "cb request_body")
+	if resp := h.RunHTTP(&hostsim.Request{Headers: postReq, Body: []byte("{}")}); resp.StatusCode != 200 || calls != 1 {
+		t.Fatalf("a known cluster: %d after %d calls", resp.StatusCode, calls)
+	}
+}
