@@ -13,9 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/h2c"
-
 	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
 )
 
@@ -99,8 +96,7 @@ func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 		inst.AdminAddr = adminLn.Addr().String()
 	}
 	inst.Addr = ln.Addr().String()
-	// h2c: HTTP/2 without TLS (prior knowledge or Upgrade), next to HTTP/1.1.
-	inst.http = &http.Server{Handler: h2c.NewHandler(srv, &http2.Server{}), ReadHeaderTimeout: 30 * time.Second}
+	inst.http = &http.Server{Handler: srv, Protocols: frontEndProtocols(), ReadHeaderTimeout: 30 * time.Second}
 	inst.served = make(chan error, 2)
 	inst.ready.Store(true)
 	go func() { inst.served <- inst.http.Serve(ln) }()
@@ -113,6 +109,15 @@ func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 		}()
 	}
 	return inst, nil
+}
+
+// frontEndProtocols are HTTP/1.1 and h2c (HTTP/2 without TLS, with prior knowledge), the
+// standard library's own (golang.org/x/net/http2/h2c is deprecated in its favour).
+func frontEndProtocols() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return p
 }
 
 // setUpClusters decides the upstream clusters: the -cluster flags, or built-in fakes for

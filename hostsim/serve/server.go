@@ -1,4 +1,4 @@
-// Package serve is `hostsim serve`'s server: an HTTP/1.1 and h2c front end that streams
+// Package serve is `hostsim serve`'s server: an HTTP/1.1 and h2c (prior knowledge) front end that streams
 // each request through a proxy-wasm module in hostsim's worker VMs on a real clock, chunk by
 // chunk as Envoy's filter manager does, to the upstream cluster the filter chose, and streams
 // the answer back the same way (an SSE stream reaches the client event by event).

@@ -4,18 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/h2c"
 
 	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
@@ -44,7 +39,9 @@ func probeStream(t *testing.T, script string, change func(*Config)) *probeEnv {
 	if env.srv, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(h2c.NewHandler(env.srv, &http2.Server{}))
+	hs := httptest.NewUnstartedServer(env.srv)
+	hs.Config.Protocols = frontEndProtocols()
+	hs.Start()
 	t.Cleanup(func() {
 		hs.Close()
 		env.srv.Close()
@@ -125,10 +122,9 @@ func TestStreamTimeToFirstTokenMatchesTheUpstream(t *testing.T) {
 func TestStreamOverH2C(t *testing.T) {
 	d := startDemo(t, nil)
 	d.fake(t, "fake-openai").SetPacing(fakeprovider.Pacing{})
-	h2 := &http.Client{Transport: &http2.Transport{AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, addr)
-		}}}
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	h2 := &http.Client{Transport: &http.Transport{Protocols: &protocols}}
 	_, events, resp := sseRead(t, h2, d.URL()+"/v1/chat/completions", streamChatBody, nil)
 	if resp.ProtoMajor != 2 || resp.StatusCode != 200 || len(events) < 5 || events[len(events)-1] != "data: [DONE]\n" {
 		t.Fatalf("proto %s status %d, %d events", resp.Proto, resp.StatusCode, len(events))
