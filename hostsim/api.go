@@ -183,7 +183,9 @@ func (vm *VM) GetSentLocalResponse(contextID uint32) (lr *LocalResponse) {
 	return lr
 }
 
-// StreamState is a snapshot of where a stream is, for assertions on pause semantics.
+// StreamState is a snapshot of where a stream is, for assertions on pause semantics. For a
+// StartStream exchange the forwarded bodies hold only what has not been handed on yet (the
+// exchange passes each part on and forgets it).
 type StreamState struct {
 	Created                                     bool   // proxy_on_context_create ran
 	RequestHeadersForwarded, RequestComplete    bool   // what passed the filter upstream

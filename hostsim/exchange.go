@@ -28,7 +28,9 @@ type Request struct {
 // UpstreamRequest is what reached the upstream after the filter.
 type UpstreamRequest struct {
 	Headers, Trailers [][2]string
-	Body              []byte
+	// Body is the whole body (not kept for a StartStream exchange with a streaming upstream,
+	// which reads it as it passes).
+	Body []byte
 	// BodyChunks is Body as it passed the filter, one entry per step of the stream (a body
 	// callback that continued, or a continue that released buffered data).
 	BodyChunks [][]byte

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/examples"
@@ -200,5 +201,25 @@ func TestBannerPrintsPolicyWarnings(t *testing.T) {
 	}
 	if !strings.Contains(b, "allow_on_headers_stop_iteration off") {
 		t.Errorf("banner does not say the option is off:\n%s", b)
+	}
+}
+
+// The built-in fake's API comes from the cluster name (until providers declare theirs).
+func TestFakeKindForCluster(t *testing.T) {
+	for _, c := range []struct {
+		cluster string
+		kind    fakeprovider.Kind // "" with ok false: no fake
+		ok      bool
+	}{
+		{"fake-openai", fakeprovider.OpenAI, true},
+		{"fake-openrouter", fakeprovider.OpenAI, true},
+		{"fake-anthropic", fakeprovider.Anthropic, true},
+		{"fake-Anthropic-eu", fakeprovider.Anthropic, true},
+		{"openai", "", false},
+		{"anthropic", "", false},
+	} {
+		if kind, ok := fakeKindFor(c.cluster); kind != c.kind || ok != c.ok {
+			t.Errorf("%s: %q %v, want %q %v", c.cluster, kind, ok, c.kind, c.ok)
+		}
 	}
 }
