@@ -346,3 +346,31 @@ func TestRouterFailuresThroughServe(t *testing.T) {
 		return len(p.access.lines("flags=UC details=upstream_reset_before_response_started{connection_termination}")) == 1
 	})
 }
+
+// Envoy's buffer limits: a request body the filter buffers past the limit is answered 413
+// (request_payload_too_large), a buffered response body past it 500
+// (response_payload_too_large), both without reaching the other side whole.
+func TestBufferLimits(t *testing.T) {
+	p := probeStream(t, "request_body ret 1", func(c *Config) { c.BufferLimit = 1024 })
+	big := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("x", 4096) + `"}]}`
+	resp, body := chunkedPost(t, p.url+"/v1/chat/completions", []string{big[:1000], big[1000:2000], big[2000:]}, nil)
+	if resp.StatusCode != 413 || string(body) != "Payload Too Large" {
+		t.Fatalf("request over the limit: %d %q", resp.StatusCode, body)
+	}
+	if n := len(p.up.Requests()); n != 0 {
+		t.Errorf("the upstream got %d requests", n)
+	}
+	if len(p.access.await("413 ", 1)) != 1 || len(p.access.await("details=request_payload_too_large", 1)) != 1 {
+		t.Errorf("access log:\n%s", p.access)
+	}
+
+	q := probeStream(t, "response_headers ret 1\nresponse_body ret 1", func(c *Config) { c.BufferLimit = 1024 })
+	q.up.SetPacing(fakeprovider.Pacing{})
+	status, _, got := post(t, q.url+"/v1/embeddings", `{"model":"e","input":"x","dimensions":512}`, nil)
+	if status != 500 || got != "Internal Server Error" {
+		t.Fatalf("response over the limit: %d %q", status, got)
+	}
+	if len(q.access.await("details=response_payload_too_large", 1)) != 1 {
+		t.Errorf("access log:\n%s", q.access)
+	}
+}
