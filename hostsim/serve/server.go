@@ -54,6 +54,10 @@ const ResetTimeout = "hostsim_timeout"
 // request bodies without a size limit, as Envoy does when no filter buffers them.
 const MaxRequestBytes = 256 << 20
 
+// earlyEndGrace is how long a stream that ended before its request body was read waits for
+// the body pump to stop on its own, which keeps the connection reusable.
+const earlyEndGrace = 200 * time.Millisecond
+
 // readChunk is how much of a request or response body serve reads at a time (one body
 // callback at most).
 const readChunk = 64 << 10
@@ -402,16 +406,19 @@ func (s *Server) exchange(r *http.Request, body io.Reader, out client, interrupt
 		close(pumped)
 	}
 	s.receive(ctx, r, ex, out, res)
+	// The stream may end before the client sent its whole body (an early answer, a reset).
+	// The body pump then stops at its next chunk; a read still blocked after a grace is
+	// interrupted, as Envoy stops reading such a request (the connection then closes).
+	grace := time.NewTimer(earlyEndGrace)
 	select {
 	case <-pumped:
-	default:
-		// The stream ended while the client was still sending (an early answer, a reset):
-		// stop the read that waits for more, as Envoy stops reading the request then.
+	case <-grace.C:
 		if interrupt != nil {
 			interrupt()
 		}
 		<-pumped
 	}
+	grace.Stop()
 	if resp := ex.Response(); resp != nil {
 		res.Flags, res.Details = resp.Flags, resp.Details
 	}
