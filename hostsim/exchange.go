@@ -262,7 +262,8 @@ func (vm *VM) StartHTTPContext(ctx context.Context, req *Request) (*Exchange, er
 
 // StartStream starts a request whose body the caller sends with SendData (and SendTrailers)
 // as it arrives, and whose response it reads with Next, as a front end does (hostsim
-// serve): the filter sees each chunk when it comes, and what passes the filter reaches the
+// serve); the error reports guest traps in the headers' callbacks (the exchange still runs,
+// under the failure policy): the filter sees each chunk when it comes, and what passes the filter reaches the
 // upstream (see WithStreamingUpstream) and the client at once. Events are not kept once
 // read, so a long stream costs no memory; Response then has no Received, Body or Upstream
 // body.
@@ -273,13 +274,15 @@ func (vm *VM) StartStream(ctx context.Context, headers [][2]string, endOfStream 
 		vm.mu.Unlock()
 		return nil, err
 	}
+	n := len(ex.errs)
 	if s := ex.s; s.final == nil {
 		_, err := s.onHeaders(&s.req, headers, endOfStream)
 		ex.note(err)
 	}
 	ex.step()
+	err = errors.Join(ex.errs[n:]...)
 	vm.mu.Unlock()
-	return ex, vm.host.drain()
+	return ex, joinErr(err, vm.host.drain())
 }
 
 // newExchange allocates the stream and applies the failure policy (VM locked).
@@ -387,7 +390,7 @@ func (ex *Exchange) waitBelow(ctx context.Context, held func(*Exchange) int) err
 	vm := ex.vm
 	for {
 		vm.mu.Lock()
-		if ex.done {
+		if !ex.live() {
 			vm.mu.Unlock()
 			return fmt.Errorf("%w: %s: stream %d already ended", ErrNoStream, vm.name, ex.id)
 		}
@@ -461,7 +464,11 @@ func (ex *Exchange) Next(ctx context.Context) (ClientEvent, error) {
 			vm.mu.Unlock()
 			return ev, nil
 		}
-		if ex.done {
+		if !ex.live() {
+			if ex.nextEvent < len(ex.events) {
+				vm.mu.Unlock()
+				continue // live() just ended it: hand out the reset first
+			}
 			vm.mu.Unlock()
 			return ClientEvent{}, io.EOF
 		}
@@ -734,14 +741,28 @@ func (ex *Exchange) ResetBy(r DownstreamReset) error {
 	return joinErr(err, vm.host.drain())
 }
 
+// live reports whether the exchange goes on (VM locked). A stream of a VM instance that
+// FAIL_RELOAD replaced is gone: the exchange ends as "VM gone".
+func (ex *Exchange) live() bool {
+	if !ex.done && ex.vm.gen != ex.gen {
+		ex.vmGone()
+	}
+	return !ex.done
+}
+
+// vmGone ends an exchange whose VM instance is gone: the client's stream is reset.
+func (ex *Exchange) vmGone() {
+	ex.s.reset = "VM gone"
+	ex.emit(ClientEvent{Kind: ClientReset, Reset: ex.s.reset})
+	ex.finish()
+}
+
 func (ex *Exchange) finishFailedVM() {
 	ex.vm.mu.Lock()
 	defer ex.vm.mu.Unlock()
-	if ex.done {
-		return
+	if !ex.done {
+		ex.vmGone()
 	}
-	ex.s.reset = "VM gone"
-	ex.finish()
 }
 
 // invokeUpstream calls the buffered upstream outside the VM (on its own goroutine with a

@@ -196,3 +196,29 @@ func TestStreamingUpstreamNeedsRealClock(t *testing.T) {
 		t.Fatal("New accepted a streaming upstream on a virtual clock")
 	}
 }
+
+// A stream left on a VM instance FAIL_RELOAD replaced ends as "VM gone" for the client and
+// the upstream, instead of waiting forever.
+func TestStreamOfReplacedInstanceEnds(t *testing.T) {
+	started := make(chan *hostsim.UpstreamCall, 1)
+	h := probe(t, "request_headers@3 trap", hostsim.WithRealClock(), hostsim.WithFailurePolicy(hostsim.FailReload),
+		hostsim.WithStreamingUpstream(func(c *hostsim.UpstreamCall) { started <- c }))
+	w := h.Host.Worker(0)
+	ex, err := w.StartStream(context.Background(), getReq, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := <-started
+	if _, err := w.StartStream(context.Background(), getReq, true); err == nil {
+		t.Fatal("want the second stream's trap")
+	}
+	if _, err := w.StartStream(context.Background(), getReq, true); err != nil { // reloads the instance
+		t.Fatalf("third stream: %v", err)
+	}
+	if err := c.Respond(hdrs(":status", "200"), true); !errors.Is(err, hostsim.ErrUpstreamGone) {
+		t.Fatalf("Respond on the old instance's stream: %v, want ErrUpstreamGone", err)
+	}
+	if ev, err := ex.Next(context.Background()); err != nil || ev.Kind != hostsim.ClientReset || ev.Reset != "VM gone" {
+		t.Fatalf("client got %+v %v, want a reset", ev, err)
+	}
+}

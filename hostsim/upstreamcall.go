@@ -113,7 +113,7 @@ func (c *UpstreamCall) deliver(flow bool, f func(ex *Exchange)) error {
 	vm := ex.vm
 	for {
 		vm.mu.Lock()
-		if c.gone || ex.done || ex.upDone || vm.gen != ex.gen {
+		if c.gone || !ex.live() || ex.upDone {
 			vm.mu.Unlock()
 			return ErrUpstreamGone
 		}
