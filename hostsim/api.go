@@ -66,6 +66,8 @@ func (vm *VM) CallOnResponseHeaders(contextID uint32, headers [][2]string, endOf
 		if s.resp.halted {
 			return types.ActionPause, nil
 		}
+		// The router records that the response came from the upstream before encodeHeaders.
+		s.setDetails(DetailsViaUpstream)
 		return s.onHeaders(&s.resp, headers, endOfStream)
 	})
 }
@@ -90,13 +92,16 @@ func (vm *VM) CompleteHttpContext(contextID uint32) error {
 // proxy_on_done, proxy_on_delete (none if the request headers never arrived: Envoy had no
 // filter chain yet), pending continue and local replies dropped, callouts left to complete
 // on the root context. A stream driven by an Exchange ends like Exchange.Reset. details
-// (ResetDownstreamRemoteDisconnect if empty) is what StreamState reports as Reset. Later
-// calls on the id fail with ErrNoStream, as does resetting a stream that already ended.
+// (ResetDownstreamRemoteDisconnect if empty) is what StreamState reports as Reset; the
+// disconnect also sets flag DC and becomes response.code_details, as in Envoy (any other
+// details string is recorded without a flag). Later calls on the id fail with ErrNoStream,
+// as does resetting a stream that already ended.
 func (vm *VM) ResetStream(contextID uint32, details string) error {
 	if details == "" {
 		details = ResetDownstreamRemoteDisconnect
 	}
-	_, err := vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return 0, s.resetDownstream(details) })
+	r := downstreamResetFor(details)
+	_, err := vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return 0, s.resetDownstream(r) })
 	return err
 }
 
@@ -178,7 +183,9 @@ func (vm *VM) GetSentLocalResponse(contextID uint32) (lr *LocalResponse) {
 	return lr
 }
 
-// StreamState is a snapshot of where a stream is, for assertions on pause semantics.
+// StreamState is a snapshot of where a stream is, for assertions on pause semantics. For a
+// StartStream exchange the forwarded bodies hold only what has not been handed on yet (the
+// exchange passes each part on and forgets it).
 type StreamState struct {
 	Created                                     bool   // proxy_on_context_create ran
 	RequestHeadersForwarded, RequestComplete    bool   // what passed the filter upstream

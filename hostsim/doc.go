@@ -4,7 +4,8 @@
 //
 // # Fidelity
 //
-// The host follows research/envoy-host-semantics.md ("Simulator checklist"):
+// The host follows Envoy (source/extensions/common/wasm/context.cc, the HTTP filter manager
+// and router) and proxy-wasm-cpp-host, cited by function where each behaviour is modelled:
 //
 //   - Load: the ABI marker is found among the exports (proxy_get_log_level is linked only
 //     for 0.2.1); an allocator (malloc or proxy_on_memory_allocate) is required; an import
@@ -16,17 +17,35 @@
 //     during start-up only cpp-host's allow-list, inside proxy_on_memory_allocate only
 //     proxy_log, fd_write and clock_time_get.
 //   - Streams: the context is created lazily at request headers (or at log); teardown is
-//     log → done (result ignored) → delete. A headers Pause stops all iteration (body and
-//     trailers are held without callbacks and delivered on continue); a body Pause buffers
-//     and reports the cumulative size. Maps and buffers are reachable only in their phase
-//     (BadArgument elsewhere, read-only in on_log with NotFound for a missing map);
-//     proxy_continue_stream clears them. continue, close and local replies are deferred until
-//     the callback returns; a local reply forces stop. A request-phase local reply runs the
-//     plugin's own response callbacks; a response-phase one replaces the response (or resets
-//     the stream once headers went downstream). All are no-ops from a root context. A
-//     downstream reset (ResetStream, Exchange.Reset) still runs log → done → delete, as
-//     Envoy's doDeferredStreamDestroy does, drops what was pending and forgets the stream;
-//     its callouts complete on the root.
+//     log → done (result ignored) → delete. A headers Pause is a true StopIteration by
+//     default, as with allow_on_headers_stop_iteration (Envoy ≥ 1.35; Spillway ships it on):
+//     the headers are held, stay editable from the body callbacks, and are what the router
+//     routes on once the stream continues; a Continue from a body callback resumes them too.
+//     WithoutAllowOnHeadersStopIteration models a proxy without the option: the Pause stops
+//     all iteration (StopAllIterationAndWatermark), and body and trailers are held without
+//     callbacks and delivered on continue. A body Pause buffers and reports the cumulative
+//     size; past the buffer limit a request is answered 413 and a response 500 (or reset).
+//     Maps and buffers are reachable only in their phase (BadArgument elsewhere, read-only in
+//     on_log with NotFound for a missing map); proxy_continue_stream clears them. continue,
+//     close and local replies are deferred until the callback returns; a local reply forces
+//     stop. A request-phase local reply runs the plugin's own response callbacks; a
+//     response-phase one replaces the response (or resets the stream once headers went
+//     downstream). All are no-ops from a root context. A downstream reset (ResetStream,
+//     Exchange.Reset) still runs log → done → delete, as Envoy's doDeferredStreamDestroy
+//     does, drops what was pending and forgets the stream; its callouts complete on the root.
+//   - Stream info: response.flags (Envoy's legacy bitmask, ResponseFlags, 8-byte LE) and
+//     response.code_details are readable in every stream callback and in on_log, with
+//     Envoy's values: via_upstream for an upstream response (the router sets it before
+//     encodeHeaders), the router's own flag and details for the replies it makes when the
+//     upstream cannot answer (cluster not found NC, no healthy upstream UH, connection
+//     failures UF and resets UC/UR upstream_reset_before/after_response_started{...},
+//     timeouts UT), DC downstream_remote_disconnect for a client that went away, and a
+//     plugin's own local reply details with whitespace made '_' (Context::sendLocalResponse).
+//   - The router (exchanges): request headers, body and trailers flow through the filter as
+//     they arrive and what passes goes on to the upstream; the upstream's answer flows back
+//     chunk by chunk and what passes reaches the client as it does. The router's own replies
+//     go through Envoy's sendLocalReply: through the filter before any response, replacing
+//     response headers the filter holds, a reset once headers went downstream.
 //   - Shared data per vm_id with one process-global CAS counter (cas 0 unconditional, a
 //     non-zero cas on a missing key succeeds); queues whose last registrant is notified,
 //     asynchronously, once per enqueue; ticks per VM root; callouts owned by the root
@@ -40,8 +59,9 @@
 //
 // Known simplifications: one plugin (root context) per VM; no gRPC calls or TCP filters;
 // FAIL_RELOAD has no backoff; guest stdout/stderr are logged line by line (cpp-host logs each
-// fd_write as it comes); the upstream of RunHTTP is called once the whole request has passed
-// the filter.
+// fd_write as it comes); a buffered upstream (WithUpstream) is called once the whole request
+// has passed the filter (a streaming one, WithStreamingUpstream, as soon as the headers did,
+// like Envoy's router); no retries, hedging or shadowing.
 //
 // # Differences from the SDK's proxytest
 //
@@ -61,11 +81,9 @@
 // (StartPlugin, InitializeHttpContext, CallOnRequestHeaders, ..., CompleteHttpContext,
 // GetSentLocalResponse, CallOnHttpCallResponse, Tick, GetCounterMetric, GetInfoLogs, ...) on
 // worker 0 through the Host, or on any VM; hostsimtest wraps them in testing.TB helpers with
-// proxytest's exact signatures. RunHTTP (or StartHTTP and Exchange.Wait) drives whole
-// requests through a worker, the upstream and back; the UpstreamFunc gets the exchange's
-// context, and Exchange.Reset ends a request its client gave up on. Time is virtual by
-// default: Advance moves it, firing ticks, callout deliveries and timeouts in order, and
-// drives the guest's time.Now(). WithRealClock makes the host run its own timers and answer callouts and
+// proxytest's exact signatures. Time is virtual by default: Advance moves it, firing ticks,
+// callout deliveries, timeouts and scheduled stream parts in order, and drives the guest's
+// time.Now(). WithRealClock makes the host run its own timers and answer callouts and
 // upstreams on goroutines, for `hostsim serve`. A Host is safe for concurrent use: each VM
 // is a "thread" whose calls are serialized, and process-wide state is locked. The library
 // has no package-level state; share a Runtime to compile each module once.
@@ -84,6 +102,43 @@
 // spillway_heap_allocs export that Spillway's ABI bridge adds to every module it builds
 // (runtime.MemStats.Mallocs, exact); a module without it gives an error wrapping
 // ErrNoExport, never 0. The filter benchmarks (plugin/bench_test.go) are built on these.
+//
+// # Exchanges: whole requests through the filter and the router
+//
+// RunHTTP (or StartHTTP and Exchange.Wait) drives a Request through a worker, the upstream
+// (WithUpstream's UpstreamFunc) and back. For scenario tests on the virtual clock:
+//
+//   - Request.BodyChunks with Request.ChunkDelays: the request body arrives in several
+//     chunks at given virtual delays; UpstreamRequest.Body is what reached the upstream, byte
+//     for byte, and UpstreamRequest.BodyChunks the chunks it passed the filter in.
+//   - UpstreamResponse.BodyChunks with ChunkDelays: SSE pacing, each chunk delivered to the
+//     filter at its virtual time; UpstreamResponse.Delay delays the headers.
+//   - UpstreamResponse.Reset: an upstream reset after the chunks (UpstreamReset.After
+//     later); an UpstreamFunc error of ErrClusterNotFound, ErrNoHealthyUpstream or an
+//     *UpstreamReset is a failure before the response (the router's 503 with Envoy's body,
+//     flag and details).
+//   - WithRouteTimeout and WithUpstreamIdleTimeout: Envoy's route timeout and per-try idle
+//     timeout (504 "upstream request timeout", flag UT, or a reset mid-stream).
+//   - Request.ResetAfter, or Exchange.Reset / ResetBy at any point: a client that goes
+//     away mid-request or mid-response (flag DC, or DR for DownstreamStreamReset); the
+//     upstream's context is cancelled.
+//   - Response.Received: everything that reached the client, in order, with virtual
+//     timestamps (ClientHeaders, ClientData, ClientTrailers, ClientEnd, ClientReset);
+//     Response.TimeToFirstByte and TimeToFirstData; Response.Flags and Details, what on_log
+//     read. Exchange.Next reads the same events one at a time, moving the virtual clock, so a
+//     test can act between two SSE events.
+//
+// Callouts are answered by a CalloutHandler (WithCalloutHandler) or by the test
+// (CallOnHttpCallResponse).
+//
+// A front end (hostsim serve) uses StartStream instead: it sends the body with
+// Exchange.SendData as the client does and reads what reaches the client with Next, and a
+// streaming upstream (WithStreamingUpstream, an UpstreamCall per request) is opened as soon
+// as the headers pass the filter. Both ways are flow-controlled like Envoy's watermarks: with
+// a real clock SendData waits while the stream holds a buffer limit's worth of request data
+// it cannot pass on (headers stopped without the option, an upstream not reading), and
+// UpstreamCall.Data waits while the client has not taken that much, so a paused or slow
+// stream is never read without bound.
 //
 // The self-tests' guests live in testdata/guests and are built into build/guests by
 // `go run ./hostsim/internal/buildguests` (part of `make build`).

@@ -72,6 +72,9 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 	if cfg.workers < 1 {
 		return nil, fmt.Errorf("hostsim: need at least one worker, got %d", cfg.workers)
 	}
+	if cfg.streamUpstream != nil && !cfg.realtime {
+		return nil, errors.New("hostsim: WithStreamingUpstream needs WithRealClock")
+	}
 	h := &Host{cfg: cfg, rt: cfg.runtime, clock: cfg.clock, realtime: cfg.realtime,
 		metricIDs: map[string]uint32{}, callouts: map[uint32]*Callout{}}
 	if h.clock == nil {
@@ -543,6 +546,33 @@ func (h *Host) GetHistogramValues(name string) ([]uint64, error) {
 	return vs, err
 }
 
+// MetricValue is a snapshot of one metric the plugin defined.
+type MetricValue struct {
+	Name  string
+	Type  MetricType
+	Value uint64 // counter and gauge value; a histogram's last recorded value
+	// Samples are every value recorded in a histogram, oldest first.
+	Samples []uint64
+}
+
+// Metrics returns every defined metric's current value, sorted by name and type (for an
+// admin endpoint such as hostsim serve's /stats/prometheus).
+func (h *Host) Metrics() []MetricValue {
+	h.mu.Lock()
+	out := make([]MetricValue, 0, len(h.metrics))
+	for _, m := range h.metrics {
+		out = append(out, MetricValue{Name: m.name, Type: m.typ, Value: m.value, Samples: append([]uint64(nil), m.hist...)})
+	}
+	h.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Type < out[j].Type
+	})
+	return out
+}
+
 // MetricNames lists the defined metrics as "type:name", sorted.
 func (h *Host) MetricNames() []string {
 	h.mu.Lock()
@@ -640,6 +670,7 @@ const (
 	evCalloutTimeout
 	evUpstreamInvoke
 	evUpstreamDeliver
+	evExchange // ex's timer: runs exFn
 )
 
 type event struct {
@@ -654,6 +685,7 @@ type event struct {
 	ex      *Exchange
 	up      *UpstreamResponse
 	upErr   error
+	exFn    func(*Exchange) error
 }
 
 type timer struct {
@@ -858,12 +890,15 @@ func (h *Host) dispatch(ev event) error {
 	vm := ev.vm
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
-	if ev.kind == evUpstreamDeliver {
+	if ev.kind == evUpstreamDeliver || ev.kind == evExchange {
 		if vm.gen != ev.gen || vm.dead {
 			vm.mu.Unlock()
 			ev.ex.finishFailedVM()
 			vm.mu.Lock()
 			return nil
+		}
+		if ev.kind == evExchange {
+			return ev.ex.runEvent(ev.exFn)
 		}
 		return ev.ex.deliverUpstream(ev.up, ev.upErr)
 	}

@@ -29,9 +29,10 @@ func TestStreamLifecycleOrder(t *testing.T) {
 		"cb log ctx=2", "cb done ctx=2", "cb delete ctx=2")
 }
 
-// Headers Pause stops all iteration: body chunks are held without callbacks and delivered
-// (cumulatively) when the plugin continues from its callout callback.
-func TestHeadersPauseHoldsBody(t *testing.T) {
+// Without allow_on_headers_stop_iteration a headers Pause stops all iteration: body chunks
+// are held without callbacks and delivered (cumulatively) when the plugin continues from its
+// callout callback.
+func TestHeadersPauseHoldsBodyWithoutOption(t *testing.T) {
 	h := probe(t, `
 request_headers http_call auth 0 :method=GET,:path=/check,:authority=auth.local -
 request_headers ret 1
@@ -39,7 +40,7 @@ http_call_response effective 2
 http_call_response get_header 0 :path
 http_call_response continue 0
 request_body get_buffer 0 0 100
-`)
+`, hostsim.WithoutAllowOnHeadersStopIteration())
 	id := h.InitializeHttpContext()
 	if a := h.CallOnRequestHeaders(id, getReq, false); a != types.ActionPause {
 		t.Fatalf("headers action %v, want Pause", a)

@@ -27,6 +27,8 @@ type config struct {
 	clusters       map[string]bool
 	calloutHandler CalloutHandler
 	upstream       UpstreamFunc
+	streamUpstream UpstreamStreamFunc
+	routeResolver  func(headers [][2]string) error
 	foreign        map[string]func([]byte) ([]byte, error)
 	logWriter      io.Writer
 	logLevel       LogLevel
@@ -34,6 +36,9 @@ type config struct {
 	random         io.Reader
 	maxVirtualWait time.Duration
 	bufferLimit    int
+
+	routeTimeout        time.Duration
+	upstreamIdleTimeout time.Duration
 
 	allowHeadersStopIteration bool
 }
@@ -46,6 +51,8 @@ func defaultConfig() config {
 		foreign:        map[string]func([]byte) ([]byte, error){},
 		maxVirtualWait: time.Hour,
 		bufferLimit:    1 << 20,
+
+		allowHeadersStopIteration: true,
 	}
 }
 
@@ -116,8 +123,41 @@ func WithCluster(names ...string) Option {
 // until the test answers them (CallOnHttpCallResponse) or they time out.
 func WithCalloutHandler(h CalloutHandler) Option { return func(c *config) { c.calloutHandler = h } }
 
-// WithUpstream sets the upstream that RunHTTP forwards requests to.
+// WithUpstream sets the upstream that exchanges (RunHTTP, StartHTTP, StartStream) forward
+// requests to, once the whole request has passed the filter; its answer is played back
+// through the filter, body chunk by body chunk at their ChunkDelays.
 func WithUpstream(f UpstreamFunc) Option { return func(c *config) { c.upstream = f } }
+
+// WithStreamingUpstream sets an upstream that streams both ways instead (it takes precedence
+// over WithUpstream): called as soon as the request headers passed the filter, it reads the
+// body as it passes and answers part by part (see UpstreamCall). It needs WithRealClock.
+func WithStreamingUpstream(f UpstreamStreamFunc) Option {
+	return func(c *config) { c.streamUpstream = f }
+}
+
+// WithRouteResolver sets what the router decides the moment the request headers pass the
+// filter, before any body (Router::Filter::decodeHeaders looks up the route's cluster and
+// a host there): ErrClusterNotFound or ErrNoHealthyUpstream make the router answer at once
+// (503, NC or UH), so the filter sees no request body; nil lets the request go on to the
+// upstream. Without it the upstream itself may return those errors, later.
+func WithRouteResolver(f func(headers [][2]string) error) Option {
+	return func(c *config) { c.routeResolver = f }
+}
+
+// WithRouteTimeout sets the route timeout (Envoy's route timeout, 15 s by default there;
+// default here 0, off, as for streaming routes): armed when the whole request has passed the
+// filter (Router::Filter::onRequestComplete) and disarmed when the upstream's response
+// ends, it answers 504 "upstream request timeout" (flag UT, details response_timeout) or
+// resets a response that already went downstream.
+func WithRouteTimeout(d time.Duration) Option { return func(c *config) { c.routeTimeout = d } }
+
+// WithUpstreamIdleTimeout sets how long the upstream may stay silent (retry policy
+// per_try_idle_timeout; default 0, off): re-armed by every upstream event, it answers 504
+// "upstream request timeout" (flag UT, details upstream_per_try_idle_timeout) or resets a
+// response that already went downstream: what ends a stalled stream.
+func WithUpstreamIdleTimeout(d time.Duration) Option {
+	return func(c *config) { c.upstreamIdleTimeout = d }
+}
 
 // WithForeignFunction registers a function for proxy_call_foreign_function.
 func WithForeignFunction(name string, f func(args []byte) ([]byte, error)) Option {
@@ -146,10 +186,23 @@ func WithMaxVirtualWait(d time.Duration) Option { return func(c *config) { c.max
 // per_connection_buffer_limit_bytes).
 func WithBufferLimit(n int) Option { return func(c *config) { c.bufferLimit = n } }
 
-// WithAllowOnHeadersStopIteration models Envoy ≥ 1.35's
-// PluginConfig.allow_on_headers_stop_iteration: a headers Pause is a true StopIteration, so
-// body callbacks still reach the filter while the headers are held (Envoy 1.33 turns it
-// into StopAllIterationAndWatermark, the default here).
+// WithoutAllowOnHeadersStopIteration models a proxy without
+// PluginConfig.allow_on_headers_stop_iteration (Envoy 1.33–1.34, Istio's WasmPlugin): a
+// Pause from on_request_headers or on_response_headers becomes StopAllIterationAndWatermark
+// (cpp-host context.cc, convertVmCallResultToFilterHeadersStatus), so no body or trailers
+// callback reaches the filter until it continues; the data waits in the filter manager,
+// which stops reading at the buffer limit. By default hostsim models the configuration
+// Spillway ships (Envoy ≥ 1.36 with the option on): a headers Pause is a true
+// StopIteration and body callbacks keep arriving while the headers are held.
+func WithoutAllowOnHeadersStopIteration() Option {
+	return func(c *config) { c.allowHeadersStopIteration = false }
+}
+
+// WithAllowOnHeadersStopIteration turns allow_on_headers_stop_iteration on, which is already
+// the default.
+//
+// Deprecated: the option is on by default; use WithoutAllowOnHeadersStopIteration to model a
+// proxy that lacks it.
 func WithAllowOnHeadersStopIteration() Option {
 	return func(c *config) { c.allowHeadersStopIteration = true }
 }
@@ -158,8 +211,11 @@ func WithAllowOnHeadersStopIteration() Option {
 // Host from it with a virtual clock; with a real clock it runs on its own goroutine).
 type CalloutHandler func(ctx context.Context, c *Callout) *CalloutResponse
 
-// UpstreamFunc answers a request RunHTTP forwards upstream. An error becomes Envoy's 503
-// "upstream connect error" reply. ctx is the exchange's context (Exchange.Context): it
-// carries the values of the context the exchange started with and is cancelled when the
-// exchange ends or is reset, so the call can stop when nobody waits for its answer.
+// UpstreamFunc answers a request an exchange forwards upstream. An error becomes the router's
+// own reply: ErrClusterNotFound (503, NC), ErrNoHealthyUpstream (503, UH), an *UpstreamReset
+// (503 "upstream connect error or disconnect/reset before headers. reset reason: ...", UF
+// for connection failures and timeouts), any other error a remote connection failure (UF).
+// ctx derives from the exchange's context (Exchange.Context): it carries the values of the
+// context the exchange started with and is cancelled when the exchange ends or is reset, or
+// the router gives up on the upstream, so the call can stop when nobody waits for its answer.
 type UpstreamFunc func(ctx context.Context, req *UpstreamRequest) (*UpstreamResponse, error)

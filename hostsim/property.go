@@ -7,7 +7,9 @@ import (
 
 // streamProperty computes the request.* and response.* attributes Envoy derives from the
 // stream (docs/root/intro/arch_overview/advanced/attributes.rst). Paths arrive with their
-// segments joined by NUL.
+// segments joined by NUL. response.flags is the legacy bitmask as an 8-byte little-endian
+// integer and response.code_details the details string (see ResponseFlags and the Details*
+// constants for when hostsim sets which, modelled on Envoy's router and filter manager).
 func (s *httpStream) streamProperty(top, rest string) ([]byte, bool) {
 	name, sub, _ := cutNUL(rest)
 	switch top {
@@ -52,6 +54,18 @@ func (s *httpStream) streamProperty(top, rest string) ([]byte, bool) {
 			return mapProperty(s.req.trailers, sub)
 		}
 	case "response":
+		// StreamInfo-backed attributes exist whatever the phase (ResponseLookupValues in
+		// source/extensions/filters/common/expr/context.cc): flags is always an int
+		// (legacyResponseFlags, 0 when none), code_details only once something set it.
+		switch name {
+		case "flags":
+			return PropertyUint64(uint64(s.flags)), true
+		case "code_details":
+			if !s.hasDetails {
+				return nil, false
+			}
+			return []byte(s.details), true
+		}
 		if !s.resp.gotHeaders {
 			return nil, false
 		}
@@ -64,14 +78,6 @@ func (s *httpStream) streamProperty(top, rest string) ([]byte, bool) {
 				return nil, false
 			}
 			return PropertyUint64(code), true
-		case "code_details":
-			if s.final != nil {
-				return []byte(s.final.StatusCodeDetail), true
-			}
-			if s.local != nil {
-				return []byte(s.local.StatusCodeDetail), true
-			}
-			return []byte("via_upstream"), true
 		case "headers":
 			return mapProperty(h, sub)
 		case "trailers":

@@ -34,6 +34,9 @@ type httpStream struct {
 	local       *LocalResponse // first local reply the plugin sent
 	final       *LocalResponse // a reply that replaced the response (response phase, failure, limits)
 	reset       string         // reset details, e.g. "wasm_close_stream"
+	flags       ResponseFlags  // StreamInfo response flags (CEL response.flags)
+	details     string         // StreamInfo response code details (CEL response.code_details) ...
+	hasDetails  bool           // ... once something set them
 	filterState map[string][]byte
 	deferred    []deferredOp
 	callouts    []*Callout
@@ -452,6 +455,7 @@ func (s *httpStream) failed(err error) error {
 			}
 		}
 	default:
+		s.setDetails(DetailsWasmFailStream)
 		s.replaceResponse(failStreamReply())
 	}
 	s.vm.settle()
@@ -459,7 +463,7 @@ func (s *httpStream) failed(err error) error {
 }
 
 func failStreamReply() *LocalResponse {
-	return &LocalResponse{StatusCode: 503, StatusCodeDetail: "wasm_fail_stream", GRPCStatus: -1}
+	return &LocalResponse{StatusCode: 503, StatusCodeDetail: DetailsWasmFailStream, GRPCStatus: -1}
 }
 
 // replaceResponse ends the stream with a reply that bypasses this filter: Envoy's
@@ -479,20 +483,25 @@ func (s *httpStream) replaceResponse(lr *LocalResponse) {
 // overLimit is Envoy's buffer overflow: 413 for a request, 500 for a response.
 func (s *httpStream) overLimit(d *direction) {
 	if d == &s.req {
-		s.localReply(&LocalResponse{StatusCode: 413, StatusCodeDetail: "request_payload_too_large",
-			Data: []byte("Payload Too Large"), GRPCStatus: -1})
+		s.sendLocalReply(&LocalResponse{StatusCode: 413, StatusCodeDetail: DetailsRequestPayloadTooLarge,
+			Data: []byte("Payload Too Large"), GRPCStatus: -1}, DetailsRequestPayloadTooLarge)
 		return
 	}
-	s.replaceResponse(&LocalResponse{StatusCode: 500, StatusCodeDetail: "response_payload_too_large",
+	s.setDetails(DetailsResponsePayloadTooLarge)
+	s.replaceResponse(&LocalResponse{StatusCode: 500, StatusCodeDetail: DetailsResponsePayloadTooLarge,
 		Data: []byte("Internal Server Error"), GRPCStatus: -1})
 }
 
-// localReply is DownstreamFilterManager::sendLocalReply.
-func (s *httpStream) localReply(lr *LocalResponse) {
+// sendLocalReply is DownstreamFilterManager::sendLocalReply: it sets the response code
+// details first, then sends the reply through the encoder filters (no response yet),
+// directly to the client (response headers exist but did not go downstream), or resets the
+// stream (headers already went downstream: "Prior headers have already been sent").
+func (s *httpStream) sendLocalReply(lr *LocalResponse, details string) {
+	s.setDetails(details)
 	switch {
 	case s.resp.fwdHeaders:
 		s.req.halted, s.resp.halted = true, true
-		s.reset = "local reply after response headers were sent"
+		s.reset = details
 		s.resp.complete = true
 		s.vm.touch(s)
 	case s.resp.gotHeaders:
@@ -580,12 +589,15 @@ func (vm *VM) afterCallback() {
 			case opClose:
 				s.req.halted, s.resp.halted = true, true
 				s.reset = "wasm_close_stream"
+				s.setDetails(s.reset)
 				s.resp.complete = true
 			case opLocalReply:
 				if s.local == nil {
 					s.local = op.local
 				}
-				s.localReply(op.local)
+				// Context::sendLocalResponse passes the plugin's details through
+				// StringUtil::replaceAllEmptySpace.
+				s.sendLocalReply(op.local, envoyDetails(op.local.StatusCodeDetail))
 			}
 		}
 		if s.ex != nil {
@@ -644,29 +656,71 @@ func (s *httpStream) forget() {
 // away; ResetStream and Exchange.Reset use it when given no details.
 const ResetDownstreamRemoteDisconnect = "downstream_remote_disconnect"
 
+// DownstreamReset is how the client side ended a stream early: the response flag and code
+// details Envoy's connection manager records for it.
+type DownstreamReset struct {
+	Flags   ResponseFlags
+	Details string // "" keeps the details the stream had
+}
+
+var (
+	// DownstreamDisconnect is a client that closed its connection (HTTP/1.1):
+	// ConnectionManagerImpl::resetAllStreams sets DC (DownstreamConnectionTermination) and
+	// the details downstream_remote_disconnect before onResetStream, so on_log sees both.
+	DownstreamDisconnect = DownstreamReset{FlagDownstreamConnectionTermination, ResetDownstreamRemoteDisconnect}
+	// DownstreamStreamReset is a client that reset one stream (HTTP/2 RST_STREAM): flag DR
+	// (DownstreamRemoteReset, "Downstream remote codec level reset was received on the
+	// stream"). That Envoy keeps the stream's details is inferred, not read in its source.
+	DownstreamStreamReset = DownstreamReset{Flags: FlagDownstreamRemoteReset}
+)
+
+// downstreamResetFor maps the details a caller gave ResetStream or Exchange.Reset to the
+// reset Envoy would record: "" and downstream_remote_disconnect are a disconnect (DC); any
+// other string is the caller's own details without a flag.
+func downstreamResetFor(details string) DownstreamReset {
+	if details == "" || details == ResetDownstreamRemoteDisconnect {
+		return DownstreamDisconnect
+	}
+	return DownstreamReset{Details: details}
+}
+
+// resetLabel is what StreamState.Reset and Response.Reset report for a downstream reset.
+func (r DownstreamReset) resetLabel() string {
+	if r.Details != "" {
+		return r.Details
+	}
+	return "downstream_remote_reset"
+}
+
 // resetDownstream ends the stream the way Envoy's connection manager does when the
 // downstream resets it (VM locked). ActiveStream::onResetStream ends in
 // doDeferredStreamDestroy, which runs completeRequest(); onStreamComplete(); log();
 // destroyFilters(): completeRequest sets requestComplete(), so Context::log does run
 // proxy_on_log for a reset stream (creating the context first if it never was), and
 // onDestroy then runs proxy_on_done and proxy_on_delete. hostsim therefore keeps
-// log → done → delete for resets too, with the request maps readable and the missing
-// response NotFound in on_log. Before any request headers Envoy has built no filter chain,
+// log → done → delete for resets too, with the request maps readable, the missing
+// response NotFound in on_log, and the reset's flag and details in response.flags and
+// response.code_details. Before any request headers Envoy has built no filter chain,
 // so such a stream ends without callbacks. Deferred continue/close/local replies are
 // dropped, and the stream is gone: continue or a local reply from a later tick, queue
 // notification or callout answer finds no stream (proxy_set_effective_context answers
 // BadArgument), and the stream's callouts still complete on the root context (the SDKs skip
 // the callback of a deleted stream).
-func (s *httpStream) resetDownstream(details string) error {
+func (s *httpStream) resetDownstream(r DownstreamReset) error {
 	s.deferred = s.deferred[:0]
 	s.req.halted, s.resp.halted = true, true
 	s.req.hdrAvail, s.req.bodyAvail, s.req.trlAvail = false, false, false
 	s.resp.hdrAvail, s.resp.bodyAvail, s.resp.trlAvail = false, false, false
+	s.flags |= r.Flags
+	if r.Details != "" {
+		s.setDetails(r.Details)
+	}
 	if s.reset == "" {
-		s.reset = details
+		s.reset = r.resetLabel()
 	}
 	if ex := s.ex; ex != nil {
 		n := len(ex.errs)
+		ex.clientGone = true
 		ex.finish()
 		return errors.Join(ex.errs[n:]...)
 	}

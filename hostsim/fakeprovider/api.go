@@ -54,13 +54,6 @@ func required(param string) error {
 	return &badRequest{param: param, msg: fmt.Sprintf("missing required parameter: %q", param)}
 }
 
-func noStream(stream bool) error {
-	if stream {
-		return &badRequest{param: "stream", msg: "stream is not supported by the hostsim fake provider yet"}
-	}
-	return nil
-}
-
 // tokens estimates a token count the way people do by hand: about four bytes a token.
 func tokens(b []byte) int { return max(1, (len(bytes.TrimSpace(b))+3)/4) }
 
@@ -73,21 +66,23 @@ func (p *Provider) id(prefix string) string {
 }
 
 // chatCompletion answers POST /v1/chat/completions.
-func (p *Provider) chatCompletion(w http.ResponseWriter, body []byte) {
+func (p *Provider) chatCompletion(c *call) {
 	var req struct {
-		Model    string            `json:"model"`
-		Messages []json.RawMessage `json:"messages"`
-		Stream   bool              `json:"stream"`
+		Model         string            `json:"model"`
+		Messages      []json.RawMessage `json:"messages"`
+		Stream        bool              `json:"stream"`
+		StreamOptions struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
 	}
-	err := decode(body, &req)
+	w := c.w
+	err := decode(c.body, &req)
 	switch {
 	case err != nil:
 	case req.Model == "":
 		err = required("model")
 	case len(req.Messages) == 0:
 		err = &badRequest{param: "messages", msg: "messages must be a non-empty array"}
-	default:
-		err = noStream(req.Stream)
 	}
 	if err != nil {
 		p.fail(w, err)
@@ -95,6 +90,11 @@ func (p *Provider) chatCompletion(w http.ResponseWriter, body []byte) {
 	}
 	text := p.reply(req.Model)
 	prompt, completion := tokens(bytes.Join(rawBytes(req.Messages), nil)), tokens([]byte(text))
+	if req.Stream {
+		c.stream(&chatStreamer{id: p.id("chatcmpl"), created: time.Now().Unix(), model: req.Model,
+			includeUsage: req.StreamOptions.IncludeUsage, prompt: prompt, completion: completion}, text)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"id":                 p.id("chatcmpl"),
 		"object":             "chat.completion",
@@ -124,27 +124,30 @@ func rawBytes(msgs []json.RawMessage) [][]byte {
 }
 
 // completion answers POST /v1/completions.
-func (p *Provider) completion(w http.ResponseWriter, body []byte) {
+func (p *Provider) completion(c *call) {
 	var req struct {
 		Model  string          `json:"model"`
 		Prompt json.RawMessage `json:"prompt"`
 		Stream bool            `json:"stream"`
 	}
-	err := decode(body, &req)
+	w := c.w
+	err := decode(c.body, &req)
 	switch {
 	case err != nil:
 	case req.Model == "":
 		err = required("model")
 	case isNull(req.Prompt):
 		err = required("prompt")
-	default:
-		err = noStream(req.Stream)
 	}
 	if err != nil {
 		p.fail(w, err)
 		return
 	}
 	text := p.reply(req.Model)
+	if req.Stream {
+		c.stream(&completionStreamer{id: p.id("cmpl"), created: time.Now().Unix(), model: req.Model}, text)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"id":      p.id("cmpl"),
 		"object":  "text_completion",
@@ -194,7 +197,8 @@ func embeddingInputs(raw json.RawMessage) ([][]byte, error) {
 }
 
 // embeddings answers POST /v1/embeddings with deterministic unit vectors.
-func (p *Provider) embeddings(w http.ResponseWriter, body []byte) {
+func (p *Provider) embeddings(c *call) {
+	w, body := c.w, c.body
 	var req struct {
 		Model          string          `json:"model"`
 		Input          json.RawMessage `json:"input"`
@@ -278,55 +282,81 @@ func base64Floats(vec []float32) string {
 }
 
 // response answers POST /v1/responses.
-func (p *Provider) response(w http.ResponseWriter, body []byte) {
+func (p *Provider) response(c *call) {
 	var req struct {
 		Model  string          `json:"model"`
 		Input  json.RawMessage `json:"input"`
 		Stream bool            `json:"stream"`
 	}
-	err := decode(body, &req)
+	w := c.w
+	err := decode(c.body, &req)
 	switch {
 	case err != nil:
 	case req.Model == "":
 		err = required("model")
 	case isNull(req.Input):
 		err = required("input")
-	default:
-		err = noStream(req.Stream)
 	}
 	if err != nil {
 		p.fail(w, err)
 		return
 	}
 	text := p.reply(req.Model)
-	in, out := tokens(req.Input), tokens([]byte(text))
-	writeJSON(w, http.StatusOK, map[string]any{
-		"id":                  p.id("resp"),
+	r := &responseObject{id: p.id("resp"), msgID: p.id("msg"), created: time.Now().Unix(), model: req.Model,
+		in: tokens(req.Input), out: tokens([]byte(text))}
+	if req.Stream {
+		c.stream(&responsesStreamer{resp: r}, text)
+		return
+	}
+	writeJSON(w, http.StatusOK, r.object("completed", text, nil))
+}
+
+// responseObject is a Responses API response, in its JSON and stream forms.
+type responseObject struct {
+	id, msgID string
+	created   int64
+	model     string
+	in, out   int
+}
+
+// message is the output message item; text "" with status in_progress while streaming.
+func (r *responseObject) message(status, text string, withContent bool) map[string]any {
+	content := []any{}
+	if withContent {
+		content = []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}}}
+	}
+	return map[string]any{"type": "message", "id": r.msgID, "status": status, "role": "assistant", "content": content}
+}
+
+// object is the response object with the given status; errObj is its error (failed).
+func (r *responseObject) object(status, text string, errObj any) map[string]any {
+	output := []any{}
+	var usage any
+	if status == "completed" {
+		output = []any{r.message("completed", text, true)}
+		usage = map[string]any{
+			"input_tokens":          r.in,
+			"input_tokens_details":  map[string]any{"cached_tokens": 0},
+			"output_tokens":         r.out,
+			"output_tokens_details": map[string]any{"reasoning_tokens": 0},
+			"total_tokens":          r.in + r.out,
+		}
+	}
+	return map[string]any{
+		"id":                  r.id,
 		"object":              "response",
-		"created_at":          time.Now().Unix(),
-		"status":              "completed",
-		"model":               req.Model,
-		"error":               nil,
+		"created_at":          r.created,
+		"status":              status,
+		"model":               r.model,
+		"error":               errObj,
 		"incomplete_details":  nil,
 		"instructions":        nil,
 		"parallel_tool_calls": true,
 		"tool_choice":         "auto",
 		"tools":               []any{},
-		"output": []any{map[string]any{
-			"type":    "message",
-			"id":      p.id("msg"),
-			"status":  "completed",
-			"role":    "assistant",
-			"content": []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}}},
-		}},
-		"usage": map[string]any{
-			"input_tokens":          in,
-			"input_tokens_details":  map[string]any{"cached_tokens": 0},
-			"output_tokens":         out,
-			"output_tokens_details": map[string]any{"reasoning_tokens": 0},
-			"total_tokens":          in + out,
-		},
-	})
+		"output":              output,
+		"usage":               usage,
+	}
 }
 
 // fakeModels are the models the fakes list (any other model is served too).
@@ -336,7 +366,8 @@ var fakeModels = map[Kind][]string{
 }
 
 // openAIModels answers GET /v1/models.
-func (p *Provider) openAIModels(w http.ResponseWriter, _ []byte) {
+func (p *Provider) openAIModels(c *call) {
+	w := c.w
 	data := make([]any, 0, len(fakeModels[OpenAI]))
 	for _, m := range fakeModels[OpenAI] {
 		data = append(data, map[string]any{"id": m, "object": "model", "created": 1700000000, "owned_by": "hostsim-fake"})
@@ -345,7 +376,8 @@ func (p *Provider) openAIModels(w http.ResponseWriter, _ []byte) {
 }
 
 // anthropicModels answers GET /v1/models in Anthropic's shape.
-func (p *Provider) anthropicModels(w http.ResponseWriter, _ []byte) {
+func (p *Provider) anthropicModels(c *call) {
+	w := c.w
 	ms := fakeModels[Anthropic]
 	data := make([]any, 0, len(ms))
 	for _, m := range ms {
@@ -355,14 +387,15 @@ func (p *Provider) anthropicModels(w http.ResponseWriter, _ []byte) {
 }
 
 // message answers POST /v1/messages (Anthropic).
-func (p *Provider) message(w http.ResponseWriter, body []byte) {
+func (p *Provider) message(c *call) {
 	var req struct {
 		Model     string            `json:"model"`
 		MaxTokens *int              `json:"max_tokens"`
 		Messages  []json.RawMessage `json:"messages"`
 		Stream    bool              `json:"stream"`
 	}
-	err := decode(body, &req)
+	w := c.w
+	err := decode(c.body, &req)
 	switch {
 	case err != nil:
 	case req.Model == "":
@@ -373,14 +406,17 @@ func (p *Provider) message(w http.ResponseWriter, body []byte) {
 		err = &badRequest{msg: "max_tokens: Input should be greater than or equal to 1"}
 	case len(req.Messages) == 0:
 		err = &badRequest{msg: "messages: at least one message is required"}
-	default:
-		err = noStream(req.Stream)
 	}
 	if err != nil {
 		p.fail(w, err)
 		return
 	}
 	text := p.reply(req.Model)
+	if req.Stream {
+		c.stream(&anthropicStreamer{id: p.id("msg"), model: req.Model,
+			in: tokens(bytes.Join(rawBytes(req.Messages), nil)), out: tokens([]byte(text))}, text)
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"id":            p.id("msg"),
 		"type":          "message",

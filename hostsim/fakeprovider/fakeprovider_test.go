@@ -154,7 +154,7 @@ func TestValidationErrorsUseTheProviderShape(t *testing.T) {
 		{"openai no model", OpenAI, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}]}`, "model", "model"},
 		{"openai no messages", OpenAI, "/v1/chat/completions", `{"model":"m","messages":[]}`, "messages", "non-empty"},
 		{"openai wrong type", OpenAI, "/v1/chat/completions", `{"model":3,"messages":[{}]}`, "model", "invalid type"},
-		{"openai streaming", OpenAI, "/v1/chat/completions", `{"model":"m","messages":[{}],"stream":true}`, "stream", "not supported"},
+		{"openai bad stream type", OpenAI, "/v1/chat/completions", `{"model":"m","messages":[{}],"stream":"yes"}`, "stream", "invalid type"},
 		{"completion no prompt", OpenAI, "/v1/completions", `{"model":"m"}`, "prompt", "prompt"},
 		{"embeddings empty input", OpenAI, "/v1/embeddings", `{"model":"m","input":""}`, "input", "empty"},
 		{"embeddings object input", OpenAI, "/v1/embeddings", `{"model":"m","input":{"a":1}}`, "input", "must be"},

@@ -42,6 +42,16 @@ func (l *logBuf) lines(sub string) []string {
 	return out
 }
 
+// await waits (bounded) until at least n lines contain sub, and returns the lines that do:
+// the access line of a request is written once its stream ended, which can be just after
+// the client read the last byte.
+func (l *logBuf) await(sub string, n int) []string {
+	for i := 0; i < 500 && len(l.lines(sub)) < n; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return l.lines(sub)
+}
+
 // spillwayWasm returns the path of build/spillway.wasm; a missing module fails the test
 // with "run make build".
 func spillwayWasm(t testing.TB) string {

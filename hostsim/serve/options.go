@@ -20,15 +20,21 @@ const (
 	DefaultListen  = "127.0.0.1:10000"
 	DefaultWorkers = 2
 	DefaultTimeout = 10 * time.Minute
+	// DefaultConnectTimeout is Envoy's cluster connect_timeout default.
+	DefaultConnectTimeout = 5 * time.Second
+	// DefaultBufferLimit is Envoy's per_connection_buffer_limit_bytes default (1 MiB).
+	DefaultBufferLimit = 1 << 20
 	// MaxWorkers bounds -workers (each worker is a VM with its own Go heap).
 	MaxWorkers = 64
+	// MaxBufferLimit bounds -buffer-limit.
+	MaxBufferLimit = 256 << 20
 )
 
 // Cluster is an upstream cluster: a name the policy and the filter use, and the base URL
 // requests for it are sent to.
 type Cluster struct {
 	Name string
-	URL  string // scheme://host[:port], no path
+	URL  string // scheme://host[:port], no path; "" for a cluster without endpoints
 }
 
 // EnvVar is one VM environment variable.
@@ -53,15 +59,31 @@ type Options struct {
 	WASI hostsim.WASIMode
 	// FailurePolicy is what happens to streams once a VM failed (-failure-policy).
 	FailurePolicy hostsim.FailurePolicy
-	// Timeout answers 504 when the filter has not finished a request by then (-timeout).
+	// AllowOnHeadersStopIteration models Envoy's PluginConfig.allow_on_headers_stop_iteration
+	// (-allow-on-headers-stop-iteration, default true: the configuration Spillway ships);
+	// false models a proxy without it.
+	AllowOnHeadersStopIteration bool
+	// BufferLimit is the connection buffer limit in bytes (-buffer-limit).
+	BufferLimit int
+	// Timeout answers 504 when nothing went to the client by then, and resets a stream
+	// still running (-timeout).
 	Timeout time.Duration
+	// ConnectTimeout bounds connecting to an upstream (-connect-timeout).
+	ConnectTimeout time.Duration
+	// RouteTimeout is the route timeout (-route-timeout, 0: off).
+	RouteTimeout time.Duration
+	// IdleTimeout is the upstream idle timeout (-idle-timeout, 0: off).
+	IdleTimeout time.Duration
+	// Admin is the Envoy-like admin listener's address (-admin; "" for none).
+	Admin string
 	// Runtime, when set, compiles and runs the module (not a flag: tests share one).
 	Runtime *hostsim.Runtime
 }
 
 // DefaultOptions returns the flags' defaults.
 func DefaultOptions() Options {
-	return Options{WasmPath: DefaultWasm, Listen: DefaultListen, Workers: DefaultWorkers, Timeout: DefaultTimeout}
+	return Options{WasmPath: DefaultWasm, Listen: DefaultListen, Workers: DefaultWorkers, Timeout: DefaultTimeout,
+		ConnectTimeout: DefaultConnectTimeout, BufferLimit: DefaultBufferLimit, AllowOnHeadersStopIteration: true}
 }
 
 // RegisterFlags defines the flags shared by serve and run on fs, writing into o (whose
@@ -76,12 +98,19 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*envFlag)(&o.Env), "env", "VM environment variable `KEY=VALUE` (repeatable); ${KEY} in the policy expands from it")
 	fs.Var((*wasiFlag)(&o.WASI), "wasi", "WASI surface: envoy133 | envoy132 | head | wazero")
 	fs.Var((*failureFlag)(&o.FailurePolicy), "failure-policy", "after a VM fails: fail-closed | fail-open | fail-reload")
-	fs.Var((*timeoutFlag)(&o.Timeout), "timeout", "answer 504 when the filter has not finished a request by then")
+	fs.BoolVar(&o.AllowOnHeadersStopIteration, "allow-on-headers-stop-iteration", o.AllowOnHeadersStopIteration,
+		"model Envoy's allow_on_headers_stop_iteration (false: a headers Pause stops all iteration, as without the option)")
+	fs.Var((*bufferLimitFlag)(&o.BufferLimit), "buffer-limit", "connection buffer limit in `bytes` (Envoy's per_connection_buffer_limit_bytes)")
+	fs.Var((*timeoutFlag)(&o.Timeout), "timeout", "answer 504 when nothing reached the client by then (and reset a stream still running)")
+	fs.Var((*timeoutFlag)(&o.ConnectTimeout), "connect-timeout", "upstream connect timeout (Envoy's cluster connect_timeout)")
+	fs.Var((*optionalTimeoutFlag)(&o.RouteTimeout), "route-timeout", "route timeout, 0 for none (Envoy's route timeout)")
+	fs.Var((*optionalTimeoutFlag)(&o.IdleTimeout), "idle-timeout", "upstream idle timeout, 0 for none (Envoy's per_try_idle_timeout)")
 }
 
-// RegisterListenFlag defines -listen on fs.
+// RegisterListenFlag defines -listen and -admin on fs.
 func (o *Options) RegisterListenFlag(fs *flag.FlagSet) {
-	fs.Var((*listenFlag)(&o.Listen), "listen", "front end address `host:port`")
+	fs.Var((*listenFlag)(&o.Listen), "listen", "front end address `host:port` (HTTP/1.1 and h2c)")
+	fs.Var((*listenFlag)(&o.Admin), "admin", "Envoy-like admin listener `host:port` (/stats/prometheus, /stats, /ready); none by default")
 }
 
 // clusterNameRE is what a cluster name may look like (Envoy allows more; the policy's
@@ -91,14 +120,18 @@ var clusterNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]*$`)
 // envKeyRE is what an environment variable name may look like.
 var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// ParseCluster reads "name=http://host:port".
+// ParseCluster reads "name=http://host:port", or "name=" for a cluster without endpoints
+// (the router answers its requests 503 "no healthy upstream").
 func ParseCluster(s string) (Cluster, error) {
 	name, raw, ok := strings.Cut(s, "=")
 	if !ok {
-		return Cluster{}, errors.New("want name=http://host:port")
+		return Cluster{}, errors.New("want name=http://host:port (or name= for a cluster without endpoints)")
 	}
 	if !clusterNameRE.MatchString(name) {
 		return Cluster{}, fmt.Errorf("cluster name %q: use letters, digits, '.', '_', ':' and '-'", name)
+	}
+	if raw == "" {
+		return Cluster{Name: name}, nil
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -305,6 +338,42 @@ func (f *timeoutFlag) Set(s string) error {
 		return errors.New("want a positive duration such as 30s or 10m")
 	}
 	*f = timeoutFlag(d)
+	return nil
+}
+
+type optionalTimeoutFlag time.Duration
+
+func (f *optionalTimeoutFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return time.Duration(*f).String()
+}
+
+func (f *optionalTimeoutFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return errors.New("want 0 (none) or a positive duration such as 30s or 5m")
+	}
+	*f = optionalTimeoutFlag(d)
+	return nil
+}
+
+type bufferLimitFlag int
+
+func (f *bufferLimitFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return strconv.Itoa(int(*f))
+}
+
+func (f *bufferLimitFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1024 || n > MaxBufferLimit {
+		return fmt.Errorf("want a number of bytes from 1024 to %d", MaxBufferLimit)
+	}
+	*f = bufferLimitFlag(n)
 	return nil
 }
 

@@ -28,7 +28,8 @@ func TestFlagDefaults(t *testing.T) {
 	}
 	if o.WasmPath != "build/spillway.wasm" || o.PolicyPath != "" || o.Listen != "127.0.0.1:10000" || o.Workers != 2 ||
 		len(o.Clusters) != 0 || len(o.Env) != 0 || o.WASI != hostsim.WASIEnvoy133 || o.FailurePolicy != hostsim.FailClosed ||
-		o.Timeout != 10*time.Minute {
+		o.Timeout != 10*time.Minute || o.ConnectTimeout != 5*time.Second || o.RouteTimeout != 0 || o.IdleTimeout != 0 ||
+		o.BufferLimit != 1<<20 || !o.AllowOnHeadersStopIteration || o.Admin != "" {
 		t.Errorf("defaults %+v", o)
 	}
 }
@@ -37,10 +38,18 @@ func TestGoodFlagValues(t *testing.T) {
 	o, err := parseFlags("-wasm", "x.wasm", "-policy", "p.yaml", "-listen", ":8080",
 		"-cluster", "openai=https://api.openai.com", "-cluster", "local=http://127.0.0.1:11434/",
 		"-workers", "4", "-env", "OPENAI_KEY_A=sk-1=2", "-env", "EMPTY=",
-		"-wasi", "wazero", "-failure-policy", "fail-reload", "-timeout", "30s")
+		"-wasi", "wazero", "-failure-policy", "fail-reload", "-timeout", "30s",
+		"-cluster", "gone=", "-allow-on-headers-stop-iteration=false", "-admin", "127.0.0.1:9901",
+		"-connect-timeout", "2s", "-route-timeout", "0", "-idle-timeout", "45s", "-buffer-limit", "65536")
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(o.Clusters) != 3 || o.Clusters[2] != (Cluster{Name: "gone"}) || o.AllowOnHeadersStopIteration ||
+		o.Admin != "127.0.0.1:9901" || o.ConnectTimeout != 2*time.Second || o.RouteTimeout != 0 ||
+		o.IdleTimeout != 45*time.Second || o.BufferLimit != 65536 {
+		t.Errorf("options %+v", o)
+	}
+	o.Clusters = o.Clusters[:2]
 	want := []Cluster{{"openai", "https://api.openai.com"}, {"local", "http://127.0.0.1:11434"}}
 	if len(o.Clusters) != 2 || o.Clusters[0] != want[0] || o.Clusters[1] != want[1] {
 		t.Errorf("clusters %v", o.Clusters)
@@ -82,6 +91,12 @@ func TestBadFlagValues(t *testing.T) {
 		{[]string{"-listen", "10000"}, "want host:port"},
 		{[]string{"-listen", "example.com:80"}, "not an IP address"},
 		{[]string{"-listen", "127.0.0.1:70000"}, `bad port "70000"`},
+		{[]string{"-admin", "9901"}, "want host:port"},
+		{[]string{"-connect-timeout", "0"}, "positive duration"},
+		{[]string{"-route-timeout", "-1s"}, "0 (none) or a positive duration"},
+		{[]string{"-idle-timeout", "later"}, "0 (none) or a positive duration"},
+		{[]string{"-buffer-limit", "100"}, "from 1024 to"},
+		{[]string{"-buffer-limit", "1g"}, "from 1024 to"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -108,12 +108,22 @@ func (p *Policy) DefaultCluster() string {
 	return p.Parsed.Providers[0].Cluster
 }
 
+// ClusterHeader is the request header the route reads the cluster from (Envoy's route
+// cluster_header), the one the filter sets. The policy will name it (routing.clusterHeader,
+// default x-spillway-cluster); until then it is HeaderCluster, and this is the one line to
+// change.
+func (p *Policy) ClusterHeader() string { return HeaderCluster }
+
 // FakePrefix marks the cluster names built-in fake providers serve when no -cluster is
-// given: a name containing "anthropic" gets the Anthropic fake, any other the OpenAI one.
+// given.
 const FakePrefix = "fake-"
 
-// fakeKind is the kind of built-in fake for a cluster name (ok false: not a fake name).
-func fakeKind(cluster string) (fakeprovider.Kind, bool) {
+// fakeKindFor is the one place that decides which API the built-in fake for a cluster
+// speaks (ok false: the cluster is not a fake's). For now the name decides: a fake-* name
+// containing "anthropic" (fake-anthropic) gets the Anthropic fake, every other fake-*
+// (fake-openai, fake-openrouter, ...) the OpenAI one. Once providers declare their api
+// (openai | anthropic), this reads the api of the provider that uses the cluster instead.
+func fakeKindFor(cluster string) (fakeprovider.Kind, bool) {
 	if !strings.HasPrefix(cluster, FakePrefix) {
 		return "", false
 	}

@@ -154,7 +154,7 @@ tick continue 0
 	if status, body := get(t, url+"/v1/models"); status != 200 {
 		t.Fatalf("%d %s", status, body)
 	}
-	if len(access.lines("GET /v1/models 200")) != 1 {
+	if len(access.await("GET /v1/models 200", 1)) != 1 {
 		t.Errorf("access log:\n%s", access)
 	}
 }
@@ -185,7 +185,7 @@ func TestFilterThatNeverResumesTimesOut(t *testing.T) {
 	if n := len(up.Requests()); n != 0 {
 		t.Errorf("upstream saw %d requests", n)
 	}
-	if len(access.lines("GET /v1/models 504")) != 1 {
+	if len(access.await("GET /v1/models 504", 1)) != 1 {
 		t.Errorf("access log:\n%s", access)
 	}
 }

@@ -43,7 +43,7 @@ tick effective 2
 		t.Fatalf("%d %s", status, body)
 	}
 	requireEnded(t, p)
-	if len(p.access.lines("GET /v1/models 504")) != 1 {
+	if len(p.access.await("GET /v1/models 504", 1)) != 1 {
 		t.Errorf("access log:\n%s", p.access)
 	}
 	// Ticks found the paused stream while it lived; a tick after the reset does not.
@@ -73,7 +73,7 @@ func TestClientGoneResetsThePausedStream(t *testing.T) {
 	for i := 0; i < 500 && len(p.access.lines("GET /v1/models client-gone")) == 0; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if len(p.access.lines("GET /v1/models client-gone")) != 1 {
+	if len(p.access.await("GET /v1/models client-gone", 1)) != 1 {
 		t.Fatalf("access log:\n%s", p.access)
 	}
 	requireEnded(t, p)

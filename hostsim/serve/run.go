@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
@@ -18,7 +19,7 @@ import (
 // ShutdownGrace is how long a graceful shutdown waits for requests in flight.
 const ShutdownGrace = 10 * time.Second
 
-// Instance is a started serve: the policy, the fakes, the Server and its listener.
+// Instance is a started serve: the policy, the fakes, the Server and its listeners.
 type Instance struct {
 	// Server runs requests through the filter.
 	Server *Server
@@ -28,18 +29,22 @@ type Instance struct {
 	Clusters []Cluster
 	// Fakes are the built-in fake providers by cluster name (none when -cluster was given).
 	Fakes map[string]*fakeprovider.Server
-	// Addr is the address the front end listens on ("" without a listener).
-	Addr string
+	// Addr is the address the front end listens on ("" without a listener); AdminAddr the
+	// admin listener's ("" without one).
+	Addr, AdminAddr string
 
 	opts   Options
 	http   *http.Server
+	admin  *http.Server
+	ready  atomic.Bool
 	served chan error
 }
 
 // Start loads and validates the policy, starts the built-in fakes if the policy wants
 // them, loads the module into hostsim, starts the plugin and, when opts.Listen is set,
-// listens and serves. Guest logs and serve's errors go to logs, access lines to access.
-// A bad policy is a *PolicyError and is reported before the module is loaded.
+// listens and serves (HTTP/1.1 and h2c), with the admin listener when opts.Admin is set.
+// Guest logs and serve's errors go to logs, access lines to access. A bad policy is a
+// *PolicyError and is reported before the module is loaded.
 func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 	policy, err := LoadPolicy(opts.PolicyPath, opts.Env)
 	if err != nil {
@@ -63,8 +68,11 @@ func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 	}
 	srv, err := New(Config{
 		Wasm: wasm, PluginConfig: policy.JSON, Clusters: inst.Clusters, DefaultCluster: policy.DefaultCluster(),
-		Workers: opts.Workers, Env: opts.Env, WASI: opts.WASI, FailurePolicy: opts.FailurePolicy,
-		Timeout: opts.Timeout, AccessLog: access, GuestLog: logs, Runtime: opts.Runtime,
+		ClusterHeader: policy.ClusterHeader(), Workers: opts.Workers, Env: opts.Env, WASI: opts.WASI,
+		FailurePolicy: opts.FailurePolicy, WithoutHeadersStopIteration: !opts.AllowOnHeadersStopIteration,
+		BufferLimit: opts.BufferLimit, Timeout: opts.Timeout, ConnectTimeout: opts.ConnectTimeout,
+		RouteTimeout: opts.RouteTimeout, IdleTimeout: opts.IdleTimeout,
+		AccessLog: access, GuestLog: logs, Runtime: opts.Runtime,
 	})
 	if err != nil {
 		return nil, err
@@ -78,11 +86,38 @@ func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 		_ = srv.Close()
 		return nil, fmt.Errorf("serve: listen: %w", err)
 	}
+	var adminLn net.Listener
+	if opts.Admin != "" {
+		if adminLn, err = net.Listen("tcp", opts.Admin); err != nil {
+			_ = ln.Close()
+			_ = srv.Close()
+			return nil, fmt.Errorf("serve: admin listener: %w", err)
+		}
+		inst.AdminAddr = adminLn.Addr().String()
+	}
 	inst.Addr = ln.Addr().String()
-	inst.http = &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second}
-	inst.served = make(chan error, 1)
+	inst.http = &http.Server{Handler: srv, Protocols: frontEndProtocols(), ReadHeaderTimeout: 30 * time.Second}
+	inst.served = make(chan error, 2)
+	inst.ready.Store(true)
 	go func() { inst.served <- inst.http.Serve(ln) }()
+	if adminLn != nil {
+		inst.admin = &http.Server{Handler: &admin{host: srv.Host(), ready: &inst.ready}, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := inst.admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				inst.served <- fmt.Errorf("admin: %w", err)
+			}
+		}()
+	}
 	return inst, nil
+}
+
+// frontEndProtocols are HTTP/1.1 and h2c (HTTP/2 without TLS, with prior knowledge), the
+// standard library's own (golang.org/x/net/http2/h2c is deprecated in its favour).
+func frontEndProtocols() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return p
 }
 
 // setUpClusters decides the upstream clusters: the -cluster flags, or built-in fakes for
@@ -93,7 +128,7 @@ func (inst *Instance) setUpClusters() error {
 	fakes := len(inst.opts.Clusters) == 0
 	if fakes {
 		for _, name := range inst.Policy.Clusters() {
-			kind, ok := fakeKind(name)
+			kind, ok := fakeKindFor(name)
 			if !ok {
 				continue
 			}
@@ -133,14 +168,17 @@ func (inst *Instance) URL() string {
 	return "http://" + inst.Addr
 }
 
-// Banner describes the running instance: where it listens, the clusters, the VMs and how
-// to try it.
+// Banner describes the running instance: where it listens, the clusters, the VMs, every
+// policy warning and how to try it.
 func (inst *Instance) Banner() string {
 	var b strings.Builder
 	o := inst.opts
-	fmt.Fprintf(&b, "hostsim serve: %s on %s\n", o.WasmPath, inst.URL())
+	fmt.Fprintf(&b, "hostsim serve: %s on %s (HTTP/1.1 and h2c)\n", o.WasmPath, inst.URL())
 	fmt.Fprintf(&b, "  policy:    %s (%d providers, %d routes)\n", inst.Policy.Source,
 		len(inst.Policy.Parsed.Providers), len(inst.Policy.Parsed.Routes))
+	for _, w := range inst.Policy.Parsed.Warnings {
+		fmt.Fprintf(&b, "  warning:   %s\n", w.Error())
+	}
 	width := 0
 	for _, c := range inst.Clusters {
 		width = max(width, len(c.Name))
@@ -150,6 +188,10 @@ func (inst *Instance) Banner() string {
 		if i > 0 {
 			label = ""
 		}
+		target := c.URL
+		if target == "" {
+			target = "(no endpoints)"
+		}
 		note := ""
 		if f, ok := inst.Fakes[c.Name]; ok {
 			note = fmt.Sprintf("  (built-in fake %s provider)", f.Kind())
@@ -157,30 +199,52 @@ func (inst *Instance) Banner() string {
 		if c.Name == inst.Policy.DefaultCluster() {
 			note += "  (default)"
 		}
-		fmt.Fprintf(&b, "  %-10s %-*s -> %s%s\n", label, width, c.Name, c.URL, note)
+		fmt.Fprintf(&b, "  %-10s %-*s -> %s%s\n", label, width, c.Name, target, note)
 	}
 	fmt.Fprintf(&b, "  routing:   the %s request header names the cluster; without it: %s\n",
-		HeaderCluster, inst.Policy.DefaultCluster())
-	fmt.Fprintf(&b, "  workers:   %d VMs, WASI %s, %s, request timeout %v\n", o.Workers, WASIName(o.WASI),
-		FailurePolicyName(o.FailurePolicy), o.Timeout)
+		inst.Policy.ClusterHeader(), inst.Policy.DefaultCluster())
+	stop := "on"
+	if !o.AllowOnHeadersStopIteration {
+		stop = "off (a headers Pause stops all iteration)"
+	}
+	fmt.Fprintf(&b, "  workers:   %d VMs, WASI %s, %s, allow_on_headers_stop_iteration %s\n", o.Workers,
+		WASIName(o.WASI), FailurePolicyName(o.FailurePolicy), stop)
+	fmt.Fprintf(&b, "  timeouts:  connect %v, route %s, idle %s, overall %v; buffer limit %d bytes\n",
+		o.ConnectTimeout, durationOrNone(o.RouteTimeout), durationOrNone(o.IdleTimeout), o.Timeout, o.BufferLimit)
+	if inst.AdminAddr != "" {
+		fmt.Fprintf(&b, "  admin:     http://%s (/stats/prometheus, /stats, /ready)\n", inst.AdminAddr)
+	}
 	model := "gpt-4o"
 	if rs := inst.Policy.Parsed.Routes; len(rs) > 0 && !strings.ContainsAny(rs[0].Model, "*?[") {
 		model = rs[0].Model
 	}
 	fmt.Fprintf(&b, "try it:\n  curl -si %s/v1/chat/completions -H 'content-type: application/json' \\\n"+
 		"    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", inst.URL(), model)
+	fmt.Fprintf(&b, "  curl -N %s/v1/chat/completions -H 'content-type: application/json' \\\n"+
+		"    -d '{\"model\":\"%s\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", inst.URL(), model)
 	return b.String()
 }
 
-// Shutdown stops accepting requests, waits for those in flight (until ctx is done), then
-// shuts the plugin down and stops the fakes.
+func durationOrNone(d time.Duration) string {
+	if d <= 0 {
+		return "none"
+	}
+	return d.String()
+}
+
+// Shutdown stops accepting requests (the admin's /ready turns 503), waits for those in
+// flight (until ctx is done), then shuts the plugin down and stops the fakes.
 func (inst *Instance) Shutdown(ctx context.Context) error {
 	var errs []error
+	inst.ready.Store(false)
 	if inst.http != nil {
 		if err := inst.http.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("serve: shutdown: %w", err))
 			_ = inst.http.Close()
 		}
+	}
+	if inst.admin != nil {
+		_ = inst.admin.Close()
 	}
 	if err := inst.Server.Close(); err != nil {
 		errs = append(errs, err)

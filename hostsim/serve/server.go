@@ -1,16 +1,22 @@
-// Package serve is `hostsim serve`'s server: an HTTP/1.1 front end that runs each request
-// through a proxy-wasm module in hostsim's worker VMs on a real clock, then forwards it to
-// the upstream cluster the filter chose (or answers the filter's local reply).
+// Package serve is `hostsim serve`'s server: an HTTP/1.1 and h2c (prior knowledge) front end that streams
+// each request through a proxy-wasm module in hostsim's worker VMs on a real clock, chunk by
+// chunk as Envoy's filter manager does, to the upstream cluster the filter chose, and streams
+// the answer back the same way (an SSE stream reaches the client event by event).
 //
-// Routing follows Envoy's route `cluster_header`: after the filter has run, the request
-// header x-spillway-cluster names the upstream cluster (it is stripped before forwarding);
-// without it the request goes to the default cluster (the policy's first provider's). An
-// unknown cluster is answered 503 with a JSON body, like Envoy's "cluster not found", and an
-// upstream that cannot be reached becomes Envoy's 503 "upstream connect error"; both go
-// through the filter's response path like any upstream answer.
+// Routing follows Envoy's route `cluster_header`: the request header x-spillway-cluster, as
+// the filter left it, names the upstream cluster (it is stripped before forwarding); without
+// it the request goes to the default cluster (the policy's first provider's). The router's
+// own replies are Envoy's, with its response flags and code details, and pass the filter's
+// response path: an unknown cluster is 503 with an empty body (NC, cluster_not_found), a
+// cluster without endpoints 503 "no healthy upstream" (UH), an upstream that cannot be
+// reached 503 "upstream connect error or disconnect/reset before headers. reset reason: ..."
+// (UF), the connect, route and idle timeouts 503 or 504 (UF, UT); an upstream reset once the
+// response went downstream resets the client's stream. A client that goes away resets the
+// stream (DC, or DR on HTTP/2) and cancels the upstream call.
 package serve
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -33,25 +39,28 @@ import (
 
 // Headers serve reads or writes.
 const (
-	// HeaderCluster names the upstream cluster, like Envoy's route cluster_header.
+	// HeaderCluster is the default route cluster header (Envoy's route cluster_header), the
+	// one the filter sets; Config.ClusterHeader changes it.
 	HeaderCluster = "x-spillway-cluster"
 	// HeaderRequestID is set on every request, as Envoy does, and forwarded upstream.
 	HeaderRequestID = "x-request-id"
 )
 
 // ResetTimeout is the reset details of a stream serve gave up on at its Timeout (it
-// answers 504 itself); a client that went away resets with Envoy's
-// hostsim.ResetDownstreamRemoteDisconnect.
+// answers 504 itself when nothing went to the client yet).
 const ResetTimeout = "hostsim_timeout"
 
-// Limits on what the front end buffers (it is not streaming yet).
-const (
-	// MaxRequestBytes bounds a downstream request body: larger requests get 413 before the
-	// filter sees them (the policy's own limit is at most 256 MiB).
-	MaxRequestBytes = 256 << 20
-	// MaxResponseBytes bounds an upstream response body; a larger one is an upstream failure.
-	MaxResponseBytes = 256 << 20
-)
+// MaxRequestBytes bounds the request body `hostsim run` reads from -d; serve itself streams
+// request bodies without a size limit, as Envoy does when no filter buffers them.
+const MaxRequestBytes = 256 << 20
+
+// earlyEndGrace is how long a stream that ended before its request body was read waits for
+// the body pump to stop on its own, which keeps the connection reusable.
+const earlyEndGrace = 200 * time.Millisecond
+
+// readChunk is how much of a request or response body serve reads at a time (one body
+// callback at most).
+const readChunk = 64 << 10
 
 // accessLogHeaders are the response headers the access log shows, in order.
 var accessLogHeaders = [...]struct{ header, label string }{
@@ -77,6 +86,8 @@ type Config struct {
 	Clusters []Cluster
 	// DefaultCluster takes requests the filter did not name a cluster for.
 	DefaultCluster string
+	// ClusterHeader is the request header naming the cluster (default HeaderCluster).
+	ClusterHeader string
 	// Workers is the number of worker VMs (default 1).
 	Workers int
 	// Env is the VM environment.
@@ -84,9 +95,19 @@ type Config struct {
 	// WASI and FailurePolicy are passed to hostsim.
 	WASI          hostsim.WASIMode
 	FailurePolicy hostsim.FailurePolicy
-	// Timeout answers 504 when the filter has not finished a request by then (default
-	// DefaultTimeout); it also bounds the upstream call.
+	// WithoutHeadersStopIteration models a proxy without allow_on_headers_stop_iteration
+	// (a headers Pause stops all iteration); the zero value models the option on.
+	WithoutHeadersStopIteration bool
+	// BufferLimit is the connection buffer limit (default 1 MiB).
+	BufferLimit int
+	// Timeout answers 504 when nothing went to the client by then, and resets a stream still
+	// running (default DefaultTimeout).
 	Timeout time.Duration
+	// ConnectTimeout bounds connecting to an upstream (default DefaultConnectTimeout).
+	ConnectTimeout time.Duration
+	// RouteTimeout and IdleTimeout are the route timeout and the upstream idle timeout
+	// (0: off).
+	RouteTimeout, IdleTimeout time.Duration
 	// AccessLog gets one line per request; GuestLog gets the guest's log lines with their
 	// level and VM, and serve's own errors. Nil discards.
 	AccessLog, GuestLog io.Writer
@@ -135,6 +156,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	if cfg.BufferLimit <= 0 {
+		cfg.BufferLimit = DefaultBufferLimit
+	}
+	if cfg.ClusterHeader == "" {
+		cfg.ClusterHeader = HeaderCluster
+	}
 	if cfg.AccessLog == nil {
 		cfg.AccessLog = io.Discard
 	}
@@ -142,16 +172,10 @@ func New(cfg Config) (*Server, error) {
 		cfg.GuestLog = io.Discard
 	}
 	s := &Server{cfg: cfg, clusters: map[string]string{},
-		access: log.New(&syncWriter{w: cfg.AccessLog}, "", log.LstdFlags|log.Lmicroseconds),
-		guest:  &syncWriter{w: cfg.GuestLog},
-		load:   make([]atomic.Int64, cfg.Workers),
-		transport: &http.Transport{
-			Proxy:               nil, // clusters are addressed directly, never through HTTP_PROXY
-			DisableCompression:  true,
-			MaxIdleConnsPerHost: 64,
-			IdleConnTimeout:     90 * time.Second,
-			TLSHandshakeTimeout: 10 * time.Second,
-		}}
+		access:    log.New(&syncWriter{w: cfg.AccessLog}, "", log.LstdFlags|log.Lmicroseconds),
+		guest:     &syncWriter{w: cfg.GuestLog},
+		load:      make([]atomic.Int64, cfg.Workers),
+		transport: newTransport(cfg.ConnectTimeout)}
 	names := make([]string, 0, len(cfg.Clusters))
 	for _, c := range cfg.Clusters {
 		s.clusters[c.Name] = c.URL
@@ -174,8 +198,15 @@ func New(cfg Config) (*Server, error) {
 		hostsim.WithPluginConfiguration(cfg.PluginConfig),
 		hostsim.WithPluginName("spillway"),
 		hostsim.WithLogWriter(s.guest),
-		hostsim.WithUpstream(s.forward),
+		hostsim.WithRouteResolver(s.resolveRoute),
+		hostsim.WithStreamingUpstream(s.upstream),
 		hostsim.WithCalloutHandler(s.callout),
+		hostsim.WithBufferLimit(cfg.BufferLimit),
+		hostsim.WithRouteTimeout(cfg.RouteTimeout),
+		hostsim.WithUpstreamIdleTimeout(cfg.IdleTimeout),
+	}
+	if cfg.WithoutHeadersStopIteration {
+		opts = append(opts, hostsim.WithoutAllowOnHeadersStopIteration())
 	}
 	if len(names) > 0 {
 		opts = append(opts, hostsim.WithCluster(names...))
@@ -258,16 +289,23 @@ func (s *Server) Close() error {
 
 // Result is what a request through the filter produced.
 type Result struct {
-	// Status is the HTTP status (0 when the stream was reset or the client went away).
+	// Status is the HTTP status the client got (0 when nothing reached it).
 	Status int
 	// Header holds the response headers, pseudo-headers removed.
 	Header http.Header
-	Body   []byte
-	// Reset holds the reset details when the filter (or hostsim) reset the stream.
+	// Body is the response body (Do only; ServeHTTP streams it to the client).
+	Body []byte
+	// Reset holds the reset details when the stream was reset (by the filter, the router,
+	// serve's timeout or the client).
 	Reset string
+	// ClientGone reports that the client went away before the end.
+	ClientGone bool
+	// Flags and Details are the stream's response flags and code details (what on_log saw).
+	Flags   hostsim.ResponseFlags
+	Details string
 	// Worker names the VM that served the request ("" if none did).
 	Worker string
-	// Duration is the time from receipt to the answer.
+	// Duration is the time from receipt to the end.
 	Duration time.Duration
 }
 
@@ -295,8 +333,9 @@ func newRequestID() string {
 
 // requestHeaders turns a downstream request into proxy-wasm headers, as Envoy's HTTP
 // connection manager presents them: pseudo-headers first, lower-case names, hop-by-hop
-// headers dropped, x-forwarded-proto and a fresh x-request-id added.
-func requestHeaders(r *http.Request, id string, bodyLen int) [][2]string {
+// headers dropped, x-forwarded-proto and a fresh x-request-id added. bodyLen is the
+// request's content length (-1 unknown, as for a chunked body).
+func requestHeaders(r *http.Request, id string, bodyLen int64) [][2]string {
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -314,18 +353,24 @@ func requestHeaders(r *http.Request, id string, bodyLen int) [][2]string {
 		}
 	}
 	if bodyLen > 0 {
-		h = append(h, [2]string{"content-length", strconv.Itoa(bodyLen)})
+		h = append(h, [2]string{"content-length", strconv.FormatInt(bodyLen, 10)})
 	}
 	return append(h, [2]string{"x-forwarded-proto", scheme}, [2]string{HeaderRequestID, id})
 }
 
-// Do runs one downstream request (its body already read) through the filter and the
-// upstream, and returns what the client gets. The request's context cancels the wait; the
-// Server's Timeout answers 504. Either way serve gives up on the stream and resets it, as
-// Envoy resets a stream whose downstream went away: the VM runs on_log, on_done and
-// on_delete and forgets it, whatever the filter was waiting for, and the upstream call (it
-// runs under the exchange's context) is cancelled, so its late answer never races the 504.
-func (s *Server) Do(r *http.Request, body []byte) *Result {
+// client is where what passes the filter goes: the downstream connection (ServeHTTP) or a
+// buffer (Do).
+type client interface {
+	headers(status int, h http.Header) error
+	data(b []byte) error
+	trailers(h http.Header) error
+}
+
+// exchange runs one request through the filter: the body from body (nil: none) chunk by
+// chunk as it arrives, what passes the filter to the upstream, and what passes back to out,
+// part by part. It returns when the stream ended (answered, reset, the client gone, or
+// serve's Timeout); interrupt stops a body read still blocked then.
+func (s *Server) exchange(r *http.Request, body io.Reader, out client, interrupt func()) *Result {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
@@ -337,58 +382,212 @@ func (s *Server) Do(r *http.Request, body []byte) *Result {
 	res := &Result{Worker: vm.Name()}
 	defer func() { res.Duration = time.Since(start) }()
 
+	length := r.ContentLength
+	if body == nil {
+		length = 0
+	}
 	exCtx := context.WithValue(r.Context(), authorityKey{}, r.Host)
-	ex, err := vm.StartHTTPContext(exCtx, &hostsim.Request{Headers: requestHeaders(r, newRequestID(), len(body)), Body: body})
+	ex, err := vm.StartStream(exCtx, requestHeaders(r, newRequestID(), length), length == 0)
 	if ex == nil {
 		s.logf("serve: %s %s: %v", r.Method, r.URL.Path, err)
-		setLocal(res, http.StatusServiceUnavailable, "hostsim_unavailable", "hostsim could not start the request: the filter is not running")
+		s.localReply(out, res, http.StatusServiceUnavailable, "hostsim_unavailable", "hostsim could not start the request: the filter is not running")
 		return res
 	}
-	resp, werr := ex.Wait(ctx)
-	if resp == nil {
-		details := ResetTimeout
-		if r.Context().Err() != nil {
-			details = hostsim.ResetDownstreamRemoteDisconnect
-		}
-		rerr := ex.Reset(details)
-		if errors.Is(rerr, hostsim.ErrNoStream) && ex.Done() {
-			resp, rerr = ex.Response(), nil // the filter finished just as serve gave up
-		}
-		werr = errors.Join(werr, rerr)
-	}
-	if err = errors.Join(err, werr); err != nil {
+	if err != nil {
 		s.logf("serve: %s %s on %s: %v", r.Method, r.URL.Path, vm.Name(), err)
+	}
+	pumped := make(chan struct{})
+	if length != 0 {
+		go func() {
+			defer close(pumped)
+			s.sendBody(ctx, r, ex, body, length)
+		}()
+	} else {
+		close(pumped)
+	}
+	s.receive(ctx, r, ex, out, res)
+	// The stream may end before the client sent its whole body (an early answer, a reset).
+	// The body pump then stops at its next chunk; a read still blocked after a grace is
+	// interrupted, as Envoy stops reading such a request (the connection then closes).
+	grace := time.NewTimer(earlyEndGrace)
+	select {
+	case <-pumped:
+	case <-grace.C:
+		if interrupt != nil {
+			interrupt()
+		}
+		<-pumped
+	}
+	grace.Stop()
+	if resp := ex.Response(); resp != nil {
+		res.Flags, res.Details = resp.Flags, resp.Details
 	}
 	for _, e := range s.host.AsyncErrors() {
 		s.logf("serve: background event: %v", e)
 	}
-	switch {
-	case resp == nil && r.Context().Err() != nil:
-		// The client went away; nobody reads the answer.
-	case resp == nil:
-		setLocal(res, http.StatusGatewayTimeout, "hostsim_timeout",
-			fmt.Sprintf("the filter did not finish the request within %v", s.cfg.Timeout))
-	case resp.Reset != "":
-		res.Reset = resp.Reset
-	default:
-		res.Status = resp.StatusCode
-		res.Header = make(http.Header, len(resp.Headers))
-		for _, kv := range resp.Headers {
-			if strings.HasPrefix(kv[0], ":") || hopByHop[kv[0]] || kv[0] == "content-length" {
-				continue
-			}
-			res.Header.Add(kv[0], kv[1])
-		}
-		res.Body = resp.Body
-	}
 	return res
 }
 
-// setLocal makes res one of serve's own JSON error replies (OpenAI's error shape).
-func setLocal(res *Result, status int, code, msg string) {
-	res.Status = status
-	res.Header = http.Header{"Content-Type": {"application/json"}}
-	res.Body = errorBody(code, msg)
+// sendBody streams the request body into the exchange, as the connection manager's
+// decodeData does: a content-length body ends with its last chunk, a chunked one with an
+// empty end of stream (or its trailers). SendData waits at the buffer limit (flow control).
+// A client that goes away mid-body resets the stream.
+func (s *Server) sendBody(ctx context.Context, r *http.Request, ex *hostsim.Exchange, body io.Reader, length int64) {
+	buf := make([]byte, readChunk)
+	var read int64
+	for {
+		n, err := body.Read(buf)
+		read += int64(n)
+		known := length > 0 && read >= length
+		if n > 0 || known {
+			if serr := ex.SendData(ctx, buf[:n], known && (err == nil || errors.Is(err, io.EOF))); serr != nil {
+				s.sendFailed(r, ex, serr)
+				return
+			}
+			if known {
+				return
+			}
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			var serr error
+			if tr := trailerPairs(r.Trailer); len(tr) > 0 {
+				serr = ex.SendTrailers(tr)
+			} else {
+				serr = ex.SendData(ctx, nil, true)
+			}
+			if serr != nil {
+				s.sendFailed(r, ex, serr)
+			}
+			return
+		case err != nil:
+			// The client went away (or serve interrupted a read the exchange no longer wants).
+			if rerr := ex.ResetBy(downstreamReset(r)); rerr != nil && !errors.Is(rerr, hostsim.ErrNoStream) {
+				s.logf("serve: reset after a failed body read: %v", rerr)
+			}
+			return
+		}
+	}
+}
+
+// sendFailed logs a failed SendData unless the exchange simply ended first.
+func (s *Server) sendFailed(r *http.Request, ex *hostsim.Exchange, err error) {
+	if errors.Is(err, hostsim.ErrNoStream) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return
+	}
+	s.logf("serve: %s %s: request body: %v", r.Method, r.URL.Path, err)
+}
+
+// trailerPairs turns Go's trailers into proxy-wasm pairs.
+func trailerPairs(h http.Header) [][2]string {
+	var out [][2]string
+	for k, vs := range h {
+		for _, v := range vs {
+			out = append(out, [2]string{strings.ToLower(k), v})
+		}
+	}
+	return out
+}
+
+// downstreamReset is how the client's going away is recorded: an HTTP/2 stream reset (DR)
+// or an HTTP/1 disconnect (DC).
+func downstreamReset(r *http.Request) hostsim.DownstreamReset {
+	if r.ProtoMajor == 2 {
+		return hostsim.DownstreamStreamReset
+	}
+	return hostsim.DownstreamDisconnect
+}
+
+// receive hands what reaches the client to out until the stream ends. serve's Timeout
+// resets the stream (ResetTimeout) and answers 504 if nothing went out yet; a client that
+// goes away (its context ends, or a write fails) resets it as a downstream disconnect.
+func (s *Server) receive(ctx context.Context, r *http.Request, ex *hostsim.Exchange, out client, res *Result) {
+	sent := false
+	for {
+		ev, err := ex.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			if r.Context().Err() != nil {
+				res.ClientGone = true
+				s.resetStream(ex, downstreamReset(r))
+				return
+			}
+			s.resetStream(ex, hostsim.DownstreamReset{Details: ResetTimeout})
+			if sent {
+				res.Reset = ResetTimeout
+				return
+			}
+			s.localReply(out, res, http.StatusGatewayTimeout, "hostsim_timeout",
+				fmt.Sprintf("the filter did not finish the request within %v", s.cfg.Timeout))
+			return
+		}
+		var werr error
+		switch ev.Kind {
+		case hostsim.ClientHeaders:
+			status, h := responseHeaders(ev.Headers)
+			res.Status, res.Header, sent = status, h, true
+			werr = out.headers(status, h)
+		case hostsim.ClientData:
+			werr = out.data(ev.Data)
+		case hostsim.ClientTrailers:
+			werr = out.trailers(headerOf(ev.Headers))
+		case hostsim.ClientReset:
+			res.Reset = ev.Reset
+		}
+		if werr != nil {
+			res.ClientGone = true
+			s.resetStream(ex, downstreamReset(r))
+			return
+		}
+	}
+}
+
+func (s *Server) resetStream(ex *hostsim.Exchange, reset hostsim.DownstreamReset) {
+	if err := ex.ResetBy(reset); err != nil && !errors.Is(err, hostsim.ErrNoStream) {
+		s.logf("serve: reset: %v", err)
+	}
+}
+
+// responseHeaders splits proxy-wasm response headers into the status and Go headers,
+// without pseudo-headers and hop-by-hop headers.
+func responseHeaders(pairs [][2]string) (int, http.Header) {
+	status := 0
+	h := make(http.Header, len(pairs))
+	for _, kv := range pairs {
+		if kv[0] == ":status" {
+			status, _ = strconv.Atoi(kv[1])
+			continue
+		}
+		if strings.HasPrefix(kv[0], ":") || hopByHop[kv[0]] {
+			continue
+		}
+		h.Add(kv[0], kv[1])
+	}
+	if status < 100 || status > 999 {
+		status = http.StatusBadGateway // the filter removed or broke :status
+	}
+	return status, h
+}
+
+func headerOf(pairs [][2]string) http.Header {
+	h := make(http.Header, len(pairs))
+	for _, kv := range pairs {
+		h.Add(kv[0], kv[1])
+	}
+	return h
+}
+
+// localReply sends one of serve's own JSON error replies (OpenAI's error shape), which do
+// not pass the filter.
+func (s *Server) localReply(out client, res *Result, status int, code, msg string) {
+	body := errorBody(code, msg)
+	h := http.Header{"Content-Type": {"application/json"}, "Content-Length": {strconv.Itoa(len(body))}}
+	res.Status, res.Header = status, h
+	if out.headers(status, h) == nil {
+		_ = out.data(body)
+	}
 }
 
 func errorBody(code, msg string) []byte {
@@ -396,44 +595,105 @@ func errorBody(code, msg string) []byte {
 	return b
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
-	var res *Result
-	switch {
-	case err != nil:
-		res = &Result{}
-		setLocal(res, http.StatusBadRequest, "hostsim_bad_request", "could not read the request body")
-	case len(body) > MaxRequestBytes:
-		res = &Result{}
-		setLocal(res, http.StatusRequestEntityTooLarge, "hostsim_body_too_large",
-			fmt.Sprintf("request body larger than %d bytes", MaxRequestBytes))
-	default:
-		res = s.Do(r, body)
-	}
-	s.logRequest(r, res)
-	if res.Status == 0 {
-		// A reset stream, or a client that left: drop the connection, as Envoy resets it.
-		panic(http.ErrAbortHandler)
-	}
-	h := w.Header()
-	for k, vs := range res.Header {
-		h[k] = vs
-	}
-	h.Set("Content-Length", strconv.Itoa(len(res.Body)))
-	w.WriteHeader(res.Status)
-	_, _ = w.Write(res.Body)
+// bufferClient collects the answer for Do.
+type bufferClient struct {
+	body []byte
+	tail http.Header // the trailers
 }
 
-// logRequest writes the access log line.
+func (b *bufferClient) headers(int, http.Header) error { return nil }
+
+func (b *bufferClient) data(p []byte) error {
+	b.body = append(b.body, p...)
+	return nil
+}
+
+func (b *bufferClient) trailers(h http.Header) error {
+	b.tail = h
+	return nil
+}
+
+// Do runs one downstream request with its whole body through the filter and the upstream,
+// and returns what the client gets, body included, trailers among the headers under
+// http.TrailerPrefix (hostsim run). The request's context cancels it; serve's Timeout
+// answers 504.
+func (s *Server) Do(r *http.Request, body []byte) *Result {
+	out := &bufferClient{}
+	r.ContentLength = int64(len(body))
+	var src io.Reader
+	if len(body) > 0 {
+		src = bytes.NewReader(body)
+	}
+	res := s.exchange(r, src, out, nil)
+	res.Body = out.body
+	for k, vs := range out.tail {
+		if res.Header == nil {
+			res.Header = http.Header{}
+		}
+		res.Header[http.TrailerPrefix+k] = vs
+	}
+	return res
+}
+
+// responseClient streams the answer to the downstream connection, flushing every part.
+type responseClient struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (c *responseClient) headers(status int, h http.Header) error {
+	dst := c.w.Header()
+	for k, vs := range h {
+		dst[k] = vs
+	}
+	c.w.WriteHeader(status)
+	return c.rc.Flush()
+}
+
+func (c *responseClient) data(p []byte) error {
+	if _, err := c.w.Write(p); err != nil {
+		return err
+	}
+	return c.rc.Flush()
+}
+
+func (c *responseClient) trailers(h http.Header) error {
+	dst := c.w.Header()
+	for k, vs := range h {
+		for _, v := range vs {
+			dst.Add(http.TrailerPrefix+k, v)
+		}
+	}
+	return nil
+}
+
+// ServeHTTP implements http.Handler: the request streams in while the answer streams out
+// (full duplex on HTTP/1.1 too), and a stream that ends in a reset drops the connection
+// (HTTP/1.1) or resets the stream (HTTP/2), as Envoy does.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	_ = rc.EnableFullDuplex() // HTTP/2 is full duplex already
+	var body io.Reader
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		body = r.Body
+	}
+	res := s.exchange(r, body, &responseClient{w: w, rc: rc}, func() { _ = rc.SetReadDeadline(time.Now()) })
+	s.logRequest(r, res)
+	if res.Reset != "" || res.ClientGone || res.Status == 0 {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// logRequest writes the access log line, with Envoy's %RESPONSE_FLAGS% and
+// %RESPONSE_CODE_DETAILS% at the end.
 func (s *Server) logRequest(r *http.Request, res *Result) {
 	var b strings.Builder
 	status := strconv.Itoa(res.Status)
 	switch {
+	case res.ClientGone:
+		status = "client-gone"
 	case res.Reset != "":
 		status = "reset(" + res.Reset + ")"
-	case res.Status == 0:
-		status = "client-gone"
 	}
 	worker := res.Worker
 	if worker == "" {
@@ -448,6 +708,11 @@ func (s *Server) logRequest(r *http.Request, res *Result) {
 		}
 		fmt.Fprintf(&b, " %s=%s", h.label, v)
 	}
+	details := res.Details
+	if details == "" {
+		details = "-"
+	}
+	fmt.Fprintf(&b, " flags=%s details=%s", res.Flags, details)
 	s.access.Print(b.String())
 }
 

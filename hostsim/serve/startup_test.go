@@ -8,8 +8,10 @@ import (
 	"testing"
 
 	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
 	"github.com/spillwayproxy/spillway/policies"
+	"github.com/spillwayproxy/spillway/policies/examples"
 )
 
 func writeFile(t *testing.T, name, content string) string {
@@ -160,8 +162,10 @@ func TestBannerListsWhatRuns(t *testing.T) {
 		"fake-openrouter -> " + d.Fakes["fake-openrouter"].URL + "  (built-in fake openai provider)",
 		"fake-anthropic  -> " + d.Fakes["fake-anthropic"].URL + "  (built-in fake anthropic provider)",
 		"x-spillway-cluster request header names the cluster; without it: fake-openai",
-		"3 VMs, WASI envoy133, fail-closed, request timeout 10m0s",
+		"3 VMs, WASI envoy133, fail-closed, allow_on_headers_stop_iteration on",
+		"connect 5s, route none, idle none, overall 10m0s; buffer limit 1048576 bytes",
 		"curl -si " + d.URL() + "/v1/chat/completions",
+		"curl -N " + d.URL() + "/v1/chat/completions",
 		`"model":"gpt-4o"`,
 	} {
 		if !strings.Contains(b, want) {
@@ -170,5 +174,53 @@ func TestBannerListsWhatRuns(t *testing.T) {
 	}
 	if n := len(d.Server.Host().Workers()); n != 3 {
 		t.Errorf("%d workers", n)
+	}
+}
+
+// The banner prints every policy warning (values the parser clamped), with its field path.
+func TestBannerPrintsPolicyWarnings(t *testing.T) {
+	demo := strings.Replace(string(examples.Demo()), "maxWaitMs: 5000", "maxWaitMs: 0", 1)
+	if demo == string(examples.Demo()) {
+		t.Fatal("the demo policy no longer sets requestQueue.maxWaitMs: adjust this test")
+	}
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte(demo), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDemo(t, func(o *Options) { o.PolicyPath = path; o.AllowOnHeadersStopIteration = false })
+	if len(d.Policy.Parsed.Warnings) == 0 {
+		t.Fatal("the policy parsed without warnings")
+	}
+	b := d.Banner()
+	for _, w := range d.Policy.Parsed.Warnings {
+		if !strings.Contains(b, "  warning:   "+w.Error()+"\n") {
+			t.Errorf("banner lacks warning %q:\n%s", w.Error(), b)
+		}
+	}
+	if !strings.Contains(b, "resilience.requestQueue.maxWaitMs") {
+		t.Errorf("banner does not name the clamped field:\n%s", b)
+	}
+	if !strings.Contains(b, "allow_on_headers_stop_iteration off") {
+		t.Errorf("banner does not say the option is off:\n%s", b)
+	}
+}
+
+// The built-in fake's API comes from the cluster name (until providers declare theirs).
+func TestFakeKindForCluster(t *testing.T) {
+	for _, c := range []struct {
+		cluster string
+		kind    fakeprovider.Kind // "" with ok false: no fake
+		ok      bool
+	}{
+		{"fake-openai", fakeprovider.OpenAI, true},
+		{"fake-openrouter", fakeprovider.OpenAI, true},
+		{"fake-anthropic", fakeprovider.Anthropic, true},
+		{"fake-Anthropic-eu", fakeprovider.Anthropic, true},
+		{"openai", "", false},
+		{"anthropic", "", false},
+	} {
+		if kind, ok := fakeKindFor(c.cluster); kind != c.kind || ok != c.ok {
+			t.Errorf("%s: %q %v, want %q %v", c.cluster, kind, ok, c.kind, c.ok)
+		}
 	}
 }

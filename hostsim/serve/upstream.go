@@ -1,14 +1,16 @@
 package serve
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim"
@@ -24,45 +26,177 @@ func headerValue(h [][2]string, name string) string {
 	return ""
 }
 
-// forward is the hostsim upstream: it sends what passed the filter to the cluster named by
-// x-spillway-cluster (or the default cluster). An unknown cluster is answered here, like
-// Envoy's router; a transport failure is returned as an error, which hostsim turns into
-// Envoy's 503 "upstream connect error" on the filter's response path. ctx is the
-// exchange's: Do's reset (timeout, client gone) cancels the call, and it carries the
-// downstream :authority.
-func (s *Server) forward(ctx context.Context, req *hostsim.UpstreamRequest) (*hostsim.UpstreamResponse, error) {
-	authority, _ := ctx.Value(authorityKey{}).(string)
-	name := headerValue(req.Headers, HeaderCluster)
-	if name == "" {
-		name = s.cfg.DefaultCluster
+// newTransport is the upstream connection pool: clusters are addressed directly (never
+// through HTTP_PROXY), bodies pass as they are (no transparent gzip), and connecting is
+// bounded by the cluster connect timeout (Envoy's connect_timeout).
+func newTransport(connectTimeout time.Duration) *http.Transport {
+	d := &net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:               nil,
+		DialContext:         d.DialContext,
+		DisableCompression:  true,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: connectTimeout,
 	}
+}
+
+// routeCluster is the cluster the route sends the request to: the cluster header as the
+// filter left it (Envoy's route cluster_header, read when the route resolves), or the
+// default cluster. The header's name is Config.ClusterHeader, the one place it is chosen.
+func (s *Server) routeCluster(headers [][2]string) string {
+	if name := headerValue(headers, s.cfg.ClusterHeader); name != "" {
+		return name
+	}
+	return s.cfg.DefaultCluster
+}
+
+// resolveRoute is the router's decision when the request headers pass the filter
+// (Router::Filter::decodeHeaders): an unknown cluster is NC, a cluster without endpoints
+// UH, both answered before any request body.
+func (s *Server) resolveRoute(headers [][2]string) error {
+	base, ok := s.clusters[s.routeCluster(headers)]
+	switch {
+	case !ok:
+		return hostsim.ErrClusterNotFound
+	case base == "":
+		return hostsim.ErrNoHealthyUpstream
+	}
+	return nil
+}
+
+// upstream is the router's upstream request for one stream (hostsim's streaming
+// upstream): it resolves the cluster, connects, sends the request body as it passes the
+// filter, and hands the answer back part by part as it arrives. Failures are the router's:
+// an unknown cluster (NC), a cluster without endpoints (UH), a connection that fails or
+// times out (UF), an upstream that closes or resets mid-answer (UC).
+func (s *Server) upstream(call *hostsim.UpstreamCall) {
+	ctx := call.Context()
+	headers := call.Headers()
+	name := s.routeCluster(headers)
 	base, ok := s.clusters[name]
-	if !ok {
-		body := errorBody("cluster_not_found", fmt.Sprintf("upstream cluster %q not found", name))
-		return &hostsim.UpstreamResponse{Headers: [][2]string{{":status", "503"},
-			{"content-type", "application/json"}, {"content-length", strconv.Itoa(len(body))},
-			{"x-hostsim-details", "cluster_not_found"}}, Body: body}, nil
+	switch {
+	case !ok:
+		_ = call.Fail(hostsim.ErrClusterNotFound)
+		return
+	case base == "":
+		_ = call.Fail(hostsim.ErrNoHealthyUpstream)
+		return
 	}
-	hreq, err := newUpstreamRequest(ctx, base, req.Headers, req.Body, authority)
+	authority, _ := ctx.Value(authorityKey{}).(string)
+	hreq, err := newUpstreamRequest(ctx, base, headers, call.Body(), authority, s.cfg.ClusterHeader)
 	if err != nil {
-		return nil, fmt.Errorf("serve: cluster %s: %w", name, err)
+		s.logf("serve: cluster %s: %v", name, err)
+		_ = call.Fail(&hostsim.UpstreamReset{Reason: hostsim.ResetLocalReset})
+		return
 	}
 	resp, err := s.transport.RoundTrip(hreq)
 	if err != nil {
-		return nil, fmt.Errorf("serve: cluster %s: %w", name, err)
+		if ctx.Err() == nil {
+			s.logf("serve: cluster %s: %v", name, err)
+			_ = call.Fail(transportFailure(err))
+		}
+		return
 	}
-	headers, body, trailers, err := readUpstream(resp)
-	if err != nil {
-		return nil, fmt.Errorf("serve: cluster %s: %w", name, err)
+	defer resp.Body.Close()
+	noBody := resp.ContentLength == 0 || hreq.Method == http.MethodHead ||
+		resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
+	if call.Respond(upstreamHeaders(resp), noBody && len(resp.Trailer) == 0) != nil || noBody {
+		return
 	}
-	return &hostsim.UpstreamResponse{Headers: headers, Body: body, Trailers: trailers}, nil
+	buf := make([]byte, readChunk)
+	for {
+		n, err := resp.Body.Read(buf)
+		end := errors.Is(err, io.EOF)
+		if n > 0 {
+			if call.Data(buf[:n], end && len(resp.Trailer) == 0) != nil {
+				return
+			}
+		}
+		switch {
+		case end:
+			switch {
+			case len(resp.Trailer) > 0:
+				_ = call.RespondTrailers(trailerPairs(resp.Trailer))
+			case n == 0:
+				_ = call.Data(nil, true)
+			}
+			return
+		case err != nil:
+			if ctx.Err() == nil {
+				s.logf("serve: cluster %s: reading the answer: %v", name, err)
+				_ = call.Fail(&hostsim.UpstreamReset{Reason: hostsim.ResetConnectionTermination})
+			}
+			return
+		}
+	}
 }
 
-// newUpstreamRequest builds the HTTP request for a cluster from proxy-wasm headers. The
-// Host is the :authority the filter left, unless it is still the downstream's own, in
-// which case the cluster's host is used (Envoy's auto_host_rewrite, which clusters for
-// external providers set). x-spillway-cluster and hop-by-hop headers are not sent.
-func newUpstreamRequest(ctx context.Context, base string, headers [][2]string, body []byte, downstreamAuthority string) (*http.Request, error) {
+// transportFailure is the reset a failed round trip is for Envoy's router: a refused or
+// failed connect is a remote connection failure with Envoy's transport failure reason, a
+// connect that timed out a connection timeout (both flag UF), and a connection closed before
+// the answer a connection termination (UC).
+func transportFailure(err error) *hostsim.UpstreamReset {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		if op.Timeout() {
+			return &hostsim.UpstreamReset{Reason: hostsim.ResetConnectionTimeout}
+		}
+		reason := "delayed connect error: "
+		var errno syscall.Errno
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
+			reason += "Connection refused"
+		case errors.As(err, &errno):
+			reason += errnoText(errno)
+		default:
+			reason += op.Err.Error()
+		}
+		return &hostsim.UpstreamReset{Reason: hostsim.ResetRemoteConnectionFailure, TransportFailure: reason}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return &hostsim.UpstreamReset{Reason: hostsim.ResetConnectionTimeout}
+	}
+	return &hostsim.UpstreamReset{Reason: hostsim.ResetConnectionTermination}
+}
+
+// errnoText is strerror's text with a capital, as Envoy's errorDetails prints it.
+func errnoText(e syscall.Errno) string {
+	s := e.Error()
+	if s == "" {
+		return "errno " + strconv.Itoa(int(e))
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// upstreamHeaders turns an upstream's answer into proxy-wasm headers: :status first, names
+// lower-cased, hop-by-hop headers dropped (the content length stays: the filter must fix it
+// if it changes the body, as in Envoy).
+func upstreamHeaders(resp *http.Response) [][2]string {
+	h := append(make([][2]string, 0, len(resp.Header)+2), [2]string{":status", strconv.Itoa(resp.StatusCode)})
+	for k, vs := range resp.Header {
+		lk := strings.ToLower(k)
+		if hopByHop[lk] {
+			continue
+		}
+		for _, v := range vs {
+			h = append(h, [2]string{lk, v})
+		}
+	}
+	if resp.ContentLength >= 0 && headerValue(h, "content-length") == "" {
+		h = append(h, [2]string{"content-length", strconv.FormatInt(resp.ContentLength, 10)})
+	}
+	return h
+}
+
+// newUpstreamRequest builds the HTTP request for a cluster from proxy-wasm headers, with
+// body streaming the request body. The Host is the :authority the filter left, unless it is
+// still the downstream's own, in which case the cluster's host is used (Envoy's
+// auto_host_rewrite, which clusters for external providers set). The cluster header and
+// hop-by-hop headers are not sent (the route's request_headers_to_remove); the content
+// length is the filter's (chunked when it set none).
+func newUpstreamRequest(ctx context.Context, base string, headers [][2]string, body io.Reader, downstreamAuthority, clusterHeader string) (*http.Request, error) {
 	method, path := headerValue(headers, ":method"), headerValue(headers, ":path")
 	if method == "" || path == "" || path[0] != '/' {
 		return nil, fmt.Errorf("bad request line %q %q", method, path)
@@ -71,7 +205,7 @@ func newUpstreamRequest(ctx context.Context, base string, headers [][2]string, b
 	if err != nil {
 		return nil, fmt.Errorf("bad path %q: %w", path, err)
 	}
-	hreq, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
 		return nil, err
 	}
@@ -80,27 +214,35 @@ func newUpstreamRequest(ctx context.Context, base string, headers [][2]string, b
 	}
 	for _, kv := range headers {
 		k := kv[0]
-		if strings.HasPrefix(k, ":") || hopByHop[k] || k == "content-length" || k == HeaderCluster {
+		if strings.HasPrefix(k, ":") || hopByHop[k] || k == "content-length" || k == clusterHeader {
 			continue
 		}
 		hreq.Header.Add(k, kv[1])
 	}
-	hreq.ContentLength = int64(len(body))
-	if len(body) == 0 {
-		hreq.Body = http.NoBody
+	hreq.ContentLength = -1
+	if v := headerValue(headers, "content-length"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("bad content-length %q", v)
+		}
+		hreq.ContentLength = n
+	}
+	if hreq.ContentLength == 0 || body == nil {
+		hreq.ContentLength, hreq.Body = 0, http.NoBody
 	}
 	return hreq, nil
 }
 
-// readUpstream reads a whole upstream response into proxy-wasm headers, body and trailers.
+// readUpstream reads a whole upstream response (a callout's) into proxy-wasm headers, body
+// and trailers; bodies over the async client's limit are an error.
 func readUpstream(resp *http.Response) (headers [][2]string, body []byte, trailers [][2]string, err error) {
 	defer resp.Body.Close()
-	body, err = io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	body, err = io.ReadAll(io.LimitReader(resp.Body, MaxCalloutBytes+1))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("read the response: %w", err)
 	}
-	if len(body) > MaxResponseBytes {
-		return nil, nil, nil, fmt.Errorf("response body larger than %d bytes", MaxResponseBytes)
+	if len(body) > MaxCalloutBytes {
+		return nil, nil, nil, fmt.Errorf("response body larger than %d bytes", MaxCalloutBytes)
 	}
 	headers = append(make([][2]string, 0, len(resp.Header)+2), [2]string{":status", strconv.Itoa(resp.StatusCode)})
 	for k, vs := range resp.Header {
@@ -113,13 +255,12 @@ func readUpstream(resp *http.Response) (headers [][2]string, body []byte, traile
 		}
 	}
 	headers = append(headers, [2]string{"content-length", strconv.Itoa(len(body))})
-	for k, vs := range resp.Trailer {
-		for _, v := range vs {
-			trailers = append(trailers, [2]string{strings.ToLower(k), v})
-		}
-	}
-	return headers, body, trailers, nil
+	return headers, body, trailerPairs(resp.Trailer), nil
 }
+
+// MaxCalloutBytes is Envoy's async-client response buffer limit (32 MiB): a callout answer
+// larger than that fails.
+const MaxCalloutBytes = 32 << 20
 
 // calloutGrace is how long a callout's HTTP call may outlive the callout's timeout, so the
 // guest always sees Envoy's 504 for a timeout, never a reset.
@@ -130,8 +271,8 @@ const calloutGrace = time.Second
 // Envoy does: the plugin gets zero counts.
 func (s *Server) callout(ctx context.Context, c *hostsim.Callout) *hostsim.CalloutResponse {
 	base, ok := s.clusters[c.Upstream]
-	if !ok {
-		s.logf("serve: callout to unknown cluster %q", c.Upstream)
+	if !ok || base == "" {
+		s.logf("serve: callout to cluster %q, which has no endpoint", c.Upstream)
 		return &hostsim.CalloutResponse{Fail: true}
 	}
 	timeout := s.cfg.Timeout
@@ -142,7 +283,11 @@ func (s *Server) callout(ctx context.Context, c *hostsim.Callout) *hostsim.Callo
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	hreq, err := newUpstreamRequest(ctx, base, c.Headers, c.Body, "")
+	var body io.Reader
+	if len(c.Body) > 0 {
+		body = strings.NewReader(string(c.Body))
+	}
+	hreq, err := newUpstreamRequest(ctx, base, c.Headers, body, "", "")
 	if err == nil {
 		var resp *http.Response
 		if resp, err = s.transport.RoundTrip(hreq); err == nil {

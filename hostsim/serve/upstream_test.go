@@ -70,7 +70,7 @@ func TestRequestHeadersLookLikeEnvoys(t *testing.T) {
 
 func TestUpstreamRequest(t *testing.T) {
 	headers := [][2]string{{":method", "POST"}, {":path", "/v1/messages?beta=true"}, {":authority", "proxy.local"},
-		{":scheme", "http"}, {"x-api-key", "k"}, {HeaderCluster, "anthropic"}, {"content-length", "1"},
+		{":scheme", "http"}, {"x-api-key", "k"}, {HeaderCluster, "anthropic"}, {"content-length", "2"},
 		{"transfer-encoding", "chunked"}, {"x-request-id", "rid"}}
 	tests := []struct {
 		name       string
@@ -86,7 +86,7 @@ func TestUpstreamRequest(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := append([][2]string(nil), headers...)
 			h[2][1] = tt.authority
-			req, err := newUpstreamRequest(context.Background(), "https://api.example:8443", h, []byte("{}"), tt.downstream)
+			req, err := newUpstreamRequest(context.Background(), "https://api.example:8443", h, strings.NewReader("{}"), tt.downstream, HeaderCluster)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +111,7 @@ func TestUpstreamRequest(t *testing.T) {
 		})
 	}
 	for _, bad := range [][2]string{{"", "/x"}, {"GET", ""}, {"GET", "relative"}} {
-		if _, err := newUpstreamRequest(context.Background(), "http://h", [][2]string{{":method", bad[0]}, {":path", bad[1]}}, nil, ""); err == nil {
+		if _, err := newUpstreamRequest(context.Background(), "http://h", [][2]string{{":method", bad[0]}, {":path", bad[1]}}, nil, "", HeaderCluster); err == nil {
 			t.Errorf("accepted %q %q", bad[0], bad[1])
 		}
 	}

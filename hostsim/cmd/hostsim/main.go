@@ -99,9 +99,11 @@ func serveFlags(o *serve.Options) (*flag.FlagSet, *serve.Options) {
 	o.RegisterListenFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: hostsim serve [flags]\n\n"+
-			"A local HTTP/1.1 proxy that runs every request through the proxy-wasm module in worker VMs,\n"+
-			"then forwards it to the cluster named by the %s request header (set by the filter;\n"+
-			"without it, the policy's first provider's cluster).\n\nFlags:\n", serve.HeaderCluster)
+			"A local HTTP/1.1 and h2c proxy that streams every request through the proxy-wasm module in\n"+
+			"worker VMs, chunk by chunk as Envoy does, to the cluster named by the %s request header\n"+
+			"(set by the filter; without it, the policy's first provider's cluster), and streams the\n"+
+			"answer back the same way. Fake providers misbehave on x-fake-* request headers (see\n"+
+			"hostsim/cmd/hostsim/README.md).\n\nFlags:\n", serve.HeaderCluster)
 		fs.PrintDefaults()
 	}
 	return fs, o

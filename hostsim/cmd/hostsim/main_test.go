@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -186,6 +187,7 @@ func TestServeUntilCancelled(t *testing.T) {
 		cancel()
 		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
 	}
+	_, _ = io.Copy(io.Discard, resp.Body) // read it all: closing early is a client that went away
 	resp.Body.Close()
 	cancel()
 	select {

@@ -345,8 +345,8 @@ func exec(cb string, a []string) {
 		out(proxyContinueStream(num(arg(1))), "")
 	case "close":
 		out(proxyCloseStream(num(arg(1))), "")
-	case "local_response":
-		d, dn := ptr(dash(arg(2)))
+	case "local_response": // details: '+' stands for a space (script fields split on spaces)
+		d, dn := ptr(strings.ReplaceAll(dash(arg(2)), "+", " "))
 		b, bn := ptr(dash(arg(3)))
 		h := pairs(arg(4))
 		out(proxySendLocalResponse(num(arg(1)), d, dn, b, bn, &h[0], uint32(len(h)), -1), "")

@@ -1,0 +1,177 @@
+package hostsim
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+// UpstreamStreamFunc is an upstream that streams both ways (WithStreamingUpstream). hostsim
+// calls it on its own goroutine as soon as the request headers have passed the filter, as
+// Envoy's router opens the upstream request in decodeHeaders; it reads the request body as
+// it passes the filter from call.Body and answers through call's methods, which deliver
+// each part to the filter as it comes.
+type UpstreamStreamFunc func(call *UpstreamCall)
+
+// UpstreamCall is one streaming upstream request. Its methods are safe to call from the
+// upstream's goroutine; once the exchange no longer takes the answer (it ended, or the
+// router gave up) they return an error wrapping ErrUpstreamGone and the context is done.
+type UpstreamCall struct {
+	ex      *Exchange
+	ctx     context.Context
+	headers [][2]string
+
+	// The request body, guarded by the VM's lock.
+	body      [][]byte
+	queued    int // bytes in body, not yet read
+	ended     bool
+	trailers  [][2]string
+	gone      bool
+	responded bool
+}
+
+// Context is cancelled when the exchange ends, the client goes away, or the router gives
+// up on the upstream (a timeout).
+func (c *UpstreamCall) Context() context.Context { return c.ctx }
+
+// Headers are the request headers as they passed the filter (what the router routes on).
+func (c *UpstreamCall) Headers() [][2]string { return c.headers }
+
+// Body reads the request body as it passes the filter: io.EOF at its end, an error wrapping
+// ErrUpstreamGone if the exchange gives up first.
+func (c *UpstreamCall) Body() io.Reader { return upstreamBody{c} }
+
+// Trailers are the request trailers that passed the filter; valid once Body hit io.EOF.
+func (c *UpstreamCall) Trailers() [][2]string {
+	vm := c.ex.vm
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return c.trailers
+}
+
+type upstreamBody struct{ c *UpstreamCall }
+
+func (b upstreamBody) Read(p []byte) (int, error) {
+	c := b.c
+	ex := c.ex
+	vm := ex.vm
+	for {
+		vm.mu.Lock()
+		if c.gone {
+			vm.mu.Unlock()
+			return 0, ErrUpstreamGone
+		}
+		if len(c.body) > 0 {
+			n := copy(p, c.body[0])
+			if n == len(c.body[0]) {
+				c.body[0] = nil
+				c.body = c.body[1:]
+			} else {
+				c.body[0] = c.body[0][n:]
+			}
+			c.queued -= n
+			ex.signal() // the client may send more now
+			vm.mu.Unlock()
+			return n, nil
+		}
+		if c.ended {
+			vm.mu.Unlock()
+			return 0, io.EOF
+		}
+		ch := ex.waitCh()
+		vm.mu.Unlock()
+		select {
+		case <-ch:
+		case <-c.ctx.Done():
+			return 0, ErrUpstreamGone
+		}
+	}
+}
+
+// push queues request body for the upstream (VM locked).
+func (c *UpstreamCall) push(chunk []byte) {
+	if c.gone || len(chunk) == 0 {
+		return
+	}
+	c.body = append(c.body, chunk)
+	c.queued += len(chunk)
+}
+
+// end marks the end of the request body (VM locked).
+func (c *UpstreamCall) end(trailers [][2]string) { c.ended, c.trailers = true, trailers }
+
+// abandon drops what the upstream has not read (VM locked).
+func (c *UpstreamCall) abandon() {
+	c.gone, c.body, c.queued = true, nil, 0
+}
+
+// deliver runs f on the live exchange with the VM locked, first waiting (flow) while the
+// stream holds a buffer limit's worth of response data the client has not taken: Envoy's
+// watermarks stop reading the upstream then (readDisable on the upstream connection).
+func (c *UpstreamCall) deliver(flow bool, f func(ex *Exchange)) error {
+	ex := c.ex
+	vm := ex.vm
+	for {
+		vm.mu.Lock()
+		if c.gone || !ex.live() || ex.upDone {
+			vm.mu.Unlock()
+			return ErrUpstreamGone
+		}
+		if !flow || ex.responseHeld() < vm.host.cfg.bufferLimit {
+			break
+		}
+		ch := ex.waitCh()
+		vm.mu.Unlock()
+		select {
+		case <-ch:
+		case <-c.ctx.Done():
+			return ErrUpstreamGone
+		}
+	}
+	n := len(ex.errs)
+	f(ex)
+	ex.step()
+	err := errors.Join(ex.errs[n:]...)
+	vm.mu.Unlock()
+	return joinErr(err, vm.host.drain())
+}
+
+// Respond delivers the response headers (endOfStream: a response without body). The error
+// is ErrUpstreamGone, or guest traps in the filter's callbacks.
+func (c *UpstreamCall) Respond(headers [][2]string, endOfStream bool) error {
+	return c.deliver(false, func(ex *Exchange) {
+		c.responded = true
+		ex.responseHeaders(headers, endOfStream)
+	})
+}
+
+// Data delivers a response body chunk, waiting first while the client has not taken a
+// buffer limit's worth of what it was sent (flow control).
+func (c *UpstreamCall) Data(chunk []byte, endOfStream bool) error {
+	return c.deliver(true, func(ex *Exchange) { ex.responseData(chunk, endOfStream) })
+}
+
+// RespondTrailers delivers the response trailers, which end the response.
+func (c *UpstreamCall) RespondTrailers(trailers [][2]string) error {
+	return c.deliver(true, func(ex *Exchange) { ex.responseTrailers(trailers) })
+}
+
+// Fail ends the upstream request with a failure. Before Respond: ErrClusterNotFound,
+// ErrNoHealthyUpstream or an *UpstreamReset become the router's own replies (NC, UH, UF...),
+// any other error a remote connection failure. After Respond: an *UpstreamReset is that
+// reset, any other error a terminated connection (UC); the router then resets the client's
+// stream (or answers 503 if the filter still holds the response headers).
+func (c *UpstreamCall) Fail(err error) error {
+	return c.deliver(false, func(ex *Exchange) {
+		if !c.responded {
+			ex.upstreamFailed(err)
+			return
+		}
+		var reset *UpstreamReset
+		if !errors.As(err, &reset) {
+			ex.vm.host.log(ex.vm, LogDebug, "upstream failed after its headers: "+err.Error())
+			reset = &UpstreamReset{Reason: ResetConnectionTermination}
+		}
+		ex.upstreamReset(reset)
+	})
+}
