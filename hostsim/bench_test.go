@@ -39,8 +39,7 @@ func filterHost(tb testing.TB, rel string) *hostsimtest.Host {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h := hostsimtest.New(tb, hostsimtest.ReadModule(tb, rel), hostsim.WithPluginConfiguration(cfg),
-		hostsim.WithAllowOnHeadersStopIteration())
+	h := hostsimtest.New(tb, hostsimtest.ReadModule(tb, rel), hostsim.WithPluginConfiguration(cfg))
 	if !h.StartPlugin() {
 		tb.Fatalf("%s did not start", rel)
 	}

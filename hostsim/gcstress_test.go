@@ -122,7 +122,7 @@ func TestGCStressSpillway(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := hostsimtest.New(t, hostsimtest.ReadModule(t, "build/spillway.wasm"), hostsim.WithWorkers(workers),
-		hostsim.WithPluginConfiguration(cfg), hostsim.WithBufferLimit(8<<20), hostsim.WithAllowOnHeadersStopIteration())
+		hostsim.WithPluginConfiguration(cfg), hostsim.WithBufferLimit(8<<20))
 	h.StartPlugin()
 	req := hdrs(":method", "POST", ":path", "/v1/chat/completions", ":authority", "spillway.local",
 		"content-type", "application/json", "x-session-id", "s-1")

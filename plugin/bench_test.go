@@ -130,7 +130,7 @@ func benchHeader(hs [][2]string, name string) string {
 func newBenchSide(tb testing.TB, name string, p benchPath) *benchSide {
 	tb.Helper()
 	s := &benchSide{name: name, spillway: name == "spillway", callouts: &benchCallouts{}}
-	opts := []hostsim.Option{hostsim.WithPluginConfiguration(p.policy), hostsim.WithAllowOnHeadersStopIteration(),
+	opts := []hostsim.Option{hostsim.WithPluginConfiguration(p.policy),
 		hostsim.WithCalloutHandler(s.callouts.handler()), hostsim.WithCluster("fake-openai", "fake-anthropic")}
 	s.host = hostsimtest.New(tb, hostsimtest.ReadModule(tb, "build/"+name+".wasm"), opts...)
 	if s.host.StartPlugin() != types.OnPluginStartStatusOK {

@@ -235,8 +235,7 @@ func TestDifferentialProxytestVersusHostsim(t *testing.T) {
 			reset()
 
 			// Wasm: build/spillway.wasm under hostsim, one worker VM (proxytest has one).
-			h := hostsimtest.New(t, wasm, hostsim.WithWorkers(1), hostsim.WithPluginConfiguration(sc.config),
-				hostsim.WithAllowOnHeadersStopIteration())
+			h := hostsimtest.New(t, wasm, hostsim.WithWorkers(1), hostsim.WithPluginConfiguration(sc.config))
 			got := observe(sc, h, func(id uint32) string {
 				if lr := h.GetSentLocalResponse(id); lr != nil {
 					return fmt.Sprintf("%d %s %q", lr.StatusCode, lr.Data, sorted(lr.Headers))

@@ -70,6 +70,15 @@ type fakes struct {
 	clock   func() time.Time
 	calls   []upstreamCall
 	answers map[string]func(call upstreamCall) *hostsim.UpstreamResponse // by credential
+	// routerErrs makes the router, not the provider, answer a credential's requests: an
+	// UpstreamFunc error (hostsim.ErrNoHealthyUpstream, *hostsim.UpstreamReset, ...).
+	routerErrs map[string]error
+}
+
+func (f *fakes) failRouter(credential string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.routerErrs[credential] = err
 }
 
 func (f *fakes) set(credential string, fn func(upstreamCall) *hostsim.UpstreamResponse) {
@@ -159,7 +168,8 @@ func newWorld(t *testing.T, policyYAML string, workers int, opts ...hostsim.Opti
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, fakes: &fakes{answers: map[string]func(upstreamCall) *hostsim.UpstreamResponse{}}}
+	w := &world{t: t, fakes: &fakes{answers: map[string]func(upstreamCall) *hostsim.UpstreamResponse{},
+		routerErrs: map[string]error{}}}
 	upstream := func(_ context.Context, req *hostsim.UpstreamRequest) (*hostsim.UpstreamResponse, error) {
 		// The route's cluster_header: the cluster the filter named (Envoy answers 404 NR
 		// when the header is missing).
@@ -167,8 +177,16 @@ func newWorld(t *testing.T, policyYAML string, workers int, opts ...hostsim.Opti
 		if cluster == "" {
 			return jsonError(404, `{"error":"no route"}`), nil
 		}
-		return w.fakes.answer(upstreamCall{cluster: cluster, credential: credentialOf(req.Headers),
-			model: gjson.GetBytes(req.Body, "model").Str, body: req.Body, headers: req.Headers}), nil
+		call := upstreamCall{cluster: cluster, credential: credentialOf(req.Headers),
+			model: gjson.GetBytes(req.Body, "model").Str, body: req.Body, headers: req.Headers}
+		w.fakes.mu.Lock()
+		err := w.fakes.routerErrs[call.credential]
+		w.fakes.mu.Unlock()
+		if err != nil {
+			w.fakes.answer(call) // counted: the attempt was made
+			return nil, err
+		}
+		return w.fakes.answer(call), nil
 	}
 	callout := func(_ context.Context, c *hostsim.Callout) *hostsim.CalloutResponse {
 		r := w.fakes.answer(upstreamCall{cluster: c.Upstream, credential: credentialOf(c.Headers),
@@ -183,7 +201,7 @@ func newWorld(t *testing.T, policyYAML string, workers int, opts ...hostsim.Opti
 		return &hostsim.CalloutResponse{Headers: r.Headers, Body: body, Delay: r.Delay}
 	}
 	all := append([]hostsim.Option{hostsim.WithWorkers(workers), hostsim.WithPluginConfiguration(config),
-		hostsim.WithAllowOnHeadersStopIteration(), hostsim.WithUpstream(upstream), hostsim.WithCalloutHandler(callout),
+		hostsim.WithUpstream(upstream), hostsim.WithCalloutHandler(callout),
 		hostsim.WithCluster("openai", "backup", "anthropic", "flaky", "agentrouter")}, opts...)
 	w.host = hostsimtest.New(t, wasm, all...)
 	w.fakes.clock = w.host.Clock().Now
@@ -936,6 +954,129 @@ resilience:
 	}
 	for _, ex := range held {
 		expect(t, "final", w.wait(ex), 200, "")
+	}
+	w.noStreamsLeft()
+}
+
+func TestScenarioEnvoysOwnRepliesAreNotTheProvidersOutcome(t *testing.T) {
+	w := newWorld(t, scenarioPolicy, 2)
+	// The router finds no healthy host for key A's attempts (503 UH, no_healthy_upstream):
+	// Envoy's own reply, never the provider's outcome. Each request fails over to key B, and
+	// key A is never cooled and its provider's breaker never opens (15 > the apikey
+	// threshold of 12), so every request still tries it first.
+	w.fakes.failRouter("sk-a", hostsim.ErrNoHealthyUpstream)
+	for i := 0; i < 15; i++ {
+		expect(t, fmt.Sprintf("request %d", i), w.run(i%2, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/2")
+	}
+	if n := w.fakes.count("sk-a"); n != 15 {
+		t.Fatalf("key A was tried %d times in 15 requests: Envoy's own replies cooled it", n)
+	}
+	// A connection that fails before answering is the provider's transport failure: it
+	// cools key A, and the next request goes straight to key B.
+	w.fakes.failRouter("sk-a", &hostsim.UpstreamReset{Reason: hostsim.ResetRemoteConnectionFailure,
+		TransportFailure: "delayed connect error: Connection refused"})
+	expect(t, "connection refused", w.run(0, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/2")
+	expect(t, "after the transport failure", w.run(1, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/1")
+}
+
+func TestScenarioAStreamIsHeldOnlyUntilItsFirstContent(t *testing.T) {
+	w := newWorld(t, scenarioPolicy, 1)
+	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
+		r := sse(chatRoleEvent, chatContentEvent, chatContentEvent, chatDoneEvent)
+		// The role arrives at once, the first content after 2 s (a slow first token), then
+		// one event every 100 ms.
+		r.ChunkDelays = []time.Duration{10 * time.Millisecond, 2 * time.Second, 100 * time.Millisecond, 100 * time.Millisecond}
+		return r
+	})
+	resp := w.run(0, chatReq("gpt-4o"))
+	expect(t, "stream", resp, 200, "openai/key-a/gpt-4o/1")
+	ttfb, ok := resp.TimeToFirstByte()
+	if !ok || ttfb < 2*time.Second || ttfb > 2100*time.Millisecond {
+		t.Fatalf("time to first byte %v: the headers wait for the first content event (2 s), no longer", ttfb)
+	}
+	var dataAt []time.Duration
+	for _, e := range resp.Received {
+		if e.Kind == hostsim.ClientData {
+			dataAt = append(dataAt, e.At.Sub(resp.Start))
+		}
+	}
+	if len(dataAt) < 3 || dataAt[len(dataAt)-1]-dataAt[0] < 150*time.Millisecond {
+		t.Fatalf("data reached the client at %v: after the first content it must flow event by event", dataAt)
+	}
+	if string(resp.Body) != chatRoleEvent+chatContentEvent+chatContentEvent+chatDoneEvent {
+		t.Fatalf("client got %q", resp.Body)
+	}
+}
+
+func TestScenarioAHeartbeatOnlyStreamIsLetGoAtTheHoldBound(t *testing.T) {
+	w := newWorld(t, scenarioPolicy, 1)
+	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
+		events := []string{chatRoleEvent}
+		delays := []time.Duration{0}
+		for i := 0; i < 15; i++ {
+			events, delays = append(events, ": keep-alive\n\n"), append(delays, time.Second)
+		}
+		events, delays = append(events, chatContentEvent, chatDoneEvent), append(delays, time.Second, 0)
+		r := sse(events...)
+		r.ChunkDelays = delays
+		return r
+	})
+	resp := w.run(0, chatReq("gpt-4o"))
+	ttfb, _ := resp.TimeToFirstByte()
+	// streamRecovery.firstEvent.timeoutMs (10 s): past it the stream goes on as it comes.
+	if resp.StatusCode != 200 || ttfb < 10*time.Second || ttfb > 11*time.Second {
+		t.Fatalf("%d after %v: a stream with no content is held for the 10 s bound, then let go", resp.StatusCode, ttfb)
+	}
+}
+
+func TestScenarioAnUpstreamResetMidStreamCountsAClientResetDoesNot(t *testing.T) {
+	w := newWorld(t, scenarioPolicy, 2)
+	// Key A's stream is reset by the upstream after some content.
+	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
+		r := sse(chatRoleEvent, chatContentEvent)
+		r.Reset = &hostsim.UpstreamReset{Reason: hostsim.ResetRemoteReset, After: 100 * time.Millisecond}
+		return r
+	})
+	resp := w.run(0, chatReq("gpt-4o"))
+	if resp.Reset == "" {
+		t.Fatalf("the client was not reset: %d %q", resp.StatusCode, resp.Body)
+	}
+	expect(t, "after the upstream reset", w.run(1, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/1")
+
+	// A client that goes away mid-stream is not the provider's failure.
+	w.advance(time.Minute)
+	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
+		r := sse(chatRoleEvent, chatContentEvent, chatContentEvent, chatDoneEvent)
+		r.ChunkDelays = []time.Duration{0, 0, 5 * time.Second, 0}
+		return r
+	})
+	req := chatReq("gpt-4o")
+	req.ResetAfter = 2 * time.Second
+	if resp := w.run(0, req); resp.Reset == "" {
+		t.Fatalf("the client did not go away: %d", resp.StatusCode)
+	}
+	w.fakes.set("sk-a", nil)
+	expect(t, "after the client went away", w.run(1, chatReq("gpt-4o")), 200, "openai/key-a/gpt-4o/1")
+	if n := w.metric("spillway_truncated_streams_total"); n != 1 {
+		t.Fatalf("truncated streams = %d, want only the upstream's reset", n)
+	}
+	w.noStreamsLeft()
+}
+func TestScenarioMissingOptionIsAnswered500NotHung(t *testing.T) {
+	w := newWorld(t, scenarioPolicy, 2, hostsim.WithoutAllowOnHeadersStopIteration())
+	start := w.host.Clock().Now()
+	r := w.run(0, chatReq("gpt-4o"))
+	if r.StatusCode != 500 || errorCode(r) != "spillway_misconfigured" {
+		t.Fatalf("got %d %s", r.StatusCode, r.Body)
+	}
+	if waited := w.host.Clock().Now().Sub(start); waited < 10*time.Second || waited > 12*time.Second {
+		t.Fatalf("answered after %v, want the 10 s body wait", waited)
+	}
+	if n := len(w.host.Host.LogsAt(hostsim.LogCritical)); n != 1 {
+		t.Fatalf("%d critical logs", n)
+	}
+	if n := len(w.fakes.received()); n != 0 {
+		t.Fatalf("%d upstream calls", n)
 	}
 	w.noStreamsLeft()
 }
