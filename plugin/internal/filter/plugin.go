@@ -98,6 +98,10 @@ func (p *pluginContext) clock() time.Time {
 // readClock starts a callback: the time is read afresh when next asked for.
 func (p *pluginContext) readClock() { p.nowValid = false }
 
+// coarseClock starts a callback whose work only needs a recent time (giving slots back, whose
+// clock only prunes expired leases): the last time read stands in, without a host call.
+func (p *pluginContext) coarseClock() { p.nowValid = !p.now.IsZero() }
+
 // OnPluginStart implements types.PluginContext: it parses the policy, builds the engine on
 // it and refuses to start, with every problem and its field path in a critical log, when
 // either rejects it. Each policy warning is logged.

@@ -71,7 +71,10 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 	if !routed || method != "POST" {
 		return types.ActionContinue
 	}
-	h.api, h.reqHeaders, h.started, h.heldAt = api, hdrs, p.clock(), p.clock()
+	h.api, h.reqHeaders = api, hdrs
+	if !p.optionProven {
+		h.heldAt = p.clock() // the missing-option detector's start (else no clock read here)
+	}
 	if endOfStream {
 		h.reply(replies.InvalidRequest("request has no body"))
 		return types.ActionPause
@@ -166,6 +169,7 @@ func (h *httpContext) endOfRequest(bodySize int) step {
 		return stepAnswered
 	}
 	h.body, h.model, h.stream = body, p.intern(req.Model), req.Stream
+	h.started = p.clock() // the failover budget runs from here
 	return h.planAndDispatch()
 }
 

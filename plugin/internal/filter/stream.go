@@ -414,10 +414,12 @@ func (h *httpContext) OnHttpStreamDone() {
 	}()
 	h.enter("stream done")
 	p := h.plugin
+	p.coarseClock() // releasing slots needs no fresh time; a truncation reads it below
 	p.unwatch(h)
 	if h.phase == phaseStreaming && h.eventStream {
 		h.tracker.End()
 		if !h.tracker.Terminal && h.provider().CountTruncatedStreams && !h.clientWentAway() {
+			p.readClock()
 			p.metrics.truncated.Increment(1)
 			proxywasm.LogWarnf("spillway: stream from %s ended without its terminal event", h.targetName())
 			if r := p.engine.RecordTruncation(h.d); r.Errors != nil {
