@@ -41,9 +41,8 @@ func (h *httpContext) startFailover() bool {
 		if d.Wake {
 			p.peers.wakeAll(p)
 		}
-		var refusal *admission.Error
 		switch {
-		case errors.Is(err, engine.ErrTargetUnavailable), errors.As(err, &refusal):
+		case errors.Is(err, engine.ErrTargetUnavailable), isRefusal(err):
 			continue // its provider's probe is taken, or its queue is full: the next one
 		case err != nil:
 			proxywasm.LogWarnf("spillway: admission: %v", err) // shared data failed: fail open
@@ -82,7 +81,10 @@ func (h *httpContext) callout(budgetLeft time.Duration) bool {
 		timeout = budgetLeft
 	}
 	ms := uint32(max(timeout.Milliseconds(), 1))
-	if _, err := proxywasm.DispatchHttpCall(pv.Cluster, h.calloutHeaders(pv, cn), body, nil, ms, h.onCalloutResponse); err != nil {
+	if h.bufs.onCallout == nil {
+		h.bufs.onCallout = h.onCalloutResponse // bound once per context, not per callout
+	}
+	if _, err := proxywasm.DispatchHttpCall(pv.Cluster, h.calloutHeaders(pv, cn), body, nil, ms, h.bufs.onCallout); err != nil {
 		proxywasm.LogWarnf("spillway: failover to %s (cluster %q): %v", h.targetName(), pv.Cluster, err)
 		return false
 	}
@@ -97,7 +99,8 @@ func (h *httpContext) callout(budgetLeft time.Duration) bool {
 // readable).
 func (h *httpContext) calloutHeaders(pv *policies.ResolvedProvider, cn *policies.ResolvedConnection) [][2]string {
 	clusterHeader := h.plugin.res.Routing.ClusterHeader
-	out := make([][2]string, 0, len(h.reqHeaders)+1)
+	out := h.bufs.replyHdrs[:0] // sent at once (the host copies them), then free again
+	defer func() { h.bufs.replyHdrs = out[:0] }()
 	for _, kv := range h.reqHeaders {
 		k := kv[0]
 		switch {
@@ -141,11 +144,12 @@ func (h *httpContext) onCalloutResponse(numHeaders, bodySize, _ int) {
 		h.carryOut(h.afterFailure(fr, nil))
 		return
 	}
-	hdrs, err := proxywasm.GetHttpCallResponseHeaders()
-	if err != nil {
-		hdrs = nil
+	var hdrs [][2]string
+	if err := hostabi.ReadPairs(hostabi.HTTPCallResponseHeaders, &h.bufs.callPairs); err == nil {
+		hdrs = h.bufs.callPairs.All()
 	}
-	body, err := proxywasm.GetHttpCallResponseBody(0, bodySize)
+	body, err := hostabi.ReadBuffer(hostabi.HTTPCallResponseBody, 0, bodySize, h.bufs.callBody)
+	h.bufs.callBody = body
 	if err != nil {
 		body = nil
 	}
@@ -164,7 +168,8 @@ func (h *httpContext) onCalloutResponse(numHeaders, bodySize, _ int) {
 		if failedStatus == 0 {
 			h.recordSuccess(ttfb)
 			h.release()
-			h.sendLocal(status, replyHeaders(hdrs), body)
+			h.bufs.replyHdrs = replyHeaders(h.bufs.replyHdrs[:0], hdrs)
+			h.sendLocal(status, h.bufs.replyHdrs, body)
 			return
 		}
 		fr := h.recordFailure(engine.Outcome{Status: failedStatus, Body: failedBody, TTFB: ttfb})

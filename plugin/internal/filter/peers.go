@@ -31,8 +31,11 @@ const directoryVersion = 1
 // peers is one VM's view of the directory and the queue tokens it resolved.
 type peers struct {
 	lastBeat time.Time
-	tokens   map[string]uint32 // VM id → its wake queue
 	buf      []byte
+	// The wake queues of the live VMs as of the directory with CAS cas.
+	known   bool
+	cas     uint32
+	targets []uint32
 }
 
 type peerEntry struct {
@@ -97,34 +100,34 @@ func (ps *peers) heartbeat(p *pluginContext) {
 
 // wakeAll enqueues a wake-up on every live VM's queue, this one's included (the stream
 // that freed the slot is in a callback; the queued ones resume in proxy_on_queue_ready).
+// The directory is decoded, and its queues resolved, only when it changed since the last
+// wake-up (its CAS says so): a busy queue wakes at the cost of one read and the enqueues.
 func (ps *peers) wakeAll(p *pluginContext) {
-	v, _, found, err := p.store.Get(vmDirectoryKey)
+	v, cas, found, err := p.store.Get(vmDirectoryKey)
 	if err != nil {
 		proxywasm.LogWarnf("spillway: VM directory: %v", err)
 		return
 	}
-	nowMs := p.clock().UnixMilli()
-	for _, e := range decodeDirectory(v, found) {
-		if nowMs-e.seenMs > peerTTL.Milliseconds() {
-			continue
+	if !ps.known || cas != ps.cas {
+		ps.known, ps.cas = true, cas
+		ps.targets = ps.targets[:0]
+		nowMs := p.clock().UnixMilli()
+		for _, e := range decodeDirectory(v, found) {
+			if nowMs-e.seenMs > peerTTL.Milliseconds() {
+				continue
+			}
+			token := p.wakeQID
+			if e.id != p.vmID {
+				if token, err = proxywasm.ResolveSharedQueue("", wakeQueuePrefix+e.id); err != nil {
+					continue // gone meanwhile
+				}
+			}
+			ps.targets = append(ps.targets, token)
 		}
-		token, ok := ps.tokens[e.id]
-		if !ok {
-			if e.id == p.vmID {
-				token = p.wakeQID
-			} else if token, err = proxywasm.ResolveSharedQueue("", wakeQueuePrefix+e.id); err != nil {
-				continue // gone meanwhile
-			}
-			if ps.tokens == nil {
-				ps.tokens = make(map[string]uint32)
-			}
-			if len(ps.tokens) >= maxPeers {
-				clear(ps.tokens)
-			}
-			ps.tokens[e.id] = token
-		}
+	}
+	for _, token := range ps.targets {
 		if err := proxywasm.EnqueueSharedQueue(token, wakeMessage[:]); err != nil {
-			delete(ps.tokens, e.id)
+			ps.known = false // a queue went away: resolve again next time
 		}
 	}
 	p.metrics.wakeups.Increment(1)

@@ -216,11 +216,10 @@ func (h *httpContext) dispatchRequest() step {
 		if d.Wake {
 			p.peers.wakeAll(p)
 		}
-		var refusal *admission.Error
 		switch {
 		case errors.Is(err, engine.ErrTargetUnavailable):
 			continue
-		case errors.As(err, &refusal):
+		case isRefusal(err):
 			if h.refusal == nil {
 				h.refusal, h.d = err, d
 			}
@@ -252,6 +251,17 @@ func (h *httpContext) dispatchRequest() step {
 		return stepWait
 	}
 	return h.noTarget()
+}
+
+// isRefusal reports a typed admission refusal (queue full, wait budget spent). It is a
+// function of its own so the success path, which never calls it, allocates no target for
+// errors.As.
+func isRefusal(err error) bool {
+	if err == nil {
+		return false
+	}
+	var refusal *admission.Error
+	return errors.As(err, &refusal)
 }
 
 // startAttempt makes d the attempt in flight.
@@ -321,8 +331,7 @@ func (h *httpContext) retryAdmission() {
 		h.resumeRequest(h.dispatchRequest())
 	case err != nil:
 		h.effective()
-		var refusal *admission.Error
-		if errors.As(err, &refusal) {
+		if isRefusal(err) {
 			if r, ok := p.engine.AdmissionReply(d.Target, err); ok {
 				h.reply(r)
 				return

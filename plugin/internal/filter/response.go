@@ -26,13 +26,13 @@ const viaUpstream = "via_upstream"
 // propResponseCodeDetails is the path of Envoy's response.code_details attribute.
 var propResponseCodeDetails = hostabi.JoinPath(nil, "response", "code_details")
 
-// property reads a stream property as a string (false when absent).
-func property(path []byte) (string, bool) {
-	v, err := hostabi.GetProperty(path, nil)
+// property reads a stream property into buf (false when absent).
+func property(path, buf []byte) ([]byte, bool) {
+	v, err := hostabi.GetProperty(path, buf)
 	if err != nil {
-		return "", false
+		return v, false
 	}
-	return string(v), true
+	return v, true
 }
 
 // containsDownstream reports whether response code details blame the downstream (the
@@ -67,8 +67,10 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action typ
 		h.phase, h.respEnded = phaseStreaming, endOfStream
 		return types.ActionContinue
 	}
-	if details, ok := property(propResponseCodeDetails); ok && details != viaUpstream && details != "" {
-		h.envoyReply = details
+	details, ok := property(propResponseCodeDetails, h.bufs.prop)
+	h.bufs.prop = details
+	if ok && len(details) > 0 && string(details) != viaUpstream {
+		h.envoyReply = string(details)
 	}
 	if endOfStream {
 		return h.responseAction(h.attemptFailed(nil))
@@ -232,7 +234,7 @@ func (h *httpContext) afterFailure(fr failureResult, f *attemptFailure) step {
 		if fr.restatedTo != 0 && fr.restatedTo != f.status {
 			f.restatedFrom, f.status = f.status, fr.restatedTo
 		}
-		h.last = f
+		h.last, h.hasLast = *f, true
 	}
 	h.envoyReply = ""
 	if fr.fallback && h.startFailover() {
@@ -244,13 +246,14 @@ func (h *httpContext) afterFailure(fr failureResult, f *attemptFailure) step {
 // finalAnswer answers with the last failure: the router's held response (restated where a
 // rule says so) goes on, or a failover attempt's response replaces it.
 func (h *httpContext) finalAnswer() step {
-	f := h.last
-	if f == nil {
+	if !h.hasLast {
 		h.reply(replies.UpstreamFailed(h.attempts))
 		return stepAnswered
 	}
+	f := &h.last
 	if f.fromCallout {
-		hdrs := replyHeaders(f.headers)
+		hdrs := replyHeaders(h.bufs.replyHdrs[:0], f.headers)
+		h.bufs.replyHdrs = hdrs
 		hdrs = appendRestatement(hdrs, f)
 		h.sendLocal(f.status, hdrs, f.body)
 		return stepAnswered
@@ -329,8 +332,7 @@ func wrapError(obj []byte) []byte {
 // replyHeaders keeps the headers of a failover attempt's response that belong in the reply
 // that carries it to the client: everything end to end, without framing, pseudo headers
 // and Spillway's own.
-func replyHeaders(hdrs [][2]string) [][2]string {
-	out := make([][2]string, 0, len(hdrs)+6)
+func replyHeaders(out, hdrs [][2]string) [][2]string {
 	for _, kv := range hdrs {
 		k := strings.ToLower(kv[0])
 		if strings.HasPrefix(k, ":") || llmapi.IsHopByHop(k) || strings.HasPrefix(k, "x-spillway-") {

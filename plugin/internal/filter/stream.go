@@ -46,6 +46,12 @@ type streamBuffers struct {
 	reqPairs, respPairs hostabi.Pairs // request and response headers as read
 	body                []byte        // the request body
 	respBody            []byte        // response body bytes read (error body, held events)
+	callPairs           hostabi.Pairs // a failover attempt's response headers
+	callBody            []byte        // a failover attempt's response body
+	replyHdrs           [][2]string   // a failover attempt's headers kept for its reply, or a callout's
+	localHdrs           [][2]string   // a local reply's headers
+	prop                []byte        // reading a property
+	onCallout           func(numHeaders, bodySize, numTrailers int)
 	plan                engine.Buffers
 	scratch             []byte // encoding local reply headers
 }
@@ -90,9 +96,10 @@ type streamState struct {
 	eventStream bool
 	holdStart   time.Time
 	tracker     llmapi.Tracker
-	respEnded   bool   // the response's end of stream went through
-	envoyReply  string // response.code_details of a reply Envoy made itself ("" = the provider's)
-	last        *attemptFailure
+	respEnded   bool           // the response's end of stream went through
+	envoyReply  string         // response.code_details of a reply Envoy made itself ("" = the provider's)
+	last        attemptFailure // the last failed attempt (valid when hasLast)
+	hasLast     bool
 
 	watched bool
 }
@@ -106,6 +113,10 @@ func (h *httpContext) reset() {
 	if cap(h.bufs.respBody) > maxKeptBody {
 		h.bufs.respBody = nil
 	}
+	if cap(h.bufs.callBody) > maxKeptBody {
+		h.bufs.callBody = nil
+	}
+	h.bufs.callPairs.Reset()
 	h.bufs.reqPairs.Reset()
 	h.bufs.respPairs.Reset()
 }
@@ -339,9 +350,9 @@ func (h *httpContext) reply(r replies.Reply) {
 // sendLocal sends a local reply with the x-spillway-* headers added.
 func (h *httpContext) sendLocal(status int, headers [][2]string, body []byte) {
 	sh := h.spillwayHeaders()
-	all := make([][2]string, 0, len(headers)+len(sh))
-	all = append(all, headers...)
+	all := append(h.bufs.localHdrs[:0], headers...)
 	all = append(all, sh[:]...)
+	h.bufs.localHdrs = all
 	h.phase = phaseAnswered
 	h.plugin.unwatch(h)
 	h.plugin.metrics.localReplies.Increment(1)
@@ -438,6 +449,7 @@ func (h *httpContext) clientWentAway() bool {
 	if h.respEnded {
 		return false
 	}
-	details, _ := property(propResponseCodeDetails)
-	return containsDownstream(details)
+	details, _ := property(propResponseCodeDetails, h.bufs.prop)
+	h.bufs.prop = details
+	return containsDownstream(string(details))
 }
