@@ -4,7 +4,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/classify"
 	"github.com/spillwayproxy/spillway/plugin/internal/conncooldown"
@@ -54,7 +53,8 @@ func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
 // until it ends (Release), while its outcome is known from the headers or the first event.
 // A failure also marks what it blamed as exhausted for the rest of the request (the
 // connection, or the provider for a provider-scoped failure), so failover skips it. plan is
-// the request's plan (for the session pin); it may be nil.
+// the request's plan (for the session pin); it may be nil. A success on a target Plan saw
+// clean, with the cache's epoch unchanged since, asks no mechanism (see cleanMemo).
 func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 	pv := &e.providers[d.Target.Provider]
 	cn := &pv.conns[d.Target.Connection]
@@ -65,16 +65,19 @@ func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 		}
 	}
 	if o.Status > 0 && o.Status < 400 {
-		_, err := e.breakers.RecordSuccess(pv.breaker)
-		note(err)
-		note(pv.cooldown.RecordSuccess(cn.cooldown, d.Started))
-		note(pv.lockout.RecordSuccess(cn.lockout, d.Target.Model))
-		if e.gateOn {
-			note(e.gate.RecordSuccess(pv.gate))
-			note(e.gate.RecordSuccess(cn.gate))
+		// A target its clean memo vouches for has nothing stored that a success could clear.
+		if !e.stillClean(d.Target.clean) {
+			_, err := e.breakers.RecordSuccess(pv.breaker)
+			note(err)
+			note(pv.cooldown.RecordSuccess(cn.cooldown, d.Started))
+			note(pv.lockout.RecordSuccess(cn.lockout, d.Target.Model))
+			if e.gateOn {
+				note(e.gate.RecordSuccess(pv.gate))
+				note(e.gate.RecordSuccess(cn.gate))
+			}
 		}
 		e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), o.TTFB, true)
-		if plan != nil && e.affinity.Enabled() && plan.Session != (affinity.Key{}) {
+		if plan != nil && e.affinity.Enabled() && !plan.Session.IsZero() {
 			_, err := e.affinity.Record(plan.Session, pv.res.ID, cn.res.ID, plan.pin)
 			note(err)
 		}
