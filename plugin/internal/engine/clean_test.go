@@ -574,3 +574,50 @@ func TestCleanMemosSeeThisWorkersOwnDoings(t *testing.T) {
 		assertExcluded(t, err, "acme-a", combo.ReasonUnavailable)
 	})
 }
+
+// Attempts are sampled for latency when a p2c route weighs latency, and p2c then prefers
+// the faster connection; without a latency weight nothing reads the samples, so none are
+// kept.
+func TestLatencySamplesOnlyWhenRead(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		weight  int  // resilience.p2cLatency.weight
+		sampled bool // attempts are sampled
+	}{
+		{name: "weighted", weight: 20, sampled: true},
+		{name: "off", weight: 0, sampled: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, acmePolicy(fmt.Sprintf("resilience: {p2cLatency: {weight: %d}}", tc.weight)))
+			fast, slow := f.target(t, "acme", "acme-a", "m1"), f.target(t, "backup", "backup-a", "m1")
+			for i := 0; i < 5; i++ {
+				for _, a := range []struct {
+					tg   Target
+					ttfb time.Duration
+				}{{fast, 10 * time.Millisecond}, {slow, 2 * time.Second}} {
+					d, err := f.e.Dispatch(a.tg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					f.e.Finish(d, Outcome{Status: 200, TTFB: a.ttfb}, nil)
+				}
+			}
+			if got := f.e.latency.Tracked() > 0; got != tc.sampled {
+				t.Fatalf("samples kept: %v, want %v", got, tc.sampled)
+			}
+			fastFirst := 0
+			for i := 0; i < 200; i++ {
+				if p := f.plan(t, "pair", affinity.Key{}); p.Targets[0] == (Target{Provider: fast.Provider,
+					Connection: fast.Connection, Model: "m1", req: &f.buf}) {
+					fastFirst++
+				}
+			}
+			if tc.sampled && fastFirst != 200 {
+				t.Fatalf("p2c put the faster connection first in %d of 200 plans, want all", fastFirst)
+			}
+			if !tc.sampled && (fastFirst < 50 || fastFirst > 150) {
+				t.Fatalf("p2c without a latency weight put one connection first in %d of 200 plans: it must not see latency", fastFirst)
+			}
+		})
+	}
+}

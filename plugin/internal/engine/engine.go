@@ -49,7 +49,8 @@
 // still, since the cache then answers every key it read as it did. For a clean candidate
 // Plan asks no mechanism, Dispatch neither re-checks its layers nor asks the breaker (with
 // no record it allows, CLOSED), and Record on success calls no mechanism's RecordSuccess
-// (each would find nothing and write nothing).
+// (each would find nothing and write nothing). Attempts are sampled for latency only when a
+// route's strategy reads the samples (p2c with a latency weight).
 //
 // The staleness this accepts is the cache's, no more: what other workers wrote (an
 // admin reset included) is seen at the filter's next Refresh — before every routing
@@ -111,6 +112,9 @@ type Engine struct {
 	// cache is the store when it is the filter's per-VM cache (nil otherwise): its epoch
 	// backs the clean memos that spare the success path its reads (see cleanMemo).
 	cache *state.Cache
+	// sampleLatency: a route's strategy reads the latency samples (p2c with a latency
+	// weight), so attempts are recorded in the tracker; otherwise nothing would read them.
+	sampleLatency bool
 
 	providers []provider
 	routes    []route
@@ -171,7 +175,8 @@ type candidateRef struct {
 // that every resolved setting reaches a mechanism.
 type settings struct {
 	latency       latency.Config
-	latencyWeight int // selection.Config.LatencyWeight
+	latencyWeight int  // selection.Config.LatencyWeight
+	sampleLatency bool // some route's strategy reads the latency samples
 	affinity      affinity.Config
 	combo         combo.Config
 	restate       []restate.Rule
@@ -260,6 +265,9 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 			return nil, fmt.Errorf("engine: route %q: %w", rr.Model, err)
 		}
 		rs.needsLoad = strategy == selection.LeastUsed || strategy == selection.P2C || strategy == selection.FillFirst
+		if strategy == selection.P2C && latency.ClampWeight(s.latencyWeight) > 0 {
+			s.sampleLatency = true
+		}
 		rs.combo = selection.ComboConfig{Name: rr.Model, Strategy: strategy, Targets: len(rs.candidates)}
 	}
 	return s, nil
@@ -283,6 +291,8 @@ func New(p *policies.Policy, store state.Store, clock state.Clock, opts Options)
 		comboWait: cfg.combo,
 		routeOf:   make(map[*policies.ResolvedRoute]int, len(res.Routes)),
 		lastRoute: -1,
+
+		sampleLatency: cfg.sampleLatency,
 	}
 	e.cache, _ = store.(*state.Cache)
 	if e.latency, err = latency.NewTracker(cfg.latency); err != nil {

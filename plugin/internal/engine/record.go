@@ -76,7 +76,9 @@ func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 				note(e.gate.RecordSuccess(cn.gate))
 			}
 		}
-		e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), o.TTFB, true)
+		if e.sampleLatency {
+			e.sample(pv, cn, d.Target.Model, o.TTFB, true)
+		}
 		if plan != nil && e.affinity.Enabled() && !plan.Session.IsZero() {
 			_, err := e.affinity.Record(plan.Session, pv.res.ID, cn.res.ID, plan.pin)
 			note(err)
@@ -153,8 +155,17 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 	default:
 		d.Target.req.spend(d.Target.Provider, d.Target.Connection)
 	}
-	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), o.TTFB, false)
+	if e.sampleLatency {
+		e.sample(pv, cn, d.Target.Model, o.TTFB, false)
+	}
 	return requestOnly
+}
+
+// sample records an attempt in the latency tracker. Callers sample only when a route's
+// strategy reads the samples (Engine.sampleLatency: p2c with a latency weight); they live in
+// this worker's memory, and nothing else reads them.
+func (e *Engine) sample(pv *provider, cn *connection, model string, ttfb time.Duration, ok bool) {
+	e.latency.Record(pv.res.ID, cn.res.ID, model, e.now(), ttfb, ok)
 }
 
 // gateProviderFailure counts a provider-level failure in the opt-in provider cooldown gate.
@@ -183,7 +194,9 @@ func (e *Engine) RecordTruncation(d Dispatch) Result {
 	_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
 		Message: "stream ended without its terminal event"})
 	r.Verdict, r.Errors = v, err
-	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), 0, false)
+	if e.sampleLatency {
+		e.sample(pv, cn, d.Target.Model, 0, false)
+	}
 	return r
 }
 
@@ -208,6 +221,8 @@ func (e *Engine) RecordStall(d Dispatch) Result {
 			r.Errors = errors.Join(r.Errors, err)
 		}
 	}
-	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), 0, false)
+	if e.sampleLatency {
+		e.sample(pv, cn, d.Target.Model, 0, false)
+	}
 	return r
 }
