@@ -621,3 +621,19 @@ func TestLatencySamplesOnlyWhenRead(t *testing.T) {
 		})
 	}
 }
+
+// Engine.Route answers as policies.Resolved.Route does, whatever was asked before it.
+func TestRouteAnswersAsThePolicy(t *testing.T) {
+	f := newFixture(t, examples.Demo())
+	for _, model := range []string{"gpt-4o", "gpt-4o", "claude-3-opus", "nope", "gpt-4o", "claude-3-haiku", "gpt-4o-mini", "nope", "nope"} {
+		got, gotOK := f.e.Route(model)
+		want, wantOK := f.e.res.Route(model)
+		if got != want || gotOK != wantOK {
+			t.Fatalf("Route(%q) = %v %v, want %v %v", model, got, gotOK, want, wantOK)
+		}
+		if p, err := f.e.Plan(model, f.apiOf(model), affinity.Key{}, &f.buf); wantOK != (err == nil) ||
+			(wantOK && &f.e.res.Routes[p.Route] != want) {
+			t.Fatalf("Plan(%q) after Route: route %d, %v; want %v", model, p.Route, err, want)
+		}
+	}
+}
