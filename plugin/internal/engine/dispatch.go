@@ -69,13 +69,17 @@ func (e *ExcludedError) Is(target error) bool { return target == ErrTargetUnavai
 // queue (TryDispatch); an *ExcludedError
 // (errors.Is ErrTargetUnavailable) means try the next target. Another error is a store
 // failure: the attempt may go, failing open. The re-check reads the records the plan read,
-// which the filter's per-VM cache already holds: it costs no shared-data read.
+// which the filter's per-VM cache already holds: it costs no shared-data read. A target Plan
+// saw clean, with the cache's epoch unchanged since, is not re-read at all (see cleanMemo).
 func (e *Engine) Dispatch(t Target) (Dispatch, error) {
 	pv := &e.providers[t.Provider]
 	cn := &pv.conns[t.Connection]
 	d := Dispatch{Target: t, Started: e.now()}
-	if err := e.recheck(pv, cn, t, false); err != nil {
-		return d, err
+	clean := e.stillClean(t.clean) && (t.req == nil || len(t.req.spent) == 0)
+	if !clean {
+		if err := e.recheck(pv, cn, t, false); err != nil {
+			return d, err
+		}
 	}
 	res, err := e.admitter.Admit(cn.admit, t.Model)
 	d.Wake = res.Wake
@@ -87,7 +91,13 @@ func (e *Engine) Dispatch(t Target) (Dispatch, error) {
 		return d, nil
 	}
 	d.Lease, d.FailedOpen = res.Lease, res.FailedOpen
-	return e.claimProbe(pv, cn, d)
+	if clean {
+		// No breaker record: Allow would allow, CLOSED, and write nothing.
+		d.probe = breaker.Decision{Allowed: true, State: breaker.Closed}
+		e.launched(cn, &d)
+		return d, nil
+	}
+	return d, e.claimProbe(pv, cn, &d)
 }
 
 // TryDispatch checks a waiting attempt's turn in the queue. It returns the attempt granted
@@ -113,7 +123,7 @@ func (e *Engine) TryDispatch(d Dispatch) (Dispatch, error) {
 		return d, err
 	}
 	d.Lease, d.Waiting, d.Started, d.FailedOpen = res.Lease, false, e.now(), res.FailedOpen
-	return e.claimProbe(pv, cn, d)
+	return d, e.claimProbe(pv, cn, &d)
 }
 
 // recheck excludes a target the request itself exhausted, or one a layer excludes now. The
@@ -124,6 +134,9 @@ func (e *Engine) recheck(pv *provider, cn *connection, t Target, withBreaker boo
 	if t.req != nil && t.req.spentOn(t.Provider, t.Connection) {
 		return e.excluded(t, combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: t.Model,
 			Reason: combo.ReasonUnavailable})
+	}
+	if e.stillClean(t.clean) {
+		return nil
 	}
 	var degraded error
 	var x combo.Exclusion
@@ -149,15 +162,12 @@ func (e *Engine) excluded(t Target, x combo.Exclusion) error {
 // (OPEN again, or another worker holds the HALF_OPEN probe) the slots go back at once and
 // the target is excluded as circuit_open: for the rest of the OPEN period, or about a second
 // when another request holds the probe. A breaker that cannot be read fails open.
-func (e *Engine) claimProbe(pv *provider, cn *connection, d Dispatch) (Dispatch, error) {
+func (e *Engine) claimProbe(pv *provider, cn *connection, d *Dispatch) error {
 	dec, err := e.breakers.Allow(pv.breaker)
 	if err != nil || dec.Allowed {
 		d.probe = dec
-		if !d.Lease.Held() {
-			d.unleased = true
-			cn.unleased++
-		}
-		return d, nil
+		e.launched(cn, d)
+		return nil
 	}
 	waiters, _ := e.admitter.Release(d.Lease)
 	d.Lease, d.Wake, d.FailedOpen = admission.Lease{}, d.Wake || waiters, false
@@ -166,7 +176,15 @@ func (e *Engine) claimProbe(pv *provider, cn *connection, d Dispatch) (Dispatch,
 	if dec.State == breaker.HalfOpen {
 		x.RetryAfter = probeRetryAfter
 	}
-	return d, e.excluded(d.Target, x)
+	return e.excluded(d.Target, x)
+}
+
+// launched counts an attempt that goes without a lease in its connection's in-memory load.
+func (e *Engine) launched(cn *connection, d *Dispatch) {
+	if !d.Lease.Held() {
+		d.unleased = true
+		cn.unleased++
+	}
 }
 
 func (e *Engine) releaseProbe(pv *provider, d Dispatch) {

@@ -7,7 +7,8 @@
 // How the layers compose:
 //
 //   - Plan checks every layer for every candidate (breaker, provider cooldown gate,
-//     connection cooldown and terminal states, model lockout) and orders the eligible ones.
+//     connection cooldown and terminal states, model lockout; a clean candidate from its
+//     memo, see below) and orders the eligible ones.
 //     Dispatch and TryDispatch check the target again, since state changes between a plan
 //     and a dispatch (another worker's failure, a wait in the queue): a target excluded by
 //     then is an *ExcludedError, the caller moves on, and AllExcluded counts it with the
@@ -38,8 +39,26 @@
 //     the leases shared data holds where a connection has a cap, plus this worker's own
 //     attempts that hold none, counted in memory by Dispatch and Release (no shared data).
 //
-// On clean state the success path writes no shared data, and the filter's per-VM cache
-// makes the records a plan reads, and a dispatch reads again, free after its first read.
+// The success path, and how it avoids work. On clean state it writes no shared data (a
+// mechanism with nothing stored for a target has nothing for a success to clear), and the
+// filter's per-VM state.Cache makes the records a plan reads free after their first read:
+// a request reads one shared-data key, the cache's generation, plus the live records its
+// target needs (a capped connection's leases). Over that cache the engine also remembers
+// conclusions, not only values: a route candidate whose every layer read found nothing
+// stored is clean (cleanMemo), and stays clean for as long as the cache's Epoch stands
+// still, since the cache then answers every key it read as it did. For a clean candidate
+// Plan asks no mechanism, Dispatch neither re-checks its layers nor asks the breaker (with
+// no record it allows, CLOSED), and Record on success calls no mechanism's RecordSuccess
+// (each would find nothing and write nothing). Attempts are sampled for latency only when a
+// route's strategy reads the samples (p2c with a latency weight).
+//
+// The staleness this accepts is the cache's, no more: what other workers wrote (an
+// admin reset included) is seen at the filter's next Refresh — before every routing
+// decision, before a queued request's dispatch and before failover — which moves the epoch
+// and voids every memo; what this worker writes voids them at once. Between two refreshes
+// a worker may act on state another worker has changed meanwhile, as it did with the cache
+// alone: a plan's re-check at dispatch, in the same callback, sees what the plan saw, and a
+// success whose response comes later is recorded against what the worker's cache holds.
 package engine
 
 import (
@@ -91,10 +110,19 @@ type Engine struct {
 	classifier *classify.Classifier
 	comboWait  combo.Config
 	gateOn     bool // the opt-in provider cooldown gate
+	// cache is the store when it is the filter's per-VM cache (nil otherwise): its epoch
+	// backs the clean memos that spare the success path its reads (see cleanMemo).
+	cache *state.Cache
+	// sampleLatency: a route's strategy reads the latency samples (p2c with a latency
+	// weight), so attempts are recorded in the tracker; otherwise nothing would read them.
+	sampleLatency bool
 
 	providers []provider
 	routes    []route
 	routeOf   map[*policies.ResolvedRoute]int
+	// lastModel and lastRoute: the last model routed and its route (lastRoute -1: none).
+	lastModel string
+	lastRoute int
 }
 
 // provider is one provider's prepared handles.
@@ -129,7 +157,9 @@ type route struct {
 	res        *policies.ResolvedRoute
 	combo      *selection.Combo
 	candidates []candidateRef
-	needsLoad  bool // the strategy reads in-flight counts
+	clean      []cleanMemo  // per candidate
+	api        policies.API // the API every candidate's provider speaks ("" when they differ)
+	needsLoad  bool         // the strategy reads in-flight counts
 }
 
 // candidateRef is one configured candidate of a route.
@@ -146,7 +176,8 @@ type candidateRef struct {
 // that every resolved setting reaches a mechanism.
 type settings struct {
 	latency       latency.Config
-	latencyWeight int // selection.Config.LatencyWeight
+	latencyWeight int  // selection.Config.LatencyWeight
+	sampleLatency bool // some route's strategy reads the latency samples
 	affinity      affinity.Config
 	combo         combo.Config
 	restate       []restate.Rule
@@ -243,6 +274,9 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 			return nil, fmt.Errorf("engine: route %q: %w", rr.Model, err)
 		}
 		rs.needsLoad = strategy == selection.LeastUsed || strategy == selection.P2C || strategy == selection.FillFirst
+		if strategy == selection.P2C && latency.ClampWeight(s.latencyWeight) > 0 {
+			s.sampleLatency = true
+		}
 		rs.combo = selection.ComboConfig{Name: rr.Model, Strategy: strategy, Targets: len(rs.candidates)}
 	}
 	return s, nil
@@ -283,7 +317,11 @@ func New(p *policies.Policy, store state.Store, clock state.Clock, opts Options)
 		gateOn:    res.ProviderCooldownEnabled,
 		comboWait: cfg.combo,
 		routeOf:   make(map[*policies.ResolvedRoute]int, len(res.Routes)),
+		lastRoute: -1,
+
+		sampleLatency: cfg.sampleLatency,
 	}
+	e.cache, _ = store.(*state.Cache)
 	if e.latency, err = latency.NewTracker(cfg.latency); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -363,7 +401,17 @@ func (e *Engine) prepareRoute(i int, cfg *routeSettings) error {
 	rt.res = rr
 	e.routeOf[rr] = i
 	rt.candidates = cfg.candidates
+	rt.clean = make([]cleanMemo, len(cfg.candidates))
 	rt.needsLoad = cfg.needsLoad
+	for j, c := range cfg.candidates {
+		api := e.res.Providers[c.provider].API
+		switch {
+		case j == 0:
+			rt.api = api
+		case api != rt.api:
+			rt.api = ""
+		}
+	}
 	var err error
 	if rt.combo, err = selection.NewCombo(cfg.combo); err != nil {
 		return fmt.Errorf("engine: route %q: %w", rr.Model, err)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/classify"
 	"github.com/spillwayproxy/spillway/plugin/internal/conncooldown"
@@ -54,7 +53,8 @@ func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
 // until it ends (Release), while its outcome is known from the headers or the first event.
 // A failure also marks what it blamed as exhausted for the rest of the request (the
 // connection, or the provider for a provider-scoped failure), so failover skips it. plan is
-// the request's plan (for the session pin); it may be nil.
+// the request's plan (for the session pin); it may be nil. A success on a target Plan saw
+// clean, with the cache's epoch unchanged since, asks no mechanism (see cleanMemo).
 func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 	pv := &e.providers[d.Target.Provider]
 	cn := &pv.conns[d.Target.Connection]
@@ -65,16 +65,21 @@ func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 		}
 	}
 	if o.Status > 0 && o.Status < 400 {
-		_, err := e.breakers.RecordSuccess(pv.breaker, d.attempt())
-		note(err)
-		note(pv.cooldown.RecordSuccess(cn.cooldown, d.Started))
-		note(pv.lockout.RecordSuccess(cn.lockout, d.Target.Model, d.Started))
-		if e.gateOn {
-			note(e.gate.RecordSuccess(pv.gate))
-			note(e.gate.RecordSuccess(cn.gate))
+		// A target its clean memo vouches for has nothing stored that a success could clear.
+		if !e.stillClean(d.Target.clean) {
+			_, err := e.breakers.RecordSuccess(pv.breaker, d.attempt())
+			note(err)
+			note(pv.cooldown.RecordSuccess(cn.cooldown, d.Started))
+			note(pv.lockout.RecordSuccess(cn.lockout, d.Target.Model, d.Started))
+			if e.gateOn {
+				note(e.gate.RecordSuccess(pv.gate))
+				note(e.gate.RecordSuccess(cn.gate))
+			}
 		}
-		e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), o.TTFB, true)
-		if plan != nil && e.affinity.Enabled() && plan.Session != (affinity.Key{}) {
+		if e.sampleLatency {
+			e.sample(pv, cn, d.Target.Model, o.TTFB, true)
+		}
+		if plan != nil && e.affinity.Enabled() && !plan.Session.IsZero() {
 			_, err := e.affinity.Record(plan.Session, pv.res.ID, cn.res.ID, plan.pin)
 			note(err)
 		}
@@ -150,8 +155,17 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 	default:
 		d.Target.req.spend(d.Target.Provider, d.Target.Connection)
 	}
-	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), o.TTFB, false)
+	if e.sampleLatency {
+		e.sample(pv, cn, d.Target.Model, o.TTFB, false)
+	}
 	return requestOnly
+}
+
+// sample records an attempt in the latency tracker. Callers sample only when a route's
+// strategy reads the samples (Engine.sampleLatency: p2c with a latency weight); they live in
+// this worker's memory, and nothing else reads them.
+func (e *Engine) sample(pv *provider, cn *connection, model string, ttfb time.Duration, ok bool) {
+	e.latency.Record(pv.res.ID, cn.res.ID, model, e.now(), ttfb, ok)
 }
 
 // gateProviderFailure counts a provider-level failure in the opt-in provider cooldown gate.
@@ -186,7 +200,9 @@ func (e *Engine) RecordTruncation(d Dispatch) Result {
 	_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
 		Message: "stream ended without its terminal event"})
 	r.Verdict, r.Errors = v, err
-	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), 0, false)
+	if e.sampleLatency {
+		e.sample(pv, cn, d.Target.Model, 0, false)
+	}
 	return r
 }
 
@@ -211,6 +227,8 @@ func (e *Engine) RecordStall(d Dispatch) Result {
 			r.Errors = errors.Join(r.Errors, err)
 		}
 	}
-	e.latency.Record(pv.res.ID, cn.res.ID, d.Target.Model, e.now(), 0, false)
+	if e.sampleLatency {
+		e.sample(pv, cn, d.Target.Model, 0, false)
+	}
 	return r
 }

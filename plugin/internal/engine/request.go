@@ -23,6 +23,10 @@ type Target struct {
 	// Dispatch reads what the request's own attempts exhausted there, and notes the
 	// exclusions it finds.
 	req *Buffers
+	// clean is the cache epoch at which Plan saw every layer hold nothing for the target
+	// (0: not seen clean, or a Target built by hand): while the epoch stands, Dispatch and
+	// Record need not read the target's layers (see cleanMemo).
+	clean uint64
 }
 
 // Plan is the routing decision for one request: the eligible targets in the order to try
@@ -109,16 +113,20 @@ func (b *Buffers) noteExcluded(x combo.Exclusion) {
 // Plan starts the request's memory in buf afresh: a request planned again after a combo
 // cooldown wait may try what the wait sat out (guide §4).
 func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf *Buffers) (Plan, error) {
-	rr, ok := e.res.Route(model)
+	ri, ok := e.lastRoute, e.lastRoute >= 0 && model == e.lastModel
 	if !ok {
-		return Plan{Model: model}, ErrNoRoute
+		if ri, ok = e.route(model); !ok {
+			return Plan{Model: model}, ErrNoRoute
+		}
 	}
-	ri := e.routeOf[rr]
 	rt := &e.routes[ri]
 	plan := Plan{Model: model, Route: ri, Session: session, req: buf}
 	buf.spent = buf.spent[:0]
 	cands := buf.candidates[:0]
 	excl := buf.excluded[:0]
+	// One comparison for a route whose providers all speak one API (the usual case).
+	routeAPI := rt.api != "" && rt.api == api
+	epoch := e.epoch()
 	for i, c := range rt.candidates {
 		model := c.model
 		if model == "" {
@@ -126,14 +134,20 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 		}
 		pv := &e.providers[c.provider]
 		cn := &pv.conns[c.connection]
-		if pv.res.API != api {
+		if !routeAPI && pv.res.API != api {
 			excl = append(excl, combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: model,
 				Reason: combo.ReasonAPIMismatch})
 			continue
 		}
-		if x, excluded := e.exclusion(pv, cn, model, &plan.Degraded); excluded {
-			excl = append(excl, x)
-			continue
+		if memo := &rt.clean[i]; !memo.vouches(epoch, c.model != "", model) {
+			w := e.watch()
+			x, excluded := e.exclusion(pv, cn, model, &plan.Degraded)
+			if excluded {
+				memo.forget()
+				excl = append(excl, x)
+				continue
+			}
+			memo.note(e.cleanSince(w), model)
 		}
 		cand := selection.Candidate{Provider: pv.res.ID, Connection: cn.res.ID, Model: model, Index: i,
 			Weight: c.weight, MaxConcurrent: cn.res.MaxConcurrent}
@@ -147,7 +161,7 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	if len(cands) == 0 {
 		return plan, nil
 	}
-	if e.affinity.Enabled() && session != (affinity.Key{}) {
+	if e.affinity.Enabled() && !session.IsZero() {
 		pin, err := e.affinity.Lookup(session)
 		if err != nil {
 			plan.Degraded = errors.Join(plan.Degraded, err)
@@ -166,11 +180,39 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	targets := buf.targets[:0]
 	for _, c := range cands {
 		ref := rt.candidates[c.Index]
-		targets = append(targets, Target{Provider: ref.provider, Connection: ref.connection, Model: c.Model, req: buf})
+		targets = append(targets, Target{Provider: ref.provider, Connection: ref.connection, Model: c.Model, req: buf,
+			clean: rt.clean[c.Index].at})
 	}
 	buf.targets = targets
 	plan.Targets = targets
 	return plan, nil
+}
+
+// Route returns the route serving model, as policies.Resolved.Route does, remembering the
+// last answer: a model equal to the last one asked about (the same interned string, usually)
+// costs one comparison instead of a map lookup, and Plan for it then needs no lookup either.
+func (e *Engine) Route(model string) (*policies.ResolvedRoute, bool) {
+	if e.lastRoute >= 0 && model == e.lastModel {
+		return e.routes[e.lastRoute].res, true
+	}
+	ri, ok := e.route(model)
+	if !ok {
+		return nil, false
+	}
+	return e.routes[ri].res, true
+}
+
+// route finds the route serving model and keeps the answer in lastModel and lastRoute: the
+// filter asks for the same few models over and over, and Plan compares a model with the last
+// one before it looks the route up.
+func (e *Engine) route(model string) (int, bool) {
+	rr, ok := e.res.Route(model)
+	if !ok {
+		return 0, false
+	}
+	ri := e.routeOf[rr]
+	e.lastModel, e.lastRoute = model, ri
+	return ri, true
 }
 
 // inFlight is the load the load-aware strategies (least-used, p2c, fill-first) compare: the

@@ -216,3 +216,103 @@ func TestCacheBumpsOnAHostThatRefusesUnconditionalSets(t *testing.T) {
 		t.Fatal("the other worker did not see the write after its refresh")
 	}
 }
+
+// Epoch moves whenever a remembered value may change or go, and at no other time; Findings
+// moves on every read that finds something (a value, a live key, an error) and on no read
+// of a missing or deleted key. Together they let a caller trust a conclusion drawn from
+// reads that found nothing for as long as the epoch stands.
+func TestCacheEpochAndFindings(t *testing.T) {
+	write := func(c *Cache, key string, v []byte) {
+		t.Helper()
+		if _, err := Update(c, key, func([]byte, bool) ([]byte, Mutation, error) { return v, Write, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		act      func(t *testing.T, c, peer *Cache, mem *MemStore) // what happens after a warm-up
+		epoch    bool                                              // the epoch must move
+		findings uint64                                            // how far Findings must move
+	}{
+		{name: "reads of missing keys, again and again", act: func(t *testing.T, c, _ *Cache, _ *MemStore) {
+			for i := 0; i < 3; i++ {
+				c.Get("spw1:missing")
+				c.Get("spw1:other-missing")
+			}
+		}},
+		{name: "a refresh with nothing written anywhere", act: func(t *testing.T, c, _ *Cache, _ *MemStore) {
+			if err := c.Refresh(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "a deleted key reads as missing", act: func(t *testing.T, c, _ *Cache, mem *MemStore) {
+			c.Get("spw1:tombstone")
+		}},
+		{name: "a read that finds a value", act: func(t *testing.T, c, _ *Cache, _ *MemStore) {
+			c.Get("spw1:present")
+			c.Get("spw1:present") // a hit finds it too
+		}, findings: 2},
+		{name: "a live key is never vouched for", act: func(t *testing.T, c, _ *Cache, _ *MemStore) {
+			c.Get(KeyPrefix + "adm:c:1")
+		}, findings: 1},
+		{name: "a write through the cache", act: func(t *testing.T, c, _ *Cache, _ *MemStore) {
+			write(c, "spw1:missing", []byte{7})
+		}, epoch: true},
+		{name: "a live write leaves what the cache remembers alone", act: func(t *testing.T, c, _ *Cache, _ *MemStore) {
+			if err := c.Set(KeyPrefix+"adm:c:1", []byte{1}, 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "another worker's write, seen at the next refresh", act: func(t *testing.T, c, peer *Cache, _ *MemStore) {
+			write(peer, "spw1:missing", []byte{7})
+			if err := c.Refresh(); err != nil {
+				t.Fatal(err)
+			}
+		}, epoch: true},
+		{name: "Forget", act: func(t *testing.T, c, _ *Cache, _ *MemStore) { c.Forget() }, epoch: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := NewMemStore()
+			c, peer := NewCache(mem, liveAdm), NewCache(mem, liveAdm)
+			write(peer, "spw1:present", []byte{1})
+			write(peer, "spw1:tombstone", []byte{1})
+			if _, err := Update(peer, "spw1:tombstone", func([]byte, bool) ([]byte, Mutation, error) { return nil, Delete, nil }); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Refresh(); err != nil {
+				t.Fatal(err)
+			}
+			c.Get("spw1:missing") // warm: the key the cases read again
+			epoch, findings := c.Epoch(), c.Findings()
+			if epoch == 0 {
+				t.Fatal("epoch 0: it must never be 0")
+			}
+			tc.act(t, c, peer, mem)
+			if moved := c.Epoch() != epoch; moved != tc.epoch {
+				t.Errorf("epoch moved = %v, want %v", moved, tc.epoch)
+			}
+			if got := c.Findings() - findings; got != tc.findings {
+				t.Errorf("findings moved by %d, want %d", got, tc.findings)
+			}
+		})
+	}
+}
+
+// The size bound starts the cache over, which moves the epoch.
+func TestCacheSizeBoundMovesTheEpoch(t *testing.T) {
+	c := NewCache(NewMemStore(), nil)
+	if err := c.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	epoch := c.Epoch()
+	for i := 0; i < maxCacheEntries; i++ {
+		c.Get(KeyPrefix + "k" + string(rune('a'+i%26)) + strings.Repeat("x", i/26))
+	}
+	if c.Epoch() != epoch {
+		t.Fatalf("epoch moved before the bound was reached")
+	}
+	c.Get(KeyPrefix + "one-too-many")
+	if c.Epoch() == epoch {
+		t.Fatal("the cache started over at its size bound and the epoch stood still")
+	}
+}

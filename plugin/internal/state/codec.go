@@ -128,9 +128,17 @@ func (d *Decoder) View() []byte {
 	return v
 }
 
-// Err reports the first decoding error, or trailing bytes.
+// Err reports the first decoding error, or trailing bytes. A record read to its end
+// without error costs no call.
 func (d *Decoder) Err() error {
-	if d.err == nil && len(d.buf) != 0 {
+	if d.err == nil && len(d.buf) == 0 {
+		return nil
+	}
+	return d.errSlow()
+}
+
+func (d *Decoder) errSlow() error {
+	if d.err == nil {
 		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.buf))
 	}
 	return d.err

@@ -107,14 +107,13 @@ func Update(s Store, key string, fn UpdateFunc) ([]byte, error) {
 				return nil, fmt.Errorf("state: create %q: %w", key, err)
 			}
 		}
-		err = s.Set(key, next, cas)
+		if err = s.Set(key, next, cas); err == nil {
+			return next, nil
+		}
 		if errors.Is(err, ErrCasMismatch) {
 			continue
 		}
-		if err != nil {
-			return nil, fmt.Errorf("state: set %q: %w", key, err)
-		}
-		return next, nil
+		return nil, fmt.Errorf("state: set %q: %w", key, err)
 	}
 	return nil, fmt.Errorf("%w: key %q", ErrContention, key)
 }
