@@ -4,6 +4,7 @@ package hostabi
 
 import (
 	"strings"
+	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 )
@@ -135,4 +136,5 @@ func IncrementMetric(id uint32, delta int64) error {
 	return nil
 }
 
-// Claim is the wasm build's; natively nothing is claimed.
+// Now is the wall clock.
+func Now() time.Time { return time.Now() }

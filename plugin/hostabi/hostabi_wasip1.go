@@ -3,6 +3,7 @@
 package hostabi
 
 import (
+	"time"
 	"unsafe"
 )
 
@@ -146,6 +147,21 @@ func hostContinueStream(streamType StreamType) uint32
 
 //go:wasmimport env proxy_increment_metric
 func hostIncrementMetric(metricID uint32, offset int64) uint32
+
+//go:wasmimport wasi_snapshot_preview1 clock_time_get
+func wasiClockTimeGet(clockID uint32, precision uint64, result *uint64) uint32
+
+var clockNow uint64
+
+// Now is the wall clock in one WASI call (time.Now reads the wall and the monotonic clock,
+// two calls). The time carries no monotonic reading; the filter compares times across
+// callbacks and workers, which only the wall clock can do anyway.
+func Now() time.Time {
+	if wasiClockTimeGet(0, 1, &clockNow) != 0 { // 0: CLOCK_REALTIME
+		return time.Now()
+	}
+	return time.Unix(0, int64(clockNow))
+}
 
 // ptr returns a pointer to s's bytes for the host (nil for "").
 func ptr(s string) *byte {

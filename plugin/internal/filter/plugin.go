@@ -11,6 +11,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/spillwayproxy/spillway/plugin/hostabi"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
@@ -88,12 +89,19 @@ func (p *pluginContext) clock() time.Time {
 		if p.timeNow != nil {
 			p.now = p.timeNow()
 		} else {
-			p.now = time.Now()
+			p.now = hostabi.Now()
 		}
 		p.nowValid = true
 	}
 	return p.now
 }
+
+// callbackClock is the engine's state.Clock: the callback's time (a method, not a closure,
+// so a read is one call).
+type callbackClock struct{ p *pluginContext }
+
+// Now implements state.Clock.
+func (c callbackClock) Now() time.Time { return c.p.clock() }
 
 // readClock starts a callback: the time is read afresh when next asked for.
 func (p *pluginContext) readClock() { p.nowValid = false }
@@ -123,7 +131,7 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 	}
 	p.policy, p.res = policy, policy.Resolved()
 	p.cache = state.NewCache(&p.store, isLiveKey)
-	if p.engine, err = engine.New(policy, p.cache, state.ClockFunc(p.clock), engine.Options{}); err != nil {
+	if p.engine, err = engine.New(policy, p.cache, callbackClock{p}, engine.Options{}); err != nil {
 		proxywasm.LogCriticalf("spillway: refusing to start: %v", err)
 		return types.OnPluginStartStatusFailed
 	}

@@ -176,7 +176,7 @@ func (h *httpContext) endOfRequest(bodySize int) step {
 // planAndDispatch plans the request's targets and dispatches the first one that can go.
 func (h *httpContext) planAndDispatch() step {
 	p := h.plugin
-	rr, ok := p.res.Route(h.model)
+	rr, ok := p.engine.Route(h.model)
 	if !ok {
 		h.reply(replies.ModelNotFound(h.model))
 		return stepAnswered

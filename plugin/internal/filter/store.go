@@ -25,6 +25,8 @@ func (s *sharedStore) Get(key string) ([]byte, uint32, bool, error) {
 	v, cas, err := hostabi.GetSharedData(key, s.buf)
 	s.buf = v
 	switch {
+	case err == nil && len(v) > 0:
+		return v, cas, true, nil
 	case errors.Is(err, types.ErrorStatusNotFound):
 		return nil, 0, false, nil
 	case err != nil:
@@ -38,6 +40,9 @@ func (s *sharedStore) Get(key string) ([]byte, uint32, bool, error) {
 // Set implements state.Store.
 func (s *sharedStore) Set(key string, value []byte, cas uint32) error {
 	err := hostabi.SetSharedData(key, value, cas)
+	if err == nil {
+		return nil
+	}
 	if errors.Is(err, types.ErrorStatusCasMismatch) {
 		return state.ErrCasMismatch
 	}
