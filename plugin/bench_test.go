@@ -458,9 +458,23 @@ func (e benchErrs) check(tb testing.TB, s *benchSide) {
 
 // BenchmarkSuccessPath is the goal's success path: the demo policy, one chat completion for
 // gpt-4o routed to openai-a (capped, so it takes and frees a concurrency lease), a 200.
-func BenchmarkSuccessPath(b *testing.B) {
-	runBenchPath(b, benchPath{
-		policy: benchPolicy(b, examples.Demo(), nil),
+func BenchmarkSuccessPath(b *testing.B) { runBenchPath(b, successPath(benchPolicy(b, examples.Demo(), nil))) }
+
+// BenchmarkSuccessPathUncapped is the success path on a connection without a concurrency
+// cap (the demo's openai-a with its caps removed): no lease to take and give back, so the
+// one shared-data operation left is the per-VM cache's generation read.
+func BenchmarkSuccessPathUncapped(b *testing.B) {
+	runBenchPath(b, successPath(benchPolicy(b, examples.Demo(), func(p map[string]any) {
+		conn := p["providers"].([]any)[0].(map[string]any)["connections"].([]any)[0].(map[string]any)
+		delete(conn, "maxConcurrent")
+		delete(conn, "modelConcurrency")
+	})))
+}
+
+// successPath is the demo's gpt-4o request answered 200 by openai-a.
+func successPath(policy []byte) benchPath {
+	return benchPath{
+		policy: policy,
 		request: func(tb testing.TB, s *benchSide, m *benchMeter) {
 			var errs benchErrs
 			m.start(tb)
@@ -494,7 +508,7 @@ func BenchmarkSuccessPath(b *testing.B) {
 			requireCounters(tb, s, before, map[string]uint64{"spillway_routed_total": uint64(n),
 				"spillway_attempts_total": uint64(n), "spillway_failovers_total": 0, "spillway_local_replies_total": 0})
 		},
-	})
+	}
 }
 
 // BenchmarkFailoverPath: openai-a answers 429 with Retry-After: 1; the request fails over
