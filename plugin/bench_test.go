@@ -458,7 +458,9 @@ func (e benchErrs) check(tb testing.TB, s *benchSide) {
 
 // BenchmarkSuccessPath is the goal's success path: the demo policy, one chat completion for
 // gpt-4o routed to openai-a (capped, so it takes and frees a concurrency lease), a 200.
-func BenchmarkSuccessPath(b *testing.B) { runBenchPath(b, successPath(benchPolicy(b, examples.Demo(), nil))) }
+func BenchmarkSuccessPath(b *testing.B) {
+	runBenchPath(b, successPath(benchPolicy(b, examples.Demo(), nil)))
+}
 
 // BenchmarkSuccessPathUncapped is the success path on a connection without a concurrency
 // cap (the demo's openai-a with its caps removed): no lease to take and give back, so the

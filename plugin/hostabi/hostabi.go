@@ -18,8 +18,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"unsafe"
-
-	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
 // MapType is a header map of the ABI.
@@ -52,38 +50,6 @@ const (
 	StreamRequest  StreamType = 0
 	StreamResponse StreamType = 1
 )
-
-// status codes of the ABI, mapped to the SDK's errors so callers test them the same way
-// natively and in wasm.
-const (
-	statusOK          = 0
-	statusNotFound    = 1
-	statusBadArgument = 2
-	statusEmpty       = 7
-	statusCasMismatch = 8
-	statusInternal    = 10
-	statusUnsupported = 12
-)
-
-func statusErr(s uint32) error {
-	switch s {
-	case statusOK:
-		return nil
-	case statusNotFound:
-		return types.ErrorStatusNotFound
-	case statusBadArgument:
-		return types.ErrorStatusBadArgument
-	case statusEmpty:
-		return types.ErrorStatusEmpty
-	case statusCasMismatch:
-		return types.ErrorStatusCasMismatch
-	case statusInternal:
-		return types.ErrorInternalFailure
-	case statusUnsupported:
-		return types.ErrorUnimplemented
-	}
-	return errUnknownStatus
-}
 
 var errUnknownStatus = errors.New("hostabi: unknown status from host")
 
