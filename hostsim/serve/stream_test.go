@@ -100,7 +100,7 @@ func TestStreamTimeToFirstTokenMatchesTheUpstream(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream; charset=utf-8" {
 		t.Fatalf("status %d headers %v", resp.StatusCode, resp.Header)
 	}
-	requireSpillwayHeaders(t, resp.Header, "gpt-4o")
+	requireSpillwayHeaders(t, resp.Header, "openai", "openai-a", "gpt-4o", "1")
 	if len(events) != len(directEvents) || events[len(events)-1] != "data: [DONE]\n" {
 		t.Fatalf("%d events through serve, %d direct; last %q", len(events), len(directEvents), events[len(events)-1])
 	}

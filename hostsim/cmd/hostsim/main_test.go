@@ -146,8 +146,9 @@ func TestRunOneRequest(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s", code, errOut)
 	}
-	for _, want := range []string{"HTTP/1.1 200 OK\n", "x-spillway-model: text-embedding-3-small\n", "x-spillway-attempts: 1\n",
-		`"object":"embedding"`} {
+	// The demo routes text-embedding-* to the openai provider.
+	for _, want := range []string{"HTTP/1.1 200 OK\n", "x-spillway-provider: openai\n", "x-spillway-connection: openai-a\n",
+		"x-spillway-model: text-embedding-3-small\n", "x-spillway-attempts: 1\n", `"object":"embedding"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
