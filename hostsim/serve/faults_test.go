@@ -91,9 +91,9 @@ var faultCases = []faultCase{
 		details: "upstream_reset_after_response_started{connection_termination}"},
 	// A reset before any answer is the router's 503 for the client, and the provider's
 	// transport failure for Spillway. The router's flag stays on the stream when Spillway
-// answers from the spare.
+	// answers from the spare.
 	{name: "reset before the answer", fault: fakeprovider.Fault{Scenario: fakeprovider.ScenarioReset}, status: 503,
-		body:    []string{"upstream connect error or disconnect/reset before headers. reset reason: connection termination"},
+		body:  []string{"upstream connect error or disconnect/reset before headers. reset reason: connection termination"},
 		flags: "UC", details: "upstream_reset_before_response_started{connection_termination}", failsOver: true},
 	{name: "custom status and message", fault: fakeprovider.Fault{Status: 502, Message: "bad gateway upstream", RetryAfter: "3"},
 		status: 502, body: []string{"bad gateway upstream"}, header: "Retry-After", failsOver: true},
