@@ -96,10 +96,11 @@ func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 		inst.AdminAddr = adminLn.Addr().String()
 	}
 	inst.Addr = ln.Addr().String()
-	inst.http = &http.Server{Handler: srv, Protocols: frontEndProtocols(), ReadHeaderTimeout: 30 * time.Second}
+	inst.http = &http.Server{Handler: srv, Protocols: frontEndProtocols(), ReadHeaderTimeout: 30 * time.Second,
+		ConnContext: withClientConn}
 	inst.served = make(chan error, 2)
 	inst.ready.Store(true)
-	go func() { inst.served <- inst.http.Serve(ln) }()
+	go func() { inst.served <- inst.http.Serve(clientListener{ln}) }()
 	if adminLn != nil {
 		inst.admin = &http.Server{Handler: &admin{host: srv.Host(), ready: &inst.ready}, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
