@@ -222,9 +222,13 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return exitError
 	}
 	fmt.Fprintf(stdout, "HTTP/1.1 %d %s\n", res.Status, http.StatusText(res.Status))
+	// The body's own length is printed last: the answer's content-length, when it has one,
+	// is not printed twice.
 	keys := make([]string, 0, len(res.Header))
 	for k := range res.Header {
-		keys = append(keys, k)
+		if !strings.EqualFold(k, "content-length") {
+			keys = append(keys, k)
+		}
 	}
 	sort.Strings(keys)
 	for _, k := range keys {

@@ -153,6 +153,9 @@ func TestRunOneRequest(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
 	}
+	if n := strings.Count(out, "content-length: "); n != 1 {
+		t.Errorf("content-length printed %d times:\n%s", n, out)
+	}
 	// The default request is a gpt-4o chat completion.
 	code, out, _ = hostsim(t, "", "run", "-wasm", wasm, "-workers", "1")
 	if code != exitOK || !strings.Contains(out, `"object":"chat.completion"`) || !strings.Contains(out, "x-spillway-model: gpt-4o") {
