@@ -6,8 +6,9 @@
 // by request headers. Each fake counts what every credential sent it and how many of those
 // requests were in flight at once.
 //
-// Faults. A request can ask for its own failure with headers (they pass through the filter
-// like any other header):
+// Faults. A request can ask for its own failure with headers. They pass through the filter
+// like any other header, and Spillway copies them onto its failover attempts, so every key
+// and provider a request tries gets them; x-fake-key-suffix aims them at one key:
 //
 //	x-fake-scenario: NAME       one of the Scenario names: rate-limit, concurrency-limit, quota,
 //	                            unavailable, overloaded, agentrouter-quota, agentrouter-no-access,
@@ -20,7 +21,8 @@
 //	x-fake-event-delay-ms: 100  the gap between stream events
 //	x-fake-after-events: 3      content events before a stall, error-mid, truncate or reset
 //	x-fake-key-suffix: key-b    apply the x-fake-* headers only when the request's credential
-//	                            (bearer token or x-api-key) ends with this
+//	                            (bearer token or x-api-key, as the filter injected it) ends
+//	                            with this
 //
 // Tests script answers instead: Provider.Script queues Faults for any request,
 // Provider.ScriptFor for one credential; each scripted Fault answers one request, in order,

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim"
 )
@@ -43,7 +44,9 @@ func TestPrometheusText(t *testing.T) {
 	}
 }
 
-// The admin listener serves the filter's metrics and the readiness.
+// The admin listener serves the filter's metrics and the readiness. The filter counts in
+// each VM and adds its counts to Envoy's stats on that VM's next tick (at most a second
+// later when idle), so the counts are awaited.
 func TestAdminListener(t *testing.T) {
 	d := startDemo(t, func(o *Options) { o.Admin = "127.0.0.1:0" })
 	if d.AdminAddr == "" || !strings.Contains(d.Banner(), "admin:     http://"+d.AdminAddr) {
@@ -54,12 +57,28 @@ func TestAdminListener(t *testing.T) {
 			t.Fatalf("%d %s", status, body)
 		}
 	}
-	status, body := get(t, "http://"+d.AdminAddr+"/stats/prometheus")
-	if status != 200 || !strings.Contains(body, "# TYPE envoy_wasmcustom_spillway_requests_total counter\n") ||
-		!strings.Contains(body, "envoy_wasmcustom_spillway_requests_total{} 3\n") {
-		t.Errorf("/stats/prometheus %d:\n%s", status, body)
+	// One more that fails over from openai-a to openai-b: 4 requests, 5 attempts.
+	if status, h, body := post(t, d.URL()+"/v1/chat/completions", chatBody,
+		map[string]string{"x-fake-status": "503", "x-fake-key-suffix": "key-a"}); status != 200 || h.Get("x-spillway-attempts") != "2" {
+		t.Fatalf("%d %v %s", status, h, body)
 	}
-	if status, body := get(t, "http://"+d.AdminAddr+"/stats"); status != 200 || !strings.Contains(body, "wasmcustom.spillway_requests_total: 3\n") {
+	want := []string{
+		"# TYPE envoy_wasmcustom_spillway_requests_total counter\nenvoy_wasmcustom_spillway_requests_total{} 4\n",
+		"envoy_wasmcustom_spillway_routed_total{} 4\n",
+		"envoy_wasmcustom_spillway_attempts_total{} 5\n",
+		"envoy_wasmcustom_spillway_failovers_total{} 1\n",
+	}
+	var status int
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if status, body = get(t, "http://"+d.AdminAddr+"/stats/prometheus"); status == 200 && containsAll(body, want) {
+			break
+		}
+	}
+	if status != 200 || !containsAll(body, want) {
+		t.Errorf("/stats/prometheus %d, want %q:\n%s", status, want, body)
+	}
+	if status, body := get(t, "http://"+d.AdminAddr+"/stats"); status != 200 || !strings.Contains(body, "wasmcustom.spillway_requests_total: 4\n") {
 		t.Errorf("/stats %d:\n%s", status, body)
 	}
 	if status, body := get(t, "http://"+d.AdminAddr+"/ready"); status != 200 || body != "LIVE\n" {
@@ -102,6 +121,16 @@ func TestTransportFailure(t *testing.T) {
 			}
 		})
 	}
+}
+
+// containsAll reports whether s contains every one of subs.
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }
 
 type timeoutErr struct{}

@@ -22,6 +22,8 @@ type Policy struct {
 	JSON []byte
 	// Parsed is the policy as the filter will read it with the same environment.
 	Parsed *policies.Policy
+	// Resolved is Parsed with every default applied, as the filter runs it.
+	Resolved *policies.Resolved
 }
 
 // PolicyError is a policy that does not validate: every problem with its field path.
@@ -71,6 +73,7 @@ func LoadPolicy(path string, env []EnvVar) (*Policy, error) {
 		}
 		return nil, fmt.Errorf("serve: policy %s: %w", p.Source, err)
 	}
+	p.Resolved = p.Parsed.Resolved()
 	return p, nil
 }
 
@@ -99,8 +102,9 @@ func (p *Policy) Clusters() []string {
 	return out
 }
 
-// DefaultCluster is where a request goes when the filter names no cluster: the first
-// provider's.
+// DefaultCluster is where a request goes when the filter names no cluster (a request
+// Spillway does not route, such as GET /v1/models): the first provider's, as a catch-all
+// route to it would.
 func (p *Policy) DefaultCluster() string {
 	if len(p.Parsed.Providers) == 0 {
 		return ""
@@ -109,23 +113,30 @@ func (p *Policy) DefaultCluster() string {
 }
 
 // ClusterHeader is the request header the route reads the cluster from (Envoy's route
-// cluster_header), the one the filter sets. The policy will name it (routing.clusterHeader,
-// default x-spillway-cluster); until then it is HeaderCluster, and this is the one line to
-// change.
-func (p *Policy) ClusterHeader() string { return HeaderCluster }
+// cluster_header): the policy's routing.clusterHeader (default x-spillway-cluster), the one
+// the filter sets to the chosen provider's cluster.
+func (p *Policy) ClusterHeader() string { return p.Resolved.Routing.ClusterHeader }
 
 // FakePrefix marks the cluster names built-in fake providers serve when no -cluster is
 // given.
 const FakePrefix = "fake-"
 
 // fakeKindFor is the one place that decides which API the built-in fake for a cluster
-// speaks (ok false: the cluster is not a fake's). For now the name decides: a fake-* name
-// containing "anthropic" (fake-anthropic) gets the Anthropic fake, every other fake-*
-// (fake-openai, fake-openrouter, ...) the OpenAI one. Once providers declare their api
-// (openai | anthropic), this reads the api of the provider that uses the cluster instead.
-func fakeKindFor(cluster string) (fakeprovider.Kind, bool) {
+// speaks (ok false: the cluster is not a fake's). The API of the first provider that uses
+// the cluster decides (its policy api: openai or anthropic), since that is what the filter
+// sends there; a fake-* cluster no provider names falls back to its name: one containing
+// "anthropic" gets the Anthropic fake, any other the OpenAI one.
+func (p *Policy) fakeKindFor(cluster string) (fakeprovider.Kind, bool) {
 	if !strings.HasPrefix(cluster, FakePrefix) {
 		return "", false
+	}
+	for i := range p.Resolved.Providers {
+		if pr := &p.Resolved.Providers[i]; pr.Cluster == cluster {
+			if pr.API == policies.APIAnthropic {
+				return fakeprovider.Anthropic, true
+			}
+			return fakeprovider.OpenAI, true
+		}
 	}
 	if strings.Contains(strings.ToLower(cluster), "anthropic") {
 		return fakeprovider.Anthropic, true

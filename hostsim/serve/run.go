@@ -96,10 +96,11 @@ func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 		inst.AdminAddr = adminLn.Addr().String()
 	}
 	inst.Addr = ln.Addr().String()
-	inst.http = &http.Server{Handler: srv, Protocols: frontEndProtocols(), ReadHeaderTimeout: 30 * time.Second}
+	inst.http = &http.Server{Handler: srv, Protocols: frontEndProtocols(), ReadHeaderTimeout: 30 * time.Second,
+		ConnContext: withClientConn}
 	inst.served = make(chan error, 2)
 	inst.ready.Store(true)
-	go func() { inst.served <- inst.http.Serve(ln) }()
+	go func() { inst.served <- inst.http.Serve(clientListener{ln}) }()
 	if adminLn != nil {
 		inst.admin = &http.Server{Handler: &admin{host: srv.Host(), ready: &inst.ready}, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
@@ -128,7 +129,7 @@ func (inst *Instance) setUpClusters() error {
 	fakes := len(inst.opts.Clusters) == 0
 	if fakes {
 		for _, name := range inst.Policy.Clusters() {
-			kind, ok := fakeKindFor(name)
+			kind, ok := inst.Policy.fakeKindFor(name)
 			if !ok {
 				continue
 			}
@@ -201,8 +202,11 @@ func (inst *Instance) Banner() string {
 		}
 		fmt.Fprintf(&b, "  %-10s %-*s -> %s%s\n", label, width, c.Name, target, note)
 	}
-	fmt.Fprintf(&b, "  routing:   the %s request header names the cluster; without it: %s\n",
-		inst.Policy.ClusterHeader(), inst.Policy.DefaultCluster())
+	fmt.Fprintf(&b, "  routing:   Spillway sets %s to the chosen provider's cluster (a client's is removed); "+
+		"unrouted requests go to %s\n", inst.Policy.ClusterHeader(), inst.Policy.DefaultCluster())
+	if len(inst.Fakes) > 0 {
+		b.WriteString("  fakes:     misbehave on x-fake-* request headers (hostsim/cmd/hostsim/README.md)\n")
+	}
 	stop := "on"
 	if !o.AllowOnHeadersStopIteration {
 		stop = "off (a headers Pause stops all iteration)"

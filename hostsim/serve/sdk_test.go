@@ -20,29 +20,43 @@ import (
 
 func openAIClient(d *demo, opts ...option.RequestOption) openai.Client {
 	return openai.NewClient(append([]option.RequestOption{option.WithBaseURL(d.URL() + "/v1/"),
-		option.WithAPIKey("sk-client-key"), option.WithMaxRetries(0)}, opts...)...)
+		option.WithAPIKey(clientKey), option.WithMaxRetries(0)}, opts...)...)
 }
 
-// Every proxied answer carries the filter's x-spillway-* headers.
-func requireSpillwayHeaders(t *testing.T, h http.Header, model string) {
+// requireSpillwayHeaders checks the filter's x-spillway-* headers on a routed answer: the
+// provider, connection and upstream model that answered, and the attempts it took.
+func requireSpillwayHeaders(t *testing.T, h http.Header, provider, connection, model, attempts string) {
 	t.Helper()
-	for _, k := range []string{"x-spillway-provider", "x-spillway-connection", "x-spillway-attempts"} {
-		if h.Get(k) == "" {
-			t.Errorf("response lacks %s: %v", k, h)
+	for _, kv := range [][2]string{{"x-spillway-provider", provider}, {"x-spillway-connection", connection},
+		{"x-spillway-model", model}, {"x-spillway-attempts", attempts}} {
+		if got := h.Get(kv[0]); got != kv[1] {
+			t.Errorf("%s = %q, want %q", kv[0], got, kv[1])
 		}
 	}
-	if got := h.Get("x-spillway-model"); got != model {
-		t.Errorf("x-spillway-model = %q, want %q", got, model)
+}
+
+// requireNoSpillwayHeaders: a request Spillway does not route passes through untouched.
+func requireNoSpillwayHeaders(t *testing.T, h http.Header) {
+	t.Helper()
+	for k := range h {
+		if strings.HasPrefix(strings.ToLower(k), "x-spillway-") {
+			t.Errorf("a request Spillway does not route got %s: %v", k, h)
+		}
 	}
 }
 
+// Every OpenAI path Spillway routes by default, and GET /v1/models, through the filter
+// with the OpenAI SDK. The demo sends each model to the openai provider's first key (gpt-4o
+// by priority; round-robin starts there for gpt-4o-mini and text-embedding-*); the models
+// list is not routed and passes through to the default cluster without Spillway's headers,
+// with the client's own key.
 func TestOpenAISDKThroughTheFilter(t *testing.T) {
 	d := startDemo(t, nil)
 	client := openAIClient(d)
 	ctx := context.Background()
 	tests := []struct {
 		name  string
-		model string // the model the request names
+		model string // x-spillway-model ("" : not routed, no x-spillway-* headers)
 		// call makes the SDK request, capturing the raw response, and returns the text or
 		// value the fake put in its answer
 		call func(raw **http.Response) (string, error)
@@ -83,7 +97,7 @@ func TestOpenAISDKThroughTheFilter(t *testing.T) {
 			}
 			return r.OutputText(), nil
 		}, "answering as gpt-4o"},
-		{"models", "-", func(raw **http.Response) (string, error) {
+		{"models", "", func(raw **http.Response) (string, error) {
 			r, err := client.Models.List(ctx, option.WithResponseInto(raw))
 			if err != nil {
 				return "", err
@@ -105,24 +119,42 @@ func TestOpenAISDKThroughTheFilter(t *testing.T) {
 			if !strings.Contains(got, tt.want) {
 				t.Errorf("answer %q does not contain %q", got, tt.want)
 			}
-			requireSpillwayHeaders(t, raw.Header, tt.model)
+			if tt.model == "" {
+				requireNoSpillwayHeaders(t, raw.Header)
+				return
+			}
+			requireSpillwayHeaders(t, raw.Header, "openai", "openai-a", tt.model, "1")
 		})
+	}
+	// The routed requests reached fake-openai with the key the filter injected, never the
+	// client's; the models list with the client's own.
+	fake := d.fake(t, "fake-openai")
+	if a, c := fake.StatsFor("demo-key-a").Requests, fake.StatsFor(clientKey).Requests; a != len(tests)-1 || c != 1 {
+		t.Errorf("fake-openai counted %d requests from demo-key-a and %d from the client's key, want %d and 1", a, c, len(tests)-1)
 	}
 	// One access line per request, naming the worker and the filter's headers.
 	if lines := d.access.await(" 200 ", len(tests)); len(lines) != len(tests) {
-		t.Errorf("%d access lines for %d requests:\n%s", len(lines), len(tests), d.access)
-	} else if l := lines[0]; !strings.Contains(l, "POST /v1/chat/completions 200") || !strings.Contains(l, "worker-") ||
-		!strings.Contains(l, "model=gpt-4o") || !strings.Contains(l, "attempts=1") {
-		t.Errorf("access line %q", l)
+		t.Fatalf("%d access lines for %d requests:\n%s", len(lines), len(tests), d.access)
+	}
+	for _, want := range []string{
+		"POST /v1/chat/completions 200 ", " worker-", " provider=openai connection=openai-a model=gpt-4o attempts=1 ",
+		"POST /v1/embeddings 200 ", " provider=openai connection=openai-a model=text-embedding-3-small attempts=1 ",
+		"GET /v1/models 200 ", " provider=- connection=- model=- attempts=- flags=- details=via_upstream",
+	} {
+		if !strings.Contains(d.access.String(), want) {
+			t.Errorf("access log lacks %q:\n%s", want, d.access)
+		}
 	}
 }
 
+// The Anthropic SDK through the filter: claude-* goes to the anthropic provider, whatever
+// cluster the client names, with the connection's x-api-key in place of the client's.
 func TestAnthropicSDKThroughTheFilter(t *testing.T) {
 	d := startDemo(t, nil)
 	var raw *http.Response
-	client := anthropic.NewClient(aoption.WithBaseURL(d.URL()), aoption.WithAPIKey("client-key"), aoption.WithMaxRetries(0),
-		// Until the filter routes, the client names the cluster itself (Envoy's cluster_header).
-		aoption.WithHeader(HeaderCluster, "fake-anthropic"))
+	client := anthropic.NewClient(aoption.WithBaseURL(d.URL()), aoption.WithAPIKey(clientKey), aoption.WithMaxRetries(0),
+		// A client cannot pick the cluster: the filter removes the header and sets its own.
+		aoption.WithHeader(HeaderCluster, "fake-openai"))
 	msg, err := client.Messages.New(context.Background(), anthropic.MessageNewParams{Model: "claude-sonnet-4", MaxTokens: 64,
 		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Hello"))}}, aoption.WithResponseInto(&raw))
 	if err != nil {
@@ -131,31 +163,39 @@ func TestAnthropicSDKThroughTheFilter(t *testing.T) {
 	if len(msg.Content) != 1 || !strings.Contains(msg.Content[0].Text, "fake-anthropic") || msg.Usage.OutputTokens == 0 {
 		t.Errorf("message %+v", msg)
 	}
-	requireSpillwayHeaders(t, raw.Header, "claude-sonnet-4")
+	requireSpillwayHeaders(t, raw.Header, "anthropic", "anthropic-a", "claude-sonnet-4", "1")
 	rec := d.fake(t, "fake-anthropic").Requests()
 	if len(rec) != 1 || rec[0].Path != "/v1/messages" {
 		t.Fatalf("fake-anthropic saw %+v", rec)
 	}
-	if rec[0].Header.Get(HeaderCluster) != "" {
-		t.Errorf("%s reached the upstream", HeaderCluster)
+	if v := rec[0].Header.Get(HeaderCluster); v != "" {
+		t.Errorf("%s = %q reached the upstream", HeaderCluster, v)
+	}
+	if got := rec[0].Header.Get("x-api-key"); got != "demo-key-anthropic" {
+		t.Errorf("x-api-key %q reached the upstream, want anthropic-a's", got)
 	}
 	if n := len(d.fake(t, "fake-openai").Requests()); n != 0 {
 		t.Errorf("fake-openai got %d requests", n)
 	}
 }
 
-// Session-affinity headers are read by the filter and never forwarded; the cluster header
-// is stripped; Envoy's x-request-id and x-forwarded-proto are added.
+// Session-affinity headers are read by the filter and never forwarded; a client's cluster
+// header is removed (the request goes where the route says, not to fake-openrouter) and
+// its credential replaced by the connection's; Envoy's x-request-id and x-forwarded-proto
+// are added; other headers pass.
 func TestSessionHeadersNeverReachTheUpstream(t *testing.T) {
 	d := startDemo(t, nil)
 	client := openAIClient(d)
 	_, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "gpt-4o",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello")}},
 		option.WithHeader("x-session-id", "s-1"), option.WithHeader("x-codex-session-id", "s-2"),
-		option.WithHeader("x-omniroute-session", "s-3"), option.WithHeader(HeaderCluster, "fake-openai"),
+		option.WithHeader("x-omniroute-session", "s-3"), option.WithHeader(HeaderCluster, "fake-openrouter"),
 		option.WithHeader("x-custom", "kept"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := len(d.fake(t, "fake-openrouter").Requests()); n != 0 {
+		t.Errorf("the client's cluster header sent %d requests to fake-openrouter", n)
 	}
 	rec := d.fake(t, "fake-openai").Requests()
 	if len(rec) != 1 {
@@ -167,6 +207,9 @@ func TestSessionHeadersNeverReachTheUpstream(t *testing.T) {
 			t.Errorf("%s = %q reached the upstream", k, v)
 		}
 	}
+	if got := h.Get("Authorization"); got != "Bearer demo-key-a" {
+		t.Errorf("authorization %q reached the upstream, want openai-a's", got)
+	}
 	if h.Get("x-custom") != "kept" || h.Get(HeaderRequestID) == "" || h.Get("x-forwarded-proto") != "http" {
 		t.Errorf("upstream headers %v", h)
 	}
@@ -175,8 +218,10 @@ func TestSessionHeadersNeverReachTheUpstream(t *testing.T) {
 	}
 }
 
-// An upstream error status passes through to the SDK with the provider's own error body
-// and the filter's headers.
+// An error every candidate gives (x-fake-status reaches every fake and key) reaches the
+// SDK as the last candidate gave it, with that provider's own error body and Retry-After
+// and the filter's headers naming the attempt: gpt-4o tried openai-a, openai-b, then
+// OpenRouter asking for openai/gpt-4o (failover.maxAttempts 3).
 func TestUpstreamErrorPassesThrough(t *testing.T) {
 	d := startDemo(t, nil)
 	var raw *http.Response
@@ -188,10 +233,35 @@ func TestUpstreamErrorPassesThrough(t *testing.T) {
 	if !errors.As(err, &apiErr) {
 		t.Fatalf("err = %v, want an API error", err)
 	}
-	if apiErr.StatusCode != 429 || apiErr.Type != "rate_limit_error" || raw.Header.Get("Retry-After") != "7" {
-		t.Errorf("status %d type %q Retry-After %q", apiErr.StatusCode, apiErr.Type, raw.Header.Get("Retry-After"))
+	if apiErr.StatusCode != 429 || apiErr.Type != "rate_limit_error" || raw.Header.Get("Retry-After") != "7" ||
+		!strings.Contains(apiErr.Message, "fake fake-openrouter error 429") {
+		t.Errorf("status %d type %q message %q Retry-After %q", apiErr.StatusCode, apiErr.Type, apiErr.Message, raw.Header.Get("Retry-After"))
 	}
-	requireSpillwayHeaders(t, raw.Header, "gpt-4o")
+	requireSpillwayHeaders(t, raw.Header, "openrouter", "openrouter-a", "openai/gpt-4o", "3")
+	oa, or := d.fake(t, "fake-openai"), d.fake(t, "fake-openrouter")
+	if a, b, r := oa.StatsFor("demo-key-a").Requests, oa.StatsFor("demo-key-b").Requests,
+		or.StatsFor("demo-key-openrouter").Requests; a != 1 || b != 1 || r != 1 {
+		t.Errorf("requests: openai-a %d, openai-b %d, openrouter-a %d; want one each", a, b, r)
+	}
+	if rec := or.Requests(); len(rec) != 1 || !strings.Contains(string(rec[0].Body), `"model":"openai/gpt-4o"`) {
+		t.Errorf("fake-openrouter saw %+v", rec)
+	}
+}
+
+// A fault aimed at one key (x-fake-key-suffix) is answered by the next key: the client gets
+// openai-b's 200 after 2 attempts, and the fake saw each key once.
+func TestFaultAimedAtOneKeyFailsOver(t *testing.T) {
+	d := startDemo(t, nil)
+	status, h, body := post(t, d.URL()+"/v1/chat/completions", chatBody,
+		map[string]string{"x-fake-scenario": "rate-limit", "x-fake-key-suffix": "key-a"})
+	if status != 200 || !strings.Contains(body, "answering as gpt-4o") {
+		t.Fatalf("%d %s", status, body)
+	}
+	requireSpillwayHeaders(t, h, "openai", "openai-b", "gpt-4o", "2")
+	fake := d.fake(t, "fake-openai")
+	if a, b := fake.StatsFor("demo-key-a").Requests, fake.StatsFor("demo-key-b").Requests; a != 1 || b != 1 {
+		t.Errorf("requests: openai-a %d, openai-b %d; want one each", a, b)
+	}
 }
 
 // post sends a JSON POST to the front end and returns the status, headers and body.
@@ -215,46 +285,6 @@ func post(t *testing.T, url, body string, header map[string]string) (int, http.H
 }
 
 const chatBody = `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}]}`
-
-// An unknown cluster is Envoy's "cluster not found" 503 (empty body, flag NC), and an
-// unreachable upstream its "upstream connect error" 503 (UF): both pass the filter's
-// response path (x-spillway-* set), and the access log shows Envoy's flags and details.
-func TestClusterNotFoundAndUpstreamDown(t *testing.T) {
-	d := startDemo(t, nil)
-	status, h, body := post(t, d.URL()+"/v1/chat/completions", chatBody, map[string]string{HeaderCluster: "nowhere"})
-	if status != 503 || body != "" {
-		t.Errorf("unknown cluster: %d %q", status, body)
-	}
-	// The router answers as the headers pass (decodeHeaders), so the filter never saw the
-	// body and knows no model.
-	requireSpillwayHeaders(t, h, "-")
-	if len(d.access.await("503 ", 1)) != 1 || len(d.access.await("flags=NC details=cluster_not_found", 1)) != 1 {
-		t.Errorf("access log:\n%s", d.access)
-	}
-
-	// A cluster whose port nobody listens on: close a fake and aim a second serve at it.
-	dead := d.fake(t, "fake-anthropic").URL
-	_ = d.fake(t, "fake-anthropic").Close()
-	d2 := startDemo(t, func(o *Options) {
-		o.Clusters = []Cluster{{Name: "fake-openai", URL: dead}, {Name: "fake-openrouter", URL: dead}, {Name: "fake-anthropic", URL: dead}}
-	})
-	if len(d2.Fakes) != 0 {
-		t.Errorf("fakes started although -cluster was given: %v", d2.Fakes)
-	}
-	status, h, body = post(t, d2.URL()+"/v1/chat/completions", chatBody, nil)
-	const want = "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure, " +
-		"transport failure reason: delayed connect error: Connection refused"
-	if status != 503 || body != want {
-		t.Errorf("dead upstream: %d %q", status, body)
-	}
-	if len(d2.access.await("flags=UF details=upstream_reset_before_response_started{remote_connection_failure|delayed_connect_error:_Connection_refused}", 1)) != 1 {
-		t.Errorf("access log:\n%s", d2.access)
-	}
-	requireSpillwayHeaders(t, h, "gpt-4o")
-	if len(d2.logs.lines("cluster fake-openai")) == 0 {
-		t.Errorf("the transport error is not logged:\n%s", d2.logs)
-	}
-}
 
 // Concurrent requests spread over both worker VMs.
 func TestConcurrentRequestsSpreadOverWorkers(t *testing.T) {

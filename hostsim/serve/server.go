@@ -1,18 +1,22 @@
-// Package serve is `hostsim serve`'s server: an HTTP/1.1 and h2c (prior knowledge) front end that streams
-// each request through a proxy-wasm module in hostsim's worker VMs on a real clock, chunk by
-// chunk as Envoy's filter manager does, to the upstream cluster the filter chose, and streams
-// the answer back the same way (an SSE stream reaches the client event by event).
+// Package serve is `hostsim serve`'s server: an HTTP/1.1 and h2c (prior knowledge) front end
+// that streams each request through a proxy-wasm module in hostsim's worker VMs on a real
+// clock, chunk by chunk as Envoy's filter manager does, to the upstream cluster the filter
+// chose, and streams the answer back the same way (an SSE stream reaches the client event by
+// event).
 //
-// Routing follows Envoy's route `cluster_header`: the request header x-spillway-cluster, as
-// the filter left it, names the upstream cluster (it is stripped before forwarding); without
-// it the request goes to the default cluster (the policy's first provider's). The router's
-// own replies are Envoy's, with its response flags and code details, and pass the filter's
-// response path: an unknown cluster is 503 with an empty body (NC, cluster_not_found), a
-// cluster without endpoints 503 "no healthy upstream" (UH), an upstream that cannot be
-// reached 503 "upstream connect error or disconnect/reset before headers. reset reason: ..."
-// (UF), the connect, route and idle timeouts 503 or 504 (UF, UT); an upstream reset once the
-// response went downstream resets the client's stream. A client that goes away resets the
-// stream (DC, or DR on HTTP/2) and cancels the upstream call.
+// Routing follows Envoy's route `cluster_header`: the request header Config.ClusterHeader
+// (the policy's routing.clusterHeader, default x-spillway-cluster), as the filter left it
+// when the headers went on, names the upstream cluster (it is stripped before forwarding).
+// Spillway sets it to the provider it chose and removes any a client sent; a request it
+// does not route carries none and goes to the default cluster (the policy's first
+// provider's), as to a catch-all route. The router's own replies are Envoy's, with its
+// response flags and code details, and pass the filter's response path: an unknown cluster
+// is 503 with an empty body (NC, cluster_not_found), a cluster without endpoints 503 "no
+// healthy upstream" (UH), an upstream that cannot be reached 503 "upstream connect error or
+// disconnect/reset before headers. reset reason: ..." (UF), the connect, route and idle
+// timeouts 503 or 504 (UF, UT); an upstream reset once the response went downstream resets
+// the client's stream. A client that goes away resets the stream (DC for a closed
+// connection, DR for an HTTP/2 stream reset) and cancels the upstream call.
 package serve
 
 import (
@@ -35,13 +39,15 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/policies"
 )
 
 // Headers serve reads or writes.
 const (
-	// HeaderCluster is the default route cluster header (Envoy's route cluster_header), the
-	// one the filter sets; Config.ClusterHeader changes it.
-	HeaderCluster = "x-spillway-cluster"
+	// HeaderCluster is the default route cluster header (Envoy's route cluster_header): the
+	// policy's default routing.clusterHeader, which the filter sets. Config.ClusterHeader
+	// changes it.
+	HeaderCluster = policies.RoutingClusterHeader
 	// HeaderRequestID is set on every request, as Envoy does, and forwarded upstream.
 	HeaderRequestID = "x-request-id"
 )
@@ -487,15 +493,6 @@ func trailerPairs(h http.Header) [][2]string {
 		}
 	}
 	return out
-}
-
-// downstreamReset is how the client's going away is recorded: an HTTP/2 stream reset (DR)
-// or an HTTP/1 disconnect (DC).
-func downstreamReset(r *http.Request) hostsim.DownstreamReset {
-	if r.ProtoMajor == 2 {
-		return hostsim.DownstreamStreamReset
-	}
-	return hostsim.DownstreamDisconnect
 }
 
 // receive hands what reaches the client to out until the stream ends. serve's Timeout

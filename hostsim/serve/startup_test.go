@@ -157,11 +157,12 @@ func TestBannerListsWhatRuns(t *testing.T) {
 	b := d.Banner()
 	for _, want := range []string{
 		d.URL(),
-		"embedded demo policy (3 providers, 3 routes)",
+		"embedded demo policy (3 providers, 4 routes)",
 		"fake-openai     -> " + d.Fakes["fake-openai"].URL + "  (built-in fake openai provider)  (default)",
 		"fake-openrouter -> " + d.Fakes["fake-openrouter"].URL + "  (built-in fake openai provider)",
 		"fake-anthropic  -> " + d.Fakes["fake-anthropic"].URL + "  (built-in fake anthropic provider)",
-		"x-spillway-cluster request header names the cluster; without it: fake-openai",
+		"routing:   Spillway sets x-spillway-cluster to the chosen provider's cluster (a client's is removed); unrouted requests go to fake-openai\n",
+		"fakes:     misbehave on x-fake-* request headers (hostsim/cmd/hostsim/README.md)\n",
 		"3 VMs, WASI envoy133, fail-closed, allow_on_headers_stop_iteration on",
 		"connect 5s, route none, idle none, overall 10m0s; buffer limit 1048576 bytes",
 		"curl -si " + d.URL() + "/v1/chat/completions",
@@ -205,22 +206,75 @@ func TestBannerPrintsPolicyWarnings(t *testing.T) {
 	}
 }
 
-// The built-in fake's API comes from the cluster name (until providers declare theirs).
+// The built-in fake's API is the API of the provider whose cluster it serves; the name
+// decides only for a fake-* cluster no provider names.
 func TestFakeKindForCluster(t *testing.T) {
+	path := writeFile(t, "kinds.yaml", `
+providers:
+  - {id: claude, api: anthropic, cluster: fake-claude, connections: [{id: c}]}
+  - {id: compat, api: openai, cluster: fake-anthropic-compatible, connections: [{id: o}]}
+  - {id: both-first, api: anthropic, cluster: fake-shared, connections: [{id: s1}]}
+  - {id: both-second, api: openai, cluster: fake-shared, connections: [{id: s2}]}
+  - {id: default-api, cluster: fake-plain, connections: [{id: d}]}
+  - {id: real, api: anthropic, cluster: anthropic, connections: [{id: r}]}
+routes:
+  - {model: m, targets: [{provider: claude}]}
+`)
+	p, err := LoadPolicy(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		cluster string
 		kind    fakeprovider.Kind // "" with ok false: no fake
 		ok      bool
 	}{
-		{"fake-openai", fakeprovider.OpenAI, true},
-		{"fake-openrouter", fakeprovider.OpenAI, true},
-		{"fake-anthropic", fakeprovider.Anthropic, true},
-		{"fake-Anthropic-eu", fakeprovider.Anthropic, true},
+		{"fake-claude", fakeprovider.Anthropic, true},            // the provider's api, whatever the name
+		{"fake-anthropic-compatible", fakeprovider.OpenAI, true}, // the api wins over the name
+		{"fake-shared", fakeprovider.Anthropic, true},            // the first provider on the cluster
+		{"fake-plain", fakeprovider.OpenAI, true},                // api defaults to openai
+		{"anthropic", "", false},                                 // not a fake-* name
+		{"fake-anthropic", fakeprovider.Anthropic, true},         // no provider: the name rule
+		{"fake-Anthropic-eu", fakeprovider.Anthropic, true},      // ...case-insensitively
+		{"fake-openrouter", fakeprovider.OpenAI, true},           // ...any other fake-* is OpenAI
 		{"openai", "", false},
-		{"anthropic", "", false},
 	} {
-		if kind, ok := fakeKindFor(c.cluster); kind != c.kind || ok != c.ok {
+		if kind, ok := p.fakeKindFor(c.cluster); kind != c.kind || ok != c.ok {
 			t.Errorf("%s: %q %v, want %q %v", c.cluster, kind, ok, c.kind, c.ok)
 		}
+	}
+}
+
+// The route reads the cluster from the policy's routing.clusterHeader: the filter sets that
+// header, serve routes on it and strips it. The route's provider is not the first one, so
+// a serve reading another header would send the request to the default cluster instead.
+func TestPolicyClusterHeaderRoutes(t *testing.T) {
+	path := writeFile(t, "header.yaml", `
+providers:
+  - {id: first, cluster: fake-first, connections: [{id: f}]}
+  - {id: second, cluster: fake-second, connections: [{id: s}]}
+routes:
+  - {model: m, targets: [{provider: second}]}
+routing:
+  clusterHeader: X-Route-To
+`)
+	d := startDemo(t, func(o *Options) { o.PolicyPath = path })
+	if got := d.Policy.ClusterHeader(); got != "x-route-to" {
+		t.Fatalf("ClusterHeader() = %q, want the policy's x-route-to", got)
+	}
+	if b := d.Banner(); !strings.Contains(b, "Spillway sets x-route-to to the chosen provider's cluster") {
+		t.Errorf("banner does not name the policy's header:\n%s", b)
+	}
+	status, h, body := post(t, d.URL()+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"Hi"}]}`,
+		map[string]string{"x-route-to": "fake-first"})
+	if status != 200 || h.Get("x-spillway-provider") != "second" {
+		t.Fatalf("%d %v %s", status, h, body)
+	}
+	first, second := d.fake(t, "fake-first").Requests(), d.fake(t, "fake-second").Requests()
+	if len(first) != 0 || len(second) != 1 {
+		t.Fatalf("fake-first got %d requests, fake-second %d; want 0 and 1", len(first), len(second))
+	}
+	if v := second[0].Header.Get("x-route-to"); v != "" {
+		t.Errorf("x-route-to = %q reached the upstream", v)
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,7 +102,7 @@ func TestStreamTimeToFirstTokenMatchesTheUpstream(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream; charset=utf-8" {
 		t.Fatalf("status %d headers %v", resp.StatusCode, resp.Header)
 	}
-	requireSpillwayHeaders(t, resp.Header, "gpt-4o")
+	requireSpillwayHeaders(t, resp.Header, "openai", "openai-a", "gpt-4o", "1")
 	if len(events) != len(directEvents) || events[len(events)-1] != "data: [DONE]\n" {
 		t.Fatalf("%d events through serve, %d direct; last %q", len(events), len(directEvents), events[len(events)-1])
 	}
@@ -372,5 +374,71 @@ func TestBufferLimits(t *testing.T) {
 	}
 	if len(q.access.await("details=response_payload_too_large", 1)) != 1 {
 		t.Errorf("access log:\n%s", q.access)
+	}
+}
+
+// A client that goes away over h2c is recorded as Envoy records it: a stream reset
+// (RST_STREAM, the connection stays) is DR with the stream's details unchanged; a closed
+// connection is DC with downstream_remote_disconnect, as on HTTP/1.1.
+func TestClientGoneOverH2C(t *testing.T) {
+	d := startDemo(t, nil)
+	d.fake(t, "fake-openai").SetPacing(fakeprovider.Pacing{Between: 50 * time.Millisecond})
+	tests := []struct {
+		name  string
+		close bool   // close the connection (else cancel the request: RST_STREAM)
+		want  string // the end of the access line
+	}{
+		{"stream reset", false, "flags=DR details=via_upstream"},
+		{"connection closed", true, "flags=DC details=downstream_remote_disconnect"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var conns []net.Conn
+			var mu sync.Mutex
+			var protocols http.Protocols
+			protocols.SetUnencryptedHTTP2(true)
+			dialer := &net.Dialer{}
+			tr := &http.Transport{Protocols: &protocols, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := dialer.DialContext(ctx, network, addr)
+				if err == nil {
+					mu.Lock()
+					conns = append(conns, c)
+					mu.Unlock()
+				}
+				return c, err
+			}}
+			defer tr.CloseIdleConnections()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "POST", d.URL()+"/v1/chat/completions", strings.NewReader(streamChatBody))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := (&http.Client{Transport: tr}).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.ProtoMajor != 2 {
+				t.Fatalf("proto %s", resp.Proto)
+			}
+			r := bufio.NewReader(resp.Body)
+			for line, err := r.ReadString('\n'); !strings.Contains(line, `"content":"Hello"`); line, err = r.ReadString('\n') {
+				if err != nil {
+					t.Fatalf("the stream ended before its first token: %v", err)
+				}
+			}
+			if tt.close {
+				mu.Lock()
+				for _, c := range conns {
+					c.Close()
+				}
+				mu.Unlock()
+			} else {
+				cancel()
+			}
+			resp.Body.Close()
+			lines := d.access.await("client-gone", i+1)
+			if len(lines) != i+1 || !strings.HasSuffix(lines[i], " "+tt.want) {
+				t.Errorf("access lines %q, want the last to end in %q", lines, tt.want)
+			}
+		})
 	}
 }

@@ -164,3 +164,49 @@ func TestGetUnknown(t *testing.T) {
 		t.Error("Get(missing.yaml) succeeded")
 	}
 }
+
+// TestDemoCoversEveryDefaultPath: `hostsim serve` on the demo answers a request on every
+// path Spillway routes by default, so each one needs a demo route whose targets speak the
+// path's API.
+func TestDemoCoversEveryDefaultPath(t *testing.T) {
+	p, err := policyfile.Parse(examples.Demo(), policies.ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Resolved()
+	tests := []struct {
+		path  string       // a default routed path
+		api   policies.API // the API its requests speak
+		model string       // a model a client sends there
+	}{
+		{"/v1/chat/completions", policies.APIOpenAI, "gpt-4o"},
+		{"/v1/completions", policies.APIOpenAI, "gpt-4o-mini"},
+		{"/v1/embeddings", policies.APIOpenAI, "text-embedding-3-small"},
+		{"/v1/responses", policies.APIOpenAI, "gpt-4o"},
+		{"/v1/messages", policies.APIAnthropic, "claude-sonnet-4"},
+	}
+	covered := map[string]bool{}
+	for _, tt := range tests {
+		covered[tt.path] = true
+		if api, ok := r.Routing.APIOf(tt.path); !ok || api != tt.api {
+			t.Errorf("%s: routed %v as %q, want %q", tt.path, ok, api, tt.api)
+		}
+		route, ok := r.Route(tt.model)
+		if !ok {
+			t.Errorf("%s: no demo route for %s", tt.path, tt.model)
+			continue
+		}
+		speaks := false
+		for _, target := range route.Targets {
+			speaks = speaks || r.Providers[target.Provider].API == tt.api
+		}
+		if !speaks {
+			t.Errorf("%s: the route for %s (%s) has no target speaking %s", tt.path, tt.model, route.Model, tt.api)
+		}
+	}
+	for path := range r.Routing.Paths {
+		if !covered[path] {
+			t.Errorf("default path %s is not covered by this test: add it with a model the demo serves there", path)
+		}
+	}
+}

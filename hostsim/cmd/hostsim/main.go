@@ -100,9 +100,10 @@ func serveFlags(o *serve.Options) (*flag.FlagSet, *serve.Options) {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: hostsim serve [flags]\n\n"+
 			"A local HTTP/1.1 and h2c proxy that streams every request through the proxy-wasm module in\n"+
-			"worker VMs, chunk by chunk as Envoy does, to the cluster named by the %s request header\n"+
-			"(set by the filter; without it, the policy's first provider's cluster), and streams the\n"+
-			"answer back the same way. Fake providers misbehave on x-fake-* request headers (see\n"+
+			"worker VMs, chunk by chunk as Envoy does, to the cluster the filter names in the %s\n"+
+			"request header (Spillway sets it to the provider it chose and removes a client's; a request\n"+
+			"it does not route goes to the policy's first provider's cluster), and streams the answer\n"+
+			"back the same way. Fake providers misbehave on x-fake-* request headers (see\n"+
 			"hostsim/cmd/hostsim/README.md).\n\nFlags:\n", serve.HeaderCluster)
 		fs.PrintDefaults()
 	}
@@ -221,9 +222,13 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return exitError
 	}
 	fmt.Fprintf(stdout, "HTTP/1.1 %d %s\n", res.Status, http.StatusText(res.Status))
+	// The body's own length is printed last: the answer's content-length, when it has one,
+	// is not printed twice.
 	keys := make([]string, 0, len(res.Header))
 	for k := range res.Header {
-		keys = append(keys, k)
+		if !strings.EqualFold(k, "content-length") {
+			keys = append(keys, k)
+		}
 	}
 	sort.Strings(keys)
 	for _, k := range keys {

@@ -146,11 +146,15 @@ func TestRunOneRequest(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s", code, errOut)
 	}
-	for _, want := range []string{"HTTP/1.1 200 OK\n", "x-spillway-model: text-embedding-3-small\n", "x-spillway-attempts: 1\n",
-		`"object":"embedding"`} {
+	// The demo routes text-embedding-* to the openai provider.
+	for _, want := range []string{"HTTP/1.1 200 OK\n", "x-spillway-provider: openai\n", "x-spillway-connection: openai-a\n",
+		"x-spillway-model: text-embedding-3-small\n", "x-spillway-attempts: 1\n", `"object":"embedding"`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
+	}
+	if n := strings.Count(out, "content-length: "); n != 1 {
+		t.Errorf("content-length printed %d times:\n%s", n, out)
 	}
 	// The default request is a gpt-4o chat completion.
 	code, out, _ = hostsim(t, "", "run", "-wasm", wasm, "-workers", "1")
