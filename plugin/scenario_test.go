@@ -198,7 +198,8 @@ func newWorld(t *testing.T, policyYAML string, workers int, opts ...hostsim.Opti
 				body = append(body, ch...)
 			}
 		}
-		return &hostsim.CalloutResponse{Headers: r.Headers, Body: body, Delay: r.Delay}
+		// A response without headers is a callout that fails (a reset: zero counts).
+		return &hostsim.CalloutResponse{Headers: r.Headers, Body: body, Delay: r.Delay, Fail: r.Headers == nil}
 	}
 	all := append([]hostsim.Option{hostsim.WithWorkers(workers), hostsim.WithPluginConfiguration(config),
 		hostsim.WithUpstream(upstream), hostsim.WithCalloutHandler(callout),
@@ -1055,8 +1056,20 @@ func TestScenarioAnUpstreamResetMidStreamCountsAClientResetDoesNot(t *testing.T)
 	if resp := w.run(0, req); resp.Reset == "" {
 		t.Fatalf("the client did not go away: %d", resp.StatusCode)
 	}
-	w.fakes.set("sk-a", nil)
 	expect(t, "after the client went away", w.run(1, chatReq("gpt-4o")), 200, "openai/key-a/gpt-4o/1")
+
+	// Nor is an HTTP/2 client that resets its stream (RST_STREAM: flag DR, details as they
+	// were, via_upstream).
+	ex := w.start(0, chatReq("gpt-4o"))
+	w.advance(2 * time.Second)
+	if err := ex.ResetBy(hostsim.DownstreamStreamReset); err != nil {
+		t.Fatal(err)
+	}
+	if resp := w.wait(ex); resp.Reset == "" || resp.Flags&hostsim.FlagDownstreamRemoteReset == 0 {
+		t.Fatalf("the client's stream was not reset: %d %v", resp.StatusCode, resp.Flags)
+	}
+	w.fakes.set("sk-a", nil)
+	expect(t, "after the client reset its stream", w.run(1, chatReq("gpt-4o")), 200, "openai/key-a/gpt-4o/1")
 	if n := w.metric("spillway_truncated_streams_total"); n != 1 {
 		t.Fatalf("truncated streams = %d, want only the upstream's reset", n)
 	}
@@ -1079,4 +1092,76 @@ func TestScenarioMissingOptionIsAnswered500NotHung(t *testing.T) {
 		t.Fatalf("%d upstream calls", n)
 	}
 	w.noStreamsLeft()
+}
+
+func TestScenarioAFailedStreamStaysHeldWhileTheFailoverAttemptRuns(t *testing.T) {
+	w := newWorld(t, scenarioPolicy, 1)
+	// Key A's stream fails at its first event and goes on sending (and ends) while the
+	// failover attempt to key B is in flight.
+	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
+		r := sse(chatRoleEvent, chatErrorEvent, chatContentEvent, chatDoneEvent)
+		r.ChunkDelays = []time.Duration{0, 0, 200 * time.Millisecond, 200 * time.Millisecond}
+		return r
+	})
+	w.fakes.set("sk-b", func(upstreamCall) *hostsim.UpstreamResponse {
+		r := sse(chatRoleEvent, chatContentEvent, chatDoneEvent)
+		r.Delay = time.Second
+		return r
+	})
+	resp := w.run(0, chatReq("gpt-4o"))
+	expect(t, "stream", resp, 200, "openai/key-b/gpt-4o/2")
+	if want := chatRoleEvent + chatContentEvent + chatDoneEvent; string(resp.Body) != want {
+		t.Fatalf("client got %q, want only key B's stream", resp.Body)
+	}
+	w.noStreamsLeft()
+}
+
+func TestScenarioALargeHeldErrorIsDroppedNotOverflowedWhileFailingOver(t *testing.T) {
+	// A 1 MiB buffer limit; key A's 500 is 2 MiB of error body, arriving in 64 KiB chunks
+	// while the failover attempt to key B runs.
+	const chunk = 64 << 10
+	big := func() *hostsim.UpstreamResponse {
+		r := jsonError(500, "")
+		prefix := `{"error":{"message":"internal","type":"server_error","detail":"`
+		r.BodyChunks = [][]byte{[]byte(prefix + strings.Repeat("x", chunk-len(prefix)))}
+		for i := 1; i < 32; i++ {
+			r.BodyChunks = append(r.BodyChunks, []byte(strings.Repeat("x", chunk)))
+			r.ChunkDelays = append(r.ChunkDelays, 10*time.Millisecond)
+		}
+		r.ChunkDelays = append([]time.Duration{0}, r.ChunkDelays...)
+		return r
+	}
+	t.Run("the failover attempt answers", func(t *testing.T) {
+		w := newWorld(t, scenarioPolicy, 1)
+		w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse { return big() })
+		w.fakes.set("sk-b", func(c upstreamCall) *hostsim.UpstreamResponse {
+			r := chatOK(c)
+			r.Delay = time.Second
+			return r
+		})
+		resp := w.run(0, chatReq("gpt-4o"))
+		expect(t, "failover", resp, 200, "openai/key-b/gpt-4o/2")
+		w.noStreamsLeft()
+	})
+	t.Run("the failover attempt gets no answer", func(t *testing.T) {
+		w := newWorld(t, scenarioPolicy, 1)
+		w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse { return big() })
+		w.fakes.set("sk-b", func(upstreamCall) *hostsim.UpstreamResponse {
+			return &hostsim.UpstreamResponse{Delay: time.Second} // no headers: the callout fails
+		})
+		w.fakes.set("sk-backup", func(upstreamCall) *hostsim.UpstreamResponse {
+			return &hostsim.UpstreamResponse{Headers: nil, Delay: time.Second}
+		})
+		resp := w.run(0, chatReq("gpt-4o"))
+		// Key A's failure is the answer: its status and error type, from what Spillway kept
+		// of it (not Envoy's 500 response_payload_too_large).
+		if resp.StatusCode != 500 || !strings.HasPrefix(string(resp.Body), `{"error":{"message":"internal"`) ||
+			len(resp.Body) != chunk {
+			t.Fatalf("client got %d, %d bytes %.80q; details %s", resp.StatusCode, len(resp.Body), resp.Body, resp.Details)
+		}
+		if header(resp.Headers, "x-spillway-connection") != "key-a" {
+			t.Fatalf("answered via %s", spillway(resp))
+		}
+		w.noStreamsLeft()
+	})
 }

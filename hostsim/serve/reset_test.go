@@ -1,12 +1,16 @@
 package serve
 
 import (
+	"bufio"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
 )
 
 // requireEnded fails unless worker-0 ran on_log, on_done and on_delete for stream 2, once
@@ -110,4 +114,51 @@ func TestTimeoutCancelsTheUpstreamCall(t *testing.T) {
 		t.Fatal("the upstream call was not cancelled after the timeout")
 	}
 	requireEnded(t, p)
+}
+
+// An HTTP/2 client that cancels one stream mid-answer (RST_STREAM on a live connection: flag
+// DR) went away: the demo filter does not take it for a truncated stream, so the connection
+// that served it is not cooled and the next request goes to it again.
+func TestAnHTTP2StreamCancelIsNotATruncation(t *testing.T) {
+	d := startDemo(t, nil)
+	d.fake(t, "fake-openai").SetPacing(fakeprovider.Pacing{Between: 50 * time.Millisecond})
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	h2 := &http.Client{Transport: &http.Transport{Protocols: &protocols}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "POST", d.URL()+"/v1/chat/completions", strings.NewReader(streamChatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := h2.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.ProtoMajor != 2 || resp.Header.Get("x-spillway-connection") != "openai-a" {
+		t.Fatalf("%s via %q, want HTTP/2 via openai-a", resp.Proto, resp.Header.Get("x-spillway-connection"))
+	}
+	r := bufio.NewReader(resp.Body)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream ended before its content: %v", err)
+		}
+		if strings.Contains(line, `"content":"Hello"`) {
+			break
+		}
+	}
+	cancel() // RST_STREAM(CANCEL); the connection stays up
+	resp.Body.Close()
+	if got := d.access.await(" flags=DR ", 1); len(got) != 1 {
+		t.Fatalf("access log has no DR stream:\n%s", d.access)
+	}
+	_, h, _ := post(t, d.URL()+"/v1/chat/completions", chatBody, nil)
+	if c := h.Get("x-spillway-connection"); c != "openai-a" {
+		t.Errorf("the next request went to %s: openai-a was cooled by a client's cancel", c)
+	}
+	if w := d.logs.lines("ended without its terminal event"); len(w) > 0 {
+		t.Errorf("guest log: %q", w)
+	}
 }

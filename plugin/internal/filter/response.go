@@ -107,9 +107,9 @@ func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) (action
 			return types.ActionPause
 		case fe.Verdict == llmapi.Failed:
 			p.metrics.streamErrors.Increment(1)
-			return h.responseAction(h.attemptFailedWith(fe.Status, wrapError(fe.Error)))
+			return h.responseAction(h.attemptFailedWith(fe.Status, wrapError(fe.Error), body))
 		case fe.Verdict == llmapi.Empty:
-			return h.responseAction(h.attemptFailedWith(502, []byte(`{"error":{"message":"the event stream ended without content","type":"server_error"}}`)))
+			return h.responseAction(h.attemptFailedWith(502, emptyStreamError, body))
 		}
 		// Content, or past the byte bound: the stream goes on as it comes.
 		h.commitHeldStream(body)
@@ -126,9 +126,26 @@ func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) (action
 			body = nil
 		}
 		return h.responseAction(h.attemptFailed(body))
+	case phaseCallout:
+		// The failed response stays held while a failover attempt runs: whatever more of it
+		// arrives is not for the client unless it becomes the final answer. Envoy buffers it
+		// against the connection's buffer limit (a 500 response_payload_too_large past it),
+		// so past what Spillway kept of it the buffer is emptied, and a final answer from
+		// this response is then a local reply of what was kept.
+		if bodySize > maxErrorBody {
+			if err := hostabi.ReplaceBuffer(hostabi.ResponseBody, nil); err != nil {
+				proxywasm.LogDebugf("spillway: drop held response body: %v", err)
+			} else {
+				h.heldDropped = true
+			}
+		}
+		return types.ActionPause
 	}
 	return types.ActionContinue
 }
+
+// emptyStreamError is the error of a 200 event stream that ended before any event.
+var emptyStreamError = []byte(`{"error":{"message":"the event stream ended without content","type":"server_error"}}`)
 
 // responseAction turns a step of the response path into the callback's action: the held
 // response goes on (stepProceed) or stays held (a failover attempt runs, or Spillway
@@ -172,14 +189,14 @@ func (h *httpContext) attemptFailed(body []byte) step {
 }
 
 // attemptFailedWith handles a held 200 event stream whose first event is an error: a failed
-// attempt like an HTTP error with that status.
-func (h *httpContext) attemptFailedWith(status int, body []byte) step {
-	fr := h.recordFailure(engine.Outcome{Status: status, Body: body, TTFB: h.plugin.clock().Sub(h.dispatchedAt)})
+// attempt like an HTTP error with that status. held is the stream as held so far.
+func (h *httpContext) attemptFailedWith(status int, errBody, held []byte) step {
+	fr := h.recordFailure(engine.Outcome{Status: status, Body: errBody, TTFB: h.plugin.clock().Sub(h.dispatchedAt)})
 	// The client would get the 200 stream with its error event as the provider sent it: a
 	// restatement has no status to rewrite there.
 	fr.restatedTo = 0
 	h.eventStream = false // nothing to track if it goes on: it failed
-	return h.afterFailure(fr, &attemptFailure{status: 200, headers: h.respHdrs})
+	return h.afterFailure(fr, &attemptFailure{status: 200, headers: h.respHdrs, body: held})
 }
 
 // failureResult is what recording a failed attempt decided.
@@ -230,7 +247,7 @@ func (h *httpContext) recordFailure(o engine.Outcome) failureResult {
 // that failed to connect; the previous one then stays the answer).
 func (h *httpContext) afterFailure(fr failureResult, f *attemptFailure) step {
 	if f != nil {
-		f.restatedFrom, f.retryAfter = 0, fr.retryAfter
+		f.restatedFrom, f.retryAfter, f.target = 0, fr.retryAfter, h.d.Target
 		if fr.restatedTo != 0 && fr.restatedTo != f.status {
 			f.restatedFrom, f.status = f.status, fr.restatedTo
 		}
@@ -244,14 +261,18 @@ func (h *httpContext) afterFailure(fr failureResult, f *attemptFailure) step {
 }
 
 // finalAnswer answers with the last failure: the router's held response (restated where a
-// rule says so) goes on, or a failover attempt's response replaces it.
+// rule says so) goes on, or a failover attempt's response (or what was kept of the held one)
+// replaces it.
 func (h *httpContext) finalAnswer() step {
 	if !h.hasLast {
 		h.reply(replies.UpstreamFailed(h.attempts))
 		return stepAnswered
 	}
 	f := &h.last
-	if f.fromCallout {
+	h.answeredBy = &f.target
+	if f.fromCallout || h.heldDropped {
+		// A callout's answer, or the held response whose buffer was emptied: a local reply
+		// of what Spillway kept replaces whatever Envoy holds.
 		hdrs := replyHeaders(h.bufs.replyHdrs[:0], f.headers)
 		h.bufs.replyHdrs = hdrs
 		hdrs = appendRestatement(hdrs, f)

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"encoding/binary"
 	"strconv"
 	"time"
 
@@ -100,6 +101,8 @@ type streamState struct {
 	envoyReply  string         // response.code_details of a reply Envoy made itself ("" = the provider's)
 	last        attemptFailure // the last failed attempt (valid when hasLast)
 	hasLast     bool
+	heldDropped bool           // the held response's buffer was emptied while a failover attempt ran
+	answeredBy  *engine.Target // the failed attempt whose response is the final answer (else h.d's)
 
 	watched bool
 }
@@ -130,6 +133,7 @@ type attemptFailure struct {
 	restatedFrom int
 	retryAfter   time.Duration
 	fromCallout  bool // the response came from a callout (else it is the router's, held)
+	target       engine.Target
 }
 
 // headerSet marks request headers the client sent that Spillway must act on.
@@ -299,13 +303,20 @@ func (h *httpContext) targetName() string {
 	return pv.ID + "/" + pv.Connections[h.d.Target.Connection].ID
 }
 
-// spillwayHeaders are the x-spillway-* values for the stream's current state.
+// spillwayHeaders are the x-spillway-* values for the stream's current state: the target
+// whose response the client gets (the last attempt's, or the failed attempt whose answer is
+// the final one), the requested model before any target was chosen.
 func (h *httpContext) spillwayHeaders() [4][2]string {
 	provider, connection, model := unrouted, unrouted, unrouted
-	if h.attempts > 0 {
+	switch {
+	case h.answeredBy != nil:
+		t := h.answeredBy
+		pv := &h.plugin.res.Providers[t.Provider]
+		provider, connection, model = pv.ID, pv.Connections[t.Connection].ID, t.Model
+	case h.attempts > 0:
 		pv := h.provider()
 		provider, connection, model = pv.ID, pv.Connections[h.d.Target.Connection].ID, h.d.Target.Model
-	} else if h.model != "" {
+	case h.model != "":
 		model = h.model
 	}
 	return [4][2]string{{HeaderProvider, provider}, {HeaderConnection, connection}, {HeaderModel, model},
@@ -439,6 +450,9 @@ func (h *httpContext) OnHttpStreamDone() {
 		}
 	}
 	h.abandon()
+	// A callout still in flight belongs to the root context and outlives the stream; its
+	// answer never reaches the recycled context: the SDK skips the callback of a deleted
+	// context id (proxyOnHttpCallResponse), and the host never reuses an id.
 	p.recycle(h)
 }
 
@@ -449,7 +463,24 @@ func (h *httpContext) clientWentAway() bool {
 	if h.respEnded {
 		return false
 	}
+	if flags, ok := property(propResponseFlags, h.bufs.prop); ok {
+		h.bufs.prop = flags
+		if len(flags) == 8 && binary.LittleEndian.Uint64(flags)&downstreamGone != 0 {
+			return true
+		}
+	}
 	details, _ := property(propResponseCodeDetails, h.bufs.prop)
 	h.bufs.prop = details
 	return containsDownstream(string(details))
 }
+
+// propResponseFlags is the path of Envoy's response.flags attribute: the legacy response
+// flags bitmask as an 8-byte little-endian integer (CEL ResponseLookupValues in
+// source/extensions/filters/common/expr/context.cc, StreamInfoImpl::legacyResponseFlags).
+var propResponseFlags = hostabi.JoinPath(nil, "response", "flags")
+
+// downstreamGone are the response flags of a client that went away: DC (1<<14,
+// DownstreamConnectionTermination: the connection closed) and DR (1<<28,
+// DownstreamRemoteReset: an HTTP/2 or HTTP/3 stream reset), positions in
+// CoreResponseFlag (envoy/stream_info/stream_info.h).
+const downstreamGone = 1<<14 | 1<<28
