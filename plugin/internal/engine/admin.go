@@ -252,44 +252,35 @@ func (e *Engine) concurrency(cn *connection, fail func(error)) Concurrency {
 	return c
 }
 
-// Connections returns the state of provider's connections, or of every connection for
-// provider "" (GET resilience/cooldowns[?provider=]). Layers that could not be read are
-// returned as LayerErrors next to them.
-func (e *Engine) Connections(provider string) ([]ConnectionHealth, []LayerError, error) {
-	h, err := e.Health(provider)
-	if err != nil {
-		return nil, nil, err
-	}
-	var out []ConnectionHealth
-	for i := range h.Providers {
-		out = append(out, h.Providers[i].Connections...)
-	}
-	return out, h.Errors, nil
+// LockoutList is the active model lockouts of the connections asked about.
+type LockoutList struct {
+	At       time.Time
+	Lockouts []lockout.Entry // in policy order, each connection's in the order they were first recorded
+	Errors   []LayerError    // connections whose lockouts could not be read
 }
 
 // Lockouts returns the active model lockouts of provider's connections, or of every
-// connection for provider "" (GET resilience/model-cooldowns), in policy order.
-func (e *Engine) Lockouts(provider string) ([]lockout.Entry, []LayerError, error) {
+// connection for provider "" (GET resilience/model-cooldowns).
+func (e *Engine) Lockouts(provider string) (LockoutList, error) {
 	idx, err := e.selectProviders(provider)
 	if err != nil {
-		return nil, nil, err
+		return LockoutList{}, err
 	}
-	var errs []LayerError
-	e.refresh(&errs)
-	var out []lockout.Entry
+	l := LockoutList{At: e.now()}
+	e.refresh(&l.Errors)
 	for _, i := range idx {
 		pv := &e.providers[i]
 		for j := range pv.conns {
 			cn := &pv.conns[j]
-			l, err := pv.lockout.List(cn.lockout)
+			list, err := pv.lockout.List(cn.lockout)
 			if err != nil {
-				errs = append(errs, LayerError{Provider: pv.res.ID, Connection: cn.res.ID, Layer: LayerLockout, Err: err})
+				l.Errors = append(l.Errors, LayerError{Provider: pv.res.ID, Connection: cn.res.ID, Layer: LayerLockout, Err: err})
 				continue
 			}
-			out = append(out, l...)
+			l.Lockouts = append(l.Lockouts, list...)
 		}
 	}
-	return out, errs, nil
+	return l, nil
 }
 
 // ResetReport says what a provider reset cleared.
@@ -508,54 +499,58 @@ func (e *Engine) selectConnections(sel CooldownSelection) ([][2]int, error) {
 	return out, nil
 }
 
+// LockoutClear says what a model lockout clear removed.
+type LockoutClear struct {
+	Removed int          // active lockouts removed
+	Errors  []LayerError // connections whose lockouts could not be cleared; the rest were
+}
+
 // ClearModelLockout re-enables model on a connection of provider — on each of its
 // connections for connection "" — (DELETE resilience/model-cooldowns {provider, connection,
 // model}): every lockout key that routing consults for model (exact, bare model, quota
-// family) goes. It returns how many active lockouts it removed.
-func (e *Engine) ClearModelLockout(provider, connection, model string) (int, []LayerError, error) {
+// family) goes.
+func (e *Engine) ClearModelLockout(provider, connection, model string) (LockoutClear, error) {
 	conns, err := e.lockoutConnections(provider, connection)
 	if err != nil {
-		return 0, nil, err
+		return LockoutClear{}, err
 	}
-	var errs []LayerError
-	e.refresh(&errs)
-	removed := 0
+	var rep LockoutClear
+	e.refresh(&rep.Errors)
 	for _, t := range conns {
 		pv := &e.providers[t[0]]
 		cn := &pv.conns[t[1]]
 		n, err := pv.lockout.Delete(cn.lockout, model)
 		if err != nil {
-			errs = append(errs, LayerError{Provider: pv.res.ID, Connection: cn.res.ID, Layer: LayerLockout, Err: err})
+			rep.Errors = append(rep.Errors, LayerError{Provider: pv.res.ID, Connection: cn.res.ID, Layer: LayerLockout, Err: err})
 			continue
 		}
-		removed += n
+		rep.Removed += n
 	}
-	return removed, errs, nil
+	return rep, nil
 }
 
 // ClearAllModelLockouts removes every model lockout of provider's connections, or of every
 // connection for provider "" (DELETE resilience/model-cooldowns {all: true}).
-func (e *Engine) ClearAllModelLockouts(provider string) (int, []LayerError, error) {
+func (e *Engine) ClearAllModelLockouts(provider string) (LockoutClear, error) {
 	idx, err := e.selectProviders(provider)
 	if err != nil {
-		return 0, nil, err
+		return LockoutClear{}, err
 	}
-	var errs []LayerError
-	e.refresh(&errs)
-	removed := 0
+	var rep LockoutClear
+	e.refresh(&rep.Errors)
 	for _, i := range idx {
 		pv := &e.providers[i]
 		for j := range pv.conns {
 			cn := &pv.conns[j]
 			n, err := pv.lockout.ClearConnection(cn.lockout)
 			if err != nil {
-				errs = append(errs, LayerError{Provider: pv.res.ID, Connection: cn.res.ID, Layer: LayerLockout, Err: err})
+				rep.Errors = append(rep.Errors, LayerError{Provider: pv.res.ID, Connection: cn.res.ID, Layer: LayerLockout, Err: err})
 				continue
 			}
-			removed += n
+			rep.Removed += n
 		}
 	}
-	return removed, errs, nil
+	return rep, nil
 }
 
 // lockoutConnections resolves {provider, connection} to (provider, connection) indexes.

@@ -327,35 +327,35 @@ func TestClearModelLockout(t *testing.T) {
 	failOn(t, f.e, f.target(t, "acme", "acme-a", "m1"), rateLimited)
 	failOn(t, f.e, f.target(t, "acme", "acme-a", "m2"), rateLimited)
 	failOn(t, f.e, f.target(t, "acme", "acme-b", "m1"), rateLimited)
-	n, errs, err := f.e.ClearModelLockout("acme", "acme-a", "m1")
-	if err != nil || len(errs) > 0 || n != 1 {
-		t.Fatalf("clear: %d %v %v, want 1 removed", n, errs, err)
+	rep, err := f.e.ClearModelLockout("acme", "acme-a", "m1")
+	if err != nil || len(rep.Errors) > 0 || rep.Removed != 1 {
+		t.Fatalf("clear: %+v %v, want 1 removed", rep, err)
 	}
-	list, errs, err := f.e.Lockouts("")
-	if err != nil || len(errs) > 0 {
-		t.Fatal(err, errs)
+	list, err := f.e.Lockouts("")
+	if err != nil || len(list.Errors) > 0 || !list.At.Equal(start) {
+		t.Fatal(err, list)
 	}
 	var left []string
-	for _, l := range list {
+	for _, l := range list.Lockouts {
 		left = append(left, l.Connection+":"+l.Model)
 	}
 	if !slices.Equal(left, []string{"acme-a:m2", "acme-b:m1"}) {
 		t.Fatalf("lockouts left %v", left)
 	}
 	// Again: nothing left to remove, no error.
-	if n, _, err := f.e.ClearModelLockout("acme", "acme-a", "m1"); err != nil || n != 0 {
-		t.Fatalf("second clear: %d %v", n, err)
+	if rep, err := f.e.ClearModelLockout("acme", "acme-a", "m1"); err != nil || rep.Removed != 0 {
+		t.Fatalf("second clear: %+v %v", rep, err)
 	}
 	// Without a connection: the model on every connection of the provider.
-	if n, _, err := f.e.ClearModelLockout("acme", "", "m1"); err != nil || n != 1 {
-		t.Fatalf("provider-wide clear: %d %v", n, err)
+	if rep, err := f.e.ClearModelLockout("acme", "", "m1"); err != nil || rep.Removed != 1 {
+		t.Fatalf("provider-wide clear: %+v %v", rep, err)
 	}
-	if n, _, err := f.e.ClearAllModelLockouts(""); err != nil || n != 1 {
-		t.Fatalf("clear all: %d %v (acme-a:m2 was left)", n, err)
+	if rep, err := f.e.ClearAllModelLockouts(""); err != nil || rep.Removed != 1 {
+		t.Fatalf("clear all: %+v %v (acme-a:m2 was left)", rep, err)
 	}
 	for _, bad := range [][2]string{{"azure", ""}, {"acme", "backup-a"}, {"acme", "nope"}} {
 		var u *UnknownError
-		if _, _, err := f.e.ClearModelLockout(bad[0], bad[1], "m1"); !errors.As(err, &u) {
+		if _, err := f.e.ClearModelLockout(bad[0], bad[1], "m1"); !errors.As(err, &u) {
 			t.Fatalf("%v: %v, want an UnknownError", bad, err)
 		}
 	}
@@ -434,7 +434,7 @@ func TestAdminSnapshotsHoldNoCredential(t *testing.T) {
 	failOn(t, f.e, f.target(t, "acme", "acme-a", "m1"), rateLimited)
 	failOn(t, f.e, f.target(t, "acme", "acme-b", "m1"), creditsGone)
 	h := f.health(t, "")
-	list, _, _ := f.e.Lockouts("")
+	list, _ := f.e.Lockouts("")
 	rep, _ := f.e.Reset("")
 	dump := fmt.Sprintf("%+v %#v %+v %#v %+v", h, h, list, list, rep)
 	for i := range f.e.res.Providers {
