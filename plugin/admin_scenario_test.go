@@ -360,3 +360,40 @@ func countLogs(w *world, s string) int {
 func resetLogs(w *world) int {
 	return countLogs(w, "spillway: admin POST ") + countLogs(w, "spillway: admin DELETE ")
 }
+
+// adminScenarios are the differential suite's admin API scenarios (differential_test.go):
+// the glue must answer the same natively and in wasm. They avoid replies with a timestamp
+// (proxytest's clock is the wall clock, hostsim's virtual).
+func adminScenarios(demo []byte) []scenario {
+	const token = "Bearer spillway-demo-admin-token" // the demo policy's default
+	call := func(r *recorder, method, path, auth string, chunks ...string) {
+		id := r.e.InitializeHttpContext()
+		hs := [][2]string{{":method", method}, {":path", "/spillway/api/" + path}, {":authority", "spillway.local"}}
+		if auth != "" {
+			hs = append(hs, [2]string{"authorization", auth})
+		}
+		r.act("admin headers", r.e.CallOnRequestHeaders(id, hs, len(chunks) == 0))
+		for i, c := range chunks {
+			if r.local(id) != "" {
+				break // refused at its headers: Envoy delivers no more of the body
+			}
+			r.act("admin body", r.e.CallOnRequestBody(id, []byte(c), i == len(chunks)-1))
+		}
+		r.snapshot(id)
+		r.e.CompleteHttpContext(id)
+	}
+	return []scenario{
+		{name: "admin API refuses a missing or wrong token", config: demo, run: func(r *recorder) {
+			call(r, "GET", "monitoring/health", "")
+			call(r, "POST", "resilience/reset", "Bearer wrong-token", `{}`)
+		}},
+		{name: "admin API answers with held bodies and logs its resets", config: demo, run: func(r *recorder) {
+			call(r, "GET", "resilience/model-cooldowns", token)
+			call(r, "POST", "resilience/reset", token, `{"provi`, `der":"openai"}`)
+			call(r, "POST", "resilience/cooldowns", token, `{"all":true}`)
+			call(r, "DELETE", "resilience/model-cooldowns", token, `{"provider":"openai","model":"gpt-4o"}`)
+			call(r, "POST", "resilience/cooldowns", token, `{"connectionIds":["nope"]}`)
+			call(r, "POST", "resilience/reset", token) // no body at all
+		}},
+	}
+}
