@@ -97,7 +97,9 @@ func TestAdminAPIOnTheDemo(t *testing.T) {
 
 // SPILLWAY_ADMIN_TOKEN in the VM environment (-env) replaces the demo's default token.
 func TestAdminAPITokenFromTheEnvironment(t *testing.T) {
-	d := startDemo(t, func(o *Options) { o.Env = append(o.Env, EnvVar{Key: "SPILLWAY_ADMIN_TOKEN", Value: "from-the-env-0123456789"}) })
+	d := startDemo(t, func(o *Options) {
+		o.Env = append(o.Env, EnvVar{Key: "SPILLWAY_ADMIN_TOKEN", Value: "from-the-env-0123456789"})
+	})
 	if st, _, r := adminCall(t, d, "GET", "monitoring/health", demoAdminToken, ""); st != 403 || r.Get("error.code").Str != "forbidden" {
 		t.Fatalf("the demo token with another configured: %d %s", st, r.Raw)
 	}
