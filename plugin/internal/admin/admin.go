@@ -49,16 +49,32 @@ func New(settings policies.AdminSettings, e *engine.Engine) *Server {
 	if !settings.Enabled || token == "" {
 		return nil
 	}
-	return &Server{prefix: settings.PathPrefix, tokenHash: sha256.Sum256([]byte(token)), engine: e}
+	prefix := settings.PathPrefix // validated: starts and ends with '/', not "/"
+	if prefix == "" {
+		prefix = policies.AdminPathPrefix
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return &Server{prefix: prefix, tokenHash: sha256.Sum256([]byte(token)), engine: e}
 }
 
 // Prefix returns the path prefix the API is served under.
 func (s *Server) Prefix() string { return s.prefix }
 
-// Matches reports whether a request path (with its query) is the admin API's. It is false
-// for a nil Server: with the API off every path passes through.
+// Matches reports whether a request path (with its query) is the admin API's: under the
+// prefix, or the prefix without its trailing '/' (answered 404 after the token check, rather
+// than sent upstream with the admin token). It is false for a nil Server: with the API off
+// every path passes through.
 func (s *Server) Matches(path string) bool {
-	return s != nil && strings.HasPrefix(path, s.prefix)
+	if s == nil {
+		return false
+	}
+	if strings.HasPrefix(path, s.prefix) {
+		return true
+	}
+	rest, ok := strings.CutPrefix(path, s.prefix[:len(s.prefix)-1])
+	return ok && (rest == "" || rest[0] == '?')
 }
 
 // Authorize checks a request's Authorization header (present=false when it has none): a

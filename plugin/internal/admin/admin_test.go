@@ -139,7 +139,9 @@ func TestMatches(t *testing.T) {
 		"/spillway/api/monitoring/health":           true,
 		"/spillway/api/anything":                    true, // answered 404 after auth: the prefix is the API's
 		"/spillway/api/resilience/cooldowns?x=1":    true,
-		"/spillway/api":                             false,
+		"/spillway/api":                             true, // answered 404: the token stays here
+		"/spillway/api?x":                           true,
+		"/spillway/apis":                            false,
 		"/v1/chat/completions":                      false,
 		"/api/monitoring/health":                    false,
 		"/spillway/apix/monitoring/health":          false,
