@@ -67,10 +67,10 @@ func (w *world) rateLimitKeyA() {
 func TestAdminScenarioAuth(t *testing.T) {
 	w := newWorld(t, adminPolicy, 2)
 	for _, tc := range []struct {
-		name   string
+		name   string // the case
 		auth   string // the Authorization header ("" = none)
-		status int
-		code   string
+		status int    // the status the filter answers with
+		code   string // its error.code ("" for a success)
 	}{
 		{name: "no token", status: 401, code: "unauthorized"},
 		{name: "another scheme", auth: "Basic " + adminToken, status: 401, code: "unauthorized"},
@@ -269,9 +269,9 @@ func TestAdminScenarioHealthShowsCapsInUse(t *testing.T) {
 func TestAdminScenarioBadRequests(t *testing.T) {
 	w := newWorld(t, adminPolicy, 2)
 	for i, tc := range []struct {
-		method, path, body string
-		status             int
-		code, param        string
+		method, path, body string // the request (path under the prefix; body "" = a GET without one)
+		status             int    // the refusal's status
+		code, param        string // its error.code and error.param
 	}{
 		{"POST", "resilience/cooldowns", `{"connectionIds":`, 400, "invalid_json", ""},
 		{"POST", "resilience/cooldowns", `[]`, 400, "invalid_json", ""},

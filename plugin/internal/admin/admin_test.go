@@ -2,6 +2,7 @@ package admin
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"encoding/hex"
 	"math/rand/v2"
 	"regexp"
@@ -163,7 +164,7 @@ func TestMatches(t *testing.T) {
 func TestAuthorize(t *testing.T) {
 	f := newFixture(t, testPolicy)
 	for _, tc := range []struct {
-		name    string
+		name    string // the case
 		header  string // the Authorization value
 		present bool   // the request has the header
 		status  int    // 0 = authorized
@@ -204,12 +205,10 @@ func TestAuthorize(t *testing.T) {
 			}
 		})
 	}
-	if strings.Contains(strings.ToLower(stringOf(f.s)), strings.ToLower(token)) {
-		t.Fatal("the server keeps the token itself")
+	if dump := fmt.Sprintf("%#v %+v", *f.s, *f.s); strings.Contains(dump, token) || !strings.Contains(dump, "/spillway/api/") {
+		t.Fatalf("the server keeps the token itself (or the dump is not of it): %s", dump)
 	}
 }
-
-func stringOf(s *Server) string { return strings.Join([]string{s.prefix, string(s.tokenHash[:])}, "|") }
 
 func TestHealthReply(t *testing.T) {
 	f := newFixture(t, testPolicy)
@@ -354,8 +353,8 @@ func TestResetReply(t *testing.T) {
 func TestUnknownIDs(t *testing.T) {
 	f := newFixture(t, testPolicy)
 	for _, tc := range []struct {
-		method, path, body string
-		code, param        string
+		method, path, body string // the request (path under the prefix)
+		code, param        string // the 400's error.code and error.param
 	}{
 		{"GET", "monitoring/health?provider=azure", "", CodeUnknownProvider, "provider"},
 		{"GET", "resilience/cooldowns?provider=azure", "", CodeUnknownProvider, "provider"},

@@ -14,8 +14,8 @@ func TestParse(t *testing.T) {
 	big := `{"connectionIds":["` + strings.Repeat("a", MaxBodyBytes) + `"]}`
 	many := `{"connectionIds":[` + strings.TrimSuffix(strings.Repeat(`"c",`, MaxConnectionIDs+1), ",") + `]}`
 	for _, tc := range []struct {
-		method, path, body string
-		want               string // the call as %+v of its salient fields, or "status code param"
+		method, path, body string // the request (path under the prefix)
+		want               string // the call's salient fields, or the refusal's "status code param"
 	}{
 		// Every endpoint and method.
 		{"GET", "monitoring/health", "", "monitoring/health GET p= c= m= ids=[] all=false"},

@@ -61,13 +61,11 @@ func (f *fixture) serverErrors(t testing.TB, n int) {
 	}
 }
 
-// The health snapshot shows the guide's states at the guide's numbers: an API-key provider
-// degrades at 7 failures, opens at 12 for 30 s, and lets one probe through after (§1); a
-// Retry-After 20 cools a connection for 20 s with its last error recorded (§2); with model
-// lockout on a 429 locks the model family on the connection (§3).
+// The health snapshot shows the breaker at the guide's numbers (§1): an API-key provider
+// degrades at 7 failures, opens at 12 for 30 s, and is HALF_OPEN (one probe may go) after.
 func TestHealthShowsEveryLayerAtTheGuidesNumbers(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
+		name     string        // the case
 		failures int           // 503s recorded on the acme provider
 		after    time.Duration // clock moved afterwards
 		state    breaker.State // the breaker state the snapshot must show
@@ -97,6 +95,8 @@ func TestHealthShowsEveryLayerAtTheGuidesNumbers(t *testing.T) {
 	}
 }
 
+// A model lockout (§3: with lockout on, a 429 locks the model on the connection and spares
+// the connection), a 503's lockout, and a terminal state (§2) as the snapshot shows them.
 func TestHealthShowsCooldownLockoutAndTerminalState(t *testing.T) {
 	f := newFixture(t, acmePolicy("resilience: {modelLockout: {enabled: true}}\n"))
 	failOn(t, f.e, f.target(t, "acme", "acme-a", "m1"), rateLimited)     // locks m1 on acme-a for 20 s
@@ -135,6 +135,8 @@ func TestHealthShowsCooldownLockoutAndTerminalState(t *testing.T) {
 	}
 }
 
+// With model lockout off a Retry-After 20 cools the connection for 20 s, its last error
+// recorded (§2).
 func TestHealthCooldownWithoutLockout(t *testing.T) {
 	f := newFixture(t, acmePolicy(""))
 	failOn(t, f.e, f.target(t, "acme", "acme-a", "m1"), rateLimited)
