@@ -2,8 +2,8 @@ package admin
 
 import (
 	"crypto/sha256"
-	"fmt"
 	"encoding/hex"
+	"fmt"
 	"math/rand/v2"
 	"regexp"
 	"strings"
