@@ -141,7 +141,7 @@ func scenarios(t *testing.T) []scenario {
 		t.Fatal(err)
 	}
 	body := `{"model":"gpt-4o","stream":false,"messages":[{"role":"user","content":"héllo, 世界"}]}`
-	return []scenario{
+	return append([]scenario{
 		{name: "chat completion passes through with spillway headers", config: demo, run: func(r *recorder) {
 			chatRequest(r, "/v1/chat/completions", body[:17], body[17:40], body[40:])
 		}},
@@ -186,7 +186,7 @@ func scenarios(t *testing.T) []scenario {
 		{name: "invalid policy refuses to start", config: []byte(`{"providers":[{"id":"p","profile":"apikey","cluster":"c","connections":[{"id":"c1"}]}],` +
 			`"routes":[{"model":"m","targets":[{"provider":"nope"}]}],"resilience":{"modelLockout":{"baseCoolDownMs":1}}}`)},
 		{name: "no policy refuses to start", config: nil},
-	}
+	}, adminScenarios(demo)...) // admin_scenario_test.go
 }
 
 // observe runs a scenario on one emulator.

@@ -561,11 +561,13 @@ type RoutingPaths struct {
 
 // Admin configures the admin API.
 type Admin struct {
-	// PathPrefix is where the admin API is served; must start and end with '/'. Default
-	// /spillway/api/.
+	// PathPrefix is where the admin API is served (OmniRoute's paths, such as
+	// monitoring/health, under it; /api/ gives OmniRoute's exact paths); must start and end
+	// with '/'. Default /spillway/api/.
 	PathPrefix string `json:"pathPrefix,omitempty" jsonschema:"pattern=^/.*/$"`
-	// Token is the bearer token the admin API requires; unset or empty = admin API off
-	// (every admin path answers 403). Use ${SPILLWAY_ADMIN_TOKEN}. Spillway never shows
-	// it: logs, errors and dumps print [redacted].
+	// Token is the bearer token the admin API requires (401 without one, 403 with another);
+	// unset or empty = admin API off: requests under pathPrefix are ordinary requests and
+	// pass through. Use ${SPILLWAY_ADMIN_TOKEN}. Spillway never shows it: logs, errors and
+	// dumps print [redacted].
 	Token Secret `json:"token,omitzero"`
 }

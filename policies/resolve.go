@@ -262,7 +262,8 @@ type FirstEventSettings struct {
 
 // AdminSettings are the admin API settings.
 type AdminSettings struct {
-	// Enabled is false when no token is configured: every admin path then answers 403.
+	// Enabled is false when no token is configured: the admin API is off and requests
+	// under PathPrefix pass through.
 	Enabled    bool
 	PathPrefix string
 	Token      Secret

@@ -207,6 +207,11 @@ func (inst *Instance) Banner() string {
 	if len(inst.Fakes) > 0 {
 		b.WriteString("  fakes:     misbehave on x-fake-* request headers (hostsim/cmd/hostsim/README.md)\n")
 	}
+	if a := inst.Policy.Resolved.Admin; a.Enabled {
+		// Never the token itself: the policy may hold a real one.
+		fmt.Fprintf(&b, "  admin API: %s%s (Authorization: Bearer <the policy's admin.token>; README.md, \"Admin API\")\n",
+			inst.URL(), a.PathPrefix)
+	}
 	stop := "on"
 	if !o.AllowOnHeadersStopIteration {
 		stop = "off (a headers Pause stops all iteration)"

@@ -35,6 +35,12 @@
 //     models kept out turns model lockout on (404 is in its default errorCodes).
 //   - A stream stall (RecordStall) records the error on the connection without a cooldown
 //     unless streamStallCooldown is on, and never counts for the breaker (guide §2).
+//   - Operators read and reset the layers through admin.go (the admin API's health snapshot,
+//     provider reset, cooldown manager and model lockout clears): listings walk the policy's
+//     providers and connections and each connection's bounded lockout index, since shared
+//     data has no key listing; resets write through the store, so every worker sees them at
+//     its next refresh. A provider reset is the guide's operator reset and clears terminal
+//     states too (§2); the cooldown manager never does (§3).
 //   - The load-aware strategies (least-used, p2c, fill-first) compare requests in flight:
 //     the leases shared data holds where a connection has a cap, plus this worker's own
 //     attempts that hold none, counted in memory by Dispatch and Release (no shared data).

@@ -31,6 +31,14 @@
 // filter_manager_forward_added_data_on_continue); once it has, continuing from a tick, a
 // queue wake-up or a callout is safe.
 //
+// Admin API (admin.go, plugin/internal/admin): with admin.token set, a request under
+// admin.pathPrefix never goes upstream. Its bearer token is checked at the request headers
+// (401 without one, 403 with another, before any body is read; the Authorization header is
+// removed at once so it cannot reach an upstream even if the stream fails open); a GET is
+// answered there, a POST or DELETE is held like an LLM request until its body has arrived.
+// The answer is a local reply; every reset is logged at info with the path and what it
+// cleared. Without a token those paths are ordinary requests and pass through.
+//
 // Response path: Envoy's own replies (response.code_details other than via_upstream: no
 // healthy upstream, overflow, no route, timeout, a client that went away) are never a
 // provider's outcome. A 2xx records success in every layer; a non-2xx is held, its error

@@ -12,6 +12,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/spillwayproxy/spillway/plugin/hostabi"
+	"github.com/spillwayproxy/spillway/plugin/internal/admin"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
@@ -50,6 +51,7 @@ type pluginContext struct {
 	policy  *policies.Policy
 	res     *policies.Resolved
 	engine  *engine.Engine
+	admin   *admin.Server // nil: the admin API is off (no token)
 	store   sharedStore
 	cache   *state.Cache
 	metrics metrics
@@ -134,6 +136,9 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 	if p.engine, err = engine.New(policy, p.cache, callbackClock{p}, engine.Options{}); err != nil {
 		proxywasm.LogCriticalf("spillway: refusing to start: %v", err)
 		return types.OnPluginStartStatusFailed
+	}
+	if p.admin = admin.New(p.res.Admin, p.engine); p.admin != nil {
+		proxywasm.LogInfof("spillway: admin API served under %s", p.admin.Prefix())
 	}
 	p.metrics.define()
 	p.models = internTable(p.res)

@@ -67,6 +67,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 			removeRequestHeader(name) // correlation ids for Spillway only
 		}
 	}
+	if h.adminRequest(hdrs, method, path, endOfStream) { // admin.go: answered or held for its body
+		return types.ActionPause
+	}
 	api, routed := p.res.Routing.APIOf(path)
 	if !routed || method != "POST" {
 		return types.ActionContinue
@@ -153,6 +156,9 @@ func (h *httpContext) resumeRequest(s step) {
 
 // endOfRequest reads and checks the whole body, then routes the request.
 func (h *httpContext) endOfRequest(bodySize int) step {
+	if h.admin.path != "" {
+		return h.endOfAdminRequest(bodySize) // admin.go
+	}
 	p := h.plugin
 	if cap(h.bufs.body) < bodySize {
 		h.bufs.body = make([]byte, 0, bodySize) // the host writes the body straight in

@@ -77,6 +77,7 @@ type streamState struct {
 	model      string      // requested model (interned)
 	stream     bool        // "stream": true
 	sawBody    bool
+	admin      adminCall // an admin API request held for its body (admin.go)
 
 	// The plan and the attempt in flight.
 	plan         engine.Plan

@@ -221,15 +221,15 @@ func RequestTooLarge(limit int64) Reply {
 	return finish(413, CodeRequestTooLarge, 0, b)
 }
 
-// Unauthorized is the admin API's 401: no bearer token, or not the configured one.
+// Unauthorized is the admin API's 401: no bearer token (no Authorization header, or another
+// scheme).
 func Unauthorized() Reply {
 	r := finish(401, CodeUnauthorized, 0, open(CodeUnauthorized, TypeAuthentication, "missing or invalid admin bearer token"))
 	r.Headers = append(r.Headers, [2]string{HeaderWWWAuthenticate, `Bearer realm="spillway"`})
 	return r
 }
 
-// Forbidden is the admin API's 403: the admin API is disabled (no token configured) or the
-// request is not allowed.
+// Forbidden is the admin API's 403: a bearer token that is not the configured one.
 func Forbidden() Reply {
 	return finish(403, CodeForbidden, 0, open(CodeForbidden, TypePermission, "admin API access is not allowed"))
 }

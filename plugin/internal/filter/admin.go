@@ -1,0 +1,109 @@
+package filter
+
+import (
+	"strings"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+
+	"github.com/spillwayproxy/spillway/plugin/hostabi"
+	"github.com/spillwayproxy/spillway/plugin/internal/admin"
+	"github.com/spillwayproxy/spillway/plugin/internal/replies"
+)
+
+// The admin API (plugin/internal/admin) as local replies: a request under admin.pathPrefix,
+// when the policy sets an admin token, never goes upstream. Its bearer token is checked at
+// the request headers (401/403 at once, before any body is read); a GET is answered there;
+// a POST or DELETE is held, as an LLM request is, until its body has arrived, then answered.
+// Every reset is logged at info with the path it came on and what it cleared, never a
+// credential or the token.
+
+// adminCall is an admin request held for its body ("" path: none).
+type adminCall struct {
+	method, path string
+}
+
+// adminRequest handles a request under the admin prefix and reports whether it was one:
+// it answers it now, or holds it (phaseBody) until endOfRequest. hdrs are the request
+// headers as read.
+func (h *httpContext) adminRequest(hdrs [][2]string, method, path string, endOfStream bool) bool {
+	p := h.plugin
+	if !p.admin.Matches(path) {
+		return false
+	}
+	authorization, present := "", false
+	for _, kv := range hdrs {
+		if kv[0] == "authorization" {
+			authorization, present = kv[1], true
+			break
+		}
+	}
+	if present {
+		// Whatever happens next (a panic fails the stream open), the token never goes
+		// upstream.
+		removeRequestHeader("authorization")
+	}
+	if r, ok := p.admin.Authorize(authorization, present); !ok {
+		h.replyAdmin(r)
+		return true
+	}
+	if endOfStream || !admin.HasBody(method) {
+		h.serveAdmin(method, path, nil)
+		return true
+	}
+	h.admin = adminCall{method: strings.Clone(method), path: strings.Clone(path)}
+	h.phase = phaseBody
+	if !p.optionProven {
+		h.heldAt = p.clock() // the missing-option detector holds for admin bodies too
+		p.watch(h)
+	}
+	return true
+}
+
+// endOfAdminRequest reads a held admin request's body and answers it.
+func (h *httpContext) endOfAdminRequest(bodySize int) step {
+	var body []byte
+	if bodySize > 0 {
+		if cap(h.bufs.body) < bodySize {
+			h.bufs.body = make([]byte, 0, bodySize)
+		}
+		b, err := hostabi.ReadBuffer(hostabi.RequestBody, 0, bodySize, h.bufs.body)
+		if err != nil {
+			proxywasm.LogWarnf("spillway: admin %s: read body: %v", h.admin.method, err)
+			h.replyAdmin(replies.Internal())
+			return stepAnswered
+		}
+		h.bufs.body, body = b, b
+	}
+	h.serveAdmin(h.admin.method, h.admin.path, body)
+	return stepAnswered
+}
+
+// serveAdmin runs an authorized admin call and answers it. A panic in the call is answered
+// 500 rather than failing open: an admin request has nowhere upstream to go.
+func (h *httpContext) serveAdmin(method, path string, body []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.plugin.metrics.panics.Increment(1)
+			proxywasm.LogErrorf("spillway: panic in admin %s %q: %v", method, path, r)
+			h.replyAdmin(replies.Internal())
+		}
+	}()
+	res := h.plugin.admin.Serve(method, path, body)
+	if res.Errors != nil {
+		proxywasm.LogWarnf("spillway: admin %s %s: %v", method, res.Call.Endpoint, res.Errors)
+	}
+	if res.Log != "" {
+		proxywasm.LogInfof("spillway: %s", res.Log)
+	}
+	h.replyAdmin(res.Reply)
+}
+
+// replyAdmin sends an admin reply: a local reply like Spillway's others, without the
+// x-spillway-* routing headers (nothing was routed).
+func (h *httpContext) replyAdmin(r replies.Reply) {
+	h.phase = phaseAnswered
+	h.plugin.unwatch(h)
+	if err := hostabi.SendLocalResponse(uint32(r.Status), localReplyDetails, r.Body, r.Headers, &h.bufs.scratch); err != nil {
+		proxywasm.LogErrorf("spillway: send admin reply %d: %v", r.Status, err)
+	}
+}
