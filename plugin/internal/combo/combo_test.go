@@ -174,6 +174,8 @@ func TestDecideExcluded(t *testing.T) {
 }
 
 func TestDecideAfterFailure(t *testing.T) {
+	// guide §4: a request that would answer a 429 waits a short transient cooldown out;
+	// nothing else is waited on (a 5xx, an overloaded model, quota, auth, not-found).
 	cfg := DefaultConfig()
 	tests := []struct {
 		name    string
@@ -183,6 +185,9 @@ func TestDecideAfterFailure(t *testing.T) {
 	}{
 		{name: "rate limit, 60 s", verdict: failure.Verdict{Status: 429, Reason: failure.ReasonRateLimit}, wait: 60 * time.Second, want: RefusalNone},
 		{name: "concurrency limit, 1 s", verdict: failure.Verdict{Status: 429, Reason: failure.ReasonConcurrencyLimited}, wait: time.Second, want: RefusalNone},
+		{name: "server error", verdict: failure.Verdict{Status: 503, Reason: failure.ReasonServerError}, wait: 3 * time.Second, want: RefusalNotTransient},
+		{name: "overloaded model (529)", verdict: failure.Verdict{Status: 529, Reason: failure.ReasonModelCapacity}, wait: 3 * time.Second, want: RefusalNotTransient},
+		{name: "timeout", verdict: failure.Verdict{Status: 504, Reason: failure.ReasonTimeout}, wait: 3 * time.Second, want: RefusalNotTransient},
 		{name: "quota exhausted", verdict: failure.Verdict{Status: 429, Reason: failure.ReasonQuotaExhausted}, wait: 10 * time.Second, want: RefusalNotTransient},
 		{name: "auth", verdict: failure.Verdict{Status: 401, Reason: failure.ReasonAuthError}, wait: 10 * time.Second, want: RefusalNotTransient},
 		{name: "not found", verdict: failure.Verdict{Status: 404, Reason: failure.ReasonNotFound}, wait: 10 * time.Second, want: RefusalNotTransient},
