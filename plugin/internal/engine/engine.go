@@ -35,6 +35,13 @@
 //     models kept out turns model lockout on (404 is in its default errorCodes).
 //   - A stream stall (RecordStall) records the error on the connection without a cooldown
 //     unless streamStallCooldown is on, and never counts for the breaker (guide §2).
+//   - A truncated stream (RecordTruncation) is a synthesised 502 at the exact model's scope
+//     (guide §3): the model lockout takes it when on, else the connection cools; never the
+//     breaker.
+//   - comboCooldownWait (AllExcluded) waits out only an exclusion of the rate-limit class
+//     (failure.Reason.Waitable: a rate limit or a concurrency limit, the would-be 429 of
+//     guide §4); an open breaker, another worker's HALF_OPEN probe (Retry-After about a
+//     second), 5xx, auth, quota, not-found and terminal states are answered at once.
 //   - The load-aware strategies (least-used, p2c, fill-first) compare requests in flight:
 //     the leases shared data holds where a connection has a cap, plus this worker's own
 //     attempts that hold none, counted in memory by Dispatch and Release (no shared data).

@@ -179,3 +179,52 @@ resilience: {modelLockout: {enabled: true}}
 		t.Fatalf("m1 after 200 invented 404s: targets %v excluded %+v, want its 120 s lockout intact", f.names(plan), plan.Excluded)
 	}
 }
+
+// TestATruncatedStreamLocksOnlyItsModel: a stream that ended without its terminal event is
+// Spillway's verdict on a bad stream, recorded as a synthesised 502 at the exact model's
+// scope (guide §3: "Elke andere status — ... OmniRoute's eigen gesynthetiseerde 502 uit
+// kwaliteitsvalidatie — vergrendelt alleen de exacte provider/connection/model-tuple"). With
+// the model lockout taking it, the connection keeps serving its other models; without, the
+// connection cools. Never the breaker's: the provider answered.
+func TestATruncatedStreamLocksOnlyItsModel(t *testing.T) {
+	for _, c := range []struct {
+		name       string       // the lockout settings
+		resilience string       // the policy's resilience block
+		excluded   combo.Reason // acme-a for m1 afterwards
+		otherModel bool         // acme-a still serves m2
+	}{
+		{"lockout off: the connection cools", "", combo.ReasonUnavailable, false},
+		{"lockout on: the exact model is locked", "resilience: {modelLockout: {enabled: true}}\n", combo.ReasonModelLockout, true},
+		{"lockout on without 502 among its errorCodes: the connection cools",
+			"resilience: {modelLockout: {enabled: true, errorCodes: [429]}}\n", combo.ReasonUnavailable, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, acmePolicy(c.resilience))
+			d, err := f.e.Dispatch(f.target(t, "acme", "acme-a", "m1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.e.Record(d, Outcome{Status: 200}, nil) // the stream's start went to the client
+			if r := f.e.RecordTruncation(d); r.Errors != nil || r.Verdict.Reason != "stream_truncated" {
+				t.Fatalf("truncation: %+v", r)
+			}
+			f.e.Release(d)
+			plan := f.plan(t, "m1", affinity.Key{})
+			var m1, m2 combo.Reason // why acme-a is excluded for each model ("" = planned)
+			for _, x := range plan.Excluded {
+				switch {
+				case x.Connection == "acme-a" && x.Model == "m1":
+					m1 = x.Reason
+				case x.Connection == "acme-a" && x.Model == "m2":
+					m2 = x.Reason
+				}
+			}
+			if m1 != c.excluded || (m2 == "") != c.otherModel {
+				t.Fatalf("after the truncation: acme-a m1 %q, m2 %q; want m1 %q, m2 served=%v", m1, m2, c.excluded, c.otherModel)
+			}
+			if st, _ := f.e.breakers.Status(f.e.providers[0].breaker); st.Failures != 0 {
+				t.Fatalf("breaker counted a truncation: %+v", st)
+			}
+		})
+	}
+}

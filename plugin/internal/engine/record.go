@@ -188,18 +188,34 @@ func missingModel(r failure.Reason) bool {
 	return r == failure.ReasonNotFound || r == failure.ReasonBadRequest
 }
 
+// TruncatedStatus is the status a truncated stream is recorded with: Spillway's own verdict
+// on a bad stream, as OmniRoute's quality validation synthesises a 502 (guide §3).
+const TruncatedStatus = 502
+
 // RecordTruncation records that a stream already going to the client ended without its
-// terminal event: a failure of that connection (the response cannot be replayed, so there
-// is no failover), cooled like a transport failure. It never counts for the breaker: the
-// provider answered.
+// terminal event (the response cannot be replayed, so there is no failover). It is recorded
+// as a synthesised 502 at the exact model's scope, like any other model-level failure: the
+// model lockout takes it when it is on and counts 502 (guide §3: "OmniRoute's eigen
+// gesynthetiseerde 502 uit kwaliteitsvalidatie — vergrendelt alleen de exacte
+// provider/connection/model-tuple"; a bad stream on one model says nothing about the
+// connection's other models), and otherwise the connection cools as after a transport
+// failure. It never counts for the breaker or the provider cooldown gate: the provider
+// answered.
 func (e *Engine) RecordTruncation(d Dispatch) Result {
 	pv := &e.providers[d.Target.Provider]
 	cn := &pv.conns[d.Target.Connection]
 	var r Result
-	v := failure.Verdict{Status: 0, Reason: failure.ReasonStreamTruncated, Scope: failure.ScopeConnection}
-	_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
-		Message: "stream ended without its terminal event"})
+	v := failure.Verdict{Status: TruncatedStatus, Reason: failure.ReasonStreamTruncated, Scope: failure.ScopeExact}
+	out, err := pv.lockout.RecordFailure(cn.lockout, lockout.Failure{Model: d.Target.Model, Verdict: v,
+		Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait})
 	r.Verdict, r.Errors = v, err
+	if !out.Locked {
+		_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
+			Message: "stream ended without its terminal event"})
+		if err != nil {
+			r.Errors = errors.Join(r.Errors, err)
+		}
+	}
 	if e.sampleLatency {
 		e.sample(pv, cn, d.Target.Model, 0, false)
 	}
