@@ -15,8 +15,9 @@
 //     plan's exclusions.
 //   - A request remembers what its own failures blamed (Buffers): failover never goes back
 //     to a connection that failed earlier in the same request, under any model, nor to a
-//     provider a provider-scoped failure blamed. Other requests are governed by the layers
-//     alone.
+//     provider a provider-scoped failure blamed — except after a failure about the model
+//     alone (failure.Verdict.ModelOnly: a missing, retired or forbidden model), which
+//     exhausted only that model there. Other requests are governed by the layers alone.
 //   - A failure blames the layers its verdict names. The breaker counts provider-level
 //     failures (the trip statuses, transport failures) and every failure a rule declares
 //     scope: provider for, which leaves the connection alone (guide §7: a declared scope is

@@ -228,3 +228,50 @@ func TestATruncatedStreamLocksOnlyItsModel(t *testing.T) {
 		})
 	}
 }
+
+// TestFailoverAfterAMissingModelMayUseTheConnectionsNextModel: same-request failover skips
+// what the request's failure exhausted (issue 8). A failure about the model alone — the body
+// names a missing or retired model — exhausted that model, not the connection (guide
+// "Foutopsporing": "slechts één model faalt → model-lockout, niet connection-cooldown"), so
+// the route's next model on the same connection is tried; a bare 404, which may be the
+// connection's own (a wrong base URL), and a server error move the request off the
+// connection.
+func TestFailoverAfterAMissingModelMayUseTheConnectionsNextModel(t *testing.T) {
+	for _, c := range []struct {
+		name       string  // the failure of acme-a for m1
+		resilience string  // the policy's resilience block
+		outcome    Outcome // its outcome
+		sameConn   bool    // the same request may then send m2 to acme-a
+	}{
+		{"404 naming the model, lockout off", "", Outcome{Status: 404,
+			Body: []byte(`{"error":{"message":"The model 'm1' does not exist","code":"model_not_found"}}`)}, true},
+		{"404 naming the model, lockout on", "resilience: {modelLockout: {enabled: true}}\n", Outcome{Status: 404,
+			Body: []byte(`{"error":{"message":"The model 'm1' does not exist","code":"model_not_found"}}`)}, true},
+		{"410 retired model", "", Outcome{Status: 410,
+			Body: []byte(`{"error":{"message":"The model m1 is no longer available"}}`)}, true},
+		{"bare 404", "", Outcome{Status: 404, Body: []byte(`404 page not found`)}, false},
+		{"503", "", overloaded, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, acmePolicy(c.resilience))
+			plan := f.plan(t, "m1", affinity.Key{})
+			if got := f.names(plan); len(got) < 2 || got[0] != "acme/acme-a/m1" || got[1] != "acme/acme-a/m2" {
+				t.Fatalf("plan %v", got)
+			}
+			d, err := f.e.Dispatch(plan.Targets[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := f.e.Finish(d, c.outcome, &plan); !r.Verdict.Fallback {
+				t.Fatalf("verdict %+v, want a fallback", r.Verdict)
+			}
+			_, err = f.e.Dispatch(plan.Targets[1]) // acme-a, for m2
+			if c.sameConn && err != nil {
+				t.Fatalf("failover to acme-a for m2 after a failure of m1 alone: %v", err)
+			}
+			if !c.sameConn {
+				assertExcluded(t, err, "acme-a", combo.ReasonUnavailable)
+			}
+		})
+	}
+}

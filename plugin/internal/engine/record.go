@@ -52,7 +52,8 @@ func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
 // session pin — without releasing its concurrency slots: a streamed response keeps its slots
 // until it ends (Release), while its outcome is known from the headers or the first event.
 // A failure also marks what it blamed as exhausted for the rest of the request (the
-// connection, or the provider for a provider-scoped failure), so failover skips it. plan is
+// connection, or the provider for a provider-scoped failure; nothing beyond the failed
+// target when only the model failed), so failover skips it. plan is
 // the request's plan (for the session pin); it may be nil. A success on a target Plan saw
 // clean, with the cache's epoch unchanged since, asks no mechanism (see cleanMemo).
 func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
@@ -147,9 +148,13 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 	// Same-request failover skips what the failure blamed, under any model (a locked model
 	// spares the connection's other models for other requests, not for this one): the
 	// provider for a provider-scoped failure, else the connection, unless the failure blamed
-	// only the request itself.
+	// only the request itself or only the model (a missing or retired model, one this
+	// account may not use: guide "Foutopsporing", §3 and §7 — the connection serves its other
+	// models, the route's next model on it included; the failed target itself is not planned
+	// twice).
 	switch {
 	case v.Scope == failure.ScopeNone: // the request's own fault: another target may take it
+	case v.ModelOnly && !providerScoped:
 	case providerScoped:
 		d.Target.req.spend(d.Target.Provider, anyConnection)
 	default:

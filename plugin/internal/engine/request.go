@@ -45,8 +45,8 @@ type Plan struct {
 // Buffers are a request's reusable scratch space and its memory. The filter keeps one per
 // stream (one request), so a plan allocates nothing once they have grown, and what the
 // request's own failed attempts exhausted is remembered until the request is planned again:
-// same-request failover never goes back to a connection that just failed, under any model
-// (see Record).
+// same-request failover never goes back to a connection that just failed, under any model,
+// unless only the model failed (see Record).
 type Buffers struct {
 	candidates []selection.Candidate
 	targets    []Target
