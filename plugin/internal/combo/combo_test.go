@@ -2,6 +2,7 @@ package combo
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,6 +171,45 @@ func TestDecideExcluded(t *testing.T) {
 				t.Errorf("ResetAt = %v, want %v", d.ResetAt, wantReset)
 			}
 		})
+	}
+}
+
+func TestOneProvidersOpenCircuit(t *testing.T) {
+	// guide §1: when a provider's breaker is OPEN "krijgen aanroepers een
+	// provider-circuit-open-antwoord": a request every one of whose targets (api mismatches
+	// aside) is excluded by the same provider's open circuit — or its HALF_OPEN probe held
+	// by another request (issue 8: it used to get 404) — is told so, 503
+	// provider_circuit_open; any other mix is all_targets_cooling_down.
+	open := func(provider string, d time.Duration) Exclusion {
+		return Exclusion{Provider: provider, Connection: provider + "-1", Model: "m", Reason: ReasonCircuitOpen, RetryAfter: d}
+	}
+	mismatch := Exclusion{Provider: "anthropic", Connection: "a-1", Model: "m", Reason: ReasonAPIMismatch}
+	tests := []struct {
+		name     string
+		excluded []Exclusion // what target resolution skipped
+		outcome  Outcome     // what happens
+		provider string      // Decision.Provider (OutcomeCircuitOpen)
+		retry    time.Duration
+	}{
+		{"one provider, two connections", []Exclusion{open("openai", 30*time.Second), open("openai", time.Second)},
+			OutcomeCircuitOpen, "openai", time.Second},
+		{"one provider and a target of another API", []Exclusion{mismatch, open("openai", time.Second)},
+			OutcomeCircuitOpen, "openai", time.Second},
+		{"two providers' circuits", []Exclusion{open("openai", 30*time.Second), open("azure", 20*time.Second)},
+			OutcomeCoolingDown, "", 20 * time.Second},
+		{"a circuit and a cooled connection", []Exclusion{open("openai", 30*time.Second),
+			{Provider: "azure", Connection: "z-1", Reason: ReasonUnavailable, RetryAfter: 5 * time.Second}},
+			OutcomeCoolingDown, "", 5 * time.Second},
+	}
+	for _, tc := range tests {
+		d := DecideExcluded(DefaultConfig(), tc.excluded, Progress{}, t0)
+		if d.Outcome != tc.outcome || d.Provider != tc.provider || d.RetryAfter != tc.retry {
+			t.Errorf("%s: %+v, want outcome %d provider %q retry %v", tc.name, d, tc.outcome, tc.provider, tc.retry)
+		}
+		if r, ok := d.Reply("m", tc.excluded); !ok || r.Status != 503 ||
+			strings.Contains(string(r.Body), "provider_circuit_open") != (tc.outcome == OutcomeCircuitOpen) {
+			t.Errorf("%s: reply %d %s", tc.name, r.Status, r.Body)
+		}
 	}
 }
 

@@ -351,7 +351,8 @@ func TestLosingTheProbeRaceAnswersCircuitOpen(t *testing.T) {
 	}
 	dec := f.e.AllExcluded(&plan, combo.Progress{})
 	reply, ok := dec.Reply("acme-only", plan.Excluded)
-	if !ok || reply.Status != 503 || !hasHeader(reply.Headers, "retry-after", "1") {
+	if !ok || reply.Status != 503 || !hasHeader(reply.Headers, "retry-after", "1") ||
+		!strings.Contains(string(reply.Body), `"code":"provider_circuit_open"`) {
 		t.Fatalf("decision %+v reply %d %s %v, want 503 provider_circuit_open with Retry-After 1", dec, reply.Status, reply.Body, reply.Headers)
 	}
 }
