@@ -49,8 +49,10 @@ type Exclusion struct {
 	Model      string        // upstream model
 	Reason     Reason        // why it was skipped
 	RetryAfter time.Duration // time left on the excluding timer (0 = none known)
-	// Transient marks a short lock that waiting can clear (rate limit, concurrency,
-	// capacity); false for quota_exhausted, auth, not-found and terminal states.
+	// Transient marks a short rate-limit-class lock that comboCooldownWait may wait out (a
+	// rate limit or concurrency limit, failure.Reason.Waitable); false for an open breaker,
+	// server errors and overloaded models, quota_exhausted, auth, not-found and terminal
+	// states.
 	Transient bool
 }
 
@@ -192,10 +194,12 @@ func DecideExcluded(cfg Config, excluded []Exclusion, p Progress, now time.Time)
 }
 
 // DecideAfterFailure decides whether a combo request whose answer would be a 429 waits out
-// the failing target's cooldown (wait) and re-dispatches instead. It never waits on a
-// failure that is not transient (quota_exhausted, auth, not-found, terminal states).
+// the failing target's cooldown (wait) and re-dispatches instead (guide §4). It waits only
+// on the rate-limit class (failure.Reason.Waitable: a rate limit or a busy account), never
+// on a server error or an overloaded model (a 5xx), quota_exhausted, auth, not-found or a
+// terminal state.
 func DecideAfterFailure(cfg Config, v failure.Verdict, wait time.Duration, p Progress) Refusal {
-	if !v.Transient() {
+	if v.Terminal != failure.TerminalNone || !v.Reason.Waitable() {
 		return RefusalNotTransient
 	}
 	return AllowWait(cfg, wait, p)

@@ -2,6 +2,7 @@ package combo
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,7 +174,48 @@ func TestDecideExcluded(t *testing.T) {
 	}
 }
 
+func TestOneProvidersOpenCircuit(t *testing.T) {
+	// guide §1: when a provider's breaker is OPEN "krijgen aanroepers een
+	// provider-circuit-open-antwoord": a request every one of whose targets (api mismatches
+	// aside) is excluded by the same provider's open circuit — or its HALF_OPEN probe held
+	// by another request (issue 8: it used to get 404) — is told so, 503
+	// provider_circuit_open; any other mix is all_targets_cooling_down.
+	open := func(provider string, d time.Duration) Exclusion {
+		return Exclusion{Provider: provider, Connection: provider + "-1", Model: "m", Reason: ReasonCircuitOpen, RetryAfter: d}
+	}
+	mismatch := Exclusion{Provider: "anthropic", Connection: "a-1", Model: "m", Reason: ReasonAPIMismatch}
+	tests := []struct {
+		name     string
+		excluded []Exclusion // what target resolution skipped
+		outcome  Outcome     // what happens
+		provider string      // Decision.Provider (OutcomeCircuitOpen)
+		retry    time.Duration
+	}{
+		{"one provider, two connections", []Exclusion{open("openai", 30*time.Second), open("openai", time.Second)},
+			OutcomeCircuitOpen, "openai", time.Second},
+		{"one provider and a target of another API", []Exclusion{mismatch, open("openai", time.Second)},
+			OutcomeCircuitOpen, "openai", time.Second},
+		{"two providers' circuits", []Exclusion{open("openai", 30*time.Second), open("azure", 20*time.Second)},
+			OutcomeCoolingDown, "", 20 * time.Second},
+		{"a circuit and a cooled connection", []Exclusion{open("openai", 30*time.Second),
+			{Provider: "azure", Connection: "z-1", Reason: ReasonUnavailable, RetryAfter: 5 * time.Second}},
+			OutcomeCoolingDown, "", 5 * time.Second},
+	}
+	for _, tc := range tests {
+		d := DecideExcluded(DefaultConfig(), tc.excluded, Progress{}, t0)
+		if d.Outcome != tc.outcome || d.Provider != tc.provider || d.RetryAfter != tc.retry {
+			t.Errorf("%s: %+v, want outcome %d provider %q retry %v", tc.name, d, tc.outcome, tc.provider, tc.retry)
+		}
+		if r, ok := d.Reply("m", tc.excluded); !ok || r.Status != 503 ||
+			strings.Contains(string(r.Body), "provider_circuit_open") != (tc.outcome == OutcomeCircuitOpen) {
+			t.Errorf("%s: reply %d %s", tc.name, r.Status, r.Body)
+		}
+	}
+}
+
 func TestDecideAfterFailure(t *testing.T) {
+	// guide §4: a request that would answer a 429 waits a short transient cooldown out;
+	// nothing else is waited on (a 5xx, an overloaded model, quota, auth, not-found).
 	cfg := DefaultConfig()
 	tests := []struct {
 		name    string
@@ -183,6 +225,9 @@ func TestDecideAfterFailure(t *testing.T) {
 	}{
 		{name: "rate limit, 60 s", verdict: failure.Verdict{Status: 429, Reason: failure.ReasonRateLimit}, wait: 60 * time.Second, want: RefusalNone},
 		{name: "concurrency limit, 1 s", verdict: failure.Verdict{Status: 429, Reason: failure.ReasonConcurrencyLimited}, wait: time.Second, want: RefusalNone},
+		{name: "server error", verdict: failure.Verdict{Status: 503, Reason: failure.ReasonServerError}, wait: 3 * time.Second, want: RefusalNotTransient},
+		{name: "overloaded model (529)", verdict: failure.Verdict{Status: 529, Reason: failure.ReasonModelCapacity}, wait: 3 * time.Second, want: RefusalNotTransient},
+		{name: "timeout", verdict: failure.Verdict{Status: 504, Reason: failure.ReasonTimeout}, wait: 3 * time.Second, want: RefusalNotTransient},
 		{name: "quota exhausted", verdict: failure.Verdict{Status: 429, Reason: failure.ReasonQuotaExhausted}, wait: 10 * time.Second, want: RefusalNotTransient},
 		{name: "auth", verdict: failure.Verdict{Status: 401, Reason: failure.ReasonAuthError}, wait: 10 * time.Second, want: RefusalNotTransient},
 		{name: "not found", verdict: failure.Verdict{Status: 404, Reason: failure.ReasonNotFound}, wait: 10 * time.Second, want: RefusalNotTransient},

@@ -340,13 +340,14 @@ func TestFailureRules(t *testing.T) {
 
 func TestAvailabilityTransient(t *testing.T) {
 	// guide §4: combo retry waits out only the cooldowns of a would-be 429 (rate limits,
-	// busy accounts), never a server error, quota_exhausted ("vergrendeld tot middernacht")
-	// or auth reasons; Availability says which it is.
+	// busy accounts), never a server error or an overloaded model (a 5xx), quota_exhausted
+	// ("vergrendeld tot middernacht") or auth reasons; Availability says which it is.
 	cases := []struct {
 		verdict   failure.Verdict // the failure that set the cooldown
 		transient bool            // expected Availability.Transient()
 	}{
 		{vServer, false},
+		{failure.Verdict{Status: 529, Reason: failure.ReasonModelCapacity, Fallback: true, Scope: failure.ScopeExact}, false},
 		{vRateLimit, true},
 		{vConcurrency, true},
 		{vQuota(12 * time.Hour), false},

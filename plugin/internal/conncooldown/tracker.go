@@ -54,17 +54,11 @@ func (a Availability) Available() bool { return a.Status == StatusAvailable }
 
 // Transient reports whether the connection cools for a reason combo retry may wait out:
 // the rate-limit class the guide waits on (§4: a request that would answer 429 — a rate
-// limit, a busy account, model capacity). A server error, an exhausted quota, an auth error
-// or a terminal state is answered at once with its Retry-After instead.
+// limit, a busy account; failure.Reason.Waitable). A server error or overloaded model, an
+// exhausted quota, an auth error or a terminal state is answered at once with its
+// Retry-After instead.
 func (a Availability) Transient() bool {
-	if a.Status != StatusUnavailable {
-		return false
-	}
-	switch a.Reason {
-	case failure.ReasonRateLimit, failure.ReasonConcurrencyLimited, failure.ReasonModelCapacity:
-		return true
-	}
-	return false
+	return a.Status == StatusUnavailable && a.Reason.Waitable()
 }
 
 // Check reads the connection's state. A clean connection costs one shared-data read and no

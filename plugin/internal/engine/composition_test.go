@@ -351,7 +351,8 @@ func TestLosingTheProbeRaceAnswersCircuitOpen(t *testing.T) {
 	}
 	dec := f.e.AllExcluded(&plan, combo.Progress{})
 	reply, ok := dec.Reply("acme-only", plan.Excluded)
-	if !ok || reply.Status != 503 || !hasHeader(reply.Headers, "retry-after", "1") {
+	if !ok || reply.Status != 503 || !hasHeader(reply.Headers, "retry-after", "1") ||
+		!strings.Contains(string(reply.Body), `"code":"provider_circuit_open"`) {
 		t.Fatalf("decision %+v reply %d %s %v, want 503 provider_circuit_open with Retry-After 1", dec, reply.Status, reply.Body, reply.Headers)
 	}
 }
@@ -627,7 +628,11 @@ routes:
 }
 
 // TestComboWaitsOnlyForRateLimitClassLocks: comboCooldownWait waits where the guide waits
-// (§4: a request that would answer 429), never on a connection cooled by a server error.
+// (§4 "Cooldown-bewuste retry voor combo's": a request that would answer a 429 waits a
+// SHORT transient cooldown out, "nooit ... op quota_exhausted (vergrendeld tot middernacht)
+// of op auth-/not-found-redenen"), and never on a breaker, a probe in flight or a 5xx
+// (issue 8): each row sets one layer's lock on the only target, the next request's plan
+// excludes it, and AllExcluded must wait only for the rate-limit class.
 func TestComboWaitsOnlyForRateLimitClassLocks(t *testing.T) {
 	single := `
 providers:
@@ -639,21 +644,75 @@ routes:
   - model: gpt-4o
     targets: [{provider: openai}]
 `
+	lockoutOn := "resilience: {modelLockout: {enabled: true}}\n"
 	serverError := Outcome{Status: 500, Body: []byte(`{"error":{"message":"internal","type":"server_error"}}`)}
+	overloaded529 := Outcome{Status: 529, Body: []byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)}
+	busy := Outcome{Status: 429, Body: []byte(`{"error":{"message":"Too many concurrent requests for this account"}}`)}
+	revoked := Outcome{Status: 401, Body: []byte(`{"error":{"message":"Incorrect API key provided","code":"invalid_api_key"}}`)}
+	dailyQuota := Outcome{Status: 429, Body: []byte(`{"error":{"message":"You have reached your daily request limit for this model."}}`)}
+	notFound := Outcome{Status: 404, Body: []byte(`{"error":{"message":"The model 'gpt-4o' does not exist","code":"model_not_found"}}`)}
+	tg := Target{Provider: 0, Connection: 0, Model: "gpt-4o"}
+	fail := func(o Outcome) func(*testing.T, *fixture) {
+		return func(t *testing.T, f *fixture) { failOn(t, f.e, tg, o) }
+	}
+	openBreaker := func(t *testing.T, f *fixture) {
+		for i := 0; i < 12; i++ { // apikey: OPEN at 12 provider-level failures
+			if _, err := f.e.breakers.RecordKind(f.e.providers[0].breaker, breaker.KindServerError, breaker.Attempt{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	for _, c := range []struct {
-		name    string        // the failure that cooled the only connection
-		outcome Outcome       // its outcome
-		want    combo.Outcome // what the next request gets
+		name       string                     // the lock on the only target
+		resilience string                     // the policy's resilience block
+		lock       func(*testing.T, *fixture) // sets it (in this worker, or a peer)
+		reason     combo.Reason               // the plan's exclusion
+		retryAfter time.Duration              // the exclusion's time left (0: not checked)
+		want       combo.Outcome              // what AllExcluded decides
 	}{
-		{"rate limit with a short hint", rateLimited, combo.OutcomeWait},
-		{"server error", serverError, combo.OutcomeCoolingDown},
+		{"connection: rate limit, Retry-After 20", "", fail(rateLimited), combo.ReasonUnavailable, 20 * time.Second, combo.OutcomeWait},
+		{"connection: concurrency limit, the fixed 1 s", "", fail(busy), combo.ReasonUnavailable, time.Second, combo.OutcomeWait},
+		{"connection: server error", "", fail(serverError), combo.ReasonUnavailable, 3 * time.Second, combo.OutcomeCoolingDown},
+		{"connection: overloaded model (529)", "", fail(overloaded529), combo.ReasonUnavailable, 3 * time.Second, combo.OutcomeCoolingDown},
+		{"connection: revoked key (401)", "", fail(revoked), combo.ReasonUnavailable, 3 * time.Second, combo.OutcomeCoolingDown},
+		{"connection: daily quota until UTC midnight", "", fail(dailyQuota), combo.ReasonUnavailable, 12 * time.Hour, combo.OutcomeCoolingDown},
+		{"connection: credits exhausted (terminal)", "", fail(creditsGone), combo.ReasonTerminal, 0, combo.OutcomeNoExecutableTargets},
+		{"breaker OPEN", "", openBreaker, combo.ReasonCircuitOpen, 30 * time.Second, combo.OutcomeCircuitOpen},
+		// guide §1: a request meeting another worker's HALF_OPEN probe comes back in about a
+		// second, not after the probe's 60 s timeout, and is not held for it either.
+		{"breaker HALF_OPEN, another worker's probe in flight", "", func(t *testing.T, f *fixture) {
+			openBreaker(t, f)
+			f.clock.Advance(30 * time.Second)
+			if d, err := f.peer(t, []byte(single)).Dispatch(tg); err != nil || !d.probe.Probe {
+				t.Fatalf("the peer's probe: %+v %v", d, err)
+			}
+		}, combo.ReasonCircuitOpen, probeRetryAfter, combo.OutcomeCircuitOpen},
+		{"model lockout: rate limit, locked for its 20 s hint", lockoutOn, fail(rateLimited), combo.ReasonModelLockout, 20 * time.Second, combo.OutcomeWait},
+		{"model lockout on: a concurrency limit still cools the connection 1 s", lockoutOn, fail(busy), combo.ReasonUnavailable, time.Second, combo.OutcomeWait},
+		{"model lockout: server error (503)", lockoutOn, fail(overloaded), combo.ReasonModelLockout, 120 * time.Second, combo.OutcomeCoolingDown},
+		{"model lockout: not found", lockoutOn, fail(notFound), combo.ReasonModelLockout, 120 * time.Second, combo.OutcomeCoolingDown},
+		{"model lockout: daily quota until UTC midnight", lockoutOn, fail(dailyQuota), combo.ReasonModelLockout, 12 * time.Hour, combo.OutcomeCoolingDown},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			f := newFixture(t, []byte(single))
-			failOn(t, f.e, Target{Provider: 0, Connection: 0, Model: "gpt-4o"}, c.outcome)
+			f := newFixture(t, []byte(single+c.resilience))
+			c.lock(t, f)
 			p := f.plan(t, "gpt-4o", affinity.Key{})
-			if d := f.e.AllExcluded(&p, combo.Progress{}); d.Outcome != c.want {
+			if len(p.Targets) != 0 || len(p.Excluded) != 1 {
+				t.Fatalf("plan %v excluded %+v, want the only target excluded", f.names(p), p.Excluded)
+			}
+			x := p.Excluded[0]
+			if x.Reason != c.reason || (c.retryAfter != 0 && x.RetryAfter != c.retryAfter) {
+				t.Fatalf("exclusion %+v, want %s for %v", x, c.reason, c.retryAfter)
+			}
+			d := f.e.AllExcluded(&p, combo.Progress{})
+			if d.Outcome != c.want {
 				t.Fatalf("decision %+v, want outcome %v", d, c.want)
+			}
+			if waits := c.want == combo.OutcomeWait; x.Transient != waits || (waits && d.Wait != x.RetryAfter) {
+				t.Fatalf("exclusion %+v decision %+v: transient must be exactly the waited-out locks", x, d)
+			}
+			if c.want != combo.OutcomeWait && c.retryAfter != 0 && d.RetryAfter != c.retryAfter {
+				t.Fatalf("decision %+v, want Retry-After %v", d, c.retryAfter)
 			}
 		})
 	}

@@ -15,8 +15,9 @@
 //     plan's exclusions.
 //   - A request remembers what its own failures blamed (Buffers): failover never goes back
 //     to a connection that failed earlier in the same request, under any model, nor to a
-//     provider a provider-scoped failure blamed. Other requests are governed by the layers
-//     alone.
+//     provider a provider-scoped failure blamed — except after a failure about the model
+//     alone (failure.Verdict.ModelOnly: a missing, retired or forbidden model), which
+//     exhausted only that model there. Other requests are governed by the layers alone.
 //   - A failure blames the layers its verdict names. The breaker counts provider-level
 //     failures (the trip statuses, transport failures) and every failure a rule declares
 //     scope: provider for, which leaves the connection alone (guide §7: a declared scope is
@@ -41,6 +42,13 @@
 //     data has no key listing; resets write through the store, so every worker sees them at
 //     its next refresh. A provider reset is the guide's operator reset and clears terminal
 //     states too (§2); the cooldown manager never does (§3).
+//   - A truncated stream (RecordTruncation) is a synthesised 502 at the exact model's scope
+//     (guide §3): the model lockout takes it when on, else the connection cools; never the
+//     breaker.
+//   - comboCooldownWait (AllExcluded) waits out only an exclusion of the rate-limit class
+//     (failure.Reason.Waitable: a rate limit or a concurrency limit, the would-be 429 of
+//     guide §4); an open breaker, another worker's HALF_OPEN probe (Retry-After about a
+//     second), 5xx, auth, quota, not-found and terminal states are answered at once.
 //   - The load-aware strategies (least-used, p2c, fill-first) compare requests in flight:
 //     the leases shared data holds where a connection has a cap, plus this worker's own
 //     attempts that hold none, counted in memory by Dispatch and Release (no shared data).

@@ -52,7 +52,8 @@ func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
 // session pin — without releasing its concurrency slots: a streamed response keeps its slots
 // until it ends (Release), while its outcome is known from the headers or the first event.
 // A failure also marks what it blamed as exhausted for the rest of the request (the
-// connection, or the provider for a provider-scoped failure), so failover skips it. plan is
+// connection, or the provider for a provider-scoped failure; nothing beyond the failed
+// target when only the model failed), so failover skips it. plan is
 // the request's plan (for the session pin); it may be nil. A success on a target Plan saw
 // clean, with the cache's epoch unchanged since, asks no mechanism (see cleanMemo).
 func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
@@ -147,9 +148,13 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 	// Same-request failover skips what the failure blamed, under any model (a locked model
 	// spares the connection's other models for other requests, not for this one): the
 	// provider for a provider-scoped failure, else the connection, unless the failure blamed
-	// only the request itself.
+	// only the request itself or only the model (a missing or retired model, one this
+	// account may not use: guide "Foutopsporing", §3 and §7 — the connection serves its other
+	// models, the route's next model on it included; the failed target itself is not planned
+	// twice).
 	switch {
 	case v.Scope == failure.ScopeNone: // the request's own fault: another target may take it
+	case v.ModelOnly && !providerScoped:
 	case providerScoped:
 		d.Target.req.spend(d.Target.Provider, anyConnection)
 	default:
@@ -188,18 +193,34 @@ func missingModel(r failure.Reason) bool {
 	return r == failure.ReasonNotFound || r == failure.ReasonBadRequest
 }
 
+// TruncatedStatus is the status a truncated stream is recorded with: Spillway's own verdict
+// on a bad stream, as OmniRoute's quality validation synthesises a 502 (guide §3).
+const TruncatedStatus = 502
+
 // RecordTruncation records that a stream already going to the client ended without its
-// terminal event: a failure of that connection (the response cannot be replayed, so there
-// is no failover), cooled like a transport failure. It never counts for the breaker: the
-// provider answered.
+// terminal event (the response cannot be replayed, so there is no failover). It is recorded
+// as a synthesised 502 at the exact model's scope, like any other model-level failure: the
+// model lockout takes it when it is on and counts 502 (guide §3: "OmniRoute's eigen
+// gesynthetiseerde 502 uit kwaliteitsvalidatie — vergrendelt alleen de exacte
+// provider/connection/model-tuple"; a bad stream on one model says nothing about the
+// connection's other models), and otherwise the connection cools as after a transport
+// failure. It never counts for the breaker or the provider cooldown gate: the provider
+// answered.
 func (e *Engine) RecordTruncation(d Dispatch) Result {
 	pv := &e.providers[d.Target.Provider]
 	cn := &pv.conns[d.Target.Connection]
 	var r Result
-	v := failure.Verdict{Status: 0, Reason: failure.ReasonStreamTruncated, Scope: failure.ScopeConnection}
-	_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
-		Message: "stream ended without its terminal event"})
+	v := failure.Verdict{Status: TruncatedStatus, Reason: failure.ReasonStreamTruncated, Scope: failure.ScopeExact}
+	out, err := pv.lockout.RecordFailure(cn.lockout, lockout.Failure{Model: d.Target.Model, Verdict: v,
+		Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait})
 	r.Verdict, r.Errors = v, err
+	if !out.Locked {
+		_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
+			Message: "stream ended without its terminal event"})
+		if err != nil {
+			r.Errors = errors.Join(r.Errors, err)
+		}
+	}
 	if e.sampleLatency {
 		e.sample(pv, cn, d.Target.Model, 0, false)
 	}

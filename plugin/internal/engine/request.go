@@ -7,7 +7,6 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
-	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/providercooldown"
 	"github.com/spillwayproxy/spillway/plugin/internal/replies"
 	"github.com/spillwayproxy/spillway/plugin/internal/selection"
@@ -46,8 +45,8 @@ type Plan struct {
 // Buffers are a request's reusable scratch space and its memory. The filter keeps one per
 // stream (one request), so a plan allocates nothing once they have grown, and what the
 // request's own failed attempts exhausted is remembered until the request is planned again:
-// same-request failover never goes back to a connection that just failed, under any model
-// (see Record).
+// same-request failover never goes back to a connection that just failed, under any model,
+// unless only the model failed (see Record).
 type Buffers struct {
 	candidates []selection.Candidate
 	targets    []Target
@@ -241,10 +240,11 @@ const probeRetryAfter = time.Second
 
 // exclusion checks every layer that can keep a target out, cheapest and widest first. An
 // exclusion is Transient — worth a comboCooldownWait — only for the short, rate-limit-class
-// locks the guide waits on (§4: rate limits, concurrency limits, capacity): never for an
-// open breaker, a connection cooled by a server error or an auth failure, quota, not-found
-// or a terminal state, which answer at once with Retry-After. A layer that cannot be read
-// fails open and joins its error to degraded.
+// locks the guide waits on (§4: a would-be 429, a rate limit or concurrency limit;
+// failure.Reason.Waitable): never for an open breaker or a HALF_OPEN probe in flight, a
+// connection cooled or a model locked by a server error, an overloaded model or an auth
+// failure, quota, not-found or a terminal state, which answer at once with Retry-After. A
+// layer that cannot be read fails open and joins its error to degraded.
 func (e *Engine) exclusion(pv *provider, cn *connection, model string, degraded *error) (combo.Exclusion, bool) {
 	x := combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: model}
 	// Provider circuit breaker. Planning must not claim the HALF_OPEN probe (it may not
@@ -295,21 +295,10 @@ func (e *Engine) connectionExclusion(pv *provider, cn *connection, model string,
 		*degraded = errors.Join(*degraded, err)
 	} else if locked {
 		x.Reason, x.RetryAfter = combo.ReasonModelLockout, lock.Until.Sub(e.now())
-		x.Transient = waitable(lock.Reason)
+		x.Transient = lock.Transient()
 		return x, true
 	}
 	return x, false
-}
-
-// waitable reports the lockout reasons comboCooldownWait may wait out (guide §4: a request
-// that would answer 429 waits a short transient lock), as conncooldown's
-// Availability.Transient does for connections.
-func waitable(r failure.Reason) bool {
-	switch r {
-	case failure.ReasonRateLimit, failure.ReasonConcurrencyLimited, failure.ReasonModelCapacity:
-		return true
-	}
-	return false
 }
 
 // AllExcluded decides what a request none of whose targets can go gets: a wait (combo

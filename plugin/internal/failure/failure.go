@@ -106,9 +106,23 @@ type Verdict struct {
 // a day, and no upstream hint is honoured for longer (retryhint.MaxDelay).
 const MaxQuotaWindow = 24 * time.Hour
 
+// Waitable reports whether comboCooldownWait may wait out a lock set for this reason: only
+// the rate-limit class, the locks behind a would-be 429 (guide §4 "Cooldown-bewuste retry
+// voor combo's": a request that would answer a 429 waits a SHORT transient cooldown out) —
+// a rate limit and a busy account (concurrency limit). Everything else is answered at once
+// with its Retry-After: a server error, timeout, transport failure or overloaded model
+// (a would-be 5xx, which the provider breaker and connection cooldown handle), an
+// exhausted quota ("vergrendeld tot middernacht"), auth, not-found and terminal states.
+// Every layer that reports whether its lock may be waited on (conncooldown's Availability,
+// lockout's Lock, the engine's exclusions, combo's decisions) asks this one rule.
+func (r Reason) Waitable() bool {
+	return r == ReasonRateLimit || r == ReasonConcurrencyLimited
+}
+
 // Transient reports whether waiting a little could make the target usable again: true for
 // rate limits, concurrency limits, capacity and server errors; false for quota exhaustion,
-// auth, not-found and terminal states (combo retry never waits on those).
+// auth, not-found and terminal states. Whether comboCooldownWait may wait is narrower:
+// Reason.Waitable.
 func (v Verdict) Transient() bool {
 	if v.Terminal != TerminalNone {
 		return false

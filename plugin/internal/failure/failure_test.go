@@ -47,3 +47,33 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+func TestWaitable(t *testing.T) {
+	// guide §4 "Cooldown-bewuste retry voor combo's": comboCooldownWait waits out only a
+	// would-be 429's short lock — a rate limit or a busy account (concurrency limit).
+	cases := []struct {
+		reason Reason // why the lock was set
+		want   bool   // comboCooldownWait may wait it out
+	}{
+		{ReasonRateLimit, true},
+		{ReasonConcurrencyLimited, true},
+		{ReasonModelCapacity, false}, // a 529 / 503 overloaded model: a would-be 5xx
+		{ReasonServerError, false},
+		{ReasonTimeout, false},
+		{ReasonTransport, false},
+		{ReasonQuotaExhausted, false}, // "vergrendeld tot middernacht"
+		{ReasonAuthError, false},
+		{ReasonExpired, false},
+		{ReasonNotFound, false},
+		{ReasonCreditsExhausted, false},
+		{ReasonBanned, false},
+		{ReasonStreamStall, false},
+		{ReasonStreamTruncated, false},
+		{ReasonNone, false},
+	}
+	for _, c := range cases {
+		if got := c.reason.Waitable(); got != c.want {
+			t.Errorf("%q.Waitable() = %v, want %v", c.reason, got, c.want)
+		}
+	}
+}

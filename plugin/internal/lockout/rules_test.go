@@ -429,13 +429,18 @@ func TestQueueBudgetPerFailure(t *testing.T) {
 }
 
 func TestLockTransient(t *testing.T) {
+	// guide §4: comboCooldownWait waits only where a request would answer a 429 — a rate
+	// limit or a busy account — never on a lockout a 5xx set (server error, overloaded
+	// model), nor on quota ("vergrendeld tot middernacht"), auth or not-found.
 	cases := []struct {
 		reason failure.Reason // lock reason
 		want   bool           // whether combo retry may wait on it
 	}{
 		{failure.ReasonRateLimit, true},
-		{failure.ReasonModelCapacity, true},
-		{failure.ReasonServerError, true},
+		{failure.ReasonConcurrencyLimited, true},
+		{failure.ReasonModelCapacity, false},
+		{failure.ReasonServerError, false},
+		{failure.ReasonTimeout, false},
 		{failure.ReasonQuotaExhausted, false},
 		{failure.ReasonAuthError, false},
 		{failure.ReasonNotFound, false},

@@ -79,10 +79,10 @@ type Lock struct {
 	FailureCount int            // failures counted toward escalation
 }
 
-// Transient reports whether waiting could release the model soon (rate limits, capacity,
-// server errors), as opposed to quota, auth and not-found lockouts (combo retry never waits
-// on those).
-func (l Lock) Transient() bool { return failure.Verdict{Reason: l.Reason}.Transient() }
+// Transient reports whether combo retry may wait the lockout out: a rate-limit-class lock
+// (a 429's rate limit or concurrency limit, failure.Reason.Waitable), not one set by a
+// server error, an overloaded model, an exhausted quota, auth or not-found (guide §4).
+func (l Lock) Transient() bool { return l.Reason.Waitable() }
 
 // candidate is one key a model's lockout may live under.
 type candidate struct {
