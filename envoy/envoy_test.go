@@ -1,6 +1,7 @@
 package envoy_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -564,5 +565,79 @@ func TestYAMLRoundTrip(t *testing.T) {
 	}
 	if err := envoy.UnmarshalYAML([]byte("node: {id: x}\nbogus: 1\n"), &back); err == nil {
 		t.Error("unknown field accepted")
+	}
+}
+
+// TestShippedExamplesAreValid reads the generated envoy.yaml and envoy-ecds.yaml as Envoy
+// would and checks them with every validator, Anys included (their freshness is
+// envoy/cmd/spillway's golden test).
+func TestShippedExamplesAreValid(t *testing.T) {
+	for _, file := range []string{"envoy.yaml", "envoy-ecds.yaml"} {
+		t.Run(file, func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b bootstrapv3.Bootstrap
+			if err := envoy.UnmarshalYAML(data, &b); err != nil {
+				t.Fatal(err)
+			}
+			if err := envoy.Validate(&b); err != nil {
+				t.Fatal(err)
+			}
+			ps := dig(t, &b)
+			if routed := ps.routes[0].GetRoute(); routed.GetClusterHeader() != policies.RoutingClusterHeader || routed.GetTimeout().AsDuration() != 0 {
+				t.Errorf("routed route %v", routed)
+			}
+			if file == "envoy-ecds.yaml" {
+				if ps.wasm != nil || ps.filter.GetConfigDiscovery() == nil {
+					t.Error("the ECDS example carries the filter inline")
+				}
+				return
+			}
+			pc := ps.wasm.GetConfig()
+			if !pc.GetAllowOnHeadersStopIteration().GetValue() || pc.GetFailurePolicy() != wasmv3.FailurePolicy_FAIL_RELOAD {
+				t.Errorf("plugin config %v", pc)
+			}
+		})
+	}
+}
+
+func TestFits(t *testing.T) {
+	base := load(t, `
+providers: [{id: openai, cluster: openai, authority: api.openai.com, connections: [{id: a}]}]
+routes: [{model: m, targets: [{provider: openai}]}]
+`, envoy.LoadOptions{})
+	tests := []struct {
+		name    string
+		next    string // appended to base's document
+		path    string // the conflict's field path; "" when it fits
+		warning string // in the warnings
+	}{
+		{"retuned", "resilience: {requestQueue: {maxWaitMs: 1000}}", "", ""},
+		{"new cluster", "", "providers[1].cluster", ""},
+		{"other cluster header", "routing: {clusterHeader: x-other}", "routing.clusterHeader", ""},
+		{"larger body limit", "maxRequestBodyBytes: 16777216", "maxRequestBodyBytes", ""},
+		{"smaller body limit", "maxRequestBodyBytes: 1048576", "", ""},
+		{"longer waits", "resilience: {requestQueue: {maxWaitMs: 600000}}", "", "more than Envoy's idle timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := "providers: [{id: openai, cluster: openai, authority: api.openai.com, connections: [{id: a}]}]\nroutes: [{model: m, targets: [{provider: openai}]}]\n" + tt.next
+			if tt.name == "new cluster" {
+				doc = "providers: [{id: openai, cluster: openai, authority: api.openai.com, connections: [{id: a}]}, {id: eu, cluster: eu, authority: eu.example, connections: [{id: b}]}]\nroutes: [{model: m, targets: [{provider: openai}, {provider: eu}]}]\n"
+			}
+			warnings, err := envoy.Fits(base, load(t, doc, envoy.LoadOptions{}))
+			fe, _ := envoy.AsFieldErrors(err)
+			switch {
+			case tt.path == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tt.path != "" && (len(fe) != 1 || fe[0].Path != tt.path):
+				t.Errorf("err %v, want one conflict at %s", err, tt.path)
+			}
+			if got := strings.Join(warnings, "\n"); tt.warning == "" && got != "" || !strings.Contains(got, tt.warning) {
+				t.Errorf("warnings %q, want %q", got, tt.warning)
+			}
+		})
 	}
 }

@@ -55,13 +55,19 @@ func LoadPolicy(data []byte, opts LoadOptions) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)
 	}
+	queueVars := []string{policies.EnvRequestQueueMaxWait, policies.EnvRequestQueueExecutionMaxWait,
+		policies.EnvRequestQueueMaxDepth}
 	referenced := make(map[string]bool)
 	lookup := func(name string) (string, bool) {
 		referenced[name] = true
-		if opts.LookupEnv != nil {
+		switch {
+		case opts.LookupEnv != nil:
 			return opts.LookupEnv(name)
+		case slices.Contains(queueVars, name):
+			return "", false // numbers the filter reads when set: unset is the honest guess
+		default:
+			return envPlaceholder, true
 		}
-		return envPlaceholder, true
 	}
 	parsed, err := policies.Parse(doc, policies.ParseOptions{LookupEnv: lookup})
 	if err != nil {
@@ -77,8 +83,7 @@ func LoadPolicy(data []byte, opts LoadOptions) (*Policy, error) {
 		return nil, fmt.Errorf("envoy: indent policy JSON: %w", err) // ToJSON returned valid JSON
 	}
 	// The request-queue defaults are read whether or not the policy mentions them.
-	for _, name := range []string{policies.EnvRequestQueueMaxWait, policies.EnvRequestQueueExecutionMaxWait,
-		policies.EnvRequestQueueMaxDepth} {
+	for _, name := range queueVars {
 		referenced[name] = true
 	}
 	keys := make([]string, 0, len(referenced))
