@@ -187,9 +187,11 @@ func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster strin
 	routes := []*routev3.Route{
 		{
 			// The filter set the cluster header: send the request where it says. The header
-			// is read when the route resolves (HeaderClusterSpecifierPlugin, Envoy
-			// source/common/router/config_impl.cc) and removed when the router finalizes the
-			// request headers for the upstream, so a provider never sees it.
+			// is read when the route resolves (Envoy source/common/router/
+			// header_cluster_specifier.cc, HeaderClusterSpecifierPlugin::route: its first
+			// value) and removed once the router has its cluster, when it finalizes the
+			// request headers for the upstream (source/common/router/router.cc,
+			// Filter::decodeHeaders), so a provider never sees it.
 			Name: routedRouteName,
 			Match: &routev3.RouteMatch{
 				PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"},
