@@ -142,7 +142,9 @@ func spillwayFilter(p *Policy, o Options) (*hcmv3.HttpFilter, error) {
 					}},
 				},
 				// No default config: the listener warms until the control plane's first
-				// answer, so Envoy never serves without the policy.
+				// answer (or the config source's initial fetch timeout); until a policy
+				// arrives a request gets Envoy's 500 with flag NFCF (source/common/http/
+				// filter_chain_helper.cc, MissingConfigFilter), never a pass without Spillway.
 				TypeUrls: []string{wasmTypeURL},
 			}},
 		}, nil
