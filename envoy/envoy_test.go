@@ -641,3 +641,30 @@ routes: [{model: m, targets: [{provider: openai}]}]
 		})
 	}
 }
+
+func TestLiteralCredentialsAreWarnedAbout(t *testing.T) {
+	p := load(t, `
+providers:
+  - id: openai
+    cluster: openai
+    authority: api.openai.com
+    connections:
+      - {id: a, credential: {header: authorization, value: "Bearer sk-literal"}}
+      - {id: b, credential: {header: authorization, value: "Bearer ${KEY_B}"}}
+      - {id: c}
+routes: [{model: m, targets: [{provider: openai}]}]
+admin: {token: "a-literal-admin-token-long-enough"}
+`, envoy.LoadOptions{})
+	var paths []string
+	for _, w := range p.Parsed.Warnings {
+		if strings.Contains(w.Message, "written literally") {
+			paths = append(paths, w.Path)
+		}
+		if strings.Contains(w.Error(), "sk-literal") {
+			t.Errorf("a warning repeats the secret: %v", w)
+		}
+	}
+	if got := strings.Join(paths, " "); got != "providers[0].connections[0].credential.value admin.token" {
+		t.Errorf("literal-secret warnings at %q", got)
+	}
+}

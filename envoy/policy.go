@@ -78,6 +78,9 @@ func LoadPolicy(data []byte, opts LoadOptions) (*Policy, error) {
 			return nil, fmt.Errorf("envoy: %w", err)
 		}
 	}
+	if opts.LookupEnv == nil {
+		parsed.Warnings = append(parsed.Warnings, literalSecrets(doc, parsed)...)
+	}
 	var indented bytes.Buffer
 	if err := json.Indent(&indented, doc, "", "  "); err != nil {
 		return nil, fmt.Errorf("envoy: indent policy JSON: %w", err) // ToJSON returned valid JSON
@@ -115,6 +118,35 @@ func literalFields(p *policies.Policy) error {
 		return errs
 	}
 	return nil
+}
+
+// literalSecrets warns about credentials written into the policy itself: they would sit in
+// Envoy's configuration. A value that reads the same whatever the environment holds is
+// literal; the policy is parsed once more with a second placeholder to tell.
+func literalSecrets(doc []byte, first *policies.Policy) policies.Errors {
+	other, err := policies.Parse(doc, policies.ParseOptions{LookupEnv: func(name string) (string, bool) {
+		return envPlaceholder + "-2", true
+	}})
+	if err != nil {
+		return nil // cannot happen for a document that parsed once; nothing to add
+	}
+	var out policies.Errors
+	warn := func(path string, a, b policies.Secret) {
+		if !a.IsZero() && a.Reveal() == b.Reveal() {
+			out = append(out, policies.FieldError{Path: path,
+				Message: "written literally: it would sit in Envoy's configuration; use ${NAME} and set NAME in Envoy's environment"})
+		}
+	}
+	for i := range first.Providers {
+		for j := range first.Providers[i].Connections {
+			a, b := first.Providers[i].Connections[j].Credential, other.Providers[i].Connections[j].Credential
+			if a != nil && b != nil {
+				warn("providers["+strconv.Itoa(i)+"].connections["+strconv.Itoa(j)+"].credential.value", a.Value, b.Value)
+			}
+		}
+	}
+	warn("admin.token", first.Admin.Token, other.Admin.Token)
+	return out
 }
 
 // AsFieldErrors returns the field problems inside err (policies.Errors), if any.
