@@ -159,9 +159,9 @@ func TestLint(t *testing.T) {
 func TestRenderRefusals(t *testing.T) {
 	tests := []struct {
 		name string
-		args []string
-		code int
-		want string // in stderr
+		args []string // after render envoy
+		code int      // exit status
+		want string   // in stderr
 	}{
 		{"a demo cluster without URL", []string{"-cluster", "fake-openai=https://api.openai.com"}, exitProblem,
 			"providers[1].cluster: cluster \"fake-openrouter\" has no upstream URL"},
