@@ -1,0 +1,53 @@
+package envoy
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spillwayproxy/spillway/policies"
+)
+
+// Fits reports whether a new policy can replace base's in a running Envoy whose bootstrap
+// was rendered from base, so that only the filter's configuration changes (ECDS): the
+// bootstrap fixes the clusters, the route's cluster header and the request buffer limit.
+// The error lists each conflict as a policies.FieldError; the warnings say where Envoy's
+// idle timer would now end a request before the filter's own bounds do.
+func Fits(base, next *Policy) (warnings []string, err error) {
+	var errs policies.Errors
+	known := make(map[string]bool)
+	var names []string
+	for i := range base.Resolved.Providers {
+		c := base.Resolved.Providers[i].Cluster
+		if !known[c] {
+			known[c] = true
+			names = append(names, strconv.Quote(c))
+		}
+	}
+	for i := range next.Resolved.Providers {
+		if c := next.Resolved.Providers[i].Cluster; !known[c] {
+			errs = append(errs, policies.FieldError{Path: "providers[" + strconv.Itoa(i) + "].cluster",
+				Message: "cluster " + strconv.Quote(c) + " is not in Envoy's bootstrap (" + strings.Join(names, ", ") +
+					"): render a new bootstrap and restart Envoy to add a cluster"})
+		}
+	}
+	if b, n := base.Resolved.Routing.ClusterHeader, next.Resolved.Routing.ClusterHeader; b != n {
+		errs = append(errs, policies.FieldError{Path: "routing.clusterHeader",
+			Message: "changed from " + strconv.Quote(b) + " to " + strconv.Quote(n) + ", but Envoy's route reads " +
+				strconv.Quote(b) + ": render a new bootstrap and restart Envoy to change it"})
+	}
+	if b, n := base.Resolved.MaxRequestBodyBytes, next.Resolved.MaxRequestBodyBytes; n > b {
+		errs = append(errs, policies.FieldError{Path: "maxRequestBodyBytes",
+			Message: "raised from " + strconv.FormatInt(b, 10) + " to " + strconv.FormatInt(n, 10) +
+				" bytes, above the buffer limit in Envoy's bootstrap (Envoy would answer its own 413 first): render a new bootstrap and restart Envoy to raise it"})
+	}
+	if b, n := idleTimeout(base.Resolved), idleTimeout(next.Resolved); n > b {
+		warnings = append(warnings, "the policy's waits now add up to "+n.String()+" of silence, more than Envoy's idle timeout of "+
+			b.String()+": Envoy may end such a request (408/504) before Spillway answers; render a new bootstrap to match")
+	}
+	slices.Sort(warnings)
+	if len(errs) > 0 {
+		return warnings, errs
+	}
+	return warnings, nil
+}
