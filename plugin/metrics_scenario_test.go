@@ -237,7 +237,7 @@ var metricScenarios = []struct {
 		if errorCode(refused) == "" {
 			t.Errorf("while open: %d %s", refused.StatusCode, refused.Body)
 		}
-		w.advance(16 * time.Second) // past the 15 s OPEN period
+		w.advance(16 * time.Second)                                   // past the 15 s OPEN period
 		w.wantGauge("lazy recovery", 3, &stats.BreakerState, "flaky") // HALF_OPEN
 		info := strings.Join(w.host.Host.LogsAt(hostsim.LogInfo), "\n")
 		for _, want := range []string{
