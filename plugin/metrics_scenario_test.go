@@ -212,7 +212,7 @@ var metricScenarios = []struct {
 			t.Errorf("no decision line %q in:\n%s", want, info)
 		}
 		debug := strings.Join(w.host.Host.LogsAt(hostsim.LogDebug), "\n")
-		if !strings.Contains(debug, `spillway: attempt failed (details): request="req-42" attempt=2 ttfb=0s scope=exact fallback=true counts_breaker=true`) {
+		if !strings.Contains(debug, `spillway: attempt failed (details): request="req-42" attempt=1 ttfb=0s scope=exact fallback=true counts_breaker=true`) {
 			t.Errorf("no details at debug:\n%s", debug)
 		}
 		w.advance(5 * time.Second)

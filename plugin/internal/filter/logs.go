@@ -30,6 +30,7 @@ import (
 
 // failureLog is what a failed attempt's decision line reports.
 type failureLog struct {
+	attempt    int            // the failed attempt's number in its request (0: the current one)
 	status     int            // the upstream's status (0: no response)
 	restatedTo int            // the restated status (0: not restated)
 	reason     string         // the classification, or "envoy_reply" for Envoy's own answer
@@ -100,7 +101,11 @@ func (h *httpContext) logFailure(failed engine.Target, fl *failureLog, next stri
 	b = append(b[:0], "spillway: attempt failed (details): request="...)
 	b = appendQuoteOrDash(b, h.requestID)
 	b = append(b, " attempt="...)
-	b = strconv.AppendInt(b, int64(h.attempts), 10)
+	attempt := fl.attempt
+	if attempt == 0 {
+		attempt = h.attempts
+	}
+	b = strconv.AppendInt(b, int64(attempt), 10)
 	b = append(b, " ttfb="...)
 	b = appendDuration(b, fl.ttfb)
 	if fl.classified {

@@ -264,6 +264,7 @@ func (h *httpContext) noteFailure(fr *failureResult, r engine.Result, envoy stri
 // that failed to connect; the previous one then stays the answer).
 func (h *httpContext) afterFailure(fr failureResult, f *attemptFailure) step {
 	failed := h.d.Target
+	fr.log.attempt = h.attempts
 	if f != nil {
 		f.restatedFrom, f.retryAfter, f.target = 0, fr.retryAfter, h.d.Target
 		if fr.restatedTo != 0 && fr.restatedTo != f.status {
