@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -259,5 +260,34 @@ func TestNewExtractorRejects(t *testing.T) {
 		if _, err := NewExtractor(tags); err == nil || !strings.HasPrefix(err.Error(), "stats: ") {
 			t.Errorf("NewExtractor(%v) = %v, want a stats: error", tags, err)
 		}
+	}
+}
+
+// The README's metrics table lists every family with its type and labels, and its
+// stats_tags block is Tags() (the repository's documentation must not drift from the code).
+func TestReadmeDocumentsTheFamiliesAndTags(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(readme)
+	for _, f := range Families() {
+		row := "| `" + f.Name + "` | " + f.Kind.String() + " | "
+		if len(f.Labels) > 0 {
+			row += "`" + strings.Join(f.Labels, "`, `") + "`"
+		}
+		if !strings.Contains(doc, row+" | ") {
+			t.Errorf("README lacks the row of %s: %q", f.Name, row)
+		}
+	}
+	for _, tag := range Tags() {
+		entry := "  - tag_name: " + tag.Name + "\n    regex: '" + tag.Regex + "'\n"
+		if !strings.Contains(doc, entry) {
+			t.Errorf("README lacks the stats_tags entry %q", entry)
+		}
+	}
+	if !strings.Contains(doc, "extraStatTags: ["+strings.Join(TagNames(), ", ")+"]") ||
+		!strings.Contains(doc, "inclusionPrefixes: ["+InclusionPrefix+"]") {
+		t.Error("README's Istio example does not list TagNames and InclusionPrefix")
 	}
 }
