@@ -46,8 +46,8 @@ bench: build ## Benchmarks: the filter's request paths vs noop.wasm in hostsim, 
 	@exit $$(cat $(BUILD)/bench.status)
 
 .PHONY: serve
-serve: build ## Run the main job: hostsim serve on the embedded demo policy (http://127.0.0.1:10000).
-	$(GO) run ./hostsim/cmd/hostsim serve -wasm $(BUILD)/spillway.wasm
+serve: build ## Run the main job: hostsim serve on the embedded demo policy (http://127.0.0.1:10000, admin :9901).
+	$(GO) run ./hostsim/cmd/hostsim serve -wasm $(BUILD)/spillway.wasm -admin 127.0.0.1:9901
 
 .PHONY: clean
 clean: ## Remove build outputs and derived build files.

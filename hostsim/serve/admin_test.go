@@ -14,33 +14,69 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/plugin/stats"
 )
 
-// Prometheus text as Envoy's admin prints Wasm metrics: envoy_wasmcustom_<name>, "{}" for
-// no tags, histograms as cumulative buckets with _sum and _count.
+// Prometheus text as Envoy's admin prints Wasm metrics with Spillway's stats_tags: the
+// wasmcustom namespace stripped with no envoy_ prefix, the labels taken out of the names,
+// the series of one family under one TYPE line, counters before gauges before histograms,
+// histograms as cumulative buckets with _sum and _count.
 func TestPrometheusText(t *testing.T) {
 	got := prometheusText([]hostsim.MetricValue{
+		{Name: stats.ConnectionAttempts.Stat("openai", "key-b"), Type: hostsim.MetricCounter, Value: 2},
+		{Name: stats.ConnectionAttempts.Stat("openai", "key-a"), Type: hostsim.MetricCounter, Value: 5},
 		{Name: "spillway_requests_total", Type: hostsim.MetricCounter, Value: 7},
+		{Name: stats.BreakerState.Stat("openai"), Type: hostsim.MetricGauge, Value: 2},
 		{Name: "spillway.queue-depth", Type: hostsim.MetricGauge, Value: 3},
 		{Name: "spillway_ttfb_ms", Type: hostsim.MetricHistogram, Samples: []uint64{3, 40, 7000}},
+		{Name: "9lives", Type: hostsim.MetricCounter, Value: 1}, // a digit first: Envoy leaves it out
 	})
-	for _, want := range []string{
-		"# TYPE envoy_wasmcustom_spillway_requests_total counter\nenvoy_wasmcustom_spillway_requests_total{} 7\n",
-		"# TYPE envoy_wasmcustom_spillway_queue_depth gauge\nenvoy_wasmcustom_spillway_queue_depth{} 3\n",
-		"# TYPE envoy_wasmcustom_spillway_ttfb_ms histogram\n",
-		`envoy_wasmcustom_spillway_ttfb_ms_bucket{le="0.5"} 0` + "\n",
-		`envoy_wasmcustom_spillway_ttfb_ms_bucket{le="5"} 1` + "\n",
-		`envoy_wasmcustom_spillway_ttfb_ms_bucket{le="50"} 2` + "\n",
-		`envoy_wasmcustom_spillway_ttfb_ms_bucket{le="10000"} 3` + "\n",
-		`envoy_wasmcustom_spillway_ttfb_ms_bucket{le="+Inf"} 3` + "\n",
-		"envoy_wasmcustom_spillway_ttfb_ms_sum{} 7043\nenvoy_wasmcustom_spillway_ttfb_ms_count{} 3\n",
+	want := "# TYPE spillway_connection_attempts_total counter\n" +
+		`spillway_connection_attempts_total{spillway_provider="openai",spillway_connection="key-a"} 5` + "\n" +
+		`spillway_connection_attempts_total{spillway_provider="openai",spillway_connection="key-b"} 2` + "\n" +
+		"# TYPE spillway_requests_total counter\nspillway_requests_total{} 7\n" +
+		"# TYPE spillway_queue_depth gauge\nspillway_queue_depth{} 3\n" +
+		"# TYPE spillway_breaker_state gauge\n" + `spillway_breaker_state{spillway_provider="openai"} 2` + "\n" +
+		"# TYPE spillway_ttfb_ms histogram\n"
+	if !strings.HasPrefix(got, want) {
+		t.Errorf("output:\n%s\nwant it to start with:\n%s", got, want)
+	}
+	for _, line := range []string{
+		`spillway_ttfb_ms_bucket{le="0.5"} 0` + "\n",
+		`spillway_ttfb_ms_bucket{le="5"} 1` + "\n",
+		`spillway_ttfb_ms_bucket{le="50"} 2` + "\n",
+		`spillway_ttfb_ms_bucket{le="10000"} 3` + "\n",
+		`spillway_ttfb_ms_bucket{le="+Inf"} 3` + "\n",
+		"spillway_ttfb_ms_sum{} 7043\nspillway_ttfb_ms_count{} 3\n",
 	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("output lacks %q:\n%s", want, got)
+		if !strings.Contains(got, line) {
+			t.Errorf("output lacks %q:\n%s", line, got)
 		}
 	}
-	if n := prometheusName("wasmcustom.9lives"); n != "envoy_wasmcustom_9lives" {
-		t.Errorf("name %q", n)
+	if strings.Contains(got, "9lives") {
+		t.Errorf("a name starting with a digit is shown:\n%s", got)
+	}
+}
+
+// Names and labels as Envoy's PrometheusStatsFormatter writes them.
+func TestPrometheusNamesAndLabels(t *testing.T) {
+	tests := []struct {
+		extracted string // a tag-extracted stat name
+		want      string // its Prometheus name ("" = left out)
+	}{
+		{"wasmcustom.spillway_requests_total", "spillway_requests_total"}, // custom namespace: stripped, no envoy_
+		{"wasmcustom.a.b-c", "a_b_c"},                                     // sanitised
+		{"wasmcustom.9lives", ""},                                         // would start with a digit: left out
+		{"cluster.upstream_rq_total", "envoy_cluster_upstream_rq_total"},  // Envoy's own stats get envoy_
+	}
+	for _, tt := range tests {
+		got, ok := prometheusName(tt.extracted)
+		if tt.want == "" && ok || tt.want != "" && got != tt.want {
+			t.Errorf("prometheusName(%q) = %q %v, want %q", tt.extracted, got, ok, tt.want)
+		}
+	}
+	if got := promLabels([]stats.Label{{Name: "a.b", Value: "x\"y\\z\nw"}}); got != `a_b="x\"y\\z\nw"` {
+		t.Errorf("labels %s", got)
 	}
 }
 
@@ -63,10 +99,14 @@ func TestAdminListener(t *testing.T) {
 		t.Fatalf("%d %v %s", status, h, body)
 	}
 	want := []string{
-		"# TYPE envoy_wasmcustom_spillway_requests_total counter\nenvoy_wasmcustom_spillway_requests_total{} 4\n",
-		"envoy_wasmcustom_spillway_routed_total{} 4\n",
-		"envoy_wasmcustom_spillway_attempts_total{} 5\n",
-		"envoy_wasmcustom_spillway_failovers_total{} 1\n",
+		"# TYPE spillway_requests_total counter\nspillway_requests_total{} 4\n",
+		"spillway_routed_total{} 4\n",
+		"spillway_attempts_total{} 5\n",
+		"spillway_failovers_total{} 1\n",
+		`spillway_connection_attempts_total{spillway_provider="openai",spillway_connection="openai-a"} 4` + "\n",
+		`spillway_connection_attempts_total{spillway_provider="openai",spillway_connection="openai-b"} 1` + "\n",
+		`spillway_connection_failures_total{spillway_provider="openai",spillway_connection="openai-a",spillway_reason="server_error"} 1` + "\n",
+		`spillway_route_requests_total{spillway_route_model="gpt-4o",spillway_outcome="success"} 4` + "\n",
 	}
 	var status int
 	var body string

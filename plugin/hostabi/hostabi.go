@@ -1,5 +1,6 @@
 // Package hostabi is the filter's direct line to the proxy-wasm host for the calls on its
-// hot path — header maps, bodies, shared data, properties, local replies, continue, metrics —
+// hot path — header maps, bodies, shared data, properties, local replies, continue, metrics,
+// the decision log —
 // without the allocations the SDK's getters make (their out-parameters escape through the
 // SDK's host interface, and every buffer the host hands over is a fresh allocation).
 //
@@ -49,6 +50,15 @@ type StreamType uint32
 const (
 	StreamRequest  StreamType = 0
 	StreamResponse StreamType = 1
+)
+
+// LogLevel is a proxy_log level (Envoy maps 0..5 to trace..critical).
+type LogLevel uint32
+
+// The levels the filter's decision log writes at.
+const (
+	LogDebug LogLevel = 1
+	LogInfo  LogLevel = 2
 )
 
 var errUnknownStatus = errors.New("hostabi: unknown status from host")

@@ -136,5 +136,25 @@ func IncrementMetric(id uint32, delta int64) error {
 	return nil
 }
 
+// Log writes message at level.
+func Log(level LogLevel, message []byte) error {
+	switch level {
+	case LogDebug:
+		proxywasm.LogDebug(string(message))
+	case LogInfo:
+		proxywasm.LogInfo(string(message))
+	default:
+		proxywasm.LogWarn(string(message))
+	}
+	return nil
+}
+
+// SetGauge sets a gauge to v with proxy_record_metric, which sets a gauge (the SDK only
+// offers it on its histogram type; the host looks at the id, not the Go type).
+func SetGauge(id uint32, v uint64) error {
+	proxywasm.MetricHistogram(id).Record(v)
+	return nil
+}
+
 // Now is the wall clock.
 func Now() time.Time { return time.Now() }

@@ -182,6 +182,12 @@ func hostContinueStream(streamType StreamType) uint32
 //go:wasmimport env proxy_increment_metric
 func hostIncrementMetric(metricID uint32, offset int64) uint32
 
+//go:wasmimport env proxy_log
+func hostLog(level uint32, message *byte, messageSize int32) uint32
+
+//go:wasmimport env proxy_record_metric
+func hostRecordMetric(metricID uint32, value uint64) uint32
+
 //go:wasmimport wasi_snapshot_preview1 clock_time_get
 func wasiClockTimeGet(clockID uint32, precision uint64, result *uint64) uint32
 
@@ -309,3 +315,12 @@ func ContinueStream(s StreamType) error { return statusErr(hostContinueStream(s)
 
 // IncrementMetric adds delta to a counter.
 func IncrementMetric(id uint32, delta int64) error { return statusErr(hostIncrementMetric(id, delta)) }
+
+// Log writes message at level without copying it.
+func Log(level LogLevel, message []byte) error {
+	return statusErr(hostLog(uint32(level), bptr(message), int32(len(message))))
+}
+
+// SetGauge sets a gauge to v: proxy_record_metric on a gauge sets it (Envoy
+// source/extensions/common/wasm/context.cc, Context::recordMetric: gauge->set(value)).
+func SetGauge(id uint32, v uint64) error { return statusErr(hostRecordMetric(id, v)) }

@@ -33,6 +33,24 @@ type Result struct {
 	RequestOnly bool
 	Waiters     bool  // a concurrency slot was freed that others wait for
 	Errors      error // state writes that failed (the outcome is still accounted where possible)
+	// Effects is what a failure left in the layers it reached (zero on success).
+	Effects Effects
+}
+
+// Effects is what recording a failure left in the layers it reached, for the filter's
+// decision log: the provider's circuit, the connection's cooldown or terminal state, the
+// model's lockout.
+type Effects struct {
+	// BreakerCounted: the failure counted for the provider's circuit, which is now Breaker.
+	BreakerCounted bool
+	Breaker        breaker.State
+	// ConnectionRecorded: the failure reached the connection layer, which is now
+	// Connection (cooling until Connection.Until, or terminal, or still available).
+	ConnectionRecorded bool
+	Connection         conncooldown.Availability
+	// Locked: a lockout of the model is in force after the failure.
+	Locked  bool
+	Lockout lockout.Lock
 }
 
 // Finish records an attempt's outcome in every layer it concerns and releases its slots:
@@ -88,19 +106,20 @@ func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 	}
 	r.Verdict, r.Restatement = e.classifier.Classify(classify.Input{Provider: pv.res.ID, Profile: pv.res.Profile,
 		Status: o.Status, TimedOut: o.TimedOut, Headers: o.Headers, Body: o.Body, Now: e.now()})
-	r.RequestOnly = e.recordFailure(pv, cn, d, o, r.Verdict, note)
+	r.RequestOnly = e.recordFailure(pv, cn, d, o, r.Verdict, note, &r.Effects)
 	return r
 }
 
 // recordFailure applies a failure verdict to the layers whose scope it blames, and marks
 // what it blamed as exhausted for the rest of the request. It reports a failure that only
-// the request keeps (RequestOnly).
-func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outcome, v failure.Verdict, note func(error)) (requestOnly bool) {
+// the request keeps (RequestOnly), and notes in fx what each layer was left in.
+func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outcome, v failure.Verdict, note func(error), fx *Effects) (requestOnly bool) {
 	providerScoped := v.Scope == failure.ScopeProvider
 	switch {
 	case v.CountBreaker:
-		_, err := e.breakers.RecordFailure(pv.breaker, v, d.attempt())
+		st, err := e.breakers.RecordFailure(pv.breaker, v, d.attempt())
 		note(err)
+		fx.BreakerCounted, fx.Breaker = err == nil, st
 		e.gateProviderFailure(pv, v, note)
 	case providerScoped:
 		// A rule that declares scope: provider blames the provider, as declared (guide §7:
@@ -111,8 +130,9 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 		if kind == breaker.KindNone {
 			kind = breaker.KindServerError
 		}
-		_, err := e.breakers.RecordKind(pv.breaker, kind, d.attempt())
+		st, err := e.breakers.RecordKind(pv.breaker, kind, d.attempt())
 		note(err)
+		fx.BreakerCounted, fx.Breaker = err == nil, st
 		e.gateProviderFailure(pv, v, note)
 	case d.probe.Probe:
 		note(e.breakers.ReleaseProbe(pv.breaker, d.probe))
@@ -132,14 +152,16 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 			Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait})
 		note(err)
 		locked = out.Locked
+		fx.Locked, fx.Lockout = out.Locked, out.Lock
 	}
 	switch {
 	case v.Reason == failure.ReasonNone || v.Scope == failure.ScopeNone, locked, providerScoped && !terminal:
 	case modelLevel && !terminal && missingModel(v.Reason):
 		requestOnly = true
 	default:
-		_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started, Message: o.Message})
+		out, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started, Message: o.Message})
 		note(err)
+		fx.ConnectionRecorded, fx.Connection = err == nil, out.Availability
 		if e.gateOn {
 			_, err := e.gate.RecordFailure(cn.gate, v)
 			note(err)
@@ -214,12 +236,14 @@ func (e *Engine) RecordTruncation(d Dispatch) Result {
 	out, err := pv.lockout.RecordFailure(cn.lockout, lockout.Failure{Model: d.Target.Model, Verdict: v,
 		Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait})
 	r.Verdict, r.Errors = v, err
+	r.Effects.Locked, r.Effects.Lockout = out.Locked, out.Lock
 	if !out.Locked {
-		_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
+		cout, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
 			Message: "stream ended without its terminal event"})
 		if err != nil {
 			r.Errors = errors.Join(r.Errors, err)
 		}
+		r.Effects.ConnectionRecorded, r.Effects.Connection = err == nil, cout.Availability
 	}
 	if e.sampleLatency {
 		e.sample(pv, cn, d.Target.Model, 0, false)
@@ -240,9 +264,10 @@ func (e *Engine) RecordStall(d Dispatch) Result {
 	pv := &e.providers[d.Target.Provider]
 	cn := &pv.conns[d.Target.Connection]
 	v := failure.Verdict{Reason: failure.ReasonStreamStall, Fallback: true, Scope: failure.ScopeConnection}
-	_, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
+	out, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started,
 		Message: "stream stalled: no model output in time"})
 	r := Result{Verdict: v, Errors: err}
+	r.Effects.ConnectionRecorded, r.Effects.Connection = err == nil, out.Availability
 	if d.probe.Probe {
 		if err := e.breakers.ReleaseProbe(pv.breaker, d.probe); err != nil {
 			r.Errors = errors.Join(r.Errors, err)

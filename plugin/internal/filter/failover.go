@@ -206,9 +206,12 @@ func (h *httpContext) executionTimeout(limit time.Duration) {
 	if r.Errors != nil {
 		proxywasm.LogDebugf("spillway: record timeout on %s: %v", h.targetName(), r.Errors)
 	}
+	p.metrics.failure(h.d.Target, r.Verdict.Reason)
 	rep, ok := p.engine.AdmissionReply(h.d.Target, admission.ErrExecutionTimeout)
 	if !ok {
 		return
 	}
+	h.logFailure(h.d.Target, &failureLog{reason: string(r.Verdict.Reason), effects: r.Effects, classified: true,
+		verdict: r.Verdict, ttfb: p.clock().Sub(h.dispatchedAt)}, nextAnswer, nil, rep.Status, rep.Code)
 	h.reply(rep)
 }

@@ -36,7 +36,16 @@ type peers struct {
 	known   bool
 	cas     uint32
 	targets []uint32
+	// lowest: this VM had the lowest id of the live VMs at its last heartbeat, which makes
+	// it the one that publishes the gauges (publishesGauges).
+	lowest bool
 }
+
+// publishesGauges reports whether this VM publishes the gauges: the live VM with the lowest
+// id does (a directory entry outlives a stopped VM by up to peerTTL, so after a start or a
+// VM's end the gauges may pause that long), and a VM without a directory entry publishes
+// its own.
+func (ps *peers) publishesGauges(p *pluginContext) bool { return p.vmID == "" || ps.lowest }
 
 type peerEntry struct {
 	id     string
@@ -79,6 +88,7 @@ func (ps *peers) heartbeat(p *pluginContext) {
 	}
 	ps.lastBeat = p.clock()
 	nowMs := p.clock().UnixMilli()
+	lowest := false
 	_, err := state.Update(&p.store, vmDirectoryKey, func(cur []byte, found bool) ([]byte, state.Mutation, error) {
 		entries := decodeDirectory(cur, found)
 		kept := entries[:0]
@@ -91,11 +101,17 @@ func (ps *peers) heartbeat(p *pluginContext) {
 			kept = kept[len(kept)-maxPeers+1:]
 		}
 		kept = append(kept, peerEntry{id: p.vmID, seenMs: nowMs})
+		lowest = true
+		for _, e := range kept {
+			lowest = lowest && e.id >= p.vmID
+		}
 		return ps.encode(kept), state.Write, nil
 	})
 	if err != nil {
 		proxywasm.LogWarnf("spillway: VM directory: %v", err)
+		return
 	}
+	ps.lowest = lowest
 }
 
 // wakeAll enqueues a wake-up on every live VM's queue, this one's included (the stream

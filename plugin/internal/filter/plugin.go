@@ -76,6 +76,13 @@ type pluginContext struct {
 	// models interns the model names the policy knows, so a request's model (read out of
 	// its body) needs no copy when it is one of them.
 	models map[string]string
+	// routeOf numbers the engine's routes (the index + 1 a stream keeps for its metrics).
+	routeOf map[*policies.ResolvedRoute]int
+	// logBuf is where the decision log builds its lines.
+	logBuf []byte
+	// gaugeEngine reads the gauges through gaugeCache (made when this VM first publishes).
+	gaugeEngine *engine.Engine
+	gaugeCache  *state.Cache
 
 	// beforeCallback, when set (tests only), runs at the start of every stream callback.
 	beforeCallback func(callback string)
@@ -140,7 +147,11 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 	if p.admin = admin.New(p.res.Admin, p.engine); p.admin != nil {
 		proxywasm.LogInfof("spillway: admin API served under %s", p.admin.Prefix())
 	}
-	p.metrics.define()
+	p.metrics.define(p.res)
+	p.routeOf = make(map[*policies.ResolvedRoute]int, len(p.res.Routes))
+	for i := range p.engine.Resolved().Routes {
+		p.routeOf[&p.engine.Resolved().Routes[i]] = i + 1
+	}
 	p.models = internTable(p.res)
 	// Reserve the creation CAS now (a shared-data write, not allowed during _initialize) so
 	// the first request that records state does not pay for it.
@@ -152,7 +163,7 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 		proxywasm.LogWarnf("spillway: %v; queued requests resume on ticks only", err)
 	}
 	p.setTick(idleTickMs)
-	proxywasm.LogInfof("spillway: policy loaded: %d providers, %d routes", len(p.res.Providers), len(p.res.Routes))
+	proxywasm.LogInfof("spillway: policy loaded: %s", policySummary(p.res))
 	return types.OnPluginStartStatusOK
 }
 
@@ -284,6 +295,7 @@ func (p *pluginContext) OnTick() {
 	} else {
 		p.setTick(idleTickMs)
 	}
+	p.publishGauges(p.peers.publishesGauges(p))
 	p.metrics.flush()
 }
 

@@ -3,6 +3,7 @@ package filter
 import (
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -41,6 +42,8 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 			h.present |= hasAcceptEncoding
 		case "content-length":
 			h.present |= hasContentLength
+		case "x-request-id":
+			h.requestID = kv[1]
 		case clusterHeader:
 			h.present |= hasClusterHeader
 		default:
@@ -187,6 +190,7 @@ func (h *httpContext) planAndDispatch() step {
 		h.reply(replies.ModelNotFound(h.model))
 		return stepAnswered
 	}
+	h.route = p.routeOf[rr]
 	var key affinity.Key
 	if h.session != "" && p.res.SessionAffinityTTL > 0 {
 		var err error
@@ -251,7 +255,7 @@ func (h *httpContext) dispatchRequest() step {
 		return stepProceed
 	}
 	if hasWaiting {
-		h.d, h.phase = waiting, phaseQueued
+		h.d, h.phase, h.queuedAt = waiting, phaseQueued, p.clock()
 		p.metrics.queued.Increment(1)
 		p.watch(h)
 		return stepWait
@@ -281,6 +285,7 @@ func (h *httpContext) startAttempt(d engine.Dispatch) {
 	h.dispatchedAt = p.clock()
 	h.phase = phaseUpstream
 	p.metrics.attempts.Increment(1)
+	p.metrics.attempt(d.Target)
 	if h.attempts == 1 {
 		p.metrics.routed.Increment(1)
 	} else {
@@ -313,6 +318,15 @@ func (h *httpContext) noTarget() step {
 	return stepAnswered
 }
 
+// endQueueWait counts the end of the request's wait in h.d's queue, if it was waiting.
+func (h *httpContext) endQueueWait() {
+	if h.queuedAt.IsZero() {
+		return
+	}
+	h.plugin.metrics.queueWait(h.d.Target, h.plugin.clock().Sub(h.queuedAt))
+	h.queuedAt = time.Time{}
+}
+
 // onWake retries a queued request after a wake-up.
 func (h *httpContext) onWake() {
 	defer h.failOpenOutside("queue wake-up")
@@ -331,6 +345,9 @@ func (h *httpContext) retryAdmission() {
 		p.peers.wakeAll(p)
 	}
 	h.d = d
+	if !d.Waiting {
+		h.endQueueWait() // granted, refused, or its target is excluded now
+	}
 	switch {
 	case errors.Is(err, engine.ErrTargetUnavailable):
 		h.effective()

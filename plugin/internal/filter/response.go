@@ -171,6 +171,7 @@ func (h *httpContext) commitHeldStream(body []byte) {
 // recordSuccess records the attempt's success in every layer; its slots stay held until the
 // stream ends.
 func (h *httpContext) recordSuccess(ttfb time.Duration) {
+	h.outcome = outcomeSuccess
 	if !h.inFlight {
 		return
 	}
@@ -204,6 +205,7 @@ type failureResult struct {
 	fallback   bool          // try the next candidate
 	restatedTo int           // the restated status (0 = not restated)
 	retryAfter time.Duration // the restatement's Retry-After for the client
+	log        failureLog    // for the decision log
 }
 
 // recordFailure records a failed attempt (a provider's outcome; Envoy's own replies are
@@ -211,6 +213,7 @@ type failureResult struct {
 func (h *httpContext) recordFailure(o engine.Outcome) failureResult {
 	p := h.plugin
 	var fr failureResult
+	fr.log.status = o.Status
 	switch {
 	case h.envoyReply == "":
 		r := p.engine.Record(h.d, o, &h.plan)
@@ -225,27 +228,43 @@ func (h *httpContext) recordFailure(o engine.Outcome) failureResult {
 		}
 		if r.Restatement.Restated {
 			p.metrics.restated.Increment(1)
+			p.metrics.connRestated.add(p.metrics.connIndex(h.d.Target), 1)
 			fr.restatedTo, fr.retryAfter = r.Restatement.Status, r.Restatement.RetryAfter
 		}
+		h.noteFailure(&fr, r, "")
 	case strings.HasPrefix(h.envoyReply, "upstream_reset_before_response_started"):
 		// The provider could not be reached or reset the stream: a transport failure.
 		r := p.engine.Record(h.d, engine.Outcome{Status: 0, Message: h.envoyReply}, &h.plan)
 		h.inFlight = false
 		fr.fallback = r.Verdict.Fallback
+		fr.log.status = 0
+		h.noteFailure(&fr, r, h.envoyReply)
 	default:
 		// Envoy answered itself (no healthy upstream, overflow, no route, its own timeout):
 		// not the provider's outcome. The request still fails over: the client asked for
 		// the model, not for that cluster.
 		fr.fallback = !containsDownstream(h.envoyReply)
+		fr.log.reason, fr.log.envoy = "envoy_reply", h.envoyReply
 	}
 	h.abandon()
 	return fr
+}
+
+// noteFailure counts a recorded failure's classification and keeps what the decision log
+// says of it (envoy: Envoy's response details, when Envoy reported the failure).
+func (h *httpContext) noteFailure(fr *failureResult, r engine.Result, envoy string) {
+	h.plugin.metrics.failure(h.d.Target, r.Verdict.Reason)
+	fr.log = failureLog{status: fr.log.status, restatedTo: fr.restatedTo, reason: string(r.Verdict.Reason),
+		effects: r.Effects, classified: true, verdict: r.Verdict, requestOnly: r.RequestOnly, envoy: envoy,
+		ttfb: h.plugin.clock().Sub(h.dispatchedAt)}
 }
 
 // afterFailure fails over to the next candidate when the failure allows it, or answers with
 // the last failure. f is the failed attempt's response (nil when it had none: a callout
 // that failed to connect; the previous one then stays the answer).
 func (h *httpContext) afterFailure(fr failureResult, f *attemptFailure) step {
+	failed := h.d.Target
+	fr.log.attempt = h.attempts
 	if f != nil {
 		f.restatedFrom, f.retryAfter, f.target = 0, fr.retryAfter, h.d.Target
 		if fr.restatedTo != 0 && fr.restatedTo != f.status {
@@ -255,7 +274,14 @@ func (h *httpContext) afterFailure(fr failureResult, f *attemptFailure) step {
 	}
 	h.envoyReply = ""
 	if fr.fallback && h.startFailover() {
+		h.plugin.metrics.connFailovers.add(h.plugin.metrics.connIndex(failed), 1)
+		h.logFailure(failed, &fr.log, nextFailover, &h.d.Target, 0, "")
 		return stepWait
+	}
+	if h.hasLast {
+		h.logFailure(failed, &fr.log, nextAnswer, nil, h.last.status, "")
+	} else {
+		h.logFailure(failed, &fr.log, nextAnswer, nil, 502, replies.CodeUpstreamError)
 	}
 	return h.finalAnswer()
 }
@@ -270,6 +296,7 @@ func (h *httpContext) finalAnswer() step {
 	}
 	f := &h.last
 	h.answeredBy = &f.target
+	h.outcome = outcomeUpstreamFailure
 	if f.fromCallout || h.heldDropped {
 		// A callout's answer, or the held response whose buffer was emptied: a local reply
 		// of what Spillway kept replaces whatever Envoy holds.

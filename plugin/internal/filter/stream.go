@@ -78,6 +78,9 @@ type streamState struct {
 	stream     bool        // "stream": true
 	sawBody    bool
 	admin      adminCall // an admin API request held for its body (admin.go)
+	requestID  string    // x-request-id, for the decision log (aliases bufs.reqPairs)
+	route      int       // the route's index + 1 (0: none), for the metrics
+	outcome    outcome   // how the request ended, for the metrics (0: not yet)
 
 	// The plan and the attempt in flight.
 	plan         engine.Plan
@@ -87,6 +90,7 @@ type streamState struct {
 	waitStart    time.Time // comboCooldownWait: when the wait began
 	waitUntil    time.Time // comboCooldownWait: when to plan again
 	refusal      error     // the first admission refusal met while dispatching
+	queuedAt     time.Time // when the request began waiting in h.d's queue (zero: not waiting)
 	d            engine.Dispatch
 	inFlight     bool // d holds an attempt whose outcome is not recorded yet
 	holding      bool // d holds slots (recorded or not) to release at the end
@@ -160,7 +164,7 @@ func (h *httpContext) failOpen(callback string, action *types.Action) {
 		h.plugin.metrics.panics.Increment(1)
 		proxywasm.LogErrorf("spillway: panic in %s, passing the request through: %v", callback, r)
 		h.abandon()
-		h.phase = phasePass
+		h.phase, h.outcome = phasePass, outcomeFailedOpen
 		*action = types.ActionContinue
 	}
 }
@@ -249,7 +253,7 @@ func (h *httpContext) failOpenOutside(where string) {
 	defer func() { _ = recover() }() // the host may refuse; nothing more to do then
 	held := h.phase
 	h.abandon()
-	h.phase = phasePass
+	h.phase, h.outcome = phasePass, outcomeFailedOpen
 	p.unwatch(h)
 	h.effective()
 	switch held {
@@ -356,6 +360,7 @@ const localReplyDetails = "spillway_local_reply"
 // still held is given back first.
 func (h *httpContext) reply(r replies.Reply) {
 	h.abandon()
+	h.outcome = replyOutcome(r.Code)
 	h.sendLocal(r.Status, r.Headers, r.Body)
 }
 
@@ -393,6 +398,7 @@ func (h *httpContext) abandon() {
 	if !h.inFlight && !h.holding && h.phase != phaseQueued {
 		return
 	}
+	h.endQueueWait()
 	var waiters bool
 	var err error
 	if h.inFlight || h.phase == phaseQueued {
@@ -445,12 +451,19 @@ func (h *httpContext) OnHttpStreamDone() {
 			p.readClock()
 			p.metrics.truncated.Increment(1)
 			proxywasm.LogWarnf("spillway: stream from %s ended without its terminal event", h.targetName())
-			if r := p.engine.RecordTruncation(h.d); r.Errors != nil {
+			r := p.engine.RecordTruncation(h.d)
+			if r.Errors != nil {
 				proxywasm.LogWarnf("spillway: record truncation: %v", r.Errors)
 			}
+			p.metrics.failure(h.d.Target, r.Verdict.Reason)
+			h.logFailure(h.d.Target, &failureLog{status: h.status, reason: string(r.Verdict.Reason), effects: r.Effects},
+				nextNone, nil, 0, "")
 		}
 	}
 	h.abandon()
+	if h.api != "" {
+		p.metrics.request(h.route, h.outcome)
+	}
 	// A callout still in flight belongs to the root context and outlives the stream; its
 	// answer never reaches the recycled context: the SDK skips the callback of a deleted
 	// context id (proxyOnHttpCallResponse), and the host never reuses an id.
