@@ -34,7 +34,7 @@ const (
 	agentFetchCluster = "_"
 	// fetchTimeout bounds one module download by istio-agent (Istio's WasmPlugin uses the
 	// same 30 s: pilot/pkg/model/extensions.go, buildDataSource).
-	fetchTimeout = 30 * time.Second
+	fetchTimeout     = 30 * time.Second
 	hcmFilterName    = "envoy.filters.network.http_connection_manager"
 	routerFilterName = "envoy.filters.http.router"
 	// bootstrapOverrideKey is the ConfigMap key istio-proxy reads a bootstrap override from

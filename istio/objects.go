@@ -23,7 +23,7 @@ const (
 	// notRoutedBody answers a request the filter did not route: a path or method Spillway
 	// does not route, or the filter skipped (failure policy open). It is the OpenAI error
 	// shape Spillway answers in, sent by the generated route, not by the filter.
-	notRoutedBody = `{"error":{"message":"spillway: no provider route for this request (Spillway routes POST requests on the LLM API paths of its policy)","type":"invalid_request_error","code":"not_routed"}}`
+	notRoutedBody  = `{"error":{"message":"spillway: no provider route for this request (Spillway routes POST requests on the LLM API paths of its policy)","type":"invalid_request_error","code":"not_routed"}}`
 	managedByLabel = "app.kubernetes.io/managed-by"
 	partOfLabel    = "app.kubernetes.io/part-of"
 )
