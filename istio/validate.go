@@ -8,10 +8,10 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/protobuf/types/known/structpb"
 	extensionsapi "istio.io/api/extensions/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 	typeapi "istio.io/api/type/v1beta1"
-	"google.golang.org/protobuf/types/known/structpb"
 	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
 )
 
