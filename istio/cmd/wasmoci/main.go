@@ -6,7 +6,7 @@
 //	wasmoci -wasm build/spillway.wasm -layout build/oci [-push ghcr.io/OWNER/spillway:TAG]
 //
 // It prints the image's manifest digest, the value for the sha256 of an EnvoyFilter's or
-// WasmPlugin's oci:// module (render istio -image-digest), and the module's own sha256.
+// WasmPlugin's oci:// module (istio.Options.ImageDigest), and the module's own sha256.
 package main
 
 import (
