@@ -145,7 +145,7 @@ const (
 // settings are Options with every default applied and every value checked.
 type settings struct {
 	Options
-	imageRef    string // the image reference without "oci://" and without a digest
+	imageRef    string // the image reference without "oci://": REPOSITORY:TAG or REPOSITORY@sha256:DIGEST
 	digestHex   string // the manifest digest's 64 hex digits
 	gatewayRef  string // the Gateway the VirtualServices bind to, "namespace/name"
 	emitGateway bool
@@ -303,8 +303,11 @@ func (s *settings) checkImage(bad func(string, ...any)) {
 	}
 	digest := ""
 	if d, isDigest := parsed.(name.Digest); isDigest {
+		// Keep the digest in the reference: istio-agent fetches what the URL names, and a
+		// repository without tag or digest would be read as :latest
+		// (pkg/wasm/imagefetcher.go, PrepareFetch; name.ParseReference).
 		digest = d.DigestStr()
-		ref = strings.TrimSuffix(ref, "@"+digest)
+		ref = d.Context().Name() + "@" + digest
 	}
 	if s.ImageDigest != "" {
 		if digest != "" && digest != s.ImageDigest {

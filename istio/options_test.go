@@ -100,6 +100,16 @@ func TestRenderOptions(t *testing.T) {
 			t.Error("an inline variable is also read from the host")
 		}
 	}
+	pinned := exampleOptions(exampleManifests[0].opts)
+	pinned.Image = "oci://ghcr.io/spillwayproxy/spillway@" + exampleDigest
+	pinned.ImageDigest = ""
+	m, err = Render(examples.Demo(), pinned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if y, _ = m.YAML(); !strings.Contains(string(y), "uri: oci://ghcr.io/spillwayproxy/spillway@"+exampleDigest) {
+		t.Error("an image named by digest alone lost the digest from its url (istio-agent would fetch :latest)")
+	}
 	existing := exampleOptions(exampleManifests[0].opts)
 	existing.Gateway = "istio-ingress/public"
 	m, err = Render(examples.Demo(), existing)

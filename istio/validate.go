@@ -584,13 +584,17 @@ func (v *validator) selectorOrTargetRefs(selector *typeapi.WorkloadSelector, tar
 	}
 }
 
-// wasmURL follows validateWasmPluginURL, and Spillway's rule: the module comes from an
+// wasmModule follows validateWasmPluginURL and the sha256 rules of the WasmPlugin API (a
+// url that names a digest must agree with sha256), and Spillway's rule: the module comes from an
 // oci:// image pinned by its sha256.
 func (v *validator) wasmModule(path, url, sha string) {
 	if url == "" {
 		v.fail(path+".url", "url field needs to be set")
 	} else if !strings.HasPrefix(url, ociScheme) {
 		v.fail(path+".url", "%q: Spillway's module is an oci:// image (make oci)", url)
+	}
+	if _, pinned, ok := strings.Cut(url, "@sha256:"); ok && sha != "" && pinned != sha {
+		v.fail(path+".sha256", "%q differs from the digest the url names (%s): istio-agent would refuse the module", sha, pinned)
 	}
 	switch {
 	case sha == "":

@@ -251,6 +251,9 @@ func TestValidateRules(t *testing.T) {
 			wp.Selector = nil
 			wp.TargetRefs = []*typeapi.PolicyTargetReference{{Kind: "Deployment", Group: "apps", Name: "gw"}}
 		}, "targetRef must be to a Gateway"},
+		{"url digest and sha256 disagree", 2, func(t *testing.T, o []Object) {
+			spec[*extensionsapi.WasmPlugin](t, o, "spillway").Url = "oci://ghcr.io/spillwayproxy/spillway@sha256:" + strings.Repeat("1", 64)
+		}, "differs from the digest the url names"},
 		{"plugin sha256 form", 2, func(t *testing.T, o []Object) {
 			spec[*extensionsapi.WasmPlugin](t, o, "spillway").Sha256 = "sha256:00"
 		}, "[a-f0-9]{64}"},
