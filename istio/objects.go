@@ -85,17 +85,6 @@ func (b *builder) upstreamOf(host string) upstream {
 	panic("istio: no upstream for host " + host) // providerHosts lists only known hosts
 }
 
-// providersOf names the providers whose upstream is host, for route names.
-func (b *builder) providersOf(host string) []string {
-	var ids []string
-	for i := range b.res.Providers {
-		if b.s.upstreams[b.res.Providers[i].Cluster].host == host {
-			ids = append(ids, b.res.Providers[i].ID)
-		}
-	}
-	return ids
-}
-
 func (b *builder) object(kind, name string) Object {
 	return Object{
 		APIVersion: kinds[kind].apiVersion,

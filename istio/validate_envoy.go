@@ -247,10 +247,7 @@ func (v *validator) wasmConfig(path string, pc *wasmv3.PluginConfig) {
 		v.wasmModule(path+".vm_config.code.remote", remote.GetHttpUri().GetUri(), remote.Sha256)
 	}
 	env := vm.GetEnvironmentVariables()
-	names := slices.Clone(env.GetHostEnvKeys())
-	for _, k := range sortedKeys(env.GetKeyValues()) {
-		names = append(names, k)
-	}
+	names := append(slices.Clone(env.GetHostEnvKeys()), sortedKeys(env.GetKeyValues())...)
 	if len(names) > 256 {
 		v.fail(path+".vm_config.environment_variables", "at most 256 variables")
 	}
