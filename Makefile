@@ -21,6 +21,13 @@ build: ## Build build/spillway.wasm, the baseline build/noop.wasm and the hostsi
 	$(WASMBUILD) -o $(BUILD)/noop.wasm ./plugin/noop
 	$(GO) run ./hostsim/internal/buildguests
 
+# Registry reference `make oci` pushes to (optional), e.g. OCI_PUSH=ghcr.io/OWNER/spillway:0.1.0.
+OCI_PUSH ?=
+
+.PHONY: oci
+oci: build ## Pack build/spillway.wasm as an OCI image for Istio (build/oci; OCI_PUSH=REF pushes it).
+	$(GO) run ./istio/cmd/wasmoci -wasm $(BUILD)/spillway.wasm -layout $(BUILD)/oci $(if $(OCI_PUSH),-push $(OCI_PUSH))
+
 .PHONY: test
 test: build ## Build, then run every test: native engine tests and wasm tests under hostsim.
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...

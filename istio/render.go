@@ -1,0 +1,228 @@
+package istio
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+
+	"github.com/spillwayproxy/spillway/policies"
+	"github.com/spillwayproxy/spillway/policies/policyfile"
+)
+
+// Manifests are the Istio resources of one policy, ready for kubectl apply.
+type Manifests struct {
+	// Objects are the resources in apply order.
+	Objects []Object
+	// PluginConfig is the policy JSON the filter receives: the operator's policy with every
+	// provider's cluster replaced by its Istio cluster name and its authority by its
+	// ServiceEntry host. ${ENV} references are kept; the filter expands them from its VM
+	// environment.
+	PluginConfig []byte
+	// HostEnv are the VM environment variables the proxy must read from its container's
+	// environment (the policy's ${NAME} references less Options.InlineEnv), sorted.
+	HostEnv []string
+	// Clusters maps each policy cluster name to the Istio cluster it became.
+	Clusters map[string]string
+}
+
+// YAML writes the resources as one multi-document stream.
+func (m *Manifests) YAML() ([]byte, error) { return EncodeYAML(m.Objects) }
+
+// Render turns a policy document (YAML or JSON, as policies/policyfile reads it) into
+// the Istio resources that run it: the filter's attachment (Options.Mode), and for every
+// provider its ServiceEntry, DestinationRule (TLS origination) and routes. The result is
+// validated as Validate does before it is returned.
+//
+// How the filter's choice reaches istiod's routes: the filter sets the chosen provider's
+// :authority (its ServiceEntry host) and the cluster header. ABI 0.2.0 header edits clear
+// Envoy's route cache, so the router matches the request again, now in the provider
+// host's virtual host, whose generated VirtualService route requires the cluster header
+// to name that host's Istio cluster and sends the request there with the header removed.
+// Failover callouts name the same cluster (outbound|<port>||<host>) and :authority.
+func Render(policyDoc []byte, opts Options) (*Manifests, error) {
+	s, err := checkOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := policyfile.ToJSON(policyDoc)
+	if err != nil {
+		return nil, fmt.Errorf("istio: policy: %w", err)
+	}
+	env := &envRecorder{inline: s.InlineEnv, seen: map[string]bool{}}
+	p, err := policies.Parse(doc, policies.ParseOptions{LookupEnv: env.lookup})
+	if err != nil {
+		return nil, fmt.Errorf("istio: policy: %w", err)
+	}
+	res := p.Resolved()
+	if err := s.mapUpstreams(doc, res); err != nil {
+		return nil, err
+	}
+	pluginConfig, clusters, err := s.meshPolicy(doc, res)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manifests{PluginConfig: pluginConfig, Clusters: clusters}
+	for name := range env.seen {
+		if _, inline := s.InlineEnv[name]; !inline {
+			m.HostEnv = append(m.HostEnv, name)
+		}
+	}
+	slices.Sort(m.HostEnv)
+	b := &builder{s: s, res: res, pluginConfig: pluginConfig, hostEnv: m.HostEnv}
+	if m.Objects, err = b.objects(); err != nil {
+		return nil, err
+	}
+	out, err := m.YAML()
+	if err != nil {
+		return nil, err
+	}
+	if err := Validate(out); err != nil {
+		return nil, fmt.Errorf("istio: rendered manifests fail validation (a Spillway bug): %w", err)
+	}
+	return m, nil
+}
+
+// envRecorder is the environment a policy is parsed against at render time: it records
+// every ${NAME} the policy reads and answers a placeholder, since the real values live in
+// the proxy's environment. The request-queue variables (RATE_LIMIT_*) are optional and
+// read only from Options.InlineEnv.
+type envRecorder struct {
+	inline map[string]string
+	seen   map[string]bool
+}
+
+func (e *envRecorder) lookup(name string) (string, bool) {
+	if v, ok := e.inline[name]; ok {
+		e.seen[name] = true
+		return v, true
+	}
+	switch name {
+	case policies.EnvRequestQueueMaxWait, policies.EnvRequestQueueExecutionMaxWait, policies.EnvRequestQueueMaxDepth:
+		return "", false
+	}
+	e.seen[name] = true
+	return "placeholder", true
+}
+
+// mapUpstreams finds every provider cluster's upstream: Options.Upstreams, else the
+// provider's authority as an external HTTPS host.
+func (s *settings) mapUpstreams(doc []byte, res *policies.Resolved) error {
+	var errs []string
+	s.upstreams = map[string]upstream{}
+	for cluster := range s.Upstreams {
+		if !slices.ContainsFunc(res.Providers, func(pv policies.ResolvedProvider) bool { return pv.Cluster == cluster }) {
+			errs = append(errs, fmt.Sprintf("upstreams: %q is no provider's cluster", cluster))
+		}
+	}
+	for i := range res.Providers {
+		pv := &res.Providers[i]
+		path := "providers." + strconv.Itoa(i)
+		where := fmt.Sprintf("providers[%d] (%s)", i, pv.ID)
+		for _, field := range []string{"cluster", "authority"} {
+			if strings.Contains(gjson.GetBytes(doc, path+"."+field).String(), "${") {
+				errs = append(errs, fmt.Sprintf("%s.%s: must be literal in a mesh (Render replaces it with Istio's name)", where, field))
+			}
+		}
+		var u upstream
+		if raw, ok := s.Upstreams[pv.Cluster]; ok {
+			parsed, err := parseUpstream(raw)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("upstreams[%q]: %v", pv.Cluster, err))
+				continue
+			}
+			u = parsed
+		} else if pv.Authority != "" {
+			parsed, err := parseUpstream("https://" + pv.Authority)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("%s.authority: %v", where, err))
+				continue
+			}
+			u = parsed
+		} else {
+			errs = append(errs, fmt.Sprintf("%s: cluster %q has no upstream: set the provider's authority or Upstreams[%q]", where, pv.Cluster, pv.Cluster))
+			continue
+		}
+		if auth := pv.Authority; auth != "" && auth != u.host {
+			errs = append(errs, fmt.Sprintf("%s.authority %q: must be its upstream's host %q in a mesh, where the router finds a provider's route by its authority", where, auth, u.host))
+		}
+		if !u.external && s.Attach == AttachSidecar && u.port != s.Port {
+			errs = append(errs, fmt.Sprintf("upstreams[%q]: a sidecar reaches an in-mesh provider only on Port %d (the outbound listener the filter runs on), not %d", pv.Cluster, s.Port, u.port))
+		}
+		if prev, ok := s.upstreams[pv.Cluster]; ok && prev != u {
+			errs = append(errs, fmt.Sprintf("%s: cluster %q already has another upstream", where, pv.Cluster))
+		}
+		s.upstreams[pv.Cluster] = u
+	}
+	byHost := map[string]upstream{}
+	for _, cluster := range slices.Sorted(maps.Keys(s.upstreams)) {
+		u := s.upstreams[cluster]
+		if prev, ok := byHost[u.host]; ok && prev != u {
+			errs = append(errs, fmt.Sprintf("host %q: two clusters reach it differently (%s)", u.host, describeUpstreams(prev, u)))
+		}
+		byHost[u.host] = u
+		if slices.Contains(s.Hosts, u.host) {
+			errs = append(errs, fmt.Sprintf("host %q: both a provider's upstream and one of Hosts", u.host))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("istio: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func describeUpstreams(a, b upstream) string {
+	d := func(u upstream) string {
+		scheme := "http"
+		if u.external {
+			scheme = "https"
+		}
+		return scheme + "://" + u.host + ":" + strconv.FormatUint(uint64(u.port), 10)
+	}
+	return d(a) + " and " + d(b)
+}
+
+// meshPolicy rewrites the policy document for the mesh: each provider's cluster becomes
+// its Istio cluster name, its authority its upstream host. The result is parsed again.
+func (s *settings) meshPolicy(doc []byte, res *policies.Resolved) ([]byte, map[string]string, error) {
+	clusters := map[string]string{}
+	out := doc
+	for i := range res.Providers {
+		pv := &res.Providers[i]
+		u := s.upstreams[pv.Cluster]
+		cn := clusterName(s.servicePort(u), u.host)
+		clusters[pv.Cluster] = cn
+		var err error
+		path := "providers." + strconv.Itoa(i)
+		if out, err = sjson.SetBytes(out, path+".cluster", cn); err != nil {
+			return nil, nil, fmt.Errorf("istio: policy: %w", err)
+		}
+		if out, err = sjson.SetBytes(out, path+".authority", u.host); err != nil {
+			return nil, nil, fmt.Errorf("istio: policy: %w", err)
+		}
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, out, "", "  "); err != nil {
+		return nil, nil, fmt.Errorf("istio: policy: %w", err)
+	}
+	out = pretty.Bytes()
+	env := &envRecorder{inline: s.InlineEnv, seen: map[string]bool{}}
+	if _, err := policies.Parse(out, policies.ParseOptions{LookupEnv: env.lookup}); err != nil {
+		return nil, nil, fmt.Errorf("istio: the policy with Istio's cluster names: %w", err)
+	}
+	return out, clusters, nil
+}
+
+// bufferLimit is the request body buffer limit for Spillway's virtual hosts: above the
+// policy's maxRequestBodyBytes, so that Spillway, not Envoy, answers an oversized body
+// (Envoy's own answer is an untyped 413 at its buffer limit, 1 MiB per connection by
+// default).
+func bufferLimit(res *policies.Resolved) uint64 {
+	return uint64(res.MaxRequestBodyBytes) + 1<<20
+}

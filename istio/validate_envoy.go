@@ -1,0 +1,399 @@
+package istio
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/spillwayproxy/spillway/policies"
+)
+
+// patchType is the Envoy message an EnvoyFilter patch value decodes into, by applyTo
+// (istio pkg/config/xds/xds.go, BuildXDSObjectFromStruct).
+func patchType(applyTo networking.EnvoyFilter_ApplyTo) proto.Message {
+	switch applyTo {
+	case networking.EnvoyFilter_CLUSTER:
+		return &clusterv3.Cluster{}
+	case networking.EnvoyFilter_LISTENER:
+		return &listenerv3.Listener{}
+	case networking.EnvoyFilter_ROUTE_CONFIGURATION:
+		return &routev3.RouteConfiguration{}
+	case networking.EnvoyFilter_FILTER_CHAIN:
+		return &listenerv3.FilterChain{}
+	case networking.EnvoyFilter_HTTP_FILTER:
+		return &hcmv3.HttpFilter{}
+	case networking.EnvoyFilter_NETWORK_FILTER:
+		return &listenerv3.Filter{}
+	case networking.EnvoyFilter_VIRTUAL_HOST:
+		return &routev3.VirtualHost{}
+	case networking.EnvoyFilter_HTTP_ROUTE:
+		return &routev3.Route{}
+	case networking.EnvoyFilter_EXTENSION_CONFIG:
+		return &corev3.TypedExtensionConfig{}
+	case networking.EnvoyFilter_BOOTSTRAP:
+		return &bootstrapv3.Bootstrap{}
+	case networking.EnvoyFilter_LISTENER_FILTER:
+		return &listenerv3.ListenerFilter{}
+	}
+	return nil
+}
+
+// strictProto reads Envoy JSON as istiod's strict pass does (StructToMessage with strict:
+// unknown fields are errors), resolving Any types from the linked Envoy protos.
+var strictProto = protojson.UnmarshalOptions{Resolver: protoregistry.GlobalTypes}
+
+// envoyFilter follows ValidateEnvoyFilter (pkg/config/validation/envoyfilter/envoyfilter.go)
+// and, for the Wasm extension config, Spillway's rules.
+func (v *validator) envoyFilter(ef *networking.EnvoyFilter) {
+	if ef.WorkloadSelector != nil && len(ef.TargetRefs) > 0 {
+		v.fail("spec", "only one of targetRefs or workloadSelector can be set")
+	}
+	if ef.WorkloadSelector == nil && len(ef.TargetRefs) == 0 {
+		v.fail("spec", "neither workloadSelector nor targetRefs is set: the patches would apply to every workload of the namespace")
+	}
+	if ws := ef.WorkloadSelector; ws != nil {
+		if len(ws.Labels) == 0 {
+			v.fail("spec.workloadSelector", "workload selector specified without labels: it applies to every workload of the namespace")
+		}
+		for k, val := range ws.Labels {
+			if k == "" || strings.Contains(k, "*") || strings.Contains(val, "*") {
+				v.fail("spec.workloadSelector.labels", "%q=%q: empty keys and wildcards are not supported in selector", k, val)
+			}
+		}
+	}
+	if len(ef.ConfigPatches) == 0 {
+		v.fail("spec.configPatches", "required")
+	}
+	for i, cp := range ef.ConfigPatches {
+		v.configPatch(fmt.Sprintf("spec.configPatches[%d]", i), cp)
+	}
+}
+
+func (v *validator) configPatch(path string, cp *networking.EnvoyFilter_EnvoyConfigObjectPatch) {
+	switch {
+	case cp == nil:
+		v.fail(path, "null config patch")
+		return
+	case cp.Match != nil && cp.Match.Context == networking.EnvoyFilter_WAYPOINT:
+		v.fail(path+".match.context", "WAYPOINT: Spillway runs in gateways and sidecars, which istiod validates; waypoints are not supported")
+		return
+	case cp.ApplyTo == networking.EnvoyFilter_INVALID:
+		v.fail(path+".applyTo", "missing applyTo")
+		return
+	case cp.Patch == nil:
+		v.fail(path+".patch", "missing patch")
+		return
+	case cp.Patch.Operation == networking.EnvoyFilter_Patch_INVALID:
+		v.fail(path+".patch.operation", "missing patch operation")
+		return
+	case cp.Patch.Operation != networking.EnvoyFilter_Patch_REMOVE && cp.Patch.Value == nil:
+		v.fail(path+".patch.value", "missing patch value for non-remove operation")
+		return
+	}
+	if pv := cp.Match.GetProxy().GetProxyVersion(); pv != "" {
+		if len(pv) > 1024 {
+			v.fail(path+".match.proxy.proxyVersion", "longer than 1024 characters: istiod ignores it")
+		} else if _, err := regexp.Compile(pv); err != nil {
+			v.fail(path+".match.proxy.proxyVersion", "invalid regex for proxy version, [%v]", err)
+		}
+	}
+	v.patchMatch(path, cp)
+	if cp.Patch.Value == nil {
+		return
+	}
+	obj := patchType(cp.ApplyTo)
+	if obj == nil {
+		v.fail(path+".applyTo", "unknown object type for applyTo %s", cp.ApplyTo)
+		return
+	}
+	js, err := cp.Patch.Value.MarshalJSON()
+	if err == nil {
+		err = strictProto.Unmarshal(js, obj)
+	}
+	if err != nil {
+		v.fail(path+".patch.value", "does not decode as %s: %v", proto.MessageName(obj), err)
+		return
+	}
+	op := cp.Patch.Operation
+	complete := op == networking.EnvoyFilter_Patch_ADD || op == networking.EnvoyFilter_Patch_INSERT_BEFORE ||
+		op == networking.EnvoyFilter_Patch_INSERT_AFTER || op == networking.EnvoyFilter_Patch_INSERT_FIRST || op == networking.EnvoyFilter_Patch_REPLACE
+	if complete {
+		// A MERGE value is a fragment (a virtual host without a name, say); what is added
+		// or inserted must be a whole, valid Envoy object.
+		v.failErr(path+".patch.value", validateEnvoy(obj))
+	}
+	switch m := obj.(type) {
+	case *corev3.TypedExtensionConfig:
+		v.extensionConfig(path, cp, m)
+	case *hcmv3.HttpFilter:
+		v.httpFilter(path, cp, m)
+	}
+}
+
+// patchMatch checks that applyTo, match and patch line up (validateEnvoyFilter).
+func (v *validator) patchMatch(path string, cp *networking.EnvoyFilter_EnvoyConfigObjectPatch) {
+	m := cp.Match
+	if m == nil || m.ObjectTypes == nil {
+		return
+	}
+	switch cp.ApplyTo {
+	case networking.EnvoyFilter_LISTENER, networking.EnvoyFilter_FILTER_CHAIN, networking.EnvoyFilter_NETWORK_FILTER, networking.EnvoyFilter_HTTP_FILTER:
+		l := m.GetListener()
+		if l == nil {
+			v.fail(path+".match", "applyTo for listener class objects cannot have non listener match")
+			return
+		}
+		f := l.GetFilterChain().GetFilter()
+		if f == nil {
+			return
+		}
+		if cp.ApplyTo == networking.EnvoyFilter_LISTENER || cp.ApplyTo == networking.EnvoyFilter_FILTER_CHAIN {
+			v.fail(path+".match.listener.filterChain.filter", "filter match has no effect when used with %v", cp.ApplyTo)
+		}
+		if f.Name == "" {
+			v.fail(path+".match.listener.filterChain.filter.name", "filter match has no name to match on")
+			return
+		}
+		if f.SubFilter != nil {
+			switch {
+			case cp.ApplyTo != networking.EnvoyFilter_HTTP_FILTER:
+				v.fail(path+".match.listener.filterChain.filter.subFilter", "subfilter match can be used with applyTo HTTP_FILTER only")
+			case f.Name != hcmFilterName && f.Name != "envoy.http_connection_manager":
+				v.fail(path+".match.listener.filterChain.filter.subFilter", "subfilter match requires filter match with %s", hcmFilterName)
+			case f.SubFilter.Name == "":
+				v.fail(path+".match.listener.filterChain.filter.subFilter.name", "subfilter match has no name to match on")
+			}
+		}
+	case networking.EnvoyFilter_ROUTE_CONFIGURATION, networking.EnvoyFilter_VIRTUAL_HOST, networking.EnvoyFilter_HTTP_ROUTE:
+		if m.GetRouteConfiguration() == nil {
+			v.fail(path+".match", "applyTo for http route class objects cannot have non route configuration match")
+		}
+	case networking.EnvoyFilter_CLUSTER:
+		if m.GetCluster() == nil {
+			v.fail(path+".match", "applyTo for cluster class objects cannot have non cluster match")
+		}
+	}
+}
+
+// extensionConfig: istiod serves only EXTENSION_CONFIG patches whose operation is ADD
+// (extension_configuration_patch.go, InsertedExtensionConfigurations ignores the rest);
+// a Wasm one is Spillway's filter and must be complete.
+func (v *validator) extensionConfig(path string, cp *networking.EnvoyFilter_EnvoyConfigObjectPatch, ec *corev3.TypedExtensionConfig) {
+	if cp.Patch.Operation != networking.EnvoyFilter_Patch_ADD {
+		v.fail(path+".patch.operation", "%s: istiod serves only ADD extension configs", cp.Patch.Operation)
+		return
+	}
+	if v.extensionConfigs == nil {
+		v.extensionConfigs = map[string]bool{}
+	}
+	if v.extensionConfigs[ec.Name] {
+		v.fail(path+".patch.value.name", "extension config %q added twice", ec.Name)
+	}
+	v.extensionConfigs[ec.Name] = true
+	if ec.GetTypedConfig().GetTypeUrl() != wasmTypeURL {
+		return
+	}
+	w := new(wasmfilterv3.Wasm)
+	if err := ec.TypedConfig.UnmarshalTo(w); err != nil {
+		v.fail(path+".patch.value.typed_config", "%v", err)
+		return
+	}
+	v.wasmConfig(path+".patch.value.typed_config.config", w.GetConfig())
+}
+
+// wasmConfig checks the filter's PluginConfig: what Spillway needs to work in Envoy and
+// what istio-agent needs to fetch the module.
+func (v *validator) wasmConfig(path string, pc *wasmv3.PluginConfig) {
+	if pc == nil {
+		v.fail(path, "required")
+		return
+	}
+	if !pc.GetAllowOnHeadersStopIteration().GetValue() {
+		v.fail(path+".allow_on_headers_stop_iteration", "must be true: Spillway holds request headers while it reads the body, which without it hangs the request")
+	}
+	if pc.FailurePolicy == wasmv3.FailurePolicy_UNSPECIFIED {
+		v.fail(path+".failure_policy", "set it explicitly (FAIL_RELOAD, FAIL_CLOSED or FAIL_OPEN): the default differs between Envoy versions")
+	}
+	vm := pc.GetVmConfig()
+	if vm == nil {
+		v.fail(path+".vm_config", "required")
+		return
+	}
+	if vm.Runtime != wasmRuntime {
+		v.fail(path+".vm_config.runtime", "%q: Istio's proxies run %s", vm.Runtime, wasmRuntime)
+	}
+	remote := vm.GetCode().GetRemote()
+	if remote == nil {
+		v.fail(path+".vm_config.code.remote", "required: the oci:// image istio-agent fetches (a local file exists in no istio-proxy image)")
+	} else {
+		v.wasmModule(path+".vm_config.code.remote", remote.GetHttpUri().GetUri(), remote.Sha256)
+	}
+	env := vm.GetEnvironmentVariables()
+	names := append(slices.Clone(env.GetHostEnvKeys()), sortedKeys(env.GetKeyValues())...)
+	if len(names) > 256 {
+		v.fail(path+".vm_config.environment_variables", "at most 256 variables")
+	}
+	for _, n := range names {
+		v.envVar(path+".vm_config.environment_variables["+n+"]", n, env.GetKeyValues()[n])
+	}
+	if dup := firstDuplicate(names); dup != "" {
+		v.fail(path+".vm_config.environment_variables", "%q both from the host and inline", dup)
+	}
+	cfg := new(wrapperspb.StringValue)
+	if pc.GetConfiguration() == nil || pc.Configuration.UnmarshalTo(cfg) != nil {
+		v.fail(path+".configuration", "want a google.protobuf.StringValue holding the Spillway policy JSON")
+		return
+	}
+	v.policy(path+".configuration.value", cfg.Value, names)
+}
+
+// httpFilter: a filter reading an extension config over ECDS must name one Spillway's
+// EnvoyFilters add, ask for the Wasm type, and run before the router.
+func (v *validator) httpFilter(path string, cp *networking.EnvoyFilter_EnvoyConfigObjectPatch, hf *hcmv3.HttpFilter) {
+	cd := hf.GetConfigDiscovery()
+	if cd == nil {
+		return
+	}
+	v.filterRefs = append(v.filterRefs, filterRef{object: v.cur, path: path + ".patch.value.config_discovery", name: hf.Name})
+	if !slices.Contains(cd.TypeUrls, wasmTypeURL) {
+		v.fail(path+".patch.value.config_discovery.type_urls", "must include %s", wasmTypeURL)
+	}
+	if cd.GetConfigSource().GetAds() == nil {
+		v.fail(path+".patch.value.config_discovery.config_source", "want ads: {} (istiod serves extension configs on the proxy's ADS stream)")
+	}
+	sub := cp.GetMatch().GetListener().GetFilterChain().GetFilter().GetSubFilter().GetName()
+	if cp.Patch.Operation != networking.EnvoyFilter_Patch_INSERT_BEFORE || sub != routerFilterName {
+		v.fail(path, "insert the filter with INSERT_BEFORE the %s sub filter: it must run before the router", routerFilterName)
+	}
+	if ctx := cp.GetMatch().GetContext(); ctx != networking.EnvoyFilter_GATEWAY && ctx != networking.EnvoyFilter_SIDECAR_OUTBOUND {
+		v.fail(path+".match.context", "%s: Spillway runs on a gateway (GATEWAY) or on a client's outbound traffic (SIDECAR_OUTBOUND)", ctx)
+	}
+}
+
+// policy checks the policy a filter attachment carries: it must parse (every ${NAME}
+// without a default must be in the VM environment, or the filter refuses to start), and
+// every provider's cluster must be an Istio cluster whose host is its authority.
+func (v *validator) policy(path, doc string, env []string) {
+	lookup := func(name string) (string, bool) {
+		if slices.Contains(env, name) {
+			return "placeholder", true
+		}
+		return "", false
+	}
+	p, err := policies.Parse([]byte(doc), policies.ParseOptions{LookupEnv: lookup})
+	if err != nil {
+		var fes policies.Errors
+		if errors.As(err, &fes) {
+			for _, fe := range fes {
+				v.fail(path, "policy: %s", fe.Error())
+			}
+		} else {
+			v.fail(path, "policy: %v", err)
+		}
+		return
+	}
+	ref := policyRef{object: v.cur, path: path}
+	for i, pr := range p.Providers {
+		pp := fmt.Sprintf("%s: policy: providers[%d]", path, i)
+		_, host, err := parseClusterName(pr.Cluster)
+		if err != nil {
+			v.problems = append(v.problems, Problem{Object: v.cur, Path: pp + ".cluster",
+				Message: fmt.Sprintf("%q: %v: in a mesh a provider's cluster is Istio's outbound|<port>||<host> (the cluster header's value and the failover callouts' target)", pr.Cluster, err)})
+			continue
+		}
+		if pr.Authority != host {
+			v.problems = append(v.problems, Problem{Object: v.cur, Path: pp + ".authority",
+				Message: fmt.Sprintf("%q: must be %q, the cluster's host, whose virtual host the re-routed request is matched in", pr.Authority, host)})
+		}
+		ref.clusters = append(ref.clusters, pr.Cluster)
+	}
+	v.policies = append(v.policies, ref)
+}
+
+// validateBootstrapOverride reads a bootstrap override strictly and validates it.
+func validateBootstrapOverride(raw string) error {
+	b := new(bootstrapv3.Bootstrap)
+	if err := strictProto.Unmarshal([]byte(raw), b); err != nil {
+		return fmt.Errorf("not an Envoy bootstrap: %w", err)
+	}
+	if len(b.GetStatsConfig().GetStatsTags()) == 0 {
+		return fmt.Errorf("no stats_config.stats_tags: nothing to override")
+	}
+	return validateEnvoy(b.StatsConfig)
+}
+
+// validateEnvoy runs Envoy's protoc-gen-validate rules on a message and on every message
+// packed in an Any inside it (PGV does not look into Any fields).
+func validateEnvoy(m proto.Message) error {
+	if va, ok := m.(interface{ ValidateAll() error }); ok {
+		if err := va.ValidateAll(); err != nil {
+			return fmt.Errorf("%s: %w", proto.MessageName(m), err)
+		}
+	}
+	return validateAnys(m.ProtoReflect())
+}
+
+func validateAnys(m protoreflect.Message) error {
+	var err error
+	m.Range(func(fd protoreflect.FieldDescriptor, val protoreflect.Value) bool {
+		if fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind {
+			return true
+		}
+		visit := func(sub protoreflect.Message) bool {
+			err = validateMessageValue(sub)
+			return err == nil
+		}
+		switch {
+		case fd.IsList():
+			l := val.List()
+			for i := 0; i < l.Len(); i++ {
+				if !visit(l.Get(i).Message()) {
+					return false
+				}
+			}
+		case fd.IsMap():
+			if fd.MapValue().Kind() != protoreflect.MessageKind {
+				return true
+			}
+			val.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool { return visit(mv.Message()) })
+			return err == nil
+		default:
+			return visit(val.Message())
+		}
+		return true
+	})
+	return err
+}
+
+func validateMessageValue(sub protoreflect.Message) error {
+	a, ok := sub.Interface().(*anypb.Any)
+	if !ok {
+		return validateAnys(sub)
+	}
+	if a.TypeUrl == "" {
+		return nil // an empty Any: FilterConfig's way of enabling a filter
+	}
+	inner, err := a.UnmarshalNew()
+	if err != nil {
+		return fmt.Errorf("%s: %w", a.TypeUrl, err)
+	}
+	return validateEnvoy(inner)
+}
