@@ -45,10 +45,11 @@ type metrics struct {
 	wakeups       counter // cross-worker wake-ups sent
 	misconfigured counter // requests answered spillway_misconfigured
 	panics        counter // callbacks that panicked and failed open
+	aborted       counter // committed streams a stream watchdog ended (watchdog.go)
 }
 
 // all lists the counters with their names, for definition and flushing.
-func (m *metrics) all() [14]struct {
+func (m *metrics) all() [15]struct {
 	name string
 	c    *counter
 } {
@@ -70,6 +71,7 @@ func (m *metrics) all() [14]struct {
 		{"spillway_wakeups_total", &m.wakeups},
 		{"spillway_misconfigured_total", &m.misconfigured},
 		{"spillway_panics_total", &m.panics},
+		{"spillway_watchdog_aborts_total", &m.aborted},
 	}
 }
 

@@ -85,7 +85,6 @@ type OutputScanner struct {
 	size  int    // bytes of the event in progress so far, the current line's included
 	line  int    // bytes of the current line so far
 	cr    bool   // the current line so far is a lone '\r'
-	skip  bool   // the next complete event is the tail of one whose start was never seen
 	join  []byte // the data of an event with several data lines, joined
 	shape StreamShape
 }
@@ -103,14 +102,6 @@ func (s *OutputScanner) Reset() {
 		join = nil
 	}
 	*s = OutputScanner{carry: carry, join: join}
-}
-
-// Resync starts reading a stream part of which went by unread: until the next blank line
-// its bytes may be the tail of an event, so the first event that completes is not parsed,
-// and no event boundary is known before it.
-func (s *OutputScanner) Resync() {
-	s.size, s.line, s.cr, s.skip = 1, 0, false, true
-	s.carry = s.carry[:0]
 }
 
 // Feed hands the scanner the stream's next bytes; read their events with Next until it
@@ -161,13 +152,12 @@ func (s *OutputScanner) Next() (out Output, ok bool) {
 				raw = s.carry
 			}
 		}
-		skipped := s.skip
 		s.pos = end + 1
 		s.start, s.cut = s.pos, s.pos
-		s.size, s.line, s.cr, s.skip = 0, 0, false, false
+		s.size, s.line, s.cr = 0, 0, false
 		s.carry = s.carry[:0]
 		switch {
-		case evSize <= 0 || skipped:
+		case evSize <= 0:
 			continue
 		case evSize > MaxEventBytes:
 			return Output{Text: evSize}, true
@@ -175,7 +165,7 @@ func (s *OutputScanner) Next() (out Output, ok bool) {
 		return s.event(raw), true
 	}
 	// The chunk is read: keep what it holds of an event that goes on in the next one.
-	if s.size > 0 && !s.skip {
+	if s.size > 0 {
 		if s.start >= 0 {
 			s.keep(c[s.start:])
 		} else {

@@ -206,29 +206,6 @@ func TestCutIsWhereAnEventMayBeInserted(t *testing.T) {
 	}
 }
 
-func TestResyncSkipsTheTailOfAnUnseenEvent(t *testing.T) {
-	var s OutputScanner
-	s.Resync()
-	// The tail of an event whose start went by unread, then a whole event.
-	s.Feed([]byte(`ontent":"tail"}}]}` + "\n\n" + chatContent))
-	var got []Output
-	for o, ok := s.Next(); ok; o, ok = s.Next() {
-		got = append(got, o)
-	}
-	if len(got) != 1 || got[0] != (Output{Text: 3}) {
-		t.Fatalf("outputs %+v, want only the whole event's", got)
-	}
-	// Before the first blank line nothing is known to be a boundary.
-	s.Reset()
-	s.Resync()
-	s.Feed([]byte("data: x"))
-	for _, ok := s.Next(); ok; _, ok = s.Next() {
-	}
-	if s.Cut() != -1 {
-		t.Fatalf("cut %d before any blank line after a resync", s.Cut())
-	}
-}
-
 func TestAnOversizedEventCountsAsText(t *testing.T) {
 	ev := "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"function\":{\"arguments\":\"" + strings.Repeat("x", MaxEventBytes) + "\"}}]}}]}"
 	for _, size := range []int{len(ev) + 2, 4096} {
