@@ -44,7 +44,9 @@ import (
 //     the stream leaves phaseStreaming, so its end is no truncation, and its slots are given
 //     back once, in OnHttpStreamDone, like every stream's.
 //
-// A failover attempt's response is not watched: it reaches the filter complete.
+// A failover attempt's response is not watched: it reaches the filter complete. The rate is
+// the rate at which chunks reach the filter, which Envoy's flow control paces to what the
+// client reads (watermarks), so a very slow reader looks like a slow stream.
 
 // inBandGrace is how long a verdict waits for a body chunk to carry the error event to
 // the client; a stream that sends nothing meanwhile is reset without one.
