@@ -2,6 +2,7 @@ package llmapi
 
 import (
 	"bytes"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -342,7 +343,7 @@ func anthropicEvent(t []byte, f *fields) Output {
 	case "content_block_stop", "message_delta":
 		return Output{Done: true}
 	case "content_block_start":
-		var b member2
+		var b typedText
 		if f.block != nil {
 			_ = jsonparser.ObjectEach(f.block, b.member)
 		}
@@ -351,11 +352,11 @@ func anthropicEvent(t []byte, f *fields) Output {
 			return Output{Text: textLen(b.text)}
 		case typ == "thinking" || typ == "redacted_thinking":
 			return Output{Reasoning: true}
-		case hasSuffix(typ, "tool_use") || hasSuffix(typ, "tool_result"):
+		case strings.HasSuffix(typ, "tool_use") || strings.HasSuffix(typ, "tool_result"):
 			return Output{ToolCall: true}
 		}
 	case "content_block_delta":
-		var b member2
+		var b typedText
 		if f.deltaType == jsonparser.Object {
 			_ = jsonparser.ObjectEach(f.delta, b.member)
 		}
@@ -371,14 +372,14 @@ func anthropicEvent(t []byte, f *fields) Output {
 	return Output{} // message_start, ping, citations and what Spillway does not know
 }
 
-// member2 reads the type and text of a nested object (an Anthropic content block or delta,
+// typedText reads the type and text of a nested object (an Anthropic content block or delta,
 // a Responses item).
-type member2 struct {
+type typedText struct {
 	typ  []byte
 	text []byte
 }
 
-func (m *member2) member(key, value []byte, vt jsonparser.ValueType, _ int) error {
+func (m *typedText) member(key, value []byte, vt jsonparser.ValueType, _ int) error {
 	if vt != jsonparser.String {
 		return nil
 	}
@@ -402,7 +403,7 @@ func responsesEvent(t []byte, f *fields) Output {
 	case "response.completed", "response.incomplete", "response.failed":
 		return Output{End: true}
 	case "response.output_item.added", "response.output_item.done":
-		var it member2
+		var it typedText
 		if f.item != nil {
 			_ = jsonparser.ObjectEach(f.item, it.member)
 		}
@@ -480,10 +481,6 @@ func (o *chatOutput) deltaMember(key, value []byte, vt jsonparser.ValueType, _ i
 		}
 	}
 	return nil
-}
-
-func hasSuffix(s, suffix string) bool {
-	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
 }
 
 // textLen is the UTF-8 length of a JSON string's value, raw being its text between the
