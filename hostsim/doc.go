@@ -28,7 +28,10 @@
 //     Maps and buffers are reachable only in their phase (BadArgument elsewhere, read-only in
 //     on_log with NotFound for a missing map); proxy_continue_stream clears them. continue,
 //     close and local replies are deferred until the callback returns; a local reply forces
-//     stop. A request-phase local reply runs the plugin's own response callbacks; a
+//     stop. A close resets the stream before what its callback let through goes on (what
+//     earlier callbacks let through has reached the client) and sets the details
+//     wasm_close_stream only when none are set (Context::closeStream; cpp-host runs it in
+//     DeferAfterCallActions at the end of the callback). A request-phase local reply runs the plugin's own response callbacks; a
 //     response-phase one replaces the response (or resets the stream once headers went
 //     downstream). All are no-ops from a root context. A downstream reset (ResetStream,
 //     Exchange.Reset) still runs log → done → delete, as Envoy's doDeferredStreamDestroy

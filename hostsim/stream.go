@@ -587,9 +587,18 @@ func (vm *VM) afterCallback() {
 				}
 				_ = s.resume(d)
 			case opClose:
+				// Context::closeStream (source/extensions/common/wasm/context.cc): the
+				// details become wasm_close_stream only when nothing set them yet (an
+				// upstream response keeps via_upstream), then the stream is reset —
+				// here, after the callback, before what it let through goes on (cpp-host
+				// runs the deferred reset in DeferAfterCallActions at the end of the
+				// callback, inside Envoy's encodeData); what earlier callbacks let
+				// through has reached the client already.
 				s.req.halted, s.resp.halted = true, true
-				s.reset = "wasm_close_stream"
-				s.setDetails(s.reset)
+				s.reset = DetailsWasmCloseStream
+				if !s.hasDetails {
+					s.setDetails(s.reset)
+				}
 				s.resp.complete = true
 			case opLocalReply:
 				if s.local == nil {

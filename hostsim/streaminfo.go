@@ -87,6 +87,9 @@ const (
 	DetailsResponsePayloadTooLarge = "response_payload_too_large"
 	// DetailsWasmFailStream: the VM failed and FAIL_CLOSED answers 503 (Context::failStream).
 	DetailsWasmFailStream = "wasm_fail_stream"
+	// DetailsWasmCloseStream: the plugin reset the stream with proxy_close_stream before
+	// anything else set the details (Context::closeStream, CloseStreamResponseDetails).
+	DetailsWasmCloseStream = "wasm_close_stream"
 	// DetailsEarlyUpstreamReset prefixes the details of an upstream reset before the response
 	// started: upstream_reset_before_response_started{reason|transport failure}.
 	DetailsEarlyUpstreamReset = "upstream_reset_before_response_started"

@@ -364,3 +364,68 @@ func TestRouteResolvedAtHeaders(t *testing.T) {
 		t.Fatalf("a known cluster: %d after %d calls", resp.StatusCode, calls)
 	}
 }
+
+// proxy_close_stream while the response goes to the client (Context::closeStream): the
+// stream is reset after the callback that asks for it, before what that callback let
+// through goes on — so its data never reaches the client — while the chunks of earlier
+// callbacks have; the upstream request is cancelled; the details stay via_upstream, set by
+// the router before the headers (closeStream sets wasm_close_stream only when none are
+// set); log, done and delete still run.
+func TestCloseStreamMidResponse(t *testing.T) {
+	delays := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}
+	for _, c := range []struct {
+		name     string        // where the plugin asks for the reset
+		script   string        // the probe's script
+		body     string        // what reached the client
+		bodyCbs  int           // body callbacks the plugin got
+		resetAt  time.Duration // when the client's stream was reset
+		closedBy string        // the trace line of the close
+	}{
+		{"in a body callback, after replacing its data",
+			"response_body set_buffer 1 0 99 REPLACED\nresponse_body close 1",
+			"", 1, 50 * time.Millisecond, "op close 1 -> Ok"},
+		{"from a tick through the stream's context",
+			"request_headers tick_period 100\ntick effective 2\ntick close 1",
+			events3[0], 1, 100 * time.Millisecond, "op close 1 -> Ok"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var upCtx context.Context
+			h := probe(t, c.script+"\nlog get_property response.code_details",
+				hostsim.WithUpstream(func(ctx context.Context, r *hostsim.UpstreamRequest) (*hostsim.UpstreamResponse, error) {
+					upCtx = ctx
+					return sse(events3, delays)(ctx, r)
+				}))
+			resp := h.RunHTTP(&hostsim.Request{Headers: postReq})
+			if resp.StatusCode != 200 || string(resp.Body) != c.body || resp.Reset != hostsim.DetailsWasmCloseStream {
+				t.Fatalf("response %d %q reset %q", resp.StatusCode, resp.Body, resp.Reset)
+			}
+			last := resp.Received[len(resp.Received)-1]
+			if last.Kind != hostsim.ClientReset || last.At.Sub(resp.Start) != c.resetAt {
+				t.Fatalf("last event %+v, want a reset at %v", last, c.resetAt)
+			}
+			if resp.Details != hostsim.DetailsViaUpstream || resp.Flags != 0 {
+				t.Fatalf("details %q flags %v, want via_upstream and none", resp.Details, resp.Flags)
+			}
+			if upCtx == nil || upCtx.Err() == nil {
+				t.Fatal("the upstream's context was not cancelled")
+			}
+			requireTrace(t, h.Host, "worker-0", c.closedBy, "cb log", "op get_property response.code_details -> Ok via_upstream",
+				"cb done", "cb delete")
+			if n := strings.Count(strings.Join(trace(h.Host, "worker-0"), "\n"), "cb response_body"); n != c.bodyCbs {
+				t.Fatalf("%d body callbacks, want %d", n, c.bodyCbs)
+			}
+			if n := h.Host.LiveStreams(); n != 0 {
+				t.Fatalf("%d live streams", n)
+			}
+		})
+	}
+}
+
+// Before anything set the details (a request-phase close), they become wasm_close_stream.
+func TestCloseStreamDetailsWhenUnset(t *testing.T) {
+	h := probe(t, "request_headers close 0\nlog get_property response.code_details")
+	resp := h.RunHTTP(&hostsim.Request{Headers: getReq})
+	if resp.Reset != hostsim.DetailsWasmCloseStream || resp.Details != hostsim.DetailsWasmCloseStream {
+		t.Fatalf("reset %q details %q", resp.Reset, resp.Details)
+	}
+}

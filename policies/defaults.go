@@ -182,6 +182,14 @@ const (
 	ThroughputWatchdogMinOutput      = 64 // bytes of output before the rate is judged
 )
 
+// Content-stall watchdog (guide §2): off by default, like the throughput watchdog. The
+// guide names no budget; 2 min outlasts a slow first token, and reasoning frames restart it
+// for a model that thinks longer.
+const (
+	ContentStallEnabled = false
+	ContentStallTimeout = 2 * time.Minute
+)
+
 // Admin API defaults.
 const AdminPathPrefix = "/spillway/api/"
 

@@ -475,6 +475,8 @@ type ProviderErrorRule struct {
 type StreamRecovery struct {
 	// ThroughputWatchdog aborts an attempt whose useful output is too slow.
 	ThroughputWatchdog ThroughputWatchdog `json:"throughputWatchdog,omitzero"`
+	// ContentStall ends an attempt whose stream sends no model output in time.
+	ContentStall ContentStall `json:"contentStall,omitzero"`
 	// FirstEvent bounds how long and how far Spillway holds a 200 event stream while it
 	// looks for the stream's first event.
 	FirstEvent FirstEvent `json:"firstEvent,omitzero"`
@@ -508,9 +510,23 @@ type ThroughputWatchdog struct {
 	// MinBytesPerSecond is the slowest acceptable output rate. Default 8; clamped to
 	// 1–1 MiB.
 	MinBytesPerSecond *int64 `json:"minBytesPerSecond,omitempty"`
-	// MinOutputBytes is the output needed before the rate is judged. Default 64; clamped
-	// to 0–1 MiB.
+	// MinOutputBytes is the minimum measurable output: a window with less useful output
+	// than this is judged as slow whatever the rate (the least a window must carry is the
+	// larger of this and minBytesPerSecond × the window). Default 64; clamped to 0–1 MiB.
 	MinOutputBytes *int64 `json:"minOutputBytes,omitempty"`
+}
+
+// ContentStall is the content-stall watchdog (guide §2): a stream that went to the client
+// and then sends no model output — text, a tool call, or a reasoning frame, each of which
+// restarts the budget — for timeoutMs is ended with an error event; heartbeats, pings,
+// usage and metadata do not count. The stall is recorded on the connection without cooling
+// it unless resilience.connectionCooldown.streamStallCooldown is enabled.
+type ContentStall struct {
+	// Enabled turns it on. Default false.
+	Enabled *bool `json:"enabled,omitempty"`
+	// TimeoutMs is the longest a stream may go without model output. Default 2 min;
+	// rejected outside 1 s–1 h.
+	TimeoutMs *int64 `json:"timeoutMs,omitempty" jsonschema:"minimum=1000,maximum=3600000"`
 }
 
 // P2CLatency is resilienceSettings.p2cLatency.

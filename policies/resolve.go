@@ -33,6 +33,8 @@ type Resolved struct {
 	Failover FailoverSettings
 	// ThroughputWatchdog is the slow-stream watchdog.
 	ThroughputWatchdog ThroughputWatchdogSettings
+	// ContentStall is the content-stall watchdog.
+	ContentStall ContentStallSettings
 	// P2CLatency is the p2c latency signal.
 	P2CLatency P2CLatencySettings
 	// SessionAffinityTTL pins sessions to connections; 0 = off.
@@ -218,6 +220,12 @@ type ThroughputWatchdogSettings struct {
 	Warmup            time.Duration
 	MinBytesPerSecond int64
 	MinOutputBytes    int64
+}
+
+// ContentStallSettings are the content-stall watchdog settings.
+type ContentStallSettings struct {
+	Enabled bool
+	Timeout time.Duration // the longest a stream may go without model output
 }
 
 // P2CLatencySettings are the p2c latency signal settings (only Weight is configurable).
@@ -411,6 +419,11 @@ func (p *Policy) Resolved() *Resolved {
 		Warmup:            msOr(w.WarmupMs, ThroughputWatchdogWarmup),
 		MinBytesPerSecond: int64Or(w.MinBytesPerSecond, ThroughputWatchdogMinBytesPerSec),
 		MinOutputBytes:    int64Or(w.MinOutputBytes, ThroughputWatchdogMinOutput),
+	}
+	cs := &rs.StreamRecovery.ContentStall
+	res.ContentStall = ContentStallSettings{
+		Enabled: boolOr(cs.Enabled, ContentStallEnabled),
+		Timeout: msOr(cs.TimeoutMs, ContentStallTimeout),
 	}
 	res.P2CLatency = P2CLatencySettings{
 		Weight:     intOr(rs.P2CLatency.Weight, P2CLatencyWeight),

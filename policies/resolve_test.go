@@ -83,6 +83,7 @@ func TestPolicyWideDefaults(t *testing.T) {
 		{"combo wait", r.ComboCooldownWait, ComboCooldownWaitSettings{ComboCooldownWaitEnabled, ComboCooldownWaitMaxWait, ComboCooldownWaitMaxAttempts, ComboCooldownWaitBudget}},
 		{"failover", r.Failover, FailoverSettings{FailoverMaxAttempts, FailoverBudget}},
 		{"watchdog", r.ThroughputWatchdog, ThroughputWatchdogSettings{false, ThroughputWatchdogWindow, ThroughputWatchdogWarmup, ThroughputWatchdogMinBytesPerSec, ThroughputWatchdogMinOutput}},
+		{"content stall", r.ContentStall, ContentStallSettings{false, 2 * time.Minute}},
 		{"p2c", r.P2CLatency, P2CLatencySettings{0, 20, 15 * time.Minute, 3}},
 		{"affinity off", r.SessionAffinityTTL, time.Duration(0)},
 		{"affinity headers", r.SessionAffinityHeaders, []string{"x-session-id", "x-codex-session-id", "x-omniroute-session"}},

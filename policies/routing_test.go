@@ -67,6 +67,9 @@ func TestRoutingValidationRules(t *testing.T) {
 		{"first event bytes at most 1 MiB", "resilience.streamRecovery.firstEvent.maxBytes", 1048577, "resilience.streamRecovery.firstEvent.maxBytes", "between 1024 and 1048576"},
 		{"first event timeout at least 100 ms", "resilience.streamRecovery.firstEvent.timeoutMs", 99, "resilience.streamRecovery.firstEvent.timeoutMs", "between 100 ms and 5 min, got 99 ms"},
 		{"first event timeout at most 5 min", "resilience.streamRecovery.firstEvent.timeoutMs", 300001, "resilience.streamRecovery.firstEvent.timeoutMs", "between 100 ms and 5 min"},
+		// resilience.streamRecovery.contentStall
+		{"content stall at least 1 s", "resilience.streamRecovery.contentStall.timeoutMs", 999, "resilience.streamRecovery.contentStall.timeoutMs", "between 1 s and 1 h, got 999 ms"},
+		{"content stall at most 1 h", "resilience.streamRecovery.contentStall.timeoutMs", 3600001, "resilience.streamRecovery.contentStall.timeoutMs", "between 1 s and 1 h"},
 		// resilience.quotaResetTimeZone
 		{"zone not IANA", "resilience.quotaResetTimeZone", "Asia/Shanghai", "resilience.quotaResetTimeZone", `"Asia/Shanghai": want UTC or a fixed offset ±HH:MM such as +08:00 (IANA names are not supported)`},
 		{"zone UTC spelt exactly", "resilience.quotaResetTimeZone", "utc", "resilience.quotaResetTimeZone", "want UTC or a fixed offset"},
@@ -120,6 +123,8 @@ func TestRoutingAcceptedEdgeValues(t *testing.T) {
 		{"body wait 10 min", "routing.bodyWaitMs", 600000},
 		{"first event 1 KiB, 100 ms", "resilience.streamRecovery.firstEvent", map[string]any{"maxBytes": 1024, "timeoutMs": 100}},
 		{"first event 1 MiB, 5 min", "resilience.streamRecovery.firstEvent", map[string]any{"maxBytes": 1 << 20, "timeoutMs": 300000}},
+		{"content stall 1 s", "resilience.streamRecovery.contentStall", map[string]any{"enabled": true, "timeoutMs": 1000}},
+		{"content stall 1 h", "resilience.streamRecovery.contentStall", map[string]any{"enabled": true, "timeoutMs": 3600000}},
 		{"zone UTC", "resilience.quotaResetTimeZone", "UTC"},
 		{"zone +14:00", "resilience.quotaResetTimeZone", "+14:00"},
 		{"zone -12:00", "resilience.quotaResetTimeZone", "-12:00"},

@@ -42,6 +42,7 @@ func (v *validator) resilience(r *Resilience, path string) {
 	}
 	v.throughputWatchdog(&r.StreamRecovery.ThroughputWatchdog, joinField(path, "streamRecovery.throughputWatchdog"))
 	v.firstEvent(&r.StreamRecovery.FirstEvent, joinField(path, "streamRecovery.firstEvent"))
+	v.rangeMs(joinField(path, "streamRecovery.contentStall.timeoutMs"), r.StreamRecovery.ContentStall.TimeoutMs, msSecond, msHour)
 	v.clampInt(joinField(path, "p2cLatency.weight"), r.P2CLatency.Weight, 0, P2CLatencyWeightMax)
 	v.rangeMs(joinField(path, "sessionAffinityTtlMs"), r.SessionAffinityTtlMs, 0, 7*msDay)
 	if r.QuotaResetTimeZone != "" {

@@ -3,6 +3,7 @@
 package hostabi
 
 import (
+	"errors"
 	"strings"
 	"time"
 
@@ -129,6 +130,13 @@ func ContinueStream(s StreamType) error {
 	}
 	return proxywasm.ResumeHttpRequest()
 }
+
+// errNoCloseStream: the SDK exposes proxy_close_stream for TCP streams only.
+var errNoCloseStream = errors.New("hostabi: the SDK has no proxy_close_stream for an HTTP stream")
+
+// CloseStream would reset the stream: the SDK has no call for it, so natively it reports
+// errNoCloseStream (the SDK's proxytest host does not model a reset either).
+func CloseStream(StreamType) error { return errNoCloseStream }
 
 // IncrementMetric adds delta to a counter.
 func IncrementMetric(id uint32, delta int64) error {

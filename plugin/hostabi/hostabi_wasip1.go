@@ -179,6 +179,9 @@ func hostSendLocalResponse(status uint32, details *byte, detailsSize int32, body
 //go:wasmimport env proxy_continue_stream
 func hostContinueStream(streamType StreamType) uint32
 
+//go:wasmimport env proxy_close_stream
+func hostCloseStream(streamType StreamType) uint32
+
 //go:wasmimport env proxy_increment_metric
 func hostIncrementMetric(metricID uint32, offset int64) uint32
 
@@ -312,6 +315,10 @@ func SendLocalResponse(status uint32, details string, body []byte, headers [][2]
 
 // ContinueStream resumes a paused direction (deferred by the host until the callback returns).
 func ContinueStream(s StreamType) error { return statusErr(hostContinueStream(s)) }
+
+// CloseStream resets the stream (deferred by the host until the callback returns; Envoy's
+// Context::closeStream: encoder or decoder callbacks' resetStream).
+func CloseStream(s StreamType) error { return statusErr(hostCloseStream(s)) }
 
 // IncrementMetric adds delta to a counter.
 func IncrementMetric(id uint32, delta int64) error { return statusErr(hostIncrementMetric(id, delta)) }

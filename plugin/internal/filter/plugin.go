@@ -15,6 +15,7 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/admin"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/watchdog"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
@@ -55,6 +56,8 @@ type pluginContext struct {
 	store   sharedStore
 	cache   *state.Cache
 	metrics metrics
+	// watchdog is the stream watchdogs' settings (watchdog.go).
+	watchdog watchdog.Config
 	// now is the time of the callback being run (see clock).
 	now      time.Time
 	nowValid bool
@@ -152,6 +155,7 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 	for i := range p.engine.Resolved().Routes {
 		p.routeOf[&p.engine.Resolved().Routes[i]] = i + 1
 	}
+	p.watchdog = watchdog.ConfigFrom(p.res.ThroughputWatchdog, p.res.ContentStall)
 	p.models = internTable(p.res)
 	// Reserve the creation CAS now (a shared-data write, not allowed during _initialize) so
 	// the first request that records state does not pay for it.

@@ -59,6 +59,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action typ
 		if isEventStream(contentType) && !endOfStream {
 			h.eventStream = true
 			h.phase, h.holdStart = phaseHoldFirst, p.clock()
+			h.bufs.respBody = h.bufs.respBody[:0] // what the hold reads (passed on if a tick ends it)
 			p.watch(h)
 			return types.ActionPause
 		}
@@ -89,10 +90,15 @@ func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) (action
 			h.bufs.respBody = chunk
 			if err == nil {
 				h.tracker.Feed(chunk)
+				if h.wd.on {
+					h.watchChunk(chunk)
+				}
 			}
 		}
 		h.respEnded = endOfStream
 		return types.ActionContinue
+	case phaseAborting:
+		return h.abortingBody(bodySize, endOfStream)
 	case phaseHoldFirst:
 		h.enter("response body")
 		p := h.plugin
@@ -158,11 +164,13 @@ func (h *httpContext) responseAction(s step) types.Action {
 }
 
 // commitHeldStream lets a held 200 event stream go: the attempt succeeded as far as the
-// client can tell. body is what was held (fed to the terminal-event tracker).
+// client can tell. body is what was held (fed to the terminal-event tracker and the
+// stream watchdogs).
 func (h *httpContext) commitHeldStream(body []byte) {
 	h.recordSuccess(h.holdStart.Sub(h.dispatchedAt))
 	h.setSpillwayHeaders()
 	h.tracker.Feed(body)
+	h.startWatchdog(body)
 	h.phase = phaseStreaming
 	h.plugin.unwatch(h)
 	h.plugin.watch(h) // lease renewal only, at the idle tick

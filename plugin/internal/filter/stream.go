@@ -29,6 +29,7 @@ const (
 	phaseHoldFirst              // 200 event stream held until its first decisive event
 	phaseCallout                // a failover attempt is in flight (proxy_http_call)
 	phaseStreaming              // the response goes to the client; outcome recorded
+	phaseAborting               // a stream watchdog ended the stream (watchdog.go): the rest is dropped, it is closed
 	phaseAnswered               // Spillway sent its own reply
 )
 
@@ -53,6 +54,7 @@ type streamBuffers struct {
 	localHdrs           [][2]string   // a local reply's headers
 	prop                []byte        // reading a property
 	onCallout           func(numHeaders, bodySize, numTrailers int)
+	sse                 llmapi.OutputScanner // a watched stream's events (watchdog.go)
 	plan                engine.Buffers
 	scratch             []byte // encoding local reply headers
 }
@@ -108,6 +110,7 @@ type streamState struct {
 	hasLast     bool
 	heldDropped bool           // the held response's buffer was emptied while a failover attempt ran
 	answeredBy  *engine.Target // the failed attempt whose response is the final answer (else h.d's)
+	wd          streamWatch    // the stream watchdogs (watchdog.go)
 
 	watched bool
 }
@@ -124,6 +127,7 @@ func (h *httpContext) reset() {
 	if cap(h.bufs.callBody) > maxKeptBody {
 		h.bufs.callBody = nil
 	}
+	h.bufs.sse.Reset()
 	h.bufs.callPairs.Reset()
 	h.bufs.reqPairs.Reset()
 	h.bufs.respPairs.Reset()
@@ -181,7 +185,7 @@ func (h *httpContext) enter(callback string) {
 // idle tick.
 func (h *httpContext) needsBusyTick() bool {
 	switch h.phase {
-	case phaseQueued, phaseComboWait, phaseHoldFirst:
+	case phaseQueued, phaseComboWait, phaseHoldFirst, phaseAborting:
 		return true
 	}
 	return false
@@ -224,15 +228,25 @@ func (h *httpContext) onTick() {
 	case phaseHoldFirst:
 		if p.clock().Sub(h.holdStart) >= p.res.FirstEvent.Timeout {
 			h.effective()
-			h.commitHeldStream(nil)
+			h.commitHeldStream(h.bufs.respBody)
 			if err := hostabi.ContinueStream(hostabi.StreamResponse); err != nil {
 				proxywasm.LogWarnf("spillway: resume response: %v", err)
 			}
 			return
 		}
 		h.renewLease()
-	case phaseHoldError, phaseCallout, phaseStreaming:
+	case phaseStreaming:
+		if h.wd.on && h.watchdogTick() {
+			return
+		}
 		h.renewLease()
+	case phaseHoldError, phaseCallout:
+		h.renewLease()
+	case phaseAborting:
+		if !h.respEnded {
+			h.effective()
+			h.closeStream()
+		}
 	default:
 		p.unwatch(h)
 	}
