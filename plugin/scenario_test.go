@@ -1165,3 +1165,59 @@ func TestScenarioALargeHeldErrorIsDroppedNotOverflowedWhileFailingOver(t *testin
 		w.noStreamsLeft()
 	})
 }
+
+func TestScenarioComboWaitAfterAFailedAttemptRetriesOnceTheRateLimitRunsOut(t *testing.T) {
+	policy := `
+providers:
+  - id: openai
+    cluster: openai
+    connections:
+      - {id: key-a, credential: {header: authorization, value: "Bearer sk-a"}}
+routes:
+  - model: gpt-4o
+    targets:
+      - {provider: openai}
+`
+	cases := []struct {
+		name       string
+		status     int           // key A's first answer
+		retryAfter string        // its Retry-After
+		want       int           // what the client gets
+		attempts   int           // upstream attempts the request made
+		minWait    time.Duration // virtual time the request took at least
+	}{
+		// A 2 s rate limit is waited out (guide §4), then the request goes again and succeeds.
+		{name: "short rate limit", status: 429, retryAfter: "2", want: 200, attempts: 2, minWait: 1500 * time.Millisecond},
+		// A rate limit longer than comboCooldownWait.maxWaitMs (65 s) is answered at once.
+		{name: "long rate limit", status: 429, retryAfter: "600", want: 429, attempts: 1},
+		// A server error is never waited out: the client gets it at once.
+		{name: "server error", status: 503, retryAfter: "2", want: 503, attempts: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, policy, 2)
+			var n int
+			w.fakes.set("sk-a", func(c upstreamCall) *hostsim.UpstreamResponse {
+				if n++; n == 1 {
+					return jsonError(tc.status, `{"error":{"message":"Rate limit reached for requests","type":"requests"}}`,
+						[2]string{"retry-after", tc.retryAfter})
+				}
+				return chatOK(c)
+			})
+			start := w.host.Clock().Now()
+			resp := w.run(0, chatReq("gpt-4o"))
+			took := w.host.Clock().Now().Sub(start)
+			if resp.StatusCode != tc.want || w.fakes.count("sk-a") != tc.attempts {
+				t.Fatalf("%d after %d attempts, want %d after %d; body %s", resp.StatusCode, w.fakes.count("sk-a"),
+					tc.want, tc.attempts, resp.Body)
+			}
+			if took < tc.minWait || (tc.minWait == 0 && took > time.Second) {
+				t.Fatalf("answered after %v", took)
+			}
+			if tc.want == 200 {
+				expect(t, "after the wait", resp, 200, "openai/key-a/gpt-4o/2")
+			}
+			w.noStreamsLeft()
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/plugin/hostabi"
 	"github.com/spillwayproxy/spillway/plugin/internal/admission"
+	"github.com/spillwayproxy/spillway/plugin/internal/combo"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
 	"github.com/spillwayproxy/spillway/plugin/internal/llmapi"
 	"github.com/spillwayproxy/spillway/policies"
@@ -64,6 +65,53 @@ func (h *httpContext) startFailover() bool {
 	return false
 }
 
+// afterRateLimit is comboCooldownWait after a failed attempt (guide §4): when the request's
+// candidates are spent and its last failure was a rate limit or a concurrency limit, the
+// request is planned again. A target that can go now is tried at once (a failover
+// attempt); when every target is excluded by a short rate-limit-class lock, the failed
+// response stays held while the lock runs out (the engine's comboCooldownWait decision:
+// maxWaitMs, maxAttempts, budgetMs), then the request is planned again. It reports
+// stepWait when an attempt or a wait started, stepProceed when the failed response is the
+// answer. The failover bounds (resilience.failover) hold across the waits.
+func (h *httpContext) afterRateLimit() step {
+	p := h.plugin
+	budget := p.res.Failover
+	if h.attempts >= budget.MaxAttempts || p.clock().Sub(h.started) >= budget.Budget {
+		return stepProceed
+	}
+	if err := p.cache.Refresh(); err != nil {
+		proxywasm.LogWarnf("spillway: shared data: %v", err)
+	}
+	plan, err := p.engine.Plan(h.model, h.api, h.sessionKey, &h.bufs.plan)
+	if err != nil && !errors.Is(err, engine.ErrNoRoute) {
+		proxywasm.LogWarnf("spillway: plan %q: %v", h.model, err)
+	}
+	h.plan, h.next = plan, 0
+	if len(plan.Targets) > 0 {
+		if h.startFailover() {
+			return stepWait
+		}
+		return stepProceed
+	}
+	dec := p.engine.AllExcluded(&h.plan, h.progress)
+	if dec.Outcome != combo.OutcomeWait || p.clock().Add(dec.Wait).Sub(h.started) >= budget.Budget {
+		return stepProceed
+	}
+	h.phase, h.waitUntil, h.waitStart = phaseFailureWait, p.clock().Add(dec.Wait), p.clock()
+	p.unwatch(h)
+	p.watch(h) // at the busy tick
+	return stepWait
+}
+
+// retryAfterWait plans the request again once a wait after a rate limit ran out: it fails
+// over to a target that can go now, waits again, or answers with the held failure.
+func (h *httpContext) retryAfterWait() step {
+	if s := h.afterRateLimit(); s == stepWait {
+		return s
+	}
+	return h.finalAnswer()
+}
+
 // callout sends the request to the attempt's target with proxy_http_call.
 func (h *httpContext) callout(budgetLeft time.Duration) bool {
 	p := h.plugin
@@ -84,7 +132,23 @@ func (h *httpContext) callout(budgetLeft time.Duration) bool {
 	if h.bufs.onCallout == nil {
 		h.bufs.onCallout = h.onCalloutResponse // bound once per context, not per callout
 	}
-	if _, err := proxywasm.DispatchHttpCall(pv.Cluster, h.calloutHeaders(pv, cn), body, nil, ms, h.bufs.onCallout); err != nil {
+	onResponse := h.bufs.onCallout
+	if h.onRoot {
+		// Dispatched from a tick: the SDK files the call under the root context
+		// (DispatchHttpCall records its own active context, which proxy_set_effective_context
+		// does not change), so its answer comes with the root as the effective context and
+		// the SDK's check that the caller still exists cannot see this stream end. The
+		// callback checks that the context still holds this stream, and makes it effective.
+		serial := h.serial
+		onResponse = func(numHeaders, bodySize, numTrailers int) {
+			if h.serial != serial {
+				return // the stream ended; the context serves another one now
+			}
+			h.effective()
+			h.onCalloutResponse(numHeaders, bodySize, numTrailers)
+		}
+	}
+	if _, err := proxywasm.DispatchHttpCall(pv.Cluster, h.calloutHeaders(pv, cn), body, nil, ms, onResponse); err != nil {
 		proxywasm.LogWarnf("spillway: failover to %s (cluster %q): %v", h.targetName(), pv.Cluster, err)
 		return false
 	}

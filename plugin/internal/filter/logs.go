@@ -49,7 +49,8 @@ type failureLog struct {
 const (
 	nextFailover = "failover to "
 	nextAnswer   = "answer "
-	nextNone     = "none: the client has the response" // a committed stream's failure
+	nextWait     = "wait out the rate limit, then retry" // comboCooldownWait after a failure
+	nextNone     = "none: the client has the response"   // a committed stream's failure
 )
 
 // logFailure writes the decision line of a failed attempt on failed, and its details at

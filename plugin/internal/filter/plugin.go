@@ -56,6 +56,7 @@ type pluginContext struct {
 	store   sharedStore
 	cache   *state.Cache
 	metrics metrics
+	streams uint64 // streams started on this VM (each stream's serial)
 	// watchdog is the stream watchdogs' settings (watchdog.go).
 	watchdog watchdog.Config
 	// now is the time of the callback being run (see clock).
@@ -223,7 +224,8 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 	} else {
 		h = &httpContext{plugin: p}
 	}
-	h.id = contextID
+	p.streams++
+	h.id, h.serial = contextID, p.streams
 	return h
 }
 

@@ -201,6 +201,7 @@ func (h *httpContext) planAndDispatch() step {
 	if err := p.cache.Refresh(); err != nil {
 		proxywasm.LogWarnf("spillway: shared data: %v", err)
 	}
+	h.sessionKey = key
 	plan, err := p.engine.Plan(h.model, h.api, key, &h.bufs.plan)
 	if err != nil && !errors.Is(err, engine.ErrNoRoute) {
 		proxywasm.LogWarnf("spillway: plan %q: %v", h.model, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/plugin/hostabi"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/llmapi"
 	"github.com/spillwayproxy/spillway/plugin/internal/replies"
 )
@@ -132,8 +133,9 @@ func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) (action
 			body = nil
 		}
 		return h.responseAction(h.attemptFailed(body))
-	case phaseCallout:
-		// The failed response stays held while a failover attempt runs: whatever more of it
+	case phaseCallout, phaseFailureWait:
+		// The failed response stays held while a failover attempt runs (or a wait before
+		// one): whatever more of it
 		// arrives is not for the client unless it becomes the final answer. Envoy buffers it
 		// against the connection's buffer limit (a 500 response_payload_too_large past it),
 		// so past what Spillway kept of it the buffer is emptied, and a final answer from
@@ -213,6 +215,7 @@ type failureResult struct {
 	fallback   bool          // try the next candidate
 	restatedTo int           // the restated status (0 = not restated)
 	retryAfter time.Duration // the restatement's Retry-After for the client
+	waitable   bool          // a rate-limit-class failure comboCooldownWait may wait out (guide §4)
 	log        failureLog    // for the decision log
 }
 
@@ -230,6 +233,7 @@ func (h *httpContext) recordFailure(o engine.Outcome) failureResult {
 			proxywasm.LogDebugf("spillway: record failure on %s: %v", h.targetName(), r.Errors)
 		}
 		fr.fallback = r.Verdict.Fallback
+		fr.waitable = r.Verdict.Terminal == failure.TerminalNone && r.Verdict.Reason.Waitable()
 		if r.RequestOnly {
 			p.metrics.requestOnly.Increment(1)
 			proxywasm.LogDebugf("spillway: %s does not serve model %q", h.targetName(), h.d.Target.Model)
@@ -285,6 +289,18 @@ func (h *httpContext) afterFailure(fr failureResult, f *attemptFailure) step {
 		h.plugin.metrics.connFailovers.add(h.plugin.metrics.connIndex(failed), 1)
 		h.logFailure(failed, &fr.log, nextFailover, &h.d.Target, 0, "")
 		return stepWait
+	}
+	if fr.waitable {
+		switch s := h.afterRateLimit(); s {
+		case stepWait:
+			if h.phase == phaseCallout {
+				h.plugin.metrics.connFailovers.add(h.plugin.metrics.connIndex(failed), 1)
+				h.logFailure(failed, &fr.log, nextFailover, &h.d.Target, 0, "")
+			} else {
+				h.logFailure(failed, &fr.log, nextWait, nil, 0, "")
+			}
+			return s
+		}
 	}
 	if h.hasLast {
 		h.logFailure(failed, &fr.log, nextAnswer, nil, h.last.status, "")

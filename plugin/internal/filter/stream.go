@@ -9,6 +9,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/spillwayproxy/spillway/plugin/hostabi"
+	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
 	"github.com/spillwayproxy/spillway/plugin/internal/llmapi"
@@ -20,17 +21,18 @@ import (
 type phase uint8
 
 const (
-	phasePass      phase = iota // not an LLM request, or failed open: nothing to do
-	phaseBody                   // request headers held, body arriving
-	phaseQueued                 // waiting for a concurrency slot (admission ticket)
-	phaseComboWait              // every target excluded by a short transient lock: waiting it out
-	phaseUpstream               // sent through the router, waiting for the response headers
-	phaseHoldError              // non-2xx response headers held, error body arriving
-	phaseHoldFirst              // 200 event stream held until its first decisive event
-	phaseCallout                // a failover attempt is in flight (proxy_http_call)
-	phaseStreaming              // the response goes to the client; outcome recorded
-	phaseAborting               // a stream watchdog ended the stream (watchdog.go): the rest is dropped, it is closed
-	phaseAnswered               // Spillway sent its own reply
+	phasePass        phase = iota // not an LLM request, or failed open: nothing to do
+	phaseBody                     // request headers held, body arriving
+	phaseQueued                   // waiting for a concurrency slot (admission ticket)
+	phaseComboWait                // every target excluded by a short transient lock: waiting it out
+	phaseUpstream                 // sent through the router, waiting for the response headers
+	phaseHoldError                // non-2xx response headers held, error body arriving
+	phaseHoldFirst                // 200 event stream held until its first decisive event
+	phaseCallout                  // a failover attempt is in flight (proxy_http_call)
+	phaseFailureWait              // the failed response held while a short rate limit runs out (comboCooldownWait)
+	phaseStreaming                // the response goes to the client; outcome recorded
+	phaseAborting                 // a stream watchdog ended the stream (watchdog.go): the rest is dropped, it is closed
+	phaseAnswered                 // Spillway sent its own reply
 )
 
 // httpContext is one HTTP stream. Its state is reset when the stream ends and the context is
@@ -65,7 +67,8 @@ const maxKeptBody = 1 << 20
 
 // streamState is everything about one stream.
 type streamState struct {
-	phase phase
+	phase  phase
+	serial uint64 // which stream of this context (pluginContext.streams at its start)
 
 	// The request.
 	api        policies.API
@@ -89,10 +92,12 @@ type streamState struct {
 	next         int // index in plan.Targets of the next candidate
 	attempts     int
 	progress     combo.Progress
-	waitStart    time.Time // comboCooldownWait: when the wait began
-	waitUntil    time.Time // comboCooldownWait: when to plan again
-	refusal      error     // the first admission refusal met while dispatching
-	queuedAt     time.Time // when the request began waiting in h.d's queue (zero: not waiting)
+	waitStart    time.Time    // comboCooldownWait: when the wait began
+	waitUntil    time.Time    // comboCooldownWait: when to plan again
+	sessionKey   affinity.Key // the session's affinity key (zero: none), to plan again
+	onRoot       bool         // the work runs in a root callback (a tick), not the stream's own
+	refusal      error        // the first admission refusal met while dispatching
+	queuedAt     time.Time    // when the request began waiting in h.d's queue (zero: not waiting)
 	d            engine.Dispatch
 	inFlight     bool // d holds an attempt whose outcome is not recorded yet
 	holding      bool // d holds slots (recorded or not) to release at the end
@@ -185,7 +190,7 @@ func (h *httpContext) enter(callback string) {
 // idle tick.
 func (h *httpContext) needsBusyTick() bool {
 	switch h.phase {
-	case phaseQueued, phaseComboWait, phaseHoldFirst, phaseAborting:
+	case phaseQueued, phaseComboWait, phaseFailureWait, phaseHoldFirst, phaseAborting:
 		return true
 	}
 	return false
@@ -242,6 +247,15 @@ func (h *httpContext) onTick() {
 		h.renewLease()
 	case phaseHoldError, phaseCallout:
 		h.renewLease()
+	case phaseFailureWait:
+		if !p.clock().Before(h.waitUntil) {
+			h.progress.Attempts++
+			h.progress.Waited += p.clock().Sub(h.waitStart)
+			h.effective()
+			h.onRoot = true
+			h.carryOut(h.retryAfterWait())
+			h.onRoot = false
+		}
 	case phaseAborting:
 		if !h.respEnded {
 			h.effective()
@@ -273,7 +287,7 @@ func (h *httpContext) failOpenOutside(where string) {
 	switch held {
 	case phaseBody, phaseQueued, phaseComboWait:
 		_ = hostabi.ContinueStream(hostabi.StreamRequest)
-	case phaseHoldError, phaseHoldFirst, phaseCallout:
+	case phaseHoldError, phaseHoldFirst, phaseCallout, phaseFailureWait:
 		_ = hostabi.ContinueStream(hostabi.StreamResponse)
 	}
 }
