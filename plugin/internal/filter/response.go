@@ -42,6 +42,11 @@ func containsDownstream(details string) bool { return strings.Contains(details, 
 // OnHttpResponseHeaders implements types.HttpContext.
 func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action types.Action) {
 	defer h.failOpen("response headers", &action)
+	if h.hm.active {
+		if a, handled := h.headerRoutedResponseHeaders(endOfStream); handled {
+			return a
+		}
+	}
 	if h.phase != phaseUpstream {
 		return types.ActionContinue // passed through, or Spillway's own reply
 	}
@@ -82,6 +87,9 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action typ
 // OnHttpResponseBody implements types.HttpContext.
 func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) (action types.Action) {
 	defer h.failOpen("response body", &action)
+	if h.phase == phaseWatchFirst || h.phase == phaseWatchError {
+		return h.watchedResponseBody(bodySize, endOfStream) // header-routed mode
+	}
 	switch h.phase {
 	case phaseStreaming:
 		if h.eventStream && bodySize > 0 {

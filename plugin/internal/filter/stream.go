@@ -30,6 +30,10 @@ const (
 	phaseCallout                // a failover attempt is in flight (proxy_http_call)
 	phaseStreaming              // the response goes to the client; outcome recorded
 	phaseAnswered               // Spillway sent its own reply
+
+	// Header-routed mode (headermode.go) cannot hold a response: it watches it go by.
+	phaseWatchFirst // a 200 event stream goes to the client, watched for its first event
+	phaseWatchError // a failed response goes to the client, its error body read as it passes
 )
 
 // httpContext is one HTTP stream. Its state is reset when the stream ends and the context is
@@ -105,6 +109,8 @@ type streamState struct {
 	answeredBy  *engine.Target // the failed attempt whose response is the final answer (else h.d's)
 
 	watched bool
+
+	hm headerRouted // routing.mode: headers (headermode.go)
 }
 
 // reset clears the stream's state and trims what its buffers keep.
@@ -228,6 +234,8 @@ func (h *httpContext) onTick() {
 		h.renewLease()
 	case phaseHoldError, phaseCallout, phaseStreaming:
 		h.renewLease()
+	case phaseWatchFirst, phaseWatchError:
+		h.headerRoutedTick()
 	default:
 		p.unwatch(h)
 	}
@@ -251,6 +259,9 @@ func (h *httpContext) failOpenOutside(where string) {
 	h.phase = phasePass
 	p.unwatch(h)
 	h.effective()
+	if h.hm.active && h.headerRoutedFailOpen(held) {
+		return
+	}
 	switch held {
 	case phaseBody, phaseQueued, phaseComboWait:
 		_ = hostabi.ContinueStream(hostabi.StreamRequest)
@@ -448,6 +459,9 @@ func (h *httpContext) OnHttpStreamDone() {
 				proxywasm.LogWarnf("spillway: record truncation: %v", r.Errors)
 			}
 		}
+	}
+	if h.phase == phaseWatchError {
+		h.recordWatchedError() // header-routed mode: what came of the error body
 	}
 	h.abandon()
 	// A callout still in flight belongs to the root context and outlives the stream; its
