@@ -336,17 +336,24 @@ func (h *httpContext) headerRoutedResponseHeaders(endOfStream bool) (action type
 		h.envoyReply = string(details)
 	}
 	o := engine.Outcome{Status: status, Headers: hdrs, TTFB: ttfb}
-	failNow := h.envoyReply != "" || endOfStream // nothing more to read: decided as in body mode
+	// Envoy's own reply, or a response without a body: nothing more to read, so it is
+	// decided as in body mode. Otherwise its status and headers decide.
+	bodyless := h.envoyReply != "" || endOfStream
+	var v failure.Verdict
 	var rs restate.Result
-	if !failNow {
-		var v failure.Verdict
+	if !bodyless {
 		v, rs = p.engine.Preview(h.d, o)
-		failNow = v.Fallback && h.hm.bodyDone && h.failoverLeft()
 	}
-	if failNow {
+	// A rule that reads the error body (text or exclude markers) cannot restate a body
+	// header mode has not read.
+	restated := rs.Restated && rs.Status != status && h.readsNoBody(rs.RuleID)
+	if bodyless || (v.Fallback && h.hm.bodyDone && h.failoverLeft()) {
 		fr := h.recordFailure(o)
 		if !h.hm.bodyDone {
 			fr.fallback = false // a failover attempt needs the whole body
+		}
+		if !bodyless && !restated {
+			fr.restatedTo, fr.retryAfter = 0, 0
 		}
 		s := h.afterFailure(fr, &attemptFailure{status: status, headers: hdrs})
 		if s == stepProceed {
@@ -355,7 +362,7 @@ func (h *httpContext) headerRoutedResponseHeaders(endOfStream bool) (action type
 		return h.responseAction(s), true
 	}
 	// The response goes to the client now; its error body is recorded as it passes.
-	if rs.Restated && rs.Status != status {
+	if restated {
 		p.metrics.restated.Increment(1)
 		replaceResponseHeader(":status", strconv.Itoa(rs.Status))
 		replaceResponseHeader(HeaderRestatedFrom, strconv.Itoa(status))
@@ -368,6 +375,18 @@ func (h *httpContext) headerRoutedResponseHeaders(endOfStream bool) (action type
 	h.phase = phaseWatchError
 	h.bufs.respBody = h.bufs.respBody[:0]
 	return types.ActionContinue, true
+}
+
+// readsNoBody reports whether the attempt's provider's restatement rule id matches on the
+// status alone: no text markers, no exclude markers. Built-in rules (not in the policy)
+// read the body.
+func (h *httpContext) readsNoBody(ruleID string) bool {
+	for _, r := range h.provider().StatusRestatement {
+		if r.ID == ruleID {
+			return len(r.TextMarkers) == 0 && len(r.ExcludeMarkers) == 0
+		}
+	}
+	return false
 }
 
 // failoverLeft reports whether a failover attempt may still be tried: a candidate, an
