@@ -18,6 +18,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/policies/examples"
 )
 
 // headerPolicy is scenarioPolicy's providers with routes for header routing: gpt-4o (two
@@ -309,6 +310,29 @@ func TestHeaderModeQueueFullAndTimeout(t *testing.T) {
 		t.Fatalf("upstream got %d requests, want only the busy one", n)
 	}
 	expect(t, "busy", w.wait(busy), 200, "")
+	w.noStreamsLeft()
+}
+
+func TestHeaderModeWaitsOutAShortRateLimitAtTheHeaders(t *testing.T) {
+	w := newWorld(t, singleKeyPolicy, 2, noOption)
+	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
+		return jsonError(429, `{"error":{"message":"Rate limit reached","type":"requests"}}`, [2]string{"retry-after", "2"})
+	})
+	if first := w.run(0, headerChat("gpt-4o", "gpt-4o")); first.StatusCode != 429 {
+		t.Fatalf("first: %d", first.StatusCode)
+	}
+	w.fakes.set("sk-a", nil)
+	// The only target is out for 2 s (comboCooldownWait): the request waits at its headers
+	// (stop-all) and goes on from a tick, its three-chunk body intact.
+	start := w.host.Clock().Now()
+	resp := w.run(1, headerChat("gpt-4o", "gpt-4o"))
+	expect(t, "after the wait", resp, 200, "openai/key-a/gpt-4o/1")
+	if waited := w.host.Clock().Now().Sub(start); waited < 1500*time.Millisecond {
+		t.Fatalf("answered after %v: it did not wait the rate limit out", waited)
+	}
+	if string(resp.Upstream.Body) != chatBody("gpt-4o") {
+		t.Fatalf("upstream body %q after the wait", resp.Upstream.Body)
+	}
 	w.noStreamsLeft()
 }
 
@@ -672,4 +696,27 @@ func TestHeaderModeNeedsNoOptionWhereBodyModeReportsItsAbsence(t *testing.T) {
 			w.noStreamsLeft()
 		})
 	}
+}
+
+func TestHeaderModeExamplePolicy(t *testing.T) {
+	policy, err := examples.Get("header-routed.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorld(t, string(policy), 1, noOption, hostsim.WithEnv("OPENAI_KEY_A", "sk-a"), hostsim.WithEnv("OPENAI_KEY_B", "sk-b"),
+		hostsim.WithEnv("OPENROUTER_KEY", "sk-or"), hostsim.WithEnv("ANTHROPIC_KEY", "sk-ant"))
+	// The header names the model.
+	expect(t, "gpt-4o", w.run(0, headerChat("gpt-4o", "gpt-4o")), 200, "openai/openai-a/gpt-4o/1")
+	// No header: defaultModel, whose catch-all route rewrites any body it serves.
+	resp := w.run(0, chatReq("some-local-name"))
+	expect(t, "no header", resp, 200, "openai/openai-a/gpt-4o-mini/1")
+	if string(resp.Upstream.Body) != chatBody("gpt-4o-mini") {
+		t.Fatalf("upstream body %q", resp.Upstream.Body)
+	}
+	// No header, a body for gpt-4o: its own route, by callout.
+	expect(t, "no header, gpt-4o", w.run(0, chatReq("gpt-4o")), 200, "openai/openai-a/gpt-4o/2")
+	if n := w.viaCallouts(); n != 1 {
+		t.Fatalf("%d callouts, want the one for the header-less gpt-4o body", n)
+	}
+	w.noStreamsLeft()
 }

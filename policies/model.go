@@ -547,11 +547,12 @@ type Routing struct {
 	ModelHeader string `json:"modelHeader,omitempty" jsonschema:"minLength=1,maxLength=128"`
 	// DefaultModel is the model header mode assumes for a request without modelHeader; a
 	// route must serve it. Unset: such a request is answered 400 invalid_request. It suits
-	// a catch-all route whose targets all name their model ('*' to one upstream model):
-	// whatever model the body then names, it keeps the target, rewritten to the target's
-	// model. On a route with a target that passes the requested model on, a body naming
-	// another model than defaultModel is answered through a callout instead (a warning).
-	// Not read in body mode (a warning when set there).
+	// a catch-all route whose targets all name their model ('*' to one upstream model): a
+	// body naming any model that route serves keeps the target, rewritten to the target's
+	// model; a body for a model of another route is answered through a callout. On a route
+	// with a target that passes the requested model on, every body naming another model
+	// than defaultModel is answered through a callout (a warning). Not read in body mode
+	// (a warning when set there).
 	DefaultModel string `json:"defaultModel,omitempty" jsonschema:"maxLength=256"`
 	// ClusterHeader is the request header Spillway sets to the chosen provider's cluster
 	// (the Envoy route reads it with cluster_header). A value the client sent is always
