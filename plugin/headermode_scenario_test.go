@@ -720,3 +720,122 @@ func TestHeaderModeExamplePolicy(t *testing.T) {
 	}
 	w.noStreamsLeft()
 }
+
+// rerouteQueuePolicy: the body's model is served by a key with one slot, which another
+// request holds: the re-routed request waits in its queue and gets its callout from a
+// wake-up (a root callback).
+const rerouteQueuePolicy = `
+providers:
+  - id: openai
+    cluster: openai
+    connections:
+      - {id: key-a, credential: {header: authorization, value: "Bearer sk-a"}}
+  - id: mini
+    cluster: backup
+    connections:
+      - {id: key-m, credential: {header: authorization, value: "Bearer sk-m"}, maxConcurrent: 1}
+routes:
+  - model: gpt-4o
+    targets:
+      - {provider: openai}
+  - model: gpt-4o-mini
+    targets:
+      - {provider: mini}
+routing:
+  mode: headers
+`
+
+func TestHeaderModeReroutedRequestWaitsForItsSlotThenCallsOut(t *testing.T) {
+	w := newWorld(t, rerouteQueuePolicy, 2, noOption)
+	w.fakes.set("sk-m", func(c upstreamCall) *hostsim.UpstreamResponse {
+		r := chatOK(c)
+		r.Delay = 3 * time.Second
+		return r
+	})
+	busy := w.start(0, headerChat("gpt-4o-mini", "gpt-4o-mini"))
+	// The header names gpt-4o (key A), the body gpt-4o-mini (key M, busy): the callout
+	// waits for key M's slot, freed on the other worker.
+	ex := w.start(1, headerChat("gpt-4o", "gpt-4o-mini"))
+	w.advance(time.Second)
+	if ex.Done() || w.fakes.count("sk-m") != 1 {
+		t.Fatalf("done=%v, key M calls %d: the re-routed request must wait for the slot", ex.Done(), w.fakes.count("sk-m"))
+	}
+	expect(t, "busy", w.wait(busy), 200, "mini/key-m/gpt-4o-mini/1")
+	resp := w.wait(ex)
+	expect(t, "re-routed", resp, 200, "mini/key-m/gpt-4o-mini/2")
+	calls := w.fakes.received()
+	if len(calls) != 2 || !calls[1].viaCallout || calls[1].at.Sub(calls[0].at) < 3*time.Second {
+		t.Fatalf("upstream calls %+v: want key M's second request by callout once the first ended", calls)
+	}
+	if n := w.fakes.count("sk-a"); n != 0 {
+		t.Fatalf("key A got %d requests: the header's target never gets the body", n)
+	}
+	w.noStreamsLeft()
+}
+
+func TestHeaderModeWithTheOptionHoldsTheGivenUpAttemptWhileItsCalloutQueues(t *testing.T) {
+	// With the option the held response's body reaches the filter: the given-up header
+	// attempt's answer must stay held while the body's own request waits in a queue, until
+	// the callout (sent from the wake-up) answers and replaces it.
+	ok := [][2]string{{":status", "200"}, {"content-type", "application/json"}}
+	releaseBusy, answerGivenUp := make(chan struct{}), make(chan struct{})
+	givenUpAnswered := make(chan error, 1)
+	upstream := func(call *hostsim.UpstreamCall) {
+		switch header(call.Headers(), "authorization") {
+		case "Bearer sk-m": // the busy request holds key M's only slot until released
+			if _, err := io.Copy(io.Discard, call.Body()); err != nil {
+				return
+			}
+			select {
+			case <-releaseBusy:
+			case <-call.Context().Done():
+				return
+			}
+			if call.Respond(ok, false) == nil {
+				_ = call.Data([]byte(`{"object":"chat.completion","choices":[]}`), true)
+			}
+		case "Bearer sk-a": // the given-up header attempt answers while the callout waits
+			select {
+			case <-answerGivenUp:
+			case <-call.Context().Done():
+				givenUpAnswered <- call.Context().Err()
+				return
+			}
+			err := call.Respond([][2]string{{":status", "400"}, {"content-type", "application/json"}}, false)
+			if err == nil {
+				err = call.Data([]byte(`{"error":{"message":"incomplete body"}}`), true)
+			}
+			givenUpAnswered <- err
+		}
+	}
+	callout := func(_ context.Context, c *hostsim.Callout) *hostsim.CalloutResponse {
+		body := `{"object":"chat.completion","model":"` + gjson.GetBytes(c.Body, "model").Str + `","choices":[]}`
+		return &hostsim.CalloutResponse{Headers: ok, Body: []byte(body)}
+	}
+	w := newWorld(t, rerouteQueuePolicy, 1, hostsim.WithRealClock(), hostsim.WithStreamingUpstream(upstream),
+		hostsim.WithCalloutHandler(callout))
+	busy := w.start(0, headerChat("gpt-4o-mini", "gpt-4o-mini"))
+	// The header names gpt-4o (key A), the body gpt-4o-mini: its callout waits for key M.
+	ex := w.start(0, headerChat("gpt-4o", "gpt-4o-mini"))
+	close(answerGivenUp)
+	if err := <-givenUpAnswered; err != nil {
+		t.Fatalf("the given-up attempt's upstream could not answer: %v", err)
+	}
+	if ex.Done() {
+		t.Fatalf("the given-up attempt's answer reached the client: %d %s", w.wait(ex).StatusCode, w.wait(ex).Body)
+	}
+	close(releaseBusy)
+	expect(t, "busy", w.wait(busy), 200, "mini/key-m/gpt-4o-mini/1")
+	// A real clock: a regression that loses the callout's answer fails here, not by hanging.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := ex.Wait(ctx)
+	if err != nil {
+		t.Fatalf("the re-routed request: %v", err)
+	}
+	expect(t, "re-routed", resp, 200, "mini/key-m/gpt-4o-mini/2")
+	if !strings.Contains(string(resp.Body), `"model":"gpt-4o-mini"`) {
+		t.Fatalf("client got %s, want the callout's answer", resp.Body)
+	}
+	w.noStreamsLeft()
+}

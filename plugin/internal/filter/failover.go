@@ -84,7 +84,11 @@ func (h *httpContext) callout(budgetLeft time.Duration) bool {
 	if h.bufs.onCallout == nil {
 		h.bufs.onCallout = h.onCalloutResponse // bound once per context, not per callout
 	}
-	if _, err := proxywasm.DispatchHttpCall(pv.Cluster, h.calloutHeaders(pv, cn), body, nil, ms, h.bufs.onCallout); err != nil {
+	answer := h.bufs.onCallout
+	if h.hm.viaCallout {
+		answer = h.pinnedCalloutAnswer() // may be dispatched from a tick or a wake-up (headermode.go)
+	}
+	if _, err := proxywasm.DispatchHttpCall(pv.Cluster, h.calloutHeaders(pv, cn), body, nil, ms, answer); err != nil {
 		proxywasm.LogWarnf("spillway: failover to %s (cluster %q): %v", h.targetName(), pv.Cluster, err)
 		return false
 	}

@@ -143,6 +143,28 @@ func (h *httpContext) calloutAttempt() {
 	}
 }
 
+// pinnedCalloutAnswer is the answer callback of a callout header mode may dispatch from a
+// root callback: a re-routed request that waited for a slot or a cooldown gets its callout
+// from a tick or a queue wake-up. The SDK files a callout under the context whose callback
+// was running (proxy-wasm-go-sdk proxywasm/internal/vmstate.go, registerHttpCallOut:
+// activeContextID), which is then the root; proxyOnHttpCallResponse makes that context
+// effective and calls back even once the stream is gone. The answer would run with the root
+// effective — a local reply or a continue silently does nothing there (Envoy
+// Context::sendLocalResponse without decoder callbacks, envoy#39797), and the request hangs
+// — or reach the stream this context serves next. So the callback pins its stream: the
+// answer of a stream that ended is dropped (host context ids are never reused), and the
+// stream is made effective first. It allocates, on this rare path only.
+func (h *httpContext) pinnedCalloutAnswer() func(numHeaders, bodySize, numTrailers int) {
+	id := h.id
+	return func(numHeaders, bodySize, numTrailers int) {
+		if h.id != id || !h.hm.active {
+			return // the stream ended: its context is recycled or serves another stream
+		}
+		h.effective()
+		h.onCalloutResponse(numHeaders, bodySize, numTrailers)
+	}
+}
+
 // headerRoutedResume lets a request that got its target from a root callback (a tick, a
 // wake-up) go on: its headers continue. With the option (a body callback reached the held
 // headers) the body is held here too, and the headers go on only once it has ended and was
@@ -244,21 +266,23 @@ func (h *httpContext) checkBody() step {
 		}
 		h.model = p.intern(bodyModel)
 	}
-	if target == bodyModel {
-		return stepProceed
+	length := len(h.body)
+	if target != bodyModel {
+		body, err := llmapi.RewriteModel(h.body, target)
+		if err != nil {
+			proxywasm.LogWarnf("spillway: %v", err)
+			return stepProceed
+		}
+		if err := hostabi.ReplaceBuffer(hostabi.RequestBody, body); err != nil {
+			proxywasm.LogWarnf("spillway: replace request body: %v", err)
+			return stepProceed
+		}
+		length = len(body)
 	}
-	body, err := llmapi.RewriteModel(h.body, target)
-	if err != nil {
-		proxywasm.LogWarnf("spillway: %v", err)
-		return stepProceed
-	}
-	if err := hostabi.ReplaceBuffer(hostabi.RequestBody, body); err != nil {
-		proxywasm.LogWarnf("spillway: replace request body: %v", err)
-		return stepProceed
-	}
-	if h.hm.heldBody {
-		// The headers are still held (the option): they get the exact length.
-		replaceRequestHeader("content-length", strconv.Itoa(len(body)))
+	if h.hm.heldBody && h.present&hasContentLength != 0 {
+		// The headers are still held (the proxy has the option): they get the exact length
+		// back, whether or not the target's headers removed it.
+		replaceRequestHeader("content-length", strconv.Itoa(length))
 	}
 	return stepProceed
 }
@@ -396,6 +420,19 @@ func (h *httpContext) failoverLeft() bool {
 	p := h.plugin
 	b := p.res.Failover
 	return h.next < len(h.plan.Targets) && h.attempts < b.MaxAttempts && p.clock().Sub(h.started) < b.Budget
+}
+
+// heldResponseBody keeps the given-up header attempt's response held: its body only
+// arrives here when the proxy has the option (without it the held headers stop it all).
+// Past what a reply could need it is dropped, so Envoy's buffer limit never answers 500 for
+// a response the client will not get (as in phaseCallout).
+func (h *httpContext) heldResponseBody(bodySize int) types.Action {
+	if bodySize > maxErrorBody {
+		if err := hostabi.ReplaceBuffer(hostabi.ResponseBody, nil); err != nil {
+			proxywasm.LogDebugf("spillway: drop held response body: %v", err)
+		}
+	}
+	return types.ActionPause
 }
 
 // watchedResponseBody reads a watched response's body as it passes to the client.

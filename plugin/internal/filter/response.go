@@ -87,8 +87,13 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action typ
 // OnHttpResponseBody implements types.HttpContext.
 func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) (action types.Action) {
 	defer h.failOpen("response body", &action)
-	if h.phase == phaseWatchFirst || h.phase == phaseWatchError {
-		return h.watchedResponseBody(bodySize, endOfStream) // header-routed mode
+	if h.hm.active { // header-routed mode (headermode.go)
+		switch {
+		case h.phase == phaseWatchFirst || h.phase == phaseWatchError:
+			return h.watchedResponseBody(bodySize, endOfStream)
+		case h.hm.respHeld && h.phase != phaseAnswered && h.phase != phasePass:
+			return h.heldResponseBody(bodySize)
+		}
 	}
 	switch h.phase {
 	case phaseStreaming:
