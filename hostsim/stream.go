@@ -240,7 +240,12 @@ func (s *httpStream) onBody(d *direction, chunk []byte, eos bool) (types.Action,
 		return types.ActionPause, fmt.Errorf("hostsim: stream %d: body before headers", s.id)
 	}
 	if d.stopAll {
-		// Stopped at headers: the filter manager buffers without calling the filter.
+		// Stopped at headers: the filter manager buffers without calling the filter
+		// (FilterManager::handleDataIfStopAll, source/common/http/filter_manager.cc). No
+		// buffer limit applies here: a StopAllIterationAndWatermark filter is streaming, so
+		// the limit is a watermark that stops reading (ActiveStreamDecoderFilter::
+		// requestDataTooLarge, ActiveStreamEncoderFilter::responseDataTooLarge), never a 413
+		// or 500; SendData and UpstreamCall.Data model the watermark.
 		d.pendBody = append(d.pendBody, chunk...)
 		d.pendEOS = d.pendEOS || eos
 		d.havePendBody = true
@@ -366,7 +371,12 @@ func (s *httpStream) completeDir(d *direction) {
 	s.vm.touch(s)
 }
 
-// resume is Envoy's continueDecoding/continueEncoding after proxy_continue_stream.
+// resume is Envoy's continueDecoding/continueEncoding after proxy_continue_stream. A
+// direction stopped all (a headers Pause without allow_on_headers_stop_iteration) resumes
+// from this filter, as ActiveStreamFilterBase::commonContinue does for a StopAll filter
+// (iterate_from_current_filter_, source/common/http/filter_manager.cc): the headers go on,
+// then the data and trailers the filter manager held reach this filter's own callbacks, the
+// data in one cumulative body callback.
 func (s *httpStream) resume(d *direction) error {
 	// Context::continueStream clears the header, body and trailer pointers.
 	d.hdrAvail, d.bodyAvail, d.trlAvail = false, false, false

@@ -249,6 +249,8 @@ const (
 	// far beyond any client's gap between headers and body, short enough that a
 	// misconfigured proxy is reported promptly.
 	RoutingBodyWait = 10 * time.Second
+	// RoutingModelHeader is the request header that names the model in header-routed mode.
+	RoutingModelHeader = "x-spillway-request-model"
 )
 
 // RoutingDefaultPaths are the request paths Spillway routes by default, per API: the paths of the

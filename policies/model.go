@@ -537,9 +537,39 @@ type P2CLatency struct {
 }
 
 // Routing is how Spillway recognises the requests it routes and hands the chosen provider
-// to Envoy: for a request on a routed path it reads the body's model, picks a target and
-// sets the cluster header, which the Envoy route reads with cluster_header.
+// to Envoy: for a request on a routed path it learns the requested model (from the body, or
+// in header-routed mode from a request header), picks a target and sets the cluster header,
+// which the Envoy route reads with cluster_header.
 type Routing struct {
+	// Mode is when Spillway picks a request's target, which decides what the proxy must
+	// allow. body (the default) reads the model from the request body while it holds the
+	// request headers: the proxy must set allow_on_headers_stop_iteration: true in the Wasm
+	// filter's PluginConfig (Envoy >= 1.36), and every behaviour of the Resilience Guide is
+	// kept. headers picks the target at the request headers, from modelHeader (else
+	// defaultModel), and never holds them waiting for the body: for proxies that cannot set
+	// the option, such as Istio's WasmPlugin and TrafficExtension. The body is still read
+	// before it goes upstream (the target's model is written into it); a body naming a
+	// model the chosen target does not serve is answered through a callout to a target of
+	// its own model. Header mode decides a failed response from its status and headers
+	// where body mode reads its error body or a stream's first event: it cannot fail over
+	// from an error body's details, from an error event inside a 200 stream or from a
+	// failure that arrives before the request body has, and it cannot restate a status by
+	// a rule's text markers (README, "Header-routed mode", lists every difference).
+	Mode RoutingMode `json:"mode,omitempty"`
+	// ModelHeader is the request header that names the requested model in header mode
+	// (mode: headers). It is removed before the request goes upstream. The same rules as
+	// clusterHeader, and not the cluster header. Default x-spillway-request-model; not
+	// read in body mode (a warning when set there).
+	ModelHeader string `json:"modelHeader,omitempty" jsonschema:"minLength=1,maxLength=128"`
+	// DefaultModel is the model header mode assumes for a request without modelHeader; a
+	// route must serve it. Unset: such a request is answered 400 invalid_request. It suits
+	// a catch-all route whose targets all name their model ('*' to one upstream model): a
+	// body naming any model that route serves keeps the target, rewritten to the target's
+	// model; a body for a model of another route is answered through a callout. On a route
+	// with a target that passes the requested model on, every body naming another model
+	// than defaultModel is answered through a callout (a warning). Not read in body mode
+	// (a warning when set there).
+	DefaultModel string `json:"defaultModel,omitempty" jsonschema:"maxLength=256"`
 	// ClusterHeader is the request header Spillway sets to the chosen provider's cluster
 	// (the Envoy route reads it with cluster_header). A value the client sent is always
 	// removed, so a client can never pick a cluster. An HTTP token of at most 128
@@ -556,9 +586,27 @@ type Routing struct {
 	// proxy must deliver the body while the request headers are held (Envoy's
 	// allow_on_headers_stop_iteration: true); when no chunk arrives in time Spillway
 	// concludes the option is missing and answers 500 spillway_misconfigured instead of
-	// hanging. Default 10 s; rejected outside 1 s–10 min.
+	// hanging. Default 10 s; rejected outside 1 s–10 min. Header mode never holds a
+	// request for its body, so it has no such wait.
 	BodyWaitMs *int64 `json:"bodyWaitMs,omitempty" jsonschema:"minimum=1000,maximum=600000"`
 }
+
+// RoutingMode is when Spillway picks a request's target: from its body (body) or at its
+// headers (headers).
+type RoutingMode string
+
+// The routing modes.
+const (
+	// RoutingModeBody reads the body's model with the request headers held (the proxy
+	// must set allow_on_headers_stop_iteration).
+	RoutingModeBody RoutingMode = "body"
+	// RoutingModeHeaders picks the target at the request headers and never holds them
+	// waiting for the body.
+	RoutingModeHeaders RoutingMode = "headers"
+)
+
+// RoutingModes lists every routing mode, the default first.
+var RoutingModes = []RoutingMode{RoutingModeBody, RoutingModeHeaders}
 
 // RoutingPaths are the routed request paths of each API. A path matches the request's
 // path exactly, its query string ignored (no prefix, case or trailing-slash matching).

@@ -247,7 +247,18 @@ type RoutingSettings struct {
 	// BodyWait is how long a held request may wait for its first body chunk before
 	// Spillway answers 500 spillway_misconfigured.
 	BodyWait time.Duration
+	// Mode is when the target is picked: RoutingModeBody or RoutingModeHeaders.
+	Mode RoutingMode
+	// ModelHeader is the lower-case request header naming the model in header mode; ""
+	// in body mode, which reads no such header.
+	ModelHeader string
+	// DefaultModel is the model header mode assumes when ModelHeader is absent ("" =
+	// none: such a request is answered 400); "" in body mode.
+	DefaultModel string
 }
+
+// HeaderRouted reports header-routed mode: the target is picked at the request headers.
+func (r *RoutingSettings) HeaderRouted() bool { return r.Mode == RoutingModeHeaders }
 
 // APIOf returns the API of a request's :path, its query string (and any fragment)
 // ignored; ok is false for a path Spillway does not route. It does not allocate.
@@ -594,6 +605,12 @@ func resolveRouting(r *Routing) RoutingSettings {
 		ClusterHeader: stringOr(r.ClusterHeader, RoutingClusterHeader),
 		Paths:         make(map[string]API),
 		BodyWait:      msOr(r.BodyWaitMs, RoutingBodyWait),
+		Mode:          RoutingModeBody,
+	}
+	if r.Mode == RoutingModeHeaders {
+		out.Mode = RoutingModeHeaders
+		out.ModelHeader = stringOr(r.ModelHeader, RoutingModelHeader)
+		out.DefaultModel = r.DefaultModel
 	}
 	for _, api := range APIs {
 		paths := r.Paths.forAPI(api)

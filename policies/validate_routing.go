@@ -38,6 +38,7 @@ func (v *validator) routing(r *Routing, path string) {
 	v.routingPaths(joinField(pp, string(APIOpenAI)), r.Paths.OpenAI, seen)
 	v.routingPaths(joinField(pp, string(APIAnthropic)), r.Paths.Anthropic, seen)
 	v.rangeMs(joinField(path, "bodyWaitMs"), r.BodyWaitMs, msSecond, 10*msMinute)
+	v.routingMode(r, path)
 	v.unroutedProviders(r)
 }
 
@@ -45,45 +46,139 @@ func (v *validator) clusterHeader(r *Routing, hp string) {
 	if r.ClusterHeader == "" {
 		return // unset: the default
 	}
-	name := r.ClusterHeader
+	if lower, ok := v.ownRequestHeader(hp, r.ClusterHeader, "the cluster", "x-spillway-cluster"); ok {
+		r.ClusterHeader = lower // Envoy header maps are lower-case
+	}
+}
+
+// ownRequestHeader checks the name of a request header Spillway owns (it sets or reads it
+// and removes what the client sent): purpose says what the header is for in messages
+// ("the cluster"), example names a good one. It returns the name lower-cased, as Envoy's
+// header maps hold it.
+func (v *validator) ownRequestHeader(hp, name, purpose, example string) (string, bool) {
 	lower := strings.ToLower(name)
 	switch {
 	case strings.HasPrefix(name, ":"):
-		v.fail(hp, "pseudo header "+v.quote(hp, name)+" cannot name the cluster (want an ordinary header such as x-spillway-cluster)")
-		return
+		v.fail(hp, "pseudo header "+v.quote(hp, name)+" cannot name "+purpose+" (want an ordinary header such as "+example+")")
+		return "", false
 	case !isHTTPToken(name):
-		v.fail(hp, "invalid header name "+v.quote(hp, name)+" (want an HTTP token such as x-spillway-cluster)")
-		return
+		v.fail(hp, "invalid header name "+v.quote(hp, name)+" (want an HTTP token such as "+example+")")
+		return "", false
 	case len(name) > maxClusterHeaderBytes:
 		v.fail(hp, "header name is longer than "+strconv.Itoa(maxClusterHeaderBytes)+" characters")
-		return
+		return "", false
 	case forbiddenCredentialHeaders[lower] && !contains(SessionAffinityHeaders, lower):
 		v.fail(hp, "header "+v.quote(hp, name)+" is a hop-by-hop, framing or routing header the proxy owns")
-		return
+		return "", false
 	case contains(wellKnownCredentialHeaders, lower):
-		v.fail(hp, "header "+v.quote(hp, name)+" carries credentials; the cluster needs a header of its own")
-		return
+		v.fail(hp, "header "+v.quote(hp, name)+" carries credentials; "+purpose+" needs a header of its own")
+		return "", false
 	case contains(SessionAffinityHeaders, lower):
 		v.fail(hp, "header "+v.quote(hp, name)+" is a session header (read for session affinity and never forwarded)")
-		return
+		return "", false
 	case contains(ResponseHeaders, lower):
 		v.fail(hp, "header "+v.quote(hp, name)+" is one of Spillway's response headers")
-		return
+		return "", false
 	case strings.HasPrefix(lower, "x-envoy-"):
 		v.fail(hp, "header "+v.quote(hp, name)+" is in Envoy's reserved x-envoy- namespace")
-		return
+		return "", false
 	}
 	for pi := range v.p.Providers {
 		pr := &v.p.Providers[pi]
 		for ci := range pr.Connections {
 			if cr := pr.Connections[ci].Credential; cr != nil && strings.EqualFold(cr.Header, lower) {
 				v.fail(hp, "header "+v.quote(hp, name)+" is the credential header of providers["+strconv.Itoa(pi)+
-					"].connections["+strconv.Itoa(ci)+"]; the cluster needs a header of its own")
-				return
+					"].connections["+strconv.Itoa(ci)+"]; "+purpose+" needs a header of its own")
+				return "", false
 			}
 		}
 	}
-	r.ClusterHeader = lower // Envoy header maps are lower-case
+	return lower, true
+}
+
+// routingMode checks the routing mode and the settings of header-routed mode. It runs after
+// clusterHeader, whose lower-cased name the model header must differ from, and after the
+// routes, one of which must serve defaultModel.
+func (v *validator) routingMode(r *Routing, path string) {
+	mp := joinField(path, "mode")
+	if r.Mode != "" && !validRoutingMode(r.Mode) {
+		v.fail(mp, "unknown routing mode "+v.quote(mp, string(r.Mode))+" (want body or headers)")
+		return
+	}
+	hp, dp := joinField(path, "modelHeader"), joinField(path, "defaultModel")
+	if r.Mode != RoutingModeHeaders {
+		if r.ModelHeader != "" {
+			v.warn(hp, "only header-routed mode reads it (routing.mode: headers); body mode reads the model from the body")
+		}
+		if r.DefaultModel != "" {
+			v.warn(dp, "only header-routed mode reads it (routing.mode: headers); body mode reads the model from the body")
+		}
+		return
+	}
+	if r.ModelHeader != "" {
+		if lower, ok := v.ownRequestHeader(hp, r.ModelHeader, "the model", RoutingModelHeader); ok {
+			r.ModelHeader = lower
+		}
+	}
+	if stringOr(r.ModelHeader, RoutingModelHeader) == stringOr(r.ClusterHeader, RoutingClusterHeader) {
+		v.fail(hp, "the model header must differ from routing.clusterHeader (a client's value of it is removed)")
+	}
+	if r.DefaultModel == "" {
+		return
+	}
+	if !validModelName(r.DefaultModel) {
+		v.fail(dp, "model name must be 1 to "+strconv.Itoa(maxModelBytes)+" bytes, without spaces at the ends or control characters")
+		return
+	}
+	ri, ok := v.routeServing(r.DefaultModel)
+	switch {
+	case !ok:
+		v.fail(dp, "no route serves model "+v.quote(dp, r.DefaultModel))
+	case passesModelOn(&v.p.Routes[ri]):
+		v.warn(dp, "routes["+strconv.Itoa(ri)+"] has a target without a model: a request without "+
+			stringOr(r.ModelHeader, RoutingModelHeader)+" whose body names another model than "+v.quote(dp, r.DefaultModel)+
+			" is answered through a callout, not the route (give every target its model to keep them)")
+	}
+}
+
+// routeServing returns the index of the route that serves model, as Resolved.Route picks
+// it: the exact route, else the first glob route that matches.
+func (v *validator) routeServing(model string) (int, bool) {
+	for i := range v.p.Routes {
+		if m := v.p.Routes[i].Model; m == model && !IsGlob(m) {
+			return i, true
+		}
+	}
+	for i := range v.p.Routes {
+		r := &v.p.Routes[i]
+		if !IsGlob(r.Model) {
+			continue
+		}
+		if g, err := CompileGlob(r.Model); err == nil && g.Match(model) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// passesModelOn reports a route with a target that sends the requested model upstream
+// unchanged (no model of its own).
+func passesModelOn(r *Route) bool {
+	for _, t := range r.Targets {
+		if t.Model == "" {
+			return true
+		}
+	}
+	return false
+}
+
+func validRoutingMode(m RoutingMode) bool {
+	for _, x := range RoutingModes {
+		if m == x {
+			return true
+		}
+	}
+	return false
 }
 
 // routingPaths checks one API's path list; seen maps each path to where it was first

@@ -1,5 +1,6 @@
 // Package examples embeds Spillway's example policies (YAML): demo.yaml, the policy
-// `hostsim serve` runs by default, and the documented multi-provider and agentrouter setups.
+// `hostsim serve` runs by default, and the documented multi-provider, agentrouter and
+// header-routed setups.
 package examples
 
 import (

@@ -101,6 +101,10 @@ func addVocabulary(root *jsonschema.Schema) error {
 	for i, s := range policies.Strategies {
 		strategies[i] = string(s)
 	}
+	modes := make([]string, len(policies.RoutingModes))
+	for i, m := range policies.RoutingModes {
+		modes[i] = string(m)
+	}
 	apis := make([]string, len(policies.APIs))
 	for i, a := range policies.APIs {
 		apis[i] = string(a)
@@ -117,6 +121,7 @@ func addVocabulary(root *jsonschema.Schema) error {
 		{"Provider", "profile", func(s *jsonschema.Schema) { s.Enum = strs(profiles) }},
 		{"Provider", "api", func(s *jsonschema.Schema) { s.Enum = strs(apis) }},
 		{"Route", "strategy", func(s *jsonschema.Schema) { s.Enum = strs(strategies) }},
+		{"Routing", "mode", func(s *jsonschema.Schema) { s.Enum = strs(modes) }},
 		{"RoutingPaths", "openai", routedPath},
 		{"RoutingPaths", "anthropic", routedPath},
 		{"ProviderErrorRule", "reason", func(s *jsonschema.Schema) { s.Enum = strs(policies.RuleReasons) }},

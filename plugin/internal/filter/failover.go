@@ -112,6 +112,28 @@ func (h *httpContext) retryAfterWait() step {
 	return h.finalAnswer()
 }
 
+// pinnedCalloutAnswer is the answer callback of a callout dispatched from a root callback
+// (a wait after a rate limit ends on a tick; header mode re-routes from a tick or a queue
+// wake-up). The SDK files a callout under the context whose callback was running
+// (proxy-wasm-go-sdk proxywasm/internal/vmstate.go, registerHttpCallOut: activeContextID;
+// proxy_set_effective_context does not change it), which is then the root;
+// proxyOnHttpCallResponse makes that context effective and calls back even once the stream
+// is gone. The answer would run with the root effective — a local reply or a continue
+// silently does nothing there (Envoy Context::sendLocalResponse without decoder callbacks),
+// and the request hangs — or reach the stream this context serves next. So the callback pins
+// its stream: the answer of a stream that ended is dropped (the context's serial moved on),
+// and the stream is made effective first. It allocates, on these rare paths only.
+func (h *httpContext) pinnedCalloutAnswer() func(numHeaders, bodySize, numTrailers int) {
+	serial := h.serial
+	return func(numHeaders, bodySize, numTrailers int) {
+		if h.serial != serial {
+			return // the stream ended: its context is recycled or serves another stream
+		}
+		h.effective()
+		h.onCalloutResponse(numHeaders, bodySize, numTrailers)
+	}
+}
+
 // callout sends the request to the attempt's target with proxy_http_call.
 func (h *httpContext) callout(budgetLeft time.Duration) bool {
 	p := h.plugin
@@ -132,23 +154,11 @@ func (h *httpContext) callout(budgetLeft time.Duration) bool {
 	if h.bufs.onCallout == nil {
 		h.bufs.onCallout = h.onCalloutResponse // bound once per context, not per callout
 	}
-	onResponse := h.bufs.onCallout
-	if h.onRoot {
-		// Dispatched from a tick: the SDK files the call under the root context
-		// (DispatchHttpCall records its own active context, which proxy_set_effective_context
-		// does not change), so its answer comes with the root as the effective context and
-		// the SDK's check that the caller still exists cannot see this stream end. The
-		// callback checks that the context still holds this stream, and makes it effective.
-		serial := h.serial
-		onResponse = func(numHeaders, bodySize, numTrailers int) {
-			if h.serial != serial {
-				return // the stream ended; the context serves another one now
-			}
-			h.effective()
-			h.onCalloutResponse(numHeaders, bodySize, numTrailers)
-		}
+	answer := h.bufs.onCallout
+	if h.onRoot || h.hm.viaCallout {
+		answer = h.pinnedCalloutAnswer() // dispatched from a tick or a wake-up
 	}
-	if _, err := proxywasm.DispatchHttpCall(pv.Cluster, h.calloutHeaders(pv, cn), body, nil, ms, onResponse); err != nil {
+	if _, err := proxywasm.DispatchHttpCall(pv.Cluster, h.calloutHeaders(pv, cn), body, nil, ms, answer); err != nil {
 		proxywasm.LogWarnf("spillway: failover to %s (cluster %q): %v", h.targetName(), pv.Cluster, err)
 		return false
 	}
@@ -159,10 +169,10 @@ func (h *httpContext) callout(budgetLeft time.Duration) bool {
 
 // calloutHeaders are the client's request headers as the target must get them: the
 // provider's :authority, the connection's credential instead of any client credential, no
-// session, cluster, framing or hop-by-hop headers, no Accept-Encoding (the answer must be
-// readable).
+// session, cluster, model (header-routed mode), framing or hop-by-hop headers, no
+// Accept-Encoding (the answer must be readable).
 func (h *httpContext) calloutHeaders(pv *policies.ResolvedProvider, cn *policies.ResolvedConnection) [][2]string {
-	clusterHeader := h.plugin.res.Routing.ClusterHeader
+	clusterHeader, modelHeader := h.plugin.res.Routing.ClusterHeader, h.plugin.res.Routing.ModelHeader
 	out := h.bufs.replyHdrs[:0] // sent at once (the host copies them), then free again
 	defer func() { h.bufs.replyHdrs = out[:0] }()
 	for _, kv := range h.reqHeaders {
@@ -173,7 +183,7 @@ func (h *httpContext) calloutHeaders(pv *policies.ResolvedProvider, cn *policies
 			continue
 		case k == ":method" || k == ":path" || k == ":authority":
 		case strings.HasPrefix(k, ":"), llmapi.IsHopByHop(k), llmapi.IsCredentialHeader(k),
-			k == clusterHeader, k == "accept-encoding", isSessionHeader(k), k == cn.CredentialHeader:
+			k == clusterHeader, k == modelHeader, k == "accept-encoding", isSessionHeader(k), k == cn.CredentialHeader:
 			continue
 		}
 		out = append(out, kv)

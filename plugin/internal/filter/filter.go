@@ -15,7 +15,8 @@
 // would hang. The filter detects it: a request held at its headers that sees no body
 // callback within routing.bodyWaitMs is answered 500 spillway_misconfigured, logged at
 // critical once per VM and counted; the first body callback a VM sees proves the option and
-// ends the detection there.
+// ends the detection there. Header-routed mode (below) never holds a request for its body
+// and needs no option.
 //
 // Request path, for the policy's LLM API paths (everything else passes through without a
 // pause): the headers are held; the body is buffered up to maxRequestBodyBytes (413 past
@@ -51,6 +52,25 @@
 // failure of its connection unless the provider is set not to count it. The opt-in stream
 // watchdogs (guide §6 throughput, §2 content stall; watchdog.go) end a committed stream
 // whose model output is too slow or stops: its API's error event, then a reset.
+//
+// # Header-routed mode
+//
+// routing.mode: headers is for proxies that cannot set the option (Istio's WasmPlugin and
+// TrafficExtension), where any headers Pause is stop-all (headermode.go has the Envoy
+// source behind each step). The target is picked at the request headers from the path and
+// routing.modelHeader (else routing.defaultModel), and the headers go on at once or, when
+// admission makes the request wait, from a tick or a wake-up: Envoy buffers the body of a
+// stop-all stream under flow control and hands it to this filter on continue. The body is
+// still held to its end, checked and rewritten to the target's model before it goes on (a
+// mapping target's content-length is removed at the headers); a body naming a model the
+// target does not serve is planned again and answered by callout. A failed response is
+// decided from its status and headers: failed over (held while the callout runs) when that
+// verdict allows and the body is complete, else let through, restated only by a rule that
+// reads no body, its error body recorded as it passes. A 200 event stream is let through and
+// watched for its first event, whose error is recorded but not failed over. What the mode
+// cannot do is listed in the README, "Header-routed mode": failover and restatement by the
+// error body's content, failover from an error event in a 200 stream or from a failure that
+// arrives before the request body, and a body for another model costs a buffered callout.
 package filter
 
 import (

@@ -78,6 +78,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 		return types.ActionContinue
 	}
 	h.api, h.reqHeaders = api, hdrs
+	if p.res.Routing.HeaderRouted() {
+		return h.headerRoutedRequest(endOfStream) // routing.mode: headers (headermode.go)
+	}
 	if !p.optionProven {
 		h.heldAt = p.clock() // the missing-option detector's start (else no clock read here)
 	}
@@ -96,6 +99,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 // (Pause) until its end, then routed.
 func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) (action types.Action) {
 	defer h.failOpen("request body", &action)
+	if h.hm.active {
+		return h.headerRoutedBody(bodySize, endOfStream)
+	}
 	if h.phase != phaseBody {
 		return types.ActionContinue
 	}
@@ -122,6 +128,9 @@ func (h *httpContext) OnHttpRequestBody(bodySize int, endOfStream bool) (action 
 // OnHttpRequestTrailers implements types.HttpContext: trailers end a routed request's body.
 func (h *httpContext) OnHttpRequestTrailers(int) (action types.Action) {
 	defer h.failOpen("request trailers", &action)
+	if h.hm.active {
+		return h.headerRoutedTrailers()
+	}
 	if h.phase != phaseBody {
 		return types.ActionContinue
 	}
@@ -149,6 +158,10 @@ func (h *httpContext) requestAction(s step) types.Action {
 // resumeRequest carries a step out from a root callback (tick, queue wake-up): a request
 // that got its target continues.
 func (h *httpContext) resumeRequest(s step) {
+	if h.hm.active {
+		h.headerRoutedResume(s)
+		return
+	}
 	if s != stepProceed {
 		return
 	}
@@ -371,11 +384,33 @@ func (h *httpContext) retryAdmission() {
 	}
 }
 
-// applyTarget sets the attempt's target on the held request: the cluster header, the
-// provider's :authority, the connection's credential in place of every client credential,
-// the target's model in the body. Accept-Encoding is dropped so an error body comes back
-// readable for classification.
+// applyTarget sets the attempt's target on the held request: its headers (setTargetHeaders)
+// and the target's model in the body.
 func (h *httpContext) applyTarget() {
+	if h.hm.active {
+		h.headerRoutedTarget()
+		return
+	}
+	h.setTargetHeaders()
+	if model := h.d.Target.Model; model != h.model {
+		body, err := llmapi.RewriteModel(h.body, model)
+		if err != nil {
+			proxywasm.LogWarnf("spillway: %v", err)
+			return
+		}
+		if err := hostabi.ReplaceBuffer(hostabi.RequestBody, body); err != nil {
+			proxywasm.LogWarnf("spillway: replace request body: %v", err)
+			return
+		}
+		replaceRequestHeader("content-length", strconv.Itoa(len(body)))
+	}
+}
+
+// setTargetHeaders sets the attempt's target on the request headers: the cluster header,
+// the provider's :authority, the connection's credential in place of every client
+// credential. Accept-Encoding is dropped so an error body comes back readable for
+// classification.
+func (h *httpContext) setTargetHeaders() {
 	p := h.plugin
 	pv := h.provider()
 	cn := h.connection()
@@ -393,18 +428,6 @@ func (h *httpContext) applyTarget() {
 	}
 	if h.present&hasAcceptEncoding != 0 {
 		removeRequestHeader("accept-encoding")
-	}
-	if model := h.d.Target.Model; model != h.model {
-		body, err := llmapi.RewriteModel(h.body, model)
-		if err != nil {
-			proxywasm.LogWarnf("spillway: %v", err)
-			return
-		}
-		if err := hostabi.ReplaceBuffer(hostabi.RequestBody, body); err != nil {
-			proxywasm.LogWarnf("spillway: replace request body: %v", err)
-			return
-		}
-		replaceRequestHeader("content-length", strconv.Itoa(len(body)))
 	}
 }
 

@@ -43,6 +43,11 @@ func containsDownstream(details string) bool { return strings.Contains(details, 
 // OnHttpResponseHeaders implements types.HttpContext.
 func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action types.Action) {
 	defer h.failOpen("response headers", &action)
+	if h.hm.active {
+		if a, handled := h.headerRoutedResponseHeaders(endOfStream); handled {
+			return a
+		}
+	}
 	if h.phase != phaseUpstream {
 		return types.ActionContinue // passed through, or Spillway's own reply
 	}
@@ -84,6 +89,14 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action typ
 // OnHttpResponseBody implements types.HttpContext.
 func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) (action types.Action) {
 	defer h.failOpen("response body", &action)
+	if h.hm.active { // header-routed mode (headermode.go)
+		switch {
+		case h.phase == phaseWatchFirst || h.phase == phaseWatchError:
+			return h.watchedResponseBody(bodySize, endOfStream)
+		case h.hm.respHeld && h.phase != phaseAnswered && h.phase != phasePass:
+			return h.heldResponseBody(bodySize)
+		}
+	}
 	switch h.phase {
 	case phaseStreaming:
 		if h.eventStream && bodySize > 0 {

@@ -33,6 +33,10 @@ const (
 	phaseStreaming                // the response goes to the client; outcome recorded
 	phaseAborting                 // a stream watchdog ended the stream (watchdog.go): the rest is dropped, it is closed
 	phaseAnswered                 // Spillway sent its own reply
+
+	// Header-routed mode (headermode.go) cannot hold a response: it watches it go by.
+	phaseWatchFirst // a 200 event stream goes to the client, watched for its first event
+	phaseWatchError // a failed response goes to the client, its error body read as it passes
 )
 
 // httpContext is one HTTP stream. Its state is reset when the stream ends and the context is
@@ -118,6 +122,8 @@ type streamState struct {
 	wd          streamWatch    // the stream watchdogs (watchdog.go)
 
 	watched bool
+
+	hm headerRouted // routing.mode: headers (headermode.go)
 }
 
 // reset clears the stream's state and trims what its buffers keep.
@@ -261,6 +267,8 @@ func (h *httpContext) onTick() {
 			h.effective()
 			h.closeStream()
 		}
+	case phaseWatchFirst, phaseWatchError:
+		h.headerRoutedTick()
 	default:
 		p.unwatch(h)
 	}
@@ -284,6 +292,9 @@ func (h *httpContext) failOpenOutside(where string) {
 	h.phase, h.outcome = phasePass, outcomeFailedOpen
 	p.unwatch(h)
 	h.effective()
+	if h.hm.active && h.headerRoutedFailOpen(held) {
+		return
+	}
 	switch held {
 	case phaseBody, phaseQueued, phaseComboWait:
 		_ = hostabi.ContinueStream(hostabi.StreamRequest)
@@ -487,6 +498,9 @@ func (h *httpContext) OnHttpStreamDone() {
 			h.logFailure(h.d.Target, &failureLog{status: h.status, reason: string(r.Verdict.Reason), effects: r.Effects},
 				nextNone, nil, 0, "")
 		}
+	}
+	if h.phase == phaseWatchError {
+		h.recordWatchedError() // header-routed mode: what came of the error body
 	}
 	h.abandon()
 	if h.api != "" {

@@ -94,3 +94,32 @@ func TestCredentialAndHopByHopHeaders(t *testing.T) {
 		t.Error("accept is treated as hop-by-hop")
 	}
 }
+
+func TestValidModelAgreesWithParseRequest(t *testing.T) {
+	cases := []struct {
+		name  string // what the name shows
+		model string // the model a client sent in a header
+		valid bool   // accepted
+	}{
+		{"plain", "gpt-4o", true},
+		{"with a slash", "openai/gpt-4o", true},
+		{"unicode", "模型-1", true},
+		{"longest allowed", strings.Repeat("m", MaxModelLength), true},
+		{"empty", "", false},
+		{"too long", strings.Repeat("m", MaxModelLength+1), false},
+		{"tab", "gpt\t4o", false},
+		{"DEL", "gpt\x7f", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := ValidModel(c.model); got != c.valid {
+				t.Fatalf("ValidModel(%q) = %v, want %v", c.model, got, c.valid)
+			}
+			// The same name in a body: ParseRequest accepts exactly the valid ones.
+			body, _ := RewriteModel([]byte(`{"model":"x"}`), c.model)
+			if _, err := ParseRequest(body); (err == nil) != c.valid {
+				t.Fatalf("ParseRequest of a body naming %q: %v, want valid=%v", c.model, err, c.valid)
+			}
+		})
+	}
+}

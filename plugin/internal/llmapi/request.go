@@ -80,6 +80,11 @@ func ParseRequest(body []byte) (Request, error) {
 	return req, nil
 }
 
+// ValidModel reports whether a model name a client sent outside the body (header-routed
+// mode's model header) is one ParseRequest would accept in a body: non-empty, at most
+// MaxModelLength bytes, free of control bytes.
+func ValidModel(m string) bool { return len(m) <= MaxModelLength && printable(m) }
+
 // printable reports whether a model name is non-empty and free of control bytes, so it can
 // be echoed in a response header (no CR/LF can reach a header value).
 func printable(m string) bool {
