@@ -467,13 +467,21 @@ func (h *httpContext) recordWatchedError() {
 	if r.RequestOnly {
 		p.metrics.requestOnly.Increment(1)
 	}
+	h.outcome = outcomeUpstreamFailure
+	p.metrics.failure(h.d.Target, r.Verdict.Reason)
+	h.logFailure(h.d.Target, &failureLog{status: h.status, reason: string(r.Verdict.Reason), effects: r.Effects,
+		classified: true, verdict: r.Verdict, requestOnly: r.RequestOnly, ttfb: h.hm.ttfb}, nextNone, nil, 0, "")
 	h.abandon() // the outcome is recorded: this releases the slots
 }
 
 // watchedStreamFailed records a watched 200 stream whose first event is an error (or that
 // ended empty) as its attempt's failure; the client has the stream as the provider sent it.
 func (h *httpContext) watchedStreamFailed(status int, errBody []byte) {
-	h.recordFailure(engine.Outcome{Status: status, Body: errBody, TTFB: h.holdStart.Sub(h.dispatchedAt)})
+	failed := h.d.Target
+	fr := h.recordFailure(engine.Outcome{Status: status, Body: errBody, TTFB: h.holdStart.Sub(h.dispatchedAt)})
+	fr.log.attempt = h.attempts
+	h.logFailure(failed, &fr.log, nextNone, nil, 0, "")
+	h.outcome = outcomeUpstreamFailure
 	h.eventStream = false // failed: nothing to track
 	h.phase = phaseStreaming
 }
@@ -483,6 +491,7 @@ func (h *httpContext) watchedStreamFailed(status int, errBody []byte) {
 func (h *httpContext) commitWatchedStream() {
 	h.recordSuccess(h.holdStart.Sub(h.dispatchedAt))
 	h.tracker.Feed(h.bufs.respBody)
+	h.startWatchdog(h.bufs.respBody)
 	h.phase = phaseStreaming
 }
 
