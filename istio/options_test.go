@@ -53,6 +53,8 @@ func TestRenderRejects(t *testing.T) {
 		{"cluster from the environment", []byte(strings.Replace(string(examples.Demo()), "cluster: fake-anthropic", "cluster: ${ANTHROPIC_CLUSTER:-fake-anthropic}", 1)), func(*Options) {}, "must be literal in a mesh"},
 		{"provider host is a frontend host", nil, func(o *Options) { o.Hosts = []string{"api.openai.com"} }, "both a provider's upstream and one of Hosts"},
 		{"invalid policy", []byte("providers: []\nroutes: []\n"), func(*Options) {}, "istio: policy:"},
+		{"WasmPlugin with a body-routed policy", nil, func(o *Options) { o.Mode = ModeWasmPlugin }, "needs a policy with routing.mode: headers"},
+		{"TrafficExtension with a body-routed policy", nil, func(o *Options) { o.Mode = ModeTrafficExtension }, "needs a policy with routing.mode: headers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := exampleOptions(exampleManifests[0].opts)

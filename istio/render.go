@@ -61,6 +61,13 @@ func Render(policyDoc []byte, opts Options) (*Manifests, error) {
 		return nil, fmt.Errorf("istio: policy: %w", err)
 	}
 	res := p.Resolved()
+	if (s.Mode == ModeWasmPlugin || s.Mode == ModeTrafficExtension) && !res.Routing.HeaderRouted() {
+		// Neither resource can set allow_on_headers_stop_iteration: a body-routed filter would
+		// hold every request's headers for a body that never comes (its missing-option
+		// detector answers 500 spillway_misconfigured after routing.bodyWaitMs).
+		return nil, fmt.Errorf("istio: mode %s needs a policy with routing.mode: headers (a %s cannot set "+
+			"allow_on_headers_stop_iteration; use mode %s for a body-routed policy)", s.Mode, s.Mode, ModeFull)
+	}
 	if err := s.mapUpstreams(doc, res); err != nil {
 		return nil, err
 	}

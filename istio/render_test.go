@@ -12,6 +12,7 @@ import (
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/tidwall/sjson"
 	extensionsapi "istio.io/api/extensions/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -52,9 +53,26 @@ func exampleOptions(o Options) Options {
 	return o
 }
 
+// demoPolicy is the demo policy as a mode needs it: a WasmPlugin or TrafficExtension
+// cannot set allow_on_headers_stop_iteration, so those run it header-routed.
+func demoPolicy(t *testing.T, mode Mode) []byte {
+	t.Helper()
+	if mode != ModeWasmPlugin && mode != ModeTrafficExtension {
+		return examples.Demo()
+	}
+	doc, err := policyfile.ToJSON(examples.Demo())
+	if err == nil {
+		doc, err = sjson.SetBytes(doc, "routing.mode", "headers")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
 func renderDemo(t *testing.T, o Options) *Manifests {
 	t.Helper()
-	m, err := Render(examples.Demo(), exampleOptions(o))
+	m, err := Render(demoPolicy(t, o.Mode), exampleOptions(o))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +87,11 @@ func TestExamples(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := append([]byte("# Generated from policies/examples/demo.yaml by istio.Render; do not edit.\n"+
+			from := "policies/examples/demo.yaml"
+			if ex.opts.Mode == ModeWasmPlugin || ex.opts.Mode == ModeTrafficExtension {
+				from += " with routing.mode: headers"
+			}
+			got := append([]byte("# Generated from "+from+" by istio.Render; do not edit.\n"+
 				"# Regenerate: go test ./istio -run TestExamples -update\n"), y...)
 			path := filepath.Join("examples", ex.file)
 			if *update {
