@@ -106,6 +106,11 @@ type Config struct {
 	WithoutHeadersStopIteration bool
 	// BufferLimit is the connection buffer limit (default 1 MiB).
 	BufferLimit int
+	// RequestBufferLimit raises the request side's buffer limit, the route's
+	// request_body_buffer_limit (0: the connection's).
+	RequestBufferLimit int
+	// StreamIdleTimeout is the connection manager's stream idle timeout (0: off).
+	StreamIdleTimeout time.Duration
 	// Timeout answers 504 when nothing went to the client by then, and resets a stream still
 	// running (default DefaultTimeout).
 	Timeout time.Duration
@@ -208,6 +213,8 @@ func New(cfg Config) (*Server, error) {
 		hostsim.WithStreamingUpstream(s.upstream),
 		hostsim.WithCalloutHandler(s.callout),
 		hostsim.WithBufferLimit(cfg.BufferLimit),
+		hostsim.WithRequestBodyBufferLimit(cfg.RequestBufferLimit),
+		hostsim.WithStreamIdleTimeout(cfg.StreamIdleTimeout),
 		hostsim.WithRouteTimeout(cfg.RouteTimeout),
 		hostsim.WithUpstreamIdleTimeout(cfg.IdleTimeout),
 	}
