@@ -17,6 +17,11 @@
 // timeouts 503 or 504 (UF, UT); an upstream reset once the response went downstream resets
 // the client's stream. A client that goes away resets the stream (DC for a closed
 // connection, DR for an HTTP/2 stream reset) and cancels the upstream call.
+//
+// Start models, unless its Options say otherwise, the Envoy that the bootstrap generated
+// from the same policy describes: the request body buffer limit and the stream idle
+// timeout that policies/envoylimits derives from the policy, no route or per-try idle
+// timeout. A Server built with New takes Config's values as they are.
 package serve
 
 import (
