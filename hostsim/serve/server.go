@@ -14,8 +14,9 @@
 // is 503 with an empty body (NC, cluster_not_found), a cluster without endpoints 503 "no
 // healthy upstream" (UH), an upstream that cannot be reached 503 "upstream connect error or
 // disconnect/reset before headers. reset reason: ..." (UF), the connect, route and idle
-// timeouts 503 or 504 (UF, UT); an upstream reset once the response went downstream resets
-// the client's stream. A client that goes away resets the stream (DC for a closed
+// timeouts 503 or 504 (UF, UT), the connection manager's stream idle timeout 408 or 504
+// "stream timeout" (SI); an upstream reset once the response went downstream resets the
+// client's stream. A client that goes away resets the stream (DC for a closed
 // connection, DR for an HTTP/2 stream reset) and cancels the upstream call.
 //
 // Start models, unless its Options say otherwise, the Envoy that the bootstrap generated
