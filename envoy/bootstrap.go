@@ -22,6 +22,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
 
 // Names of the generated resources (they show in Envoy's stats and admin pages).
@@ -163,7 +165,7 @@ func spillwayFilter(p *Policy, o Options) (*hcmv3.HttpFilter, error) {
 // connectionManager is the listener's HTTP connection manager with Spillway's routes.
 func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster string) (*anypb.Any, error) {
 	res := p.Resolved
-	idle := durationpb.New(idleTimeout(res))
+	idle := durationpb.New(envoylimits.IdleTimeout(res))
 	header := res.Routing.ClusterHeader
 	router, err := anypb.New(&routerv3.Router{})
 	if err != nil {
@@ -223,8 +225,8 @@ func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster strin
 				Domains: []string{"*"},
 				Routes:  routes,
 				// Above the policy's maxRequestBodyBytes, for every route: see
-				// requestBodyBufferLimit.
-				RequestBodyBufferLimit: wrapperspb.UInt64(requestBodyBufferLimit(res)),
+				// envoylimits.RequestBodyBufferLimit.
+				RequestBodyBufferLimit: wrapperspb.UInt64(envoylimits.RequestBodyBufferLimit(res)),
 			}},
 		}},
 		HttpFilters: []*hcmv3.HttpFilter{filter, {

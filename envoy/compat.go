@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/spillwayproxy/spillway/policies"
+	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
 
 // Fits reports whether a new policy can replace base's in a running Envoy whose bootstrap
@@ -41,7 +42,7 @@ func Fits(base, next *Policy) (warnings []string, err error) {
 			Message: "raised from " + strconv.FormatInt(b, 10) + " to " + strconv.FormatInt(n, 10) +
 				" bytes, above the buffer limit in Envoy's bootstrap (Envoy would answer its own 413 first): render a new bootstrap and restart Envoy to raise it"})
 	}
-	if b, n := idleTimeout(base.Resolved), idleTimeout(next.Resolved); n > b {
+	if b, n := envoylimits.IdleTimeout(base.Resolved), envoylimits.IdleTimeout(next.Resolved); n > b {
 		warnings = append(warnings, "the policy's waits now add up to "+n.String()+" of silence, more than Envoy's idle timeout of "+
 			b.String()+": Envoy may end such a request (408/504) before Spillway answers; render a new bootstrap to match")
 	}

@@ -24,7 +24,10 @@
 //     WithoutAllowOnHeadersStopIteration models a proxy without the option: the Pause stops
 //     all iteration (StopAllIterationAndWatermark), and body and trailers are held without
 //     callbacks and delivered on continue. A body Pause buffers and reports the cumulative
-//     size; past the buffer limit a request is answered 413 and a response 500 (or reset).
+//     size; past the buffer limit a request is answered 413 and a response 500 (or reset)
+//     (ActiveStreamDecoderFilter::requestDataTooLarge, ActiveStreamEncoderFilter::
+//     responseDataTooLarge). The limit is the connection's (WithBufferLimit, 1 MiB); the
+//     route's request_body_buffer_limit raises the request side's (WithRequestBodyBufferLimit).
 //     Maps and buffers are reachable only in their phase (BadArgument elsewhere, read-only in
 //     on_log with NotFound for a missing map); proxy_continue_stream clears them. continue,
 //     close and local replies are deferred until the callback returns; a local reply forces
@@ -122,6 +125,10 @@
 //     flag and details).
 //   - WithRouteTimeout and WithUpstreamIdleTimeout: Envoy's route timeout and per-try idle
 //     timeout (504 "upstream request timeout", flag UT, or a reset mid-stream).
+//   - WithStreamIdleTimeout: the connection manager's stream idle timeout (stream_idle_timeout,
+//     or the route's idle_timeout): after that long without an event either way, 408 (the
+//     client's request incomplete) or 504 "stream timeout", flag SI, details
+//     stream_idle_timeout, or a reset once response headers went out.
 //   - Request.ResetAfter, or Exchange.Reset / ResetBy at any point: a client that goes
 //     away mid-request or mid-response (flag DC, or DR for DownstreamStreamReset); the
 //     upstream's context is cancelled.

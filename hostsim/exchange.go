@@ -153,6 +153,14 @@ type Exchange struct {
 	reqNext     int
 	reqDue      bool // reqChunks[reqNext] is waiting for its timer
 	reqTrlSent  bool
+	// clientEnded: the client's request is complete (the filter manager's
+	// remoteDecodeComplete), whatever the filter made of it.
+	clientEnded bool
+
+	// The connection manager's stream idle timer (WithStreamIdleTimeout): idleAt is when it
+	// fires; one check is scheduled at a time and moves itself on to a later idleAt.
+	idleAt    time.Time
+	idleArmed bool
 
 	// The request as it passed the filter, and the upstream.
 	upReq     *UpstreamRequest // what passed the filter so far (nil until the headers did)
@@ -248,7 +256,9 @@ func (vm *VM) StartHTTPContext(ctx context.Context, req *Request) (*Exchange, er
 	if s.final == nil {
 		ex.reqChunks = chunksOf(req.Body, req.BodyChunks)
 		ex.reqDelays, ex.reqTrailers = req.ChunkDelays, req.Trailers
-		_, err := s.onHeaders(&s.req, req.Headers, len(ex.reqChunks) == 0 && req.Trailers == nil)
+		eos := len(ex.reqChunks) == 0 && req.Trailers == nil
+		ex.fromClient(eos)
+		_, err := s.onHeaders(&s.req, req.Headers, eos)
 		ex.note(err)
 		ex.feedRequest()
 	}
@@ -276,6 +286,7 @@ func (vm *VM) StartStream(ctx context.Context, headers [][2]string, endOfStream 
 	}
 	n := len(ex.errs)
 	if s := ex.s; s.final == nil {
+		ex.fromClient(endOfStream)
 		_, err := s.onHeaders(&s.req, headers, endOfStream)
 		ex.note(err)
 	}
@@ -296,6 +307,7 @@ func (vm *VM) newExchange(ctx context.Context, record bool) (*Exchange, error) {
 	ex.ctx, ex.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	ex.upCtx, ex.upCancel = context.WithCancel(ex.ctx)
 	s.ex = ex
+	ex.touchStreamIdle() // armed when the connection manager creates the stream
 	if err := vm.beginStream(s); err != nil {
 		ex.errs = append(ex.errs, err)
 	}
@@ -339,11 +351,13 @@ func (ex *Exchange) feedRequest() {
 		ex.reqDue = false
 		ex.reqNext++
 		last := i == len(ex.reqChunks)-1
+		ex.fromClient(last && ex.reqTrailers == nil)
 		_, err := s.onBody(&s.req, ex.reqChunks[i], last && ex.reqTrailers == nil)
 		ex.note(err)
 	}
 	if !ex.done && ex.reqTrailers != nil && !ex.reqTrlSent {
 		ex.reqTrlSent = true
+		ex.fromClient(true)
 		_, err := s.onTrailers(&s.req, ex.reqTrailers)
 		ex.note(err)
 	}
@@ -363,6 +377,7 @@ func (ex *Exchange) SendData(ctx context.Context, chunk []byte, endOfStream bool
 		return err
 	}
 	s := ex.s
+	ex.fromClient(endOfStream)
 	_, err := s.onBody(&s.req, chunk, endOfStream)
 	ex.note(err)
 	ex.step()
@@ -377,6 +392,7 @@ func (ex *Exchange) SendTrailers(trailers [][2]string) error {
 		return err
 	}
 	s := ex.s
+	ex.fromClient(true)
 	_, err := s.onTrailers(&s.req, trailers)
 	ex.note(err)
 	ex.step()
@@ -394,7 +410,7 @@ func (ex *Exchange) waitBelow(ctx context.Context, held func(*Exchange) int) err
 			vm.mu.Unlock()
 			return fmt.Errorf("%w: %s: stream %d already ended", ErrNoStream, vm.name, ex.id)
 		}
-		if held == nil || !vm.host.realtime || held(ex) < vm.host.cfg.bufferLimit {
+		if held == nil || !vm.host.realtime || held(ex) < ex.s.bufferLimit(&ex.s.req) {
 			return nil
 		}
 		ch := ex.waitCh()
@@ -710,6 +726,55 @@ func (ex *Exchange) touchIdle() {
 	})
 }
 
+// fromClient notes a request part the client sent (VM locked): it re-arms the stream idle
+// timer (ActiveStream::decodeHeaders/decodeTrailers, FilterManager::decodeData), and eos
+// completes the client's request.
+func (ex *Exchange) fromClient(eos bool) {
+	ex.touchStreamIdle()
+	if eos {
+		ex.clientEnded = true
+	}
+}
+
+// touchStreamIdle re-arms the connection manager's stream idle timer (ActiveStream::
+// resetIdleTimer) after a headers, data or trailers event either way (VM locked). Rather
+// than a timer per event (Envoy re-enables one timer), it moves the deadline and keeps one
+// check scheduled, which moves itself on while the deadline is later.
+func (ex *Exchange) touchStreamIdle() {
+	d := ex.vm.host.cfg.streamIdleTimeout
+	if d <= 0 || ex.done {
+		return
+	}
+	ex.idleAt = ex.vm.host.clock.Now().Add(d)
+	if !ex.idleArmed {
+		ex.idleArmed = true
+		ex.after(d, (*Exchange).checkStreamIdle)
+	}
+}
+
+// checkStreamIdle fires the stream idle timeout once its deadline has passed (VM locked).
+func (ex *Exchange) checkStreamIdle() error {
+	if now := ex.vm.host.clock.Now(); now.Before(ex.idleAt) {
+		ex.after(ex.idleAt.Sub(now), (*Exchange).checkStreamIdle)
+		return nil
+	}
+	ex.idleArmed = false
+	ex.streamIdleTimeout()
+	return nil
+}
+
+// streamIdleTimeout is ActiveStream::onIdleTimeout: flag SI, then sendLocalReply with
+// "stream timeout" and details stream_idle_timeout, 408 or, once the client's request was
+// complete, 504 (Http::Utility::maybeRequestTimeoutCode(remoteDecodeComplete)). Its
+// upstream request is reset with the stream (VM locked).
+func (ex *Exchange) streamIdleTimeout() {
+	code := 408
+	if ex.clientEnded {
+		code = 504
+	}
+	ex.envoyReply(code, streamTimeoutBody, FlagStreamIdleTimeout, DetailsStreamIdleTimeout)
+}
+
 // Context returns the exchange's context: it carries the values of the context the
 // exchange was started with and is cancelled when the exchange ends or is reset. The
 // upstream is called with a context derived from it, which the router also cancels when it
@@ -850,6 +915,7 @@ func (ex *Exchange) responseHeaders(headers [][2]string, eos bool) {
 	s := ex.s
 	ex.upHeaders = true
 	ex.touchIdle()
+	ex.touchStreamIdle() // FilterManager::encodeHeaders
 	if eos {
 		ex.upDone = true
 	}
@@ -864,6 +930,7 @@ func (ex *Exchange) responseHeaders(headers [][2]string, eos bool) {
 // responseData passes an upstream body chunk to the filter (VM locked).
 func (ex *Exchange) responseData(chunk []byte, eos bool) {
 	ex.touchIdle()
+	ex.touchStreamIdle() // FilterManager::encodeData
 	if eos {
 		ex.upDone = true
 	}
@@ -876,6 +943,7 @@ func (ex *Exchange) responseData(chunk []byte, eos bool) {
 // responseTrailers passes the upstream's trailers to the filter (VM locked).
 func (ex *Exchange) responseTrailers(trailers [][2]string) {
 	ex.upDone = true
+	ex.touchStreamIdle() // FilterManager::encodeTrailers
 	if s := ex.s; !s.resp.halted {
 		_, err := s.onTrailers(&s.resp, trailers)
 		ex.note(err)

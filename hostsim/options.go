@@ -37,6 +37,10 @@ type config struct {
 	maxVirtualWait time.Duration
 	bufferLimit    int
 
+	// requestBodyBufferLimit raises the request side's buffer limit (0: not set).
+	requestBodyBufferLimit int
+	streamIdleTimeout      time.Duration
+
 	routeTimeout        time.Duration
 	upstreamIdleTimeout time.Duration
 
@@ -181,10 +185,55 @@ func WithRandSource(r io.Reader) Option { return func(c *config) { c.random = r 
 // stream (default one hour).
 func WithMaxVirtualWait(d time.Duration) Option { return func(c *config) { c.maxVirtualWait = d } }
 
-// WithBufferLimit sets the connection buffer limit for buffered bodies (default 1 MiB): a
-// request body buffered beyond it is answered 413, a response body 500 (Envoy's
-// per_connection_buffer_limit_bytes).
+// WithBufferLimit sets the connection buffer limit for buffered bodies (default 1 MiB,
+// Envoy's per_connection_buffer_limit_bytes default): a response body buffered beyond it is
+// answered 500 (or the stream reset), and so is a request body 413 unless
+// WithRequestBodyBufferLimit raises the request side's limit. It is also the watermark that
+// stops reading a side whose data cannot move on.
 func WithBufferLimit(n int) Option { return func(c *config) { c.bufferLimit = n } }
+
+// WithRequestBodyBufferLimit models the virtual host's or route's request_body_buffer_limit
+// (Envoy ≥ 1.36): the request side may buffer n bytes, and is read until it holds that
+// much, never less than the connection buffer limit (a smaller n changes nothing: Envoy
+// only raises a stream's limit), while response bodies keep the connection buffer limit. It applies from the request headers on,
+// as Envoy applies it once the route is matched (envoyproxy/envoy#42607; before that
+// change only the router's decodeHeaders applied it, too late for a filter that holds the
+// request headers while it buffers the body). Every route gets the same limit, as the
+// bootstrap Spillway generates sets it on the virtual host.
+//
+// Not verified from Envoy's source: the filter manager keeps one buffer_limit_ for both
+// directions (FilterManager::setBufferLimit sets the request and the response buffer's
+// watermarks), and whether the route's limit reaches the response buffer as well could not
+// be read in the source available; hostsim keeps responses at the connection limit, the
+// reading the field's documentation gives ("buffered for request bodies") and the
+// stricter one for a filter.
+func WithRequestBodyBufferLimit(n int) Option {
+	return func(c *config) { c.requestBodyBufferLimit = n }
+}
+
+// requestBufferLimit is the request side's buffer limit: the connection's, raised by the
+// route's request_body_buffer_limit.
+func (c *config) requestBufferLimit() int { return max(c.bufferLimit, c.requestBodyBufferLimit) }
+
+// WithStreamIdleTimeout models the connection manager's stream_idle_timeout and the route's
+// idle_timeout, which replaces it once the route is chosen (one value here, as Spillway's
+// bootstrap sets both alike; default 0, off, where Envoy's connection manager defaults to
+// 5 min): an exchange that goes that long without a headers, data or trailers event either
+// way is ended by the connection manager (source/common/http/conn_manager_impl.cc,
+// ActiveStream::onIdleTimeout): flag SI, details stream_idle_timeout, a local reply
+// "stream timeout" through sendLocalReply with Http::Utility::maybeRequestTimeoutCode's
+// status, 408 while the client's request is still incomplete and 504 once it was fully
+// received; a reply that replaces response headers the filter holds; a reset once response
+// headers went to the client. The timer is armed when the stream starts and re-armed by
+// every request part the client sends (ActiveStream::decodeHeaders/decodeTrailers,
+// FilterManager::decodeData), request data a continue releases (FilterManager::decodeData)
+// and everything encoded towards the client: the upstream's headers, data and trailers and
+// what a continue releases (FilterManager::encodeHeaders/encodeData/encodeTrailers). Time
+// a filter spends paused on a callout, a queue or a tick re-arms nothing. Only exchanges
+// (RunHTTP, StartHTTP, StartStream) have the timer.
+func WithStreamIdleTimeout(d time.Duration) Option {
+	return func(c *config) { c.streamIdleTimeout = d }
+}
 
 // WithoutAllowOnHeadersStopIteration models a proxy without
 // PluginConfig.allow_on_headers_stop_iteration (Envoy 1.33–1.34, Istio's WasmPlugin): a

@@ -106,6 +106,9 @@ const (
 	resetBodyPrefix = "upstream connect error or disconnect/reset before headers. reset reason: "
 	timeoutBody     = "upstream request timeout"
 	noHealthyBody   = "no healthy upstream"
+	// streamTimeoutBody is the connection manager's stream idle timeout reply
+	// (ActiveStream::onIdleTimeout).
+	streamTimeoutBody = "stream timeout"
 )
 
 // upstreamFailed answers an upstream that failed before its response started (VM locked).
@@ -150,11 +153,17 @@ func (ex *Exchange) routerTimeout(details string) {
 	ex.routerReply(504, timeoutBody, FlagUpstreamRequestTimeout, details)
 }
 
-// routerReply is the router giving up on the upstream and answering itself: it sets the
-// flag, abandons the upstream call (cancelling its context), and calls sendLocalReply, which
-// goes through the filter when no response has started, replaces response headers the filter
-// holds, and resets the stream once headers went downstream (VM locked).
+// routerReply is the router giving up on the upstream and answering itself (envoyReply).
 func (ex *Exchange) routerReply(code int, body string, flag ResponseFlags, details string) {
+	ex.envoyReply(code, body, flag, details)
+}
+
+// envoyReply is Envoy answering the stream itself, the router or the connection manager:
+// it sets the flag, abandons the upstream call (cancelling its context), and calls
+// sendLocalReply, which goes through the filter when no response has started, replaces
+// response headers the filter holds, and resets the stream once headers went downstream
+// (VM locked).
+func (ex *Exchange) envoyReply(code int, body string, flag ResponseFlags, details string) {
 	if ex.done {
 		return
 	}

@@ -264,7 +264,7 @@ func (s *httpStream) onBody(d *direction, chunk []byte, eos bool) (types.Action,
 	} else {
 		d.body = append(d.body[:0], chunk...)
 	}
-	if d.buffering && len(d.body) > vm.host.cfg.bufferLimit {
+	if d.buffering && len(d.body) > s.bufferLimit(d) {
 		s.overLimit(d)
 		vm.afterCallback()
 		return types.ActionPause, nil
@@ -383,6 +383,12 @@ func (s *httpStream) resume(d *direction) error {
 	if d.halted || d.complete || !d.gotHeaders {
 		return nil
 	}
+	if ex := s.ex; ex != nil && (d == &s.resp || d.buffering || d.havePendBody) {
+		// commonContinue encodes what the response side held (FilterManager::encodeHeaders/
+		// encodeData/encodeTrailers) or decodes the request data it held (decodeData): both
+		// re-arm the stream idle timer.
+		ex.touchStreamIdle()
+	}
 	switch {
 	case d.stopAll:
 		d.stopAll = false
@@ -490,7 +496,17 @@ func (s *httpStream) replaceResponse(lr *LocalResponse) {
 	s.vm.touch(s)
 }
 
-// overLimit is Envoy's buffer overflow: 413 for a request, 500 for a response.
+// bufferLimit is the buffer limit of one side of the stream (see WithRequestBodyBufferLimit).
+func (s *httpStream) bufferLimit(d *direction) int {
+	if d == &s.req {
+		return s.vm.host.cfg.requestBufferLimit()
+	}
+	return s.vm.host.cfg.bufferLimit
+}
+
+// overLimit is Envoy's buffer overflow: 413 for a request (ActiveStreamDecoderFilter::
+// requestDataTooLarge), 500 for a response (ActiveStreamEncoderFilter::responseDataTooLarge,
+// through sendLocalReply: a direct reply, or a reset once headers went downstream).
 func (s *httpStream) overLimit(d *direction) {
 	if d == &s.req {
 		s.sendLocalReply(&LocalResponse{StatusCode: 413, StatusCodeDetail: DetailsRequestPayloadTooLarge,
@@ -523,6 +539,9 @@ func (s *httpStream) sendLocalReply(lr *LocalResponse, details string) {
 		// this plugin's own response callbacks see it.
 		s.req.halted = true
 		s.req.stopAll, s.req.buffering = false, false
+		if s.ex != nil {
+			s.ex.touchStreamIdle() // the reply's FilterManager::encodeHeaders
+		}
 		hdrs := localReplyHeaders(lr)
 		eos := len(lr.Data) == 0
 		if _, err := s.onHeaders(&s.resp, hdrs, eos); err != nil {

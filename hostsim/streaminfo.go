@@ -81,6 +81,9 @@ const (
 	DetailsResponseTimeout = "response_timeout"
 	// DetailsUpstreamPerTryIdleTimeout: the upstream was idle too long (onPerTryIdleTimeout).
 	DetailsUpstreamPerTryIdleTimeout = "upstream_per_try_idle_timeout"
+	// DetailsStreamIdleTimeout: the connection manager's stream idle timer fired
+	// (ActiveStream::onIdleTimeout).
+	DetailsStreamIdleTimeout = "stream_idle_timeout"
 	// DetailsRequestPayloadTooLarge: a buffered request body passed the buffer limit.
 	DetailsRequestPayloadTooLarge = "request_payload_too_large"
 	// DetailsResponsePayloadTooLarge: a buffered response body passed the buffer limit.

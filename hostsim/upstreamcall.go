@@ -117,7 +117,7 @@ func (c *UpstreamCall) deliver(flow bool, f func(ex *Exchange)) error {
 			vm.mu.Unlock()
 			return ErrUpstreamGone
 		}
-		if !flow || ex.responseHeld() < vm.host.cfg.bufferLimit {
+		if !flow || ex.responseHeld() < ex.s.bufferLimit(&ex.s.resp) {
 			break
 		}
 		ch := ex.waitCh()

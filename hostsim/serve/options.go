@@ -22,13 +22,23 @@ const (
 	DefaultTimeout = 10 * time.Minute
 	// DefaultConnectTimeout is Envoy's cluster connect_timeout default.
 	DefaultConnectTimeout = 5 * time.Second
-	// DefaultBufferLimit is Envoy's per_connection_buffer_limit_bytes default (1 MiB).
+	// DefaultBufferLimit is Envoy's per_connection_buffer_limit_bytes default (1 MiB); the
+	// generated bootstrap keeps it.
 	DefaultBufferLimit = 1 << 20
 	// MaxWorkers bounds -workers (each worker is a VM with its own Go heap).
 	MaxWorkers = 64
 	// MaxBufferLimit bounds -buffer-limit.
 	MaxBufferLimit = 256 << 20
+	// MaxRequestBufferLimit bounds -request-buffer-limit: above what any policy derives
+	// (maxRequestBodyBytes is at most 256 MiB, plus envoylimits.BufferHeadroom).
+	MaxRequestBufferLimit = 512 << 20
 )
+
+// FromPolicy, as Options.RequestBufferLimit or Options.StreamIdleTimeout (the default),
+// takes the value from the policy as the generated Envoy bootstrap does (package
+// policies/envoylimits): the virtual host's request_body_buffer_limit, and the connection
+// manager's stream_idle_timeout and the routes' idle_timeout.
+const FromPolicy = -1
 
 // Cluster is an upstream cluster: a name the policy and the filter use, and the base URL
 // requests for it are sent to.
@@ -63,16 +73,30 @@ type Options struct {
 	// (-allow-on-headers-stop-iteration, default true: the configuration Spillway ships);
 	// false models a proxy without it.
 	AllowOnHeadersStopIteration bool
-	// BufferLimit is the connection buffer limit in bytes (-buffer-limit).
+	// BufferLimit is the connection buffer limit in bytes (-buffer-limit): Envoy's
+	// per_connection_buffer_limit_bytes, what a response body may buffer.
 	BufferLimit int
+	// RequestBufferLimit is what a request body may buffer, in bytes
+	// (-request-buffer-limit): the route's request_body_buffer_limit, which only ever raises
+	// the connection's. FromPolicy (the default): the policy's maxRequestBodyBytes plus
+	// 1 MiB, as the generated bootstrap sets it.
+	RequestBufferLimit int
+	// StreamIdleTimeout ends a stream silent both ways this long (-stream-idle-timeout, 0:
+	// off): the connection manager's stream_idle_timeout and the route's idle_timeout.
+	// FromPolicy (the default): the policy's longest silence plus 30 s, as the generated
+	// bootstrap sets both.
+	StreamIdleTimeout time.Duration
 	// Timeout answers 504 when nothing went to the client by then, and resets a stream
-	// still running (-timeout).
+	// still running (-timeout). serve's own safety net: the generated bootstrap has no
+	// such cap.
 	Timeout time.Duration
 	// ConnectTimeout bounds connecting to an upstream (-connect-timeout).
 	ConnectTimeout time.Duration
-	// RouteTimeout is the route timeout (-route-timeout, 0: off).
+	// RouteTimeout is the route timeout (-route-timeout, 0: off, as the generated
+	// bootstrap's timeout: 0s).
 	RouteTimeout time.Duration
-	// IdleTimeout is the upstream idle timeout (-idle-timeout, 0: off).
+	// IdleTimeout is the upstream's per-try idle timeout (-idle-timeout, 0: off, as in the
+	// generated bootstrap): the retry policy's per_try_idle_timeout, an upstream timer.
 	IdleTimeout time.Duration
 	// Admin is the Envoy-like admin listener's address (-admin; "" for none).
 	Admin string
@@ -83,7 +107,8 @@ type Options struct {
 // DefaultOptions returns the flags' defaults.
 func DefaultOptions() Options {
 	return Options{WasmPath: DefaultWasm, Listen: DefaultListen, Workers: DefaultWorkers, Timeout: DefaultTimeout,
-		ConnectTimeout: DefaultConnectTimeout, BufferLimit: DefaultBufferLimit, AllowOnHeadersStopIteration: true}
+		ConnectTimeout: DefaultConnectTimeout, BufferLimit: DefaultBufferLimit, RequestBufferLimit: FromPolicy,
+		StreamIdleTimeout: FromPolicy, AllowOnHeadersStopIteration: true}
 }
 
 // RegisterFlags defines the flags shared by serve and run on fs, writing into o (whose
@@ -101,10 +126,14 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.AllowOnHeadersStopIteration, "allow-on-headers-stop-iteration", o.AllowOnHeadersStopIteration,
 		"model Envoy's allow_on_headers_stop_iteration (false: a headers Pause stops all iteration, as without the option)")
 	fs.Var((*bufferLimitFlag)(&o.BufferLimit), "buffer-limit", "connection buffer limit in `bytes` (Envoy's per_connection_buffer_limit_bytes)")
+	fs.Var((*requestBufferLimitFlag)(&o.RequestBufferLimit), "request-buffer-limit",
+		"request body buffer limit in `bytes` (the route's request_body_buffer_limit); policy: maxRequestBodyBytes + 1 MiB, as the generated bootstrap")
+	fs.Var((*policyTimeoutFlag)(&o.StreamIdleTimeout), "stream-idle-timeout",
+		"end a stream silent both ways this long, 0 for none (stream_idle_timeout, route idle_timeout); policy: derived as the generated bootstrap")
 	fs.Var((*timeoutFlag)(&o.Timeout), "timeout", "answer 504 when nothing reached the client by then (and reset a stream still running)")
 	fs.Var((*timeoutFlag)(&o.ConnectTimeout), "connect-timeout", "upstream connect timeout (Envoy's cluster connect_timeout)")
-	fs.Var((*optionalTimeoutFlag)(&o.RouteTimeout), "route-timeout", "route timeout, 0 for none (Envoy's route timeout)")
-	fs.Var((*optionalTimeoutFlag)(&o.IdleTimeout), "idle-timeout", "upstream idle timeout, 0 for none (Envoy's per_try_idle_timeout)")
+	fs.Var((*optionalTimeoutFlag)(&o.RouteTimeout), "route-timeout", "route timeout, 0 for none (Envoy's route timeout; the generated bootstrap has none)")
+	fs.Var((*optionalTimeoutFlag)(&o.IdleTimeout), "idle-timeout", "upstream idle timeout, 0 for none (Envoy's per_try_idle_timeout; the generated bootstrap has none)")
 }
 
 // RegisterListenFlag defines -listen and -admin on fs.
@@ -374,6 +403,60 @@ func (f *bufferLimitFlag) Set(s string) error {
 		return fmt.Errorf("want a number of bytes from 1024 to %d", MaxBufferLimit)
 	}
 	*f = bufferLimitFlag(n)
+	return nil
+}
+
+// policyKeyword is what -request-buffer-limit and -stream-idle-timeout take (and show) for
+// FromPolicy.
+const policyKeyword = "policy"
+
+type requestBufferLimitFlag int
+
+func (f *requestBufferLimitFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	if *f == FromPolicy {
+		return policyKeyword
+	}
+	return strconv.Itoa(int(*f))
+}
+
+func (f *requestBufferLimitFlag) Set(s string) error {
+	if s == policyKeyword {
+		*f = FromPolicy
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1024 || n > MaxRequestBufferLimit {
+		return fmt.Errorf("want %s or a number of bytes from 1024 to %d", policyKeyword, MaxRequestBufferLimit)
+	}
+	*f = requestBufferLimitFlag(n)
+	return nil
+}
+
+type policyTimeoutFlag time.Duration
+
+func (f *policyTimeoutFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	if *f == FromPolicy {
+		return policyKeyword
+	}
+	return time.Duration(*f).String()
+}
+
+func (f *policyTimeoutFlag) Set(s string) error {
+	if s == policyKeyword {
+		*f = FromPolicy
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("want %s, 0 (none) or a positive duration such as 30s or 5m", policyKeyword)
+	}
+	*f = policyTimeoutFlag(d)
 	return nil
 }
 

@@ -29,8 +29,42 @@ func TestFlagDefaults(t *testing.T) {
 	if o.WasmPath != "build/spillway.wasm" || o.PolicyPath != "" || o.Listen != "127.0.0.1:10000" || o.Workers != 2 ||
 		len(o.Clusters) != 0 || len(o.Env) != 0 || o.WASI != hostsim.WASIEnvoy133 || o.FailurePolicy != hostsim.FailClosed ||
 		o.Timeout != 10*time.Minute || o.ConnectTimeout != 5*time.Second || o.RouteTimeout != 0 || o.IdleTimeout != 0 ||
-		o.BufferLimit != 1<<20 || !o.AllowOnHeadersStopIteration || o.Admin != "" {
+		o.BufferLimit != 1<<20 || !o.AllowOnHeadersStopIteration || o.Admin != "" ||
+		o.RequestBufferLimit != FromPolicy || o.StreamIdleTimeout != FromPolicy {
 		t.Errorf("defaults %+v", o)
+	}
+}
+
+// -request-buffer-limit and -stream-idle-timeout take a value, or "policy" for the
+// generated bootstrap's derivation (the default).
+func TestPolicyDerivedFlags(t *testing.T) {
+	tests := []struct {
+		args        []string      // command line
+		wantRequest int           // RequestBufferLimit
+		wantIdle    time.Duration // StreamIdleTimeout
+	}{
+		{nil, FromPolicy, FromPolicy},
+		{[]string{"-request-buffer-limit", "4194304", "-stream-idle-timeout", "90s"}, 4 << 20, 90 * time.Second},
+		{[]string{"-stream-idle-timeout", "0"}, FromPolicy, 0},
+		{[]string{"-request-buffer-limit", "1024", "-request-buffer-limit", "policy", "-stream-idle-timeout", "policy"},
+			FromPolicy, FromPolicy},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			o, err := parseFlags(tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.RequestBufferLimit != tt.wantRequest || o.StreamIdleTimeout != tt.wantIdle {
+				t.Errorf("request buffer %d, stream idle %v", o.RequestBufferLimit, o.StreamIdleTimeout)
+			}
+		})
+	}
+	if l := requestBufferLimitFlag(FromPolicy); l.String() != "policy" {
+		t.Errorf("FromPolicy prints as %q", l.String())
+	}
+	if d := policyTimeoutFlag(FromPolicy); d.String() != "policy" {
+		t.Errorf("FromPolicy prints as %q", d.String())
 	}
 }
 
@@ -97,6 +131,11 @@ func TestBadFlagValues(t *testing.T) {
 		{[]string{"-idle-timeout", "later"}, "0 (none) or a positive duration"},
 		{[]string{"-buffer-limit", "100"}, "from 1024 to"},
 		{[]string{"-buffer-limit", "1g"}, "from 1024 to"},
+		{[]string{"-request-buffer-limit", "100"}, "want policy or a number of bytes from 1024 to"},
+		{[]string{"-request-buffer-limit", "536870913"}, "from 1024 to 536870912"},
+		{[]string{"-request-buffer-limit", "derive"}, "want policy or a number"},
+		{[]string{"-stream-idle-timeout", "-1s"}, "want policy, 0 (none) or a positive duration"},
+		{[]string{"-stream-idle-timeout", "never"}, "want policy, 0 (none)"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
+	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
 
 // ShutdownGrace is how long a graceful shutdown waits for requests in flight.
@@ -32,12 +33,53 @@ type Instance struct {
 	// Addr is the address the front end listens on ("" without a listener); AdminAddr the
 	// admin listener's ("" without one).
 	Addr, AdminAddr string
+	// Limits are the buffer limits and timeouts the Server models.
+	Limits Limits
 
 	opts   Options
 	http   *http.Server
 	admin  *http.Server
 	ready  atomic.Bool
 	served chan error
+}
+
+// Limits are the buffer limits and timeouts of the Envoy serve models: the flags', or, by
+// default, the generated bootstrap's (package envoy), derived from the policy by package
+// policies/envoylimits.
+type Limits struct {
+	// BufferLimit is the connection buffer limit (per_connection_buffer_limit_bytes): what a
+	// response body may buffer.
+	BufferLimit int
+	// RequestBufferLimit is what a request body may buffer (request_body_buffer_limit).
+	RequestBufferLimit int
+	// StreamIdleTimeout ends a stream silent both ways this long (stream_idle_timeout and
+	// the routes' idle_timeout; 0: none).
+	StreamIdleTimeout time.Duration
+	// RouteTimeout and IdleTimeout are the route timeout and the upstream's per-try idle
+	// timeout (0: none).
+	RouteTimeout, IdleTimeout time.Duration
+	// RequestBufferFromPolicy and StreamIdleFromPolicy say the value was derived from the
+	// policy rather than given by a flag.
+	RequestBufferFromPolicy, StreamIdleFromPolicy bool
+}
+
+// limitsFor resolves the options' limits against the policy: FromPolicy takes the
+// generated bootstrap's value.
+func limitsFor(o Options, p *Policy) Limits {
+	l := Limits{BufferLimit: o.BufferLimit, RequestBufferLimit: o.RequestBufferLimit,
+		StreamIdleTimeout: o.StreamIdleTimeout, RouteTimeout: o.RouteTimeout, IdleTimeout: o.IdleTimeout}
+	if l.BufferLimit <= 0 {
+		l.BufferLimit = DefaultBufferLimit
+	}
+	if l.RequestBufferLimit == FromPolicy {
+		l.RequestBufferLimit, l.RequestBufferFromPolicy = int(envoylimits.RequestBodyBufferLimit(p.Resolved)), true
+	}
+	if l.StreamIdleTimeout == FromPolicy {
+		l.StreamIdleTimeout, l.StreamIdleFromPolicy = envoylimits.IdleTimeout(p.Resolved), true
+	}
+	// Envoy only ever raises a stream's buffer limit.
+	l.RequestBufferLimit = max(l.RequestBufferLimit, l.BufferLimit)
+	return l
 }
 
 // Start loads and validates the policy, starts the built-in fakes if the policy wants
@@ -50,7 +92,8 @@ func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 	if err != nil {
 		return nil, err
 	}
-	inst := &Instance{Policy: policy, opts: opts, Fakes: map[string]*fakeprovider.Server{}}
+	inst := &Instance{Policy: policy, opts: opts, Fakes: map[string]*fakeprovider.Server{},
+		Limits: limitsFor(opts, policy)}
 	defer func() {
 		if err != nil {
 			inst.closeFakes()
@@ -70,8 +113,9 @@ func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 		Wasm: wasm, PluginConfig: policy.JSON, Clusters: inst.Clusters, DefaultCluster: policy.DefaultCluster(),
 		ClusterHeader: policy.ClusterHeader(), Workers: opts.Workers, Env: opts.Env, WASI: opts.WASI,
 		FailurePolicy: opts.FailurePolicy, WithoutHeadersStopIteration: !opts.AllowOnHeadersStopIteration,
-		BufferLimit: opts.BufferLimit, Timeout: opts.Timeout, ConnectTimeout: opts.ConnectTimeout,
-		RouteTimeout: opts.RouteTimeout, IdleTimeout: opts.IdleTimeout,
+		BufferLimit: inst.Limits.BufferLimit, RequestBufferLimit: inst.Limits.RequestBufferLimit,
+		StreamIdleTimeout: inst.Limits.StreamIdleTimeout, Timeout: opts.Timeout, ConnectTimeout: opts.ConnectTimeout,
+		RouteTimeout: inst.Limits.RouteTimeout, IdleTimeout: inst.Limits.IdleTimeout,
 		AccessLog: access, GuestLog: logs, Runtime: opts.Runtime,
 	})
 	if err != nil {
@@ -218,8 +262,19 @@ func (inst *Instance) Banner() string {
 	}
 	fmt.Fprintf(&b, "  workers:   %d VMs, WASI %s, %s, allow_on_headers_stop_iteration %s\n", o.Workers,
 		WASIName(o.WASI), FailurePolicyName(o.FailurePolicy), stop)
-	fmt.Fprintf(&b, "  timeouts:  connect %v, route %s, idle %s, overall %v; buffer limit %d bytes\n",
-		o.ConnectTimeout, durationOrNone(o.RouteTimeout), durationOrNone(o.IdleTimeout), o.Timeout, o.BufferLimit)
+	l := inst.Limits
+	idleFrom, bufferFrom := "flag", "flag"
+	if l.StreamIdleFromPolicy {
+		idleFrom = "the policy's longest silence + 30s, as the generated bootstrap"
+	}
+	if l.RequestBufferFromPolicy {
+		bufferFrom = "maxRequestBodyBytes + 1 MiB, as the generated bootstrap"
+	}
+	fmt.Fprintf(&b, "  timeouts:  stream idle %s (%s), route %s, upstream idle %s, connect %v, overall %v\n",
+		durationOrNone(l.StreamIdleTimeout), idleFrom, durationOrNone(l.RouteTimeout), durationOrNone(l.IdleTimeout),
+		o.ConnectTimeout, o.Timeout)
+	fmt.Fprintf(&b, "  buffers:   request body %d bytes (%s), response body %d bytes (connection limit)\n",
+		l.RequestBufferLimit, bufferFrom, l.BufferLimit)
 	if inst.AdminAddr != "" {
 		fmt.Fprintf(&b, "  admin:     http://%s (/stats/prometheus, /stats, /ready)\n", inst.AdminAddr)
 	}

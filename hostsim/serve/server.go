@@ -14,9 +14,15 @@
 // is 503 with an empty body (NC, cluster_not_found), a cluster without endpoints 503 "no
 // healthy upstream" (UH), an upstream that cannot be reached 503 "upstream connect error or
 // disconnect/reset before headers. reset reason: ..." (UF), the connect, route and idle
-// timeouts 503 or 504 (UF, UT); an upstream reset once the response went downstream resets
-// the client's stream. A client that goes away resets the stream (DC for a closed
+// timeouts 503 or 504 (UF, UT), the connection manager's stream idle timeout 408 or 504
+// "stream timeout" (SI); an upstream reset once the response went downstream resets the
+// client's stream. A client that goes away resets the stream (DC for a closed
 // connection, DR for an HTTP/2 stream reset) and cancels the upstream call.
+//
+// Start models, unless its Options say otherwise, the Envoy that the bootstrap generated
+// from the same policy describes: the request body buffer limit and the stream idle
+// timeout that policies/envoylimits derives from the policy, no route or per-try idle
+// timeout. A Server built with New takes Config's values as they are.
 package serve
 
 import (
@@ -106,6 +112,11 @@ type Config struct {
 	WithoutHeadersStopIteration bool
 	// BufferLimit is the connection buffer limit (default 1 MiB).
 	BufferLimit int
+	// RequestBufferLimit raises the request side's buffer limit, the route's
+	// request_body_buffer_limit (0: the connection's).
+	RequestBufferLimit int
+	// StreamIdleTimeout is the connection manager's stream idle timeout (0: off).
+	StreamIdleTimeout time.Duration
 	// Timeout answers 504 when nothing went to the client by then, and resets a stream still
 	// running (default DefaultTimeout).
 	Timeout time.Duration
@@ -208,6 +219,8 @@ func New(cfg Config) (*Server, error) {
 		hostsim.WithStreamingUpstream(s.upstream),
 		hostsim.WithCalloutHandler(s.callout),
 		hostsim.WithBufferLimit(cfg.BufferLimit),
+		hostsim.WithRequestBodyBufferLimit(cfg.RequestBufferLimit),
+		hostsim.WithStreamIdleTimeout(cfg.StreamIdleTimeout),
 		hostsim.WithRouteTimeout(cfg.RouteTimeout),
 		hostsim.WithUpstreamIdleTimeout(cfg.IdleTimeout),
 	}

@@ -164,7 +164,10 @@ func TestBannerListsWhatRuns(t *testing.T) {
 		"routing:   Spillway sets x-spillway-cluster to the chosen provider's cluster (a client's is removed); unrouted requests go to fake-openai\n",
 		"fakes:     misbehave on x-fake-* request headers (hostsim/cmd/hostsim/README.md)\n",
 		"3 VMs, WASI envoy133, fail-closed, allow_on_headers_stop_iteration on",
-		"connect 5s, route none, idle none, overall 10m0s; buffer limit 1048576 bytes",
+		"timeouts:  stream idle 8m5s (the policy's longest silence + 30s, as the generated bootstrap), route none, " +
+			"upstream idle none, connect 5s, overall 10m0s\n",
+		"buffers:   request body 9437184 bytes (maxRequestBodyBytes + 1 MiB, as the generated bootstrap), " +
+			"response body 1048576 bytes (connection limit)\n",
 		"curl -si " + d.URL() + "/v1/chat/completions",
 		"curl -N " + d.URL() + "/v1/chat/completions",
 		`"model":"gpt-4o"`,

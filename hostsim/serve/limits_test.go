@@ -1,0 +1,154 @@
+package serve
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
+	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
+	"github.com/spillwayproxy/spillway/policies/envoylimits"
+)
+
+// By default serve models the bootstrap `spillway render envoy` generates: envoy/envoy.yaml
+// is the demo policy rendered (golden-tested in package envoy), and serve on the demo
+// policy must buffer, time out and leave timers off exactly as it says.
+func TestDefaultsModelTheGeneratedBootstrap(t *testing.T) {
+	yaml, err := os.ReadFile(filepath.Join(hostsimtest.ModuleRoot(t), "envoy", "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := func(re string) []string {
+		var out []string
+		for _, m := range regexp.MustCompile(re).FindAllStringSubmatch(string(yaml), -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	seconds := func(s string) time.Duration {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("duration %q: %v", s, err)
+		}
+		return time.Duration(n) * time.Second
+	}
+	demo, err := LoadPolicy("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := limitsFor(DefaultOptions(), demo)
+
+	buffer := field(`request_body_buffer_limit: "(\d+)"`)
+	if len(buffer) != 1 || buffer[0] != strconv.Itoa(l.RequestBufferLimit) || !l.RequestBufferFromPolicy {
+		t.Errorf("request body buffer limit %d (from the policy: %v), bootstrap %v", l.RequestBufferLimit, l.RequestBufferFromPolicy, buffer)
+	}
+	if strings.Contains(string(yaml), "per_connection_buffer_limit_bytes") || l.BufferLimit != 1<<20 {
+		t.Errorf("connection buffer limit %d; the bootstrap must keep Envoy's 1 MiB default", l.BufferLimit)
+	}
+	streamIdle, routeIdle := field(`stream_idle_timeout: (\d+)s`), field(`\n\s+idle_timeout: (\d+)s`)
+	if len(streamIdle) != 1 || seconds(streamIdle[0]) != l.StreamIdleTimeout || !l.StreamIdleFromPolicy {
+		t.Errorf("stream idle timeout %v (from the policy: %v), bootstrap %v", l.StreamIdleTimeout, l.StreamIdleFromPolicy, streamIdle)
+	}
+	if len(routeIdle) != 2 || seconds(routeIdle[0]) != l.StreamIdleTimeout || seconds(routeIdle[1]) != l.StreamIdleTimeout {
+		t.Errorf("route idle timeouts %v, want both %v", routeIdle, l.StreamIdleTimeout)
+	}
+	if timeouts := field(`\n\s+timeout: (\S+)`); len(timeouts) != 2 || timeouts[0] != "0s" || timeouts[1] != "0s" || l.RouteTimeout != 0 {
+		t.Errorf("route timeouts %v, serve's %v: want none", timeouts, l.RouteTimeout)
+	}
+	if strings.Contains(string(yaml), "per_try_idle_timeout") || l.IdleTimeout != 0 {
+		t.Errorf("upstream idle timeout %v: the bootstrap sets none", l.IdleTimeout)
+	}
+}
+
+// The flags override the policy's values; the request side never buffers less than the
+// connection.
+func TestLimitsFor(t *testing.T) {
+	demo, err := LoadPolicy("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	derivedBuffer := int(envoylimits.RequestBodyBufferLimit(demo.Resolved))
+	derivedIdle := envoylimits.IdleTimeout(demo.Resolved)
+	tests := []struct {
+		name        string
+		change      func(*Options)
+		wantRequest int           // Limits.RequestBufferLimit
+		wantIdle    time.Duration // Limits.StreamIdleTimeout
+		fromPolicy  [2]bool       // RequestBufferFromPolicy, StreamIdleFromPolicy
+	}{
+		{"defaults", func(*Options) {}, derivedBuffer, derivedIdle, [2]bool{true, true}},
+		{"flags", func(o *Options) { o.RequestBufferLimit, o.StreamIdleTimeout = 2<<20, time.Minute },
+			2 << 20, time.Minute, [2]bool{false, false}},
+		{"idle timer off", func(o *Options) { o.StreamIdleTimeout = 0 }, derivedBuffer, 0, [2]bool{true, false}},
+		{"request limit below the connection's", func(o *Options) { o.RequestBufferLimit, o.BufferLimit = 4096, 65536 },
+			65536, derivedIdle, [2]bool{false, true}},
+		{"a larger connection limit raises the derived one", func(o *Options) { o.BufferLimit = 16 << 20 },
+			16 << 20, derivedIdle, [2]bool{true, true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := DefaultOptions()
+			tt.change(&o)
+			l := limitsFor(o, demo)
+			if l.RequestBufferLimit != tt.wantRequest || l.StreamIdleTimeout != tt.wantIdle ||
+				[2]bool{l.RequestBufferFromPolicy, l.StreamIdleFromPolicy} != tt.fromPolicy {
+				t.Errorf("limits %+v", l)
+			}
+		})
+	}
+}
+
+// On the demo policy (maxRequestBodyBytes 8 MiB) a 2 MiB request, over Envoy's 1 MiB
+// default, reaches the provider: Spillway holds the whole body under the raised request
+// limit. One over 8 MiB gets Spillway's own typed 413, not Envoy's untyped one: the 1 MiB
+// headroom lets the filter see the chunk that passes its limit.
+func TestDemoBuffersLargeRequests(t *testing.T) {
+	d := startDemo(t, nil)
+	d.fake(t, "fake-openai").SetPacing(fakeprovider.Pacing{})
+	body := func(n int) string {
+		return `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("x", n) + `"}]}`
+	}
+	status, _, got := post(t, d.URL()+"/v1/chat/completions", body(2<<20), nil)
+	if status != 200 {
+		t.Fatalf("2 MiB request: %d %.200s", status, got)
+	}
+	status, _, got = post(t, d.URL()+"/v1/chat/completions", body(8<<20+64<<10), nil)
+	if status != 413 || !strings.Contains(got, `"code":"request_too_large"`) {
+		t.Fatalf("request over maxRequestBodyBytes: %d %.200s", status, got)
+	}
+	if len(d.access.await("413 ", 1)) != 1 || len(d.access.lines("details=spillway_local_reply")) == 0 {
+		t.Errorf("access log:\n%s", d.access)
+	}
+}
+
+// The stream idle timeout through serve: an upstream that never answers gets Envoy's 504
+// "stream timeout" (the request was complete); a stream that stalls after its headers is
+// reset. Both flag SI with details stream_idle_timeout.
+func TestStreamIdleTimeoutThroughServe(t *testing.T) {
+	p := probeStream(t, "", func(c *Config) { c.StreamIdleTimeout = 300 * time.Millisecond })
+	p.up.SetPacing(fakeprovider.Pacing{})
+
+	status, _, body := post(t, p.url+"/v1/chat/completions", chatBody, map[string]string{"x-fake-scenario": "timeout"})
+	if status != 504 || body != "stream timeout" {
+		t.Errorf("silent upstream: %d %q", status, body)
+	}
+	waitUntil(t, func() bool { return len(p.access.lines(" 504 ")) == 1 })
+	if l := p.access.lines(" 504 ")[0]; !strings.Contains(l, "flags=SI details=stream_idle_timeout") {
+		t.Errorf("access line %q", l)
+	}
+
+	_, events, _ := sseRead(t, http.DefaultClient, p.url+"/v1/chat/completions", streamChatBody,
+		map[string]string{"x-fake-scenario": "stall", "x-fake-after-events": "1"})
+	if n := len(events); n != 2 {
+		t.Errorf("stalled stream: %d events before the idle timeout", n)
+	}
+	waitUntil(t, func() bool { return len(p.access.lines("reset(stream_idle_timeout)")) == 1 })
+	if l := p.access.lines("reset(stream_idle_timeout)")[0]; !strings.Contains(l, "flags=SI details=stream_idle_timeout") {
+		t.Errorf("access line %q", l)
+	}
+}
