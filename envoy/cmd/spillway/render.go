@@ -9,11 +9,21 @@ import (
 	"strings"
 
 	"github.com/spillwayproxy/spillway/envoy"
+	"github.com/spillwayproxy/spillway/plugin/stats"
 )
 
-// statsTags are the stats_tags every rendered bootstrap carries: the tags of Spillway's
-// metric names (plugin/stats, wired in where that package lands).
-func statsTags() []envoy.StatsTag { return nil }
+// statsTags are the stats_tags every rendered bootstrap carries: the tags plugin/stats
+// encodes in Spillway's stat names, which Envoy takes out again as labels. The bootstrap
+// sets no stats_matcher, so Envoy keeps every stat; one that did would have to include
+// stats.InclusionPrefix.
+func statsTags() []envoy.StatsTag {
+	tags := stats.Tags()
+	out := make([]envoy.StatsTag, len(tags))
+	for i, t := range tags {
+		out[i] = envoy.StatsTag{Name: t.Name, Regex: t.Regex}
+	}
+	return out
+}
 
 // renderEnvoy writes a standalone Envoy bootstrap for a policy.
 func renderEnvoy(_ context.Context, args []string, stdout, stderr io.Writer) int {
