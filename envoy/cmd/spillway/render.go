@@ -82,7 +82,7 @@ func renderEnvoy(_ context.Context, args []string, stdout, stderr io.Writer) int
 		return exitProblem
 	}
 	var doc bytes.Buffer
-	fmt.Fprintf(&doc, "# Envoy (>= 1.36) bootstrap for Spillway, generated from %s by:\n#   %s\n", source, commandLine(args))
+	fmt.Fprintf(&doc, "# Envoy (>= 1.36) bootstrap for Spillway, generated from %s by:\n#   %s\n", source, commandLine("envoy", args))
 	doc.WriteString("# Do not edit: change the policy or the flags and render again. Secrets come from Envoy's\n" +
 		"# environment (host_env_keys), never from this file. See envoy/README.md.\n")
 	doc.Write(body)
@@ -97,9 +97,9 @@ func renderEnvoy(_ context.Context, args []string, stdout, stderr io.Writer) int
 	return exitOK
 }
 
-// commandLine is the command that renders the same file, without its -o.
-func commandLine(args []string) string {
-	parts := []string{"spillway", "render", "envoy"}
+// commandLine is the render command that writes the same file, without its -o.
+func commandLine(target string, args []string) string {
+	parts := []string{"spillway", "render", target}
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; {
 		case a == "-o" || a == "--o":
