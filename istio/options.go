@@ -1,6 +1,7 @@
 package istio
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -172,51 +173,82 @@ func (s *settings) servicePort(u upstream) uint32 {
 	return u.port
 }
 
+// OptionError is a problem with one field of Options. Render reports every problem it
+// finds, each its own error (errors.Join), after "istio: options: ".
+type OptionError struct {
+	// Option is the Options field: "Namespace", "ImageDigest", "Upstreams".
+	Option string
+	// Key is the entry of a map option (a cluster of Upstreams, a name of InlineEnv) the
+	// problem is about, or "".
+	Key string
+	// Message says what is wrong and what is wanted.
+	Message string
+}
+
+// Error formats the problem as `Option: message`, or `Option["key"]: message`.
+func (e OptionError) Error() string {
+	if e.Key != "" {
+		return e.Option + "[" + strconv.Quote(e.Key) + "]: " + e.Message
+	}
+	return e.Option + ": " + e.Message
+}
+
+// optionProblems collects the OptionErrors of one check.
+type optionProblems []error
+
+func (p *optionProblems) bad(option, format string, args ...any) {
+	*p = append(*p, OptionError{Option: option, Message: fmt.Sprintf(format, args...)})
+}
+
+func (p *optionProblems) badKey(option, key, format string, args ...any) {
+	*p = append(*p, OptionError{Option: option, Key: key, Message: fmt.Sprintf(format, args...)})
+}
+
 // checkOptions applies the defaults and checks every option.
 func checkOptions(o Options) (*settings, error) {
 	s := &settings{Options: o}
-	var errs []string
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	var errs optionProblems
+	bad := errs.bad
 
 	if s.Mode == "" {
 		s.Mode = ModeFull
 	}
 	if !slices.Contains(Modes, s.Mode) {
-		bad("mode %q: want one of %s", s.Mode, joinQuoted(Modes))
+		bad("Mode", "%q: want one of %s", s.Mode, joinQuoted(Modes))
 	}
 	if s.Attach == "" {
 		s.Attach = AttachGateway
 	}
 	if !slices.Contains(Attachments, s.Attach) {
-		bad("attach %q: want one of %s", s.Attach, joinQuoted(Attachments))
+		bad("Attach", "%q: want one of %s", s.Attach, joinQuoted(Attachments))
 	}
 	if s.FailurePolicy == "" {
 		s.FailurePolicy = FailReload
 	}
 	if !slices.Contains(FailurePolicies, s.FailurePolicy) {
-		bad("failure policy %q: want one of %s", s.FailurePolicy, joinQuoted(FailurePolicies))
+		bad("FailurePolicy", "%q: want one of %s", s.FailurePolicy, joinQuoted(FailurePolicies))
 	}
 	if s.Name == "" {
 		s.Name = DefaultName
 	}
 	if msg := dnsLabel(s.Name); msg != "" {
-		bad("name %q: %s", s.Name, msg)
+		bad("Name", "%q: %s", s.Name, msg)
 	}
 	if s.Namespace == "" {
-		bad("namespace: required")
+		bad("Namespace", "required")
 	} else if msg := dnsLabel(s.Namespace); msg != "" {
-		bad("namespace %q: %s", s.Namespace, msg)
+		bad("Namespace", "%q: %s", s.Namespace, msg)
 	}
 	if s.Port == 0 {
 		s.Port = DefaultPort
 	}
 	if s.Port > 65535 {
-		bad("port %d: not a port number", s.Port)
+		bad("Port", "%d: not a port number", s.Port)
 	}
 	s.Selector = maps.Clone(s.Selector)
 	if len(s.Selector) == 0 {
 		if s.Attach == AttachSidecar {
-			bad("selector: a sidecar must name its workload's labels")
+			bad("Selector", "a sidecar must name its workload's labels")
 		} else {
 			s.Selector = map[string]string{"istio": "ingressgateway"}
 		}
@@ -226,42 +258,45 @@ func checkOptions(o Options) (*settings, error) {
 		if s.Attach == AttachSidecar {
 			s.Hosts = []string{DefaultSidecarHost}
 		} else {
-			bad("hosts: a gateway needs the hosts clients call it on")
+			bad("Hosts", "a gateway needs the hosts clients call it on")
 		}
 	}
 	for _, h := range s.Hosts {
 		if msg := fqdn(h); msg != "" {
-			bad("hosts: %q: %s", h, msg)
+			bad("Hosts", "%q: %s", h, msg)
 		}
 	}
 	if dup := firstDuplicate(s.Hosts); dup != "" {
-		bad("hosts: %q listed twice", dup)
+		bad("Hosts", "%q listed twice", dup)
 	}
 	s.checkGateway(bad)
 	s.checkImage(bad)
 	if s.ImagePullSecret != "" && s.Mode == ModeFull {
-		bad("image pull secret: an EnvoyFilter cannot name one (istio-agent pulls with its own keychain); use a public image or the WasmPlugin modes")
+		bad("ImagePullSecret", "an EnvoyFilter cannot name one (istio-agent pulls with its own keychain); use a public image or the WasmPlugin modes")
 	}
-	for k := range s.InlineEnv {
-		if k == "" {
-			bad("inline env: empty name")
-		}
+	if _, ok := s.InlineEnv[""]; ok {
+		bad("InlineEnv", "a variable without a name")
 	}
 	for i, t := range s.StatsTags {
 		if t.Name == "" || t.Regex == "" {
-			bad("stats tags[%d]: name and regex are required", i)
+			bad("StatsTags", "entry %d: name and regex are required", i)
 		}
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("istio: options: %s", strings.Join(errs, "; "))
+		return nil, fmt.Errorf("istio: options: %w", errors.Join(errs...))
 	}
 	return s, nil
 }
 
-func (s *settings) checkGateway(bad func(string, ...any)) {
+func (s *settings) checkGateway(bad func(string, string, ...any)) {
 	if s.Attach == AttachSidecar {
-		if s.Gateway != "" || s.GatewayCredential != "" || s.GatewayPort != 0 {
-			bad("gateway options: only for a gateway attachment")
+		for _, o := range []struct {
+			option string
+			set    bool
+		}{{"Gateway", s.Gateway != ""}, {"GatewayPort", s.GatewayPort != 0}, {"GatewayCredential", s.GatewayCredential != ""}} {
+			if o.set {
+				bad(o.option, "only for a gateway attachment")
+			}
 		}
 		s.gatewayRef = "mesh"
 		return
@@ -273,7 +308,7 @@ func (s *settings) checkGateway(bad func(string, ...any)) {
 		}
 	}
 	if s.GatewayPort > 65535 {
-		bad("gateway port %d: not a port number", s.GatewayPort)
+		bad("GatewayPort", "%d: not a port number", s.GatewayPort)
 	}
 	if s.Gateway == "" {
 		s.emitGateway = true
@@ -281,24 +316,24 @@ func (s *settings) checkGateway(bad func(string, ...any)) {
 		return
 	}
 	if s.GatewayCredential != "" {
-		bad("gateway credential: only for the Gateway Render emits (the existing %q has its own)", s.Gateway)
+		bad("GatewayCredential", "only for the Gateway Render emits (the existing %q has its own)", s.Gateway)
 	}
 	ns, gw, ok := strings.Cut(s.Gateway, "/")
 	if !ok || dnsLabel(ns) != "" || dnsLabel(gw) != "" {
-		bad("gateway %q: want namespace/name", s.Gateway)
+		bad("Gateway", "%q: want namespace/name", s.Gateway)
 	}
 	s.gatewayRef = s.Gateway
 }
 
-func (s *settings) checkImage(bad func(string, ...any)) {
+func (s *settings) checkImage(bad func(string, string, ...any)) {
 	ref, ok := strings.CutPrefix(s.Image, ociScheme)
 	if !ok {
-		bad("image %q: want oci://REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST]", s.Image)
+		bad("Image", "%q: want oci://REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST]", s.Image)
 		return
 	}
 	parsed, err := name.ParseReference(ref, name.StrictValidation)
 	if err != nil {
-		bad("image %q: %v", s.Image, err)
+		bad("Image", "%q: %v", s.Image, err)
 		return
 	}
 	digest := ""
@@ -311,16 +346,16 @@ func (s *settings) checkImage(bad func(string, ...any)) {
 	}
 	if s.ImageDigest != "" {
 		if digest != "" && digest != s.ImageDigest {
-			bad("image digest %q differs from the image's %q", s.ImageDigest, digest)
+			bad("ImageDigest", "%q differs from the image's %q", s.ImageDigest, digest)
 		}
 		digest = s.ImageDigest
 	}
 	hex, ok := strings.CutPrefix(digest, "sha256:")
 	switch {
 	case digest == "":
-		bad("image digest: required (the manifest digest `make oci` prints) unless the image names it (@sha256:...)")
+		bad("ImageDigest", "required (the manifest digest `make oci` prints) unless the image names it (@sha256:...)")
 	case !ok || !isSHA256Hex(hex):
-		bad("image digest %q: want sha256:<64 lower-case hex digits>", digest)
+		bad("ImageDigest", "%q: want sha256:<64 lower-case hex digits>", digest)
 	}
 	s.imageRef, s.digestHex = ref, hex
 }

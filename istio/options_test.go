@@ -1,9 +1,12 @@
 package istio
 
 import (
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/examples"
 )
 
@@ -16,14 +19,14 @@ func TestRenderRejects(t *testing.T) {
 		edit   func(*Options) // applied to the gateway example's options
 		want   string         // in the error
 	}{
-		{"no namespace", nil, func(o *Options) { o.Namespace = "" }, "namespace: required"},
-		{"unknown mode", nil, func(o *Options) { o.Mode = "lua" }, `mode "lua"`},
-		{"unknown failure policy", nil, func(o *Options) { o.FailurePolicy = "retry" }, `failure policy "retry"`},
-		{"gateway without hosts", nil, func(o *Options) { o.Hosts = nil }, "hosts: a gateway needs"},
+		{"no namespace", nil, func(o *Options) { o.Namespace = "" }, "Namespace: required"},
+		{"unknown mode", nil, func(o *Options) { o.Mode = "lua" }, `Mode: "lua": want one of`},
+		{"unknown failure policy", nil, func(o *Options) { o.FailurePolicy = "retry" }, `FailurePolicy: "retry"`},
+		{"gateway without hosts", nil, func(o *Options) { o.Hosts = nil }, "Hosts: a gateway needs"},
 		{"host is no host name", nil, func(o *Options) { o.Hosts = []string{"llm_example.com"} }, "not a host name"},
 		{"sidecar without selector", nil, func(o *Options) { o.Attach = AttachSidecar; o.Hosts = nil }, "a sidecar must name its workload"},
 		{"image over https", nil, func(o *Options) { o.Image = "https://example.com/spillway.wasm" }, "want oci://"},
-		{"image without digest", nil, func(o *Options) { o.ImageDigest = "" }, "image digest: required"},
+		{"image without digest", nil, func(o *Options) { o.ImageDigest = "" }, "ImageDigest: required"},
 		{"image digest disagrees", nil, func(o *Options) {
 			o.Image = "oci://ghcr.io/spillwayproxy/spillway@sha256:" + strings.Repeat("1", 64)
 		}, "differs from the image's"},
@@ -38,7 +41,7 @@ func TestRenderRejects(t *testing.T) {
 		}, `cluster "fake-openrouter" has no upstream`},
 		{"upstream for no cluster", nil, func(o *Options) {
 			o.Upstreams = map[string]string{"fake-openai": "https://api.openai.com", "fake-anthropic": "https://api.anthropic.com", "fake-openrouter": "https://openrouter.ai", "fake-azure": "https://x.example.com"}
-		}, `"fake-azure" is no provider's cluster`},
+		}, `Upstreams["fake-azure"]: no provider has this cluster`},
 		{"upstream scheme", nil, func(o *Options) {
 			o.Upstreams = map[string]string{"fake-openai": "grpc://api.openai.com", "fake-anthropic": "https://api.anthropic.com", "fake-openrouter": "https://openrouter.ai"}
 		}, `scheme "grpc"`},
@@ -51,7 +54,7 @@ func TestRenderRejects(t *testing.T) {
 		}, "only on Port 80"},
 		{"authority is not the upstream host", []byte(strings.Replace(string(examples.Demo()), "cluster: fake-openai", "cluster: fake-openai\n    authority: openai.example.com", 1)), func(*Options) {}, "must be its upstream's host"},
 		{"cluster from the environment", []byte(strings.Replace(string(examples.Demo()), "cluster: fake-anthropic", "cluster: ${ANTHROPIC_CLUSTER:-fake-anthropic}", 1)), func(*Options) {}, "must be literal in a mesh"},
-		{"provider host is a frontend host", nil, func(o *Options) { o.Hosts = []string{"api.openai.com"} }, "both a provider's upstream and one of Hosts"},
+		{"provider host is a frontend host", nil, func(o *Options) { o.Hosts = []string{"api.openai.com"} }, `Hosts: "api.openai.com" is also a provider's upstream host`},
 		{"invalid policy", []byte("providers: []\nroutes: []\n"), func(*Options) {}, "istio: policy:"},
 		{"WasmPlugin with a body-routed policy", nil, func(o *Options) { o.Mode = ModeWasmPlugin }, "needs a policy with routing.mode: headers"},
 		{"TrafficExtension with a body-routed policy", nil, func(o *Options) { o.Mode = ModeTrafficExtension }, "needs a policy with routing.mode: headers"},
@@ -125,5 +128,82 @@ func TestRenderOptions(t *testing.T) {
 	}
 	if y, _ = m.YAML(); !strings.Contains(string(y), "- istio-ingress/public") {
 		t.Error("the VirtualServices do not bind to the existing Gateway")
+	}
+}
+
+// TestRenderReportsEveryProblemTyped: Render reports every problem at once, each its own
+// error: an OptionError naming the Options field (and the map key), or a
+// policies.FieldError at the policy's path, so a caller (the spillway CLI) can say which
+// flag or which policy field to change.
+func TestRenderReportsEveryProblemTyped(t *testing.T) {
+	for _, tc := range []struct {
+		name string         // the mistakes
+		edit func(*Options) // applied to the gateway example's options
+		want []string       // every problem, as its Error()
+	}{
+		{"several options", func(o *Options) {
+			o.Namespace, o.Image, o.Hosts, o.Mode = "", "ghcr.io/x/spillway:1", nil, "lua"
+		}, []string{
+			`Mode: "lua": want one of "full", "wasmplugin", "trafficextension"`,
+			"Namespace: required",
+			"Hosts: a gateway needs the hosts clients call it on",
+			`Image: "ghcr.io/x/spillway:1": want oci://REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST]`,
+		}},
+		{"gateway options on a sidecar", func(o *Options) {
+			o.Attach, o.Selector, o.Hosts = AttachSidecar, map[string]string{"app": "a"}, nil
+			o.Gateway, o.GatewayPort, o.GatewayCredential = "istio-ingress/public", 8080, "tls"
+		}, []string{
+			"Gateway: only for a gateway attachment",
+			"GatewayPort: only for a gateway attachment",
+			"GatewayCredential: only for a gateway attachment",
+		}},
+		{"upstreams and the policy", func(o *Options) {
+			o.Upstreams = map[string]string{"fake-openai": "ftp://api.openai.com", "fake-azure": "https://x.example.com"}
+		}, []string{
+			`Upstreams["fake-azure"]: no provider has this cluster`,
+			`Upstreams["fake-openai"]: "ftp://api.openai.com": scheme "ftp": want https (external, TLS originated) or http (a Service in the mesh)`,
+			`providers[1].cluster: cluster "fake-openrouter" has no upstream: give it one in Upstreams (-upstream fake-openrouter=https://host) or set the provider's authority`,
+			`providers[2].cluster: cluster "fake-anthropic" has no upstream: give it one in Upstreams (-upstream fake-anthropic=https://host) or set the provider's authority`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := exampleOptions(exampleManifests[0].opts)
+			tc.edit(&o)
+			_, err := Render(examples.Demo(), o)
+			var joined interface{ Unwrap() []error }
+			if !errors.As(err, &joined) {
+				t.Fatalf("err = %v, want a list of problems", err)
+			}
+			var got []string
+			for _, e := range joined.Unwrap() {
+				var oe OptionError
+				var fe policies.FieldError
+				if !errors.As(e, &oe) && !errors.As(e, &fe) {
+					t.Errorf("problem %q (%T) is neither an OptionError nor a policies.FieldError", e, e)
+				}
+				got = append(got, e.Error())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("problems:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
+			}
+		})
+	}
+}
+
+// TestRenderPassesOnThePolicyWarnings: a valid policy with doubtful values renders, and
+// its warnings come back with their field paths.
+func TestRenderPassesOnThePolicyWarnings(t *testing.T) {
+	doc := "providers: [{id: p, cluster: c, authority: api.example.com, connections: [{id: a}]}]\n" +
+		"routes: [{model: m, targets: [{provider: p}]}]\nresilience: {modelLockout: {baseCooldownMs: 5}}\n"
+	m, err := Render([]byte(doc), Options{Namespace: "istio-ingress", Hosts: []string{"llm.example.com"},
+		Image: "oci://ghcr.io/spillwayproxy/spillway:0.1.0", ImageDigest: exampleDigest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Warnings) != 1 || m.Warnings[0].Path != "resilience.modelLockout.baseCooldownMs" {
+		t.Errorf("warnings %v, want one at resilience.modelLockout.baseCooldownMs", m.Warnings)
+	}
+	if m := renderDemo(t, exampleManifests[0].opts); len(m.Warnings) != 0 {
+		t.Errorf("the demo policy has warnings: %v", m.Warnings)
 	}
 }

@@ -3,6 +3,7 @@ package istio
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -30,6 +31,9 @@ type Manifests struct {
 	HostEnv []string
 	// Clusters maps each policy cluster name to the Istio cluster it became.
 	Clusters map[string]string
+	// Warnings are the policy's warnings (values clamped, doubtful settings), each with its
+	// field path: the policy is valid, but may not do what its author meant.
+	Warnings policies.Errors
 }
 
 // YAML writes the resources as one multi-document stream.
@@ -75,7 +79,7 @@ func Render(policyDoc []byte, opts Options) (*Manifests, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manifests{PluginConfig: pluginConfig, Clusters: clusters}
+	m := &Manifests{PluginConfig: pluginConfig, Clusters: clusters, Warnings: p.Warnings}
 	for name := range env.seen {
 		if _, inline := s.InlineEnv[name]; !inline {
 			m.HostEnv = append(m.HostEnv, name)
@@ -96,6 +100,11 @@ func Render(policyDoc []byte, opts Options) (*Manifests, error) {
 	return m, nil
 }
 
+// envPlaceholder is the value of every ${NAME} the proxy's environment will hold: a valid
+// header value and credential, long enough for the admin token's 16-character minimum, so
+// that no check or warning of the policy is about the placeholder instead of the policy.
+const envPlaceholder = "spillway-env-placeholder"
+
 // envRecorder is the environment a policy is parsed against at render time: it records
 // every ${NAME} the policy reads and answers a placeholder, since the real values live in
 // the proxy's environment. The request-queue variables (RATE_LIMIT_*) are optional and
@@ -115,55 +124,58 @@ func (e *envRecorder) lookup(name string) (string, bool) {
 		return "", false
 	}
 	e.seen[name] = true
-	return "placeholder", true
+	return envPlaceholder, true
 }
 
 // mapUpstreams finds every provider cluster's upstream: Options.Upstreams, else the
-// provider's authority as an external HTTPS host.
+// provider's authority as an external HTTPS host. A problem with the policy is a
+// policies.FieldError at its path, one with the options an OptionError.
 func (s *settings) mapUpstreams(doc []byte, res *policies.Resolved) error {
-	var errs []string
+	var errs optionProblems
+	policyProblem := func(path, format string, args ...any) {
+		errs = append(errs, policies.FieldError{Path: path, Message: fmt.Sprintf(format, args...)})
+	}
 	s.upstreams = map[string]upstream{}
-	for cluster := range s.Upstreams {
+	for _, cluster := range slices.Sorted(maps.Keys(s.Upstreams)) {
 		if !slices.ContainsFunc(res.Providers, func(pv policies.ResolvedProvider) bool { return pv.Cluster == cluster }) {
-			errs = append(errs, fmt.Sprintf("upstreams: %q is no provider's cluster", cluster))
+			errs.badKey("Upstreams", cluster, "no provider has this cluster")
 		}
 	}
 	for i := range res.Providers {
 		pv := &res.Providers[i]
-		path := "providers." + strconv.Itoa(i)
-		where := fmt.Sprintf("providers[%d] (%s)", i, pv.ID)
+		path := "providers[" + strconv.Itoa(i) + "]"
 		for _, field := range []string{"cluster", "authority"} {
-			if strings.Contains(gjson.GetBytes(doc, path+"."+field).String(), "${") {
-				errs = append(errs, fmt.Sprintf("%s.%s: must be literal in a mesh (Render replaces it with Istio's name)", where, field))
+			if strings.Contains(gjson.GetBytes(doc, "providers."+strconv.Itoa(i)+"."+field).String(), "${") {
+				policyProblem(path+"."+field, "must be literal in a mesh (Render replaces it with Istio's name)")
 			}
 		}
 		var u upstream
 		if raw, ok := s.Upstreams[pv.Cluster]; ok {
 			parsed, err := parseUpstream(raw)
 			if err != nil {
-				errs = append(errs, fmt.Sprintf("upstreams[%q]: %v", pv.Cluster, err))
+				errs.badKey("Upstreams", pv.Cluster, "%q: %v", raw, err)
 				continue
 			}
 			u = parsed
 		} else if pv.Authority != "" {
 			parsed, err := parseUpstream("https://" + pv.Authority)
 			if err != nil {
-				errs = append(errs, fmt.Sprintf("%s.authority: %v", where, err))
+				policyProblem(path+".authority", "%v", err)
 				continue
 			}
 			u = parsed
 		} else {
-			errs = append(errs, fmt.Sprintf("%s: cluster %q has no upstream: set the provider's authority or Upstreams[%q]", where, pv.Cluster, pv.Cluster))
+			policyProblem(path+".cluster", "cluster %q has no upstream: give it one in Upstreams (-upstream %s=https://host) or set the provider's authority", pv.Cluster, pv.Cluster)
 			continue
 		}
 		if auth := pv.Authority; auth != "" && auth != u.host {
-			errs = append(errs, fmt.Sprintf("%s.authority %q: must be its upstream's host %q in a mesh, where the router finds a provider's route by its authority", where, auth, u.host))
+			policyProblem(path+".authority", "%q must be its upstream's host %q in a mesh, where the router finds a provider's route by its authority", auth, u.host)
 		}
 		if !u.external && s.Attach == AttachSidecar && u.port != s.Port {
-			errs = append(errs, fmt.Sprintf("upstreams[%q]: a sidecar reaches an in-mesh provider only on Port %d (the outbound listener the filter runs on), not %d", pv.Cluster, s.Port, u.port))
+			errs.badKey("Upstreams", pv.Cluster, "a sidecar reaches an in-mesh provider only on Port %d (the outbound listener the filter runs on), not %d", s.Port, u.port)
 		}
 		if prev, ok := s.upstreams[pv.Cluster]; ok && prev != u {
-			errs = append(errs, fmt.Sprintf("%s: cluster %q already has another upstream", where, pv.Cluster))
+			policyProblem(path+".authority", "cluster %q already has another upstream (%s)", pv.Cluster, describeUpstreams(prev, u))
 		}
 		s.upstreams[pv.Cluster] = u
 	}
@@ -171,15 +183,15 @@ func (s *settings) mapUpstreams(doc []byte, res *policies.Resolved) error {
 	for _, cluster := range slices.Sorted(maps.Keys(s.upstreams)) {
 		u := s.upstreams[cluster]
 		if prev, ok := byHost[u.host]; ok && prev != u {
-			errs = append(errs, fmt.Sprintf("host %q: two clusters reach it differently (%s)", u.host, describeUpstreams(prev, u)))
+			errs.badKey("Upstreams", cluster, "host %q: two clusters reach it differently (%s)", u.host, describeUpstreams(prev, u))
 		}
 		byHost[u.host] = u
 		if slices.Contains(s.Hosts, u.host) {
-			errs = append(errs, fmt.Sprintf("host %q: both a provider's upstream and one of Hosts", u.host))
+			errs.bad("Hosts", "%q is also a provider's upstream host", u.host)
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("istio: %s", strings.Join(errs, "; "))
+		return fmt.Errorf("istio: %w", errors.Join(errs...))
 	}
 	return nil
 }

@@ -294,7 +294,7 @@ func (v *validator) httpFilter(path string, cp *networking.EnvoyFilter_EnvoyConf
 func (v *validator) policy(path, doc string, env []string) {
 	lookup := func(name string) (string, bool) {
 		if slices.Contains(env, name) {
-			return "placeholder", true
+			return envPlaceholder, true
 		}
 		return "", false
 	}

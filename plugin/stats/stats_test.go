@@ -281,7 +281,9 @@ func TestReadmeDocumentsTheFamiliesAndTags(t *testing.T) {
 		}
 	}
 	for _, tag := range Tags() {
-		entry := "  - tag_name: " + tag.Name + "\n    regex: '" + tag.Regex + "'\n"
+		// As spillway render envoy writes it (envoy/cmd/spillway checks the whole block
+		// against the rendered bootstrap).
+		entry := "    - tag_name: " + tag.Name + "\n      regex: " + tag.Regex + "\n"
 		if !strings.Contains(doc, entry) {
 			t.Errorf("README lacks the stats_tags entry %q", entry)
 		}

@@ -12,6 +12,7 @@ import (
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 
 	"github.com/spillwayproxy/spillway/envoy"
+	"github.com/spillwayproxy/spillway/istio"
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/examples"
 )
@@ -50,7 +51,7 @@ func (m *moduleFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.path, "wasm", envoy.DefaultModulePath, "the module's path on the Envoy host (`FILE`)")
 	fs.StringVar(&m.url, "wasm-url", "", "fetch the module from this `URL` instead of -wasm (needs -wasm-sha256)")
 	fs.StringVar(&m.sha256, "wasm-sha256", "", "the module's sha256 (`HEX`; sha256sum build/spillway.wasm)")
-	fs.Var(&m.failure, "failure-policy", "what Envoy does after a VM failure: fail-reload (a fresh VM), fail-closed (503), fail-open (skip the filter)")
+	fs.Var(&m.failure, "failure-policy", "what Envoy does after a VM failure, `POLICY`: fail-reload (a fresh VM), fail-closed (503), fail-open (skip the filter)")
 }
 
 func (m *moduleFlags) module() envoy.Module {
@@ -134,25 +135,38 @@ func printProblems(w io.Writer, source string, err error) {
 }
 
 func problemLines(err error) []string {
-	var fe policies.Errors
-	if errs, ok := err.(policies.Errors); ok {
-		lines := make([]string, len(errs))
-		for i, e := range errs {
-			lines[i] = e.Error()
+	switch e := err.(type) {
+	case policies.Errors:
+		lines := make([]string, len(e))
+		for i, fe := range e {
+			lines[i] = fe.Error()
 		}
 		return lines
-	}
-	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+	case istio.OptionError:
+		return []string{optionProblem(e)}
+	case interface{ Unwrap() []error }: // errors.Join: a problem each
 		var lines []string
-		for _, e := range joined.Unwrap() {
-			lines = append(lines, problemLines(e)...)
+		for _, inner := range e.Unwrap() {
+			lines = append(lines, problemLines(inner)...)
 		}
 		return lines
 	}
-	if inner := errors.Unwrap(err); inner != nil && errors.As(err, &fe) {
-		return problemLines(inner) // a package prefix around field problems
+	if inner := errors.Unwrap(err); inner != nil && holdsProblems(inner) {
+		return problemLines(inner) // a package prefix ("envoy: ", "istio: options: ") around them
 	}
 	return []string{err.Error()}
+}
+
+// holdsProblems says whether err or an error it wraps lists problems that say where they
+// are (field paths, option names).
+func holdsProblems(err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		switch err.(type) {
+		case policies.Errors, istio.OptionError, interface{ Unwrap() []error }:
+			return true
+		}
+	}
+	return false
 }
 
 func envoyFailurePolicy(f failurePolicyFlag) wasmv3.FailurePolicy { return wasmv3.FailurePolicy(f) }

@@ -2,6 +2,7 @@
 //
 //	spillway lint [-env] [-strict] POLICY...     check policies
 //	spillway render envoy [flags]                write a standalone Envoy bootstrap
+//	spillway render istio -namespace NS [flags]  write the Istio manifests
 //	spillway xds -policy FILE [flags]            serve the filter to Envoy over ECDS
 //
 // `spillway help` and `spillway CMD -h` describe each command's flags.
@@ -27,13 +28,14 @@ type command struct {
 // commands are the top-level subcommands, in the order help lists them.
 var commands = []command{
 	{"lint", "check a policy: every problem with its field path, warnings, routes never served", runLint},
-	{"render", "write generated configuration (render envoy)", runRender},
+	{"render", "write generated configuration (render envoy, render istio)", runRender},
 	{"xds", "serve the filter's configuration to Envoy over ECDS and push policy changes", runXDS},
 }
 
 // renderTargets are what `render` can write.
 var renderTargets = []command{
 	{"envoy", "a standalone Envoy bootstrap (YAML) that runs Spillway", renderEnvoy},
+	{"istio", "the Istio resources (multi-document YAML for kubectl apply) that run Spillway in a mesh", renderIstio},
 }
 
 // Exit statuses.

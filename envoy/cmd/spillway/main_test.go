@@ -195,7 +195,7 @@ func TestCommands(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, "lint") || !strings.Contains(stdout, "render") || !strings.Contains(stdout, "xds") {
 		t.Errorf("help: exit %d\n%s", code, stdout)
 	}
-	if code, stdout, _ := runCLI(t, "render", "help"); code != exitOK || !strings.Contains(stdout, "envoy") {
+	if code, stdout, _ := runCLI(t, "render", "help"); code != exitOK || !strings.Contains(stdout, "  envoy ") || !strings.Contains(stdout, "  istio ") {
 		t.Errorf("render help: exit %d\n%s", code, stdout)
 	}
 	if code, _, stderr := runCLI(t, "deploy"); code != exitUsage || !strings.Contains(stderr, `unknown command "deploy"`) {

@@ -9,11 +9,21 @@ import (
 	"strings"
 
 	"github.com/spillwayproxy/spillway/envoy"
+	"github.com/spillwayproxy/spillway/plugin/stats"
 )
 
-// statsTags are the stats_tags every rendered bootstrap carries: the tags of Spillway's
-// metric names (plugin/stats, wired in where that package lands).
-func statsTags() []envoy.StatsTag { return nil }
+// statsTags are the stats_tags every rendered bootstrap carries: the tags plugin/stats
+// encodes in Spillway's stat names, which Envoy takes out again as labels. The bootstrap
+// sets no stats_matcher, so Envoy keeps every stat; one that did would have to include
+// stats.InclusionPrefix.
+func statsTags() []envoy.StatsTag {
+	tags := stats.Tags()
+	out := make([]envoy.StatsTag, len(tags))
+	for i, t := range tags {
+		out[i] = envoy.StatsTag{Name: t.Name, Regex: t.Regex}
+	}
+	return out
+}
 
 // renderEnvoy writes a standalone Envoy bootstrap for a policy.
 func renderEnvoy(_ context.Context, args []string, stdout, stderr io.Writer) int {
@@ -72,7 +82,7 @@ func renderEnvoy(_ context.Context, args []string, stdout, stderr io.Writer) int
 		return exitProblem
 	}
 	var doc bytes.Buffer
-	fmt.Fprintf(&doc, "# Envoy (>= 1.36) bootstrap for Spillway, generated from %s by:\n#   %s\n", source, commandLine(args))
+	fmt.Fprintf(&doc, "# Envoy (>= 1.36) bootstrap for Spillway, generated from %s by:\n#   %s\n", source, commandLine("envoy", args))
 	doc.WriteString("# Do not edit: change the policy or the flags and render again. Secrets come from Envoy's\n" +
 		"# environment (host_env_keys), never from this file. See envoy/README.md.\n")
 	doc.Write(body)
@@ -87,9 +97,9 @@ func renderEnvoy(_ context.Context, args []string, stdout, stderr io.Writer) int
 	return exitOK
 }
 
-// commandLine is the command that renders the same file, without its -o.
-func commandLine(args []string) string {
-	parts := []string{"spillway", "render", "envoy"}
+// commandLine is the render command that writes the same file, without its -o.
+func commandLine(target string, args []string) string {
+	parts := []string{"spillway", "render", target}
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; {
 		case a == "-o" || a == "--o":
