@@ -10,9 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tidwall/sjson"
+
 	"github.com/spillwayproxy/spillway/istio"
 	"github.com/spillwayproxy/spillway/plugin/stats"
 	"github.com/spillwayproxy/spillway/policies/examples"
+	"github.com/spillwayproxy/spillway/policies/policyfile"
 )
 
 // istioDigest stands in for the manifest digest `make oci` prints (istio/examples use it).
@@ -108,8 +111,19 @@ func TestRenderIstio(t *testing.T) {
 				o.Selector = map[string]string{"app": "agent", "tier": "web"}
 			}), ""},
 	}
+	// The WasmPlugin modes need a header-routed policy: the demo with routing.mode: headers.
+	headerRouted := headerRoutedDemo(t)
+	headerRoutedPath := filepath.Join(t.TempDir(), "demo-headers.json")
+	if err := os.WriteFile(headerRoutedPath, headerRouted, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			policy := examples.Demo()
+			if tt.opts.Mode == istio.ModeWasmPlugin || tt.opts.Mode == istio.ModeTrafficExtension {
+				tt.args = append([]string{"-policy", headerRoutedPath}, tt.args...)
+				policy = headerRouted
+			}
 			args := demoIstioArgs(tt.args...)
 			code, stdout, stderr := runCLI(t, append([]string{"render", "istio"}, args...)...)
 			if code != exitOK {
@@ -122,7 +136,7 @@ func TestRenderIstio(t *testing.T) {
 				t.Errorf("the header does not give the command that renders the file:\n%.600s", stdout)
 			}
 			got := manifestBody(t, stdout)
-			m, err := istio.Render(examples.Demo(), demoIstioOptions(tt.opts))
+			m, err := istio.Render(policy, demoIstioOptions(tt.opts))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,6 +159,20 @@ func TestRenderIstio(t *testing.T) {
 			}
 		})
 	}
+}
+
+// headerRoutedDemo is the demo policy in JSON with routing.mode: headers, as istio/examples
+// render the WasmPlugin modes.
+func headerRoutedDemo(t *testing.T) []byte {
+	t.Helper()
+	doc, err := policyfile.ToJSON(examples.Demo())
+	if err == nil {
+		doc, err = sjson.SetBytes(doc, "routing.mode", "headers")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
 }
 
 // firstDifference shows the first line where got and want differ.
