@@ -72,7 +72,7 @@ func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 		FailurePolicy: opts.FailurePolicy, WithoutHeadersStopIteration: !opts.AllowOnHeadersStopIteration,
 		BufferLimit: opts.BufferLimit, Timeout: opts.Timeout, ConnectTimeout: opts.ConnectTimeout,
 		RouteTimeout: opts.RouteTimeout, IdleTimeout: opts.IdleTimeout,
-		AccessLog: access, GuestLog: logs, Runtime: opts.Runtime,
+		AccessLog: access, GuestLog: logs, Runtime: opts.Runtime, CacheDir: opts.CacheDir,
 	})
 	if err != nil {
 		return nil, err
