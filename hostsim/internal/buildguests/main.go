@@ -51,6 +51,7 @@ var guests = []guest{
 	{name: "gcstress", pkg: guestsDir + "gcstress", sdk: true},
 	{name: "gcstress-nopatch", pkg: guestsDir + "gcstress", sdk: true, flags: []string{"-no-runtime-patch"}},
 	{name: "noop-nobridge", pkg: "plugin/noop", sdk: true, flags: []string{"-no-bridge"}},
+	{name: "panicky", pkg: guestsDir + "panicky", sdk: true},
 }
 
 func main() {
