@@ -44,8 +44,9 @@ type runtimeConfig struct {
 
 // DefaultCompilationCacheLimit bounds a compilation cache directory's size unless
 // WithCompilationCacheLimit says otherwise: a compiled Spillway module takes about 15 MB,
-// and every build of a changed module adds one.
-const DefaultCompilationCacheLimit = 1 << 30
+// every build of a changed module adds one, and the whole test suite's modules take about
+// 120 MB, so the limit holds them a few times over.
+const DefaultCompilationCacheLimit = 512 << 20
 
 // RuntimeOption configures a Runtime.
 type RuntimeOption func(*runtimeConfig)

@@ -60,7 +60,7 @@ func fixture(t *testing.T) (root string, in Inputs) {
 func quote(s string) string { return `"` + strings.ReplaceAll(s, `\`, `\\`) + `"` }
 
 func TestComputeListsTheBuildsInputs(t *testing.T) {
-	root, in := fixture(t)
+	_, in := fixture(t)
 	s, err := Compute(in)
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +87,6 @@ func TestComputeListsTheBuildsInputs(t *testing.T) {
 	if s.Go == "" || strings.Join(s.Build, " ") != "builder ./cmd" {
 		t.Errorf("go %q, build %q", s.Go, s.Build)
 	}
-	_ = root
 }
 
 func TestCheck(t *testing.T) {
