@@ -13,7 +13,7 @@ TEST_TIMEOUT ?= 12m
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build build/spillway.wasm, the baseline build/noop.wasm and the hostsim test guests.
@@ -35,12 +35,28 @@ test: build ## Build, then run every test: native engine tests and wasm tests un
 	$(GO) test -count=1 -run '^$$' -bench Path -benchtime 1x ./plugin
 
 .PHONY: check
-check: ## Hygiene: gofmt, go vet, staticcheck, and a wasip1 cross-build of the plugin.
+check: ## Hygiene: gofmt, go mod tidy, go vet, staticcheck, and a wasip1 cross-build of the plugin.
 	@out=$$(gofmt -l . ); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@# go.mod and go.sum say exactly what the code imports, whatever it imports (fix: go mod tidy).
+	$(GO) mod tidy -diff
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./plugin/... ./policies
 	GOOS=wasip1 GOARCH=wasm $(GO) build ./plugin/... ./policies
+
+# The native packages: those whose tests run no wasm module (their test binary does not
+# link hostsim), found from the import graph so a new package joins by itself.
+NATIVE_PKGS = $(GO) list -test -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}' ./... | \
+	awk '$$1 ~ /\.test$$/ { w = 0; for (i = 2; i <= NF; i++) if ($$i == "github.com/spillwayproxy/spillway/hostsim") w = 1; \
+	     if (!w) { sub(/\.test$$/, "", $$1); print $$1 } }'
+
+.PHONY: race
+race: build ## The native packages' tests under the race detector.
+	pkgs=$$($(NATIVE_PKGS)) && test -n "$$pkgs" && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$pkgs
+
+.PHONY: bench-smoke
+bench-smoke: build ## Every benchmark once (-benchtime=1x): they keep compiling and running.
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./...
 
 # Benchmark time per run; -p 1 runs one test binary at a time, so no benchmark shares the
 # cores with another package's (the filter's ratios against noop.wasm would pay for it).
@@ -54,8 +70,8 @@ bench: build ## Benchmarks: the filter's request paths vs noop.wasm in hostsim, 
 
 .PHONY: serve
 serve: build ## Run the main job: hostsim serve on the embedded demo policy (http://127.0.0.1:10000, admin :9901).
-	$(GO) run ./hostsim/cmd/hostsim serve -wasm $(BUILD)/spillway.wasm -admin 127.0.0.1:9901
+	$(GO) run ./hostsim/cmd/hostsim serve -wasm $(BUILD)/spillway.wasm -admin 127.0.0.1:9901 -cache-dir $(BUILD)/.hostsim-cache
 
 .PHONY: clean
-clean: ## Remove build outputs and derived build files.
+clean: ## Remove build outputs, their stamps, derived build files and hostsim's compilation cache.
 	rm -rf $(BUILD)

@@ -60,6 +60,11 @@
 //   - WASI: Envoy 1.33's set by default (poll_oneoff and fd_fdstat_set_flags answer ENOSYS,
 //     so a Go runtime timer kills the guest with "poll_oneoff failed"), Envoy ≤ 1.32,
 //     cpp-host head (#533) and wazero's full WASI.
+//   - Memory handed over: the guest's allocator is called for every non-empty answer and
+//     the data written at the address it returned; an allocator that returns 0 fails the
+//     call with InvalidMemoryAccess (cpp-host include/proxy-wasm/wasm.h, allocMemory and
+//     copyToPointerSize). WithForeignAddresses breaks this on purpose, for tests of a
+//     guest's defences: the data goes 8 bytes past the block the allocator returned.
 //   - Failure: a trap (or a Go fatal error) comes back as a *TrapError naming the VM and the
 //     callback; the VM is failed and later streams follow the FailurePolicy.
 //

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
 )
 
 // Foreign functions: registered ones answer, clear_route_cache is built in, unknown ones
@@ -58,22 +58,14 @@ func TestTrailersFromLastBodyAndBufferLimit(t *testing.T) {
 
 // With a real clock the host fires ticks itself, on every VM that set a period.
 func TestRealClockTicks(t *testing.T) {
-	h := probe(t, "configure tick_period 5", hostsim.WithRealClock())
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		n := 0
-		for _, l := range trace(h.Host, "worker-0") {
-			if l == "cb tick ctx=1" {
-				n++
-			}
-		}
-		if n >= 3 {
-			requireTrace(t, h.Host, "main", "cb tick ctx=1")
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
+	var logs hostsimtest.Lines
+	probe(t, "configure tick_period 5", hostsim.WithRealClock(), hostsim.WithLogWriter(&logs))
+	if n := len(logs.Wait("worker-0: cb tick ctx=1", 3)); n < 3 {
+		t.Fatalf("%d ticks on worker-0 with a real clock, want 3", n)
 	}
-	t.Fatal("no ticks with a real clock")
+	if n := len(logs.Wait("main: cb tick ctx=1", 1)); n < 1 {
+		t.Fatal("no tick on the main VM with a real clock")
+	}
 }
 
 // Exchanges can be started and left paused; Advance (here via a queue notification from

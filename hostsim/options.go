@@ -45,6 +45,7 @@ type config struct {
 	upstreamIdleTimeout time.Duration
 
 	allowHeadersStopIteration bool
+	foreignAddresses          bool
 }
 
 func defaultConfig() config {
@@ -255,6 +256,13 @@ func WithoutAllowOnHeadersStopIteration() Option {
 func WithAllowOnHeadersStopIteration() Option {
 	return func(c *config) { c.allowHeadersStopIteration = true }
 }
+
+// WithForeignAddresses makes the host misbehave for tests of a guest's defences: every
+// answer a host call hands over is written 8 bytes past the start of the block the guest's
+// proxy_on_memory_allocate returned, and that address is what the guest is told, as a host
+// with a pointer bug would. Envoy never does this (cpp-host's copyToPointerSize writes at
+// the address the allocator returned); Spillway's bridge refuses such an address.
+func WithForeignAddresses() Option { return func(c *config) { c.foreignAddresses = true } }
 
 // CalloutHandler answers an HTTP callout. It runs outside the VM (never call back into the
 // Host from it with a virtual clock; with a real clock it runs on its own goroutine).

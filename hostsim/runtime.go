@@ -1,13 +1,20 @@
 package hostsim
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -32,7 +39,14 @@ type Runtime struct {
 type runtimeConfig struct {
 	interpreter bool
 	cacheDir    string
+	cacheLimit  int64
 }
+
+// DefaultCompilationCacheLimit bounds a compilation cache directory's size unless
+// WithCompilationCacheLimit says otherwise: a compiled Spillway module takes about 15 MB,
+// every build of a changed module adds one, and the whole test suite's modules take about
+// 120 MB, so the limit holds them a few times over.
+const DefaultCompilationCacheLimit = 512 << 20
 
 // RuntimeOption configures a Runtime.
 type RuntimeOption func(*runtimeConfig)
@@ -41,9 +55,17 @@ type RuntimeOption func(*runtimeConfig)
 func WithInterpreter() RuntimeOption { return func(c *runtimeConfig) { c.interpreter = true } }
 
 // WithCompilationCacheDir keeps compiled machine code in dir, so later processes (other test
-// binaries, the next `go test` run) skip compilation.
+// binaries, the next `go test` run) skip compilation. The directory is kept within its
+// limit (WithCompilationCacheLimit): when a Runtime is created and when it is closed, the
+// entries written longest ago are removed until the rest fit.
 func WithCompilationCacheDir(dir string) RuntimeOption {
 	return func(c *runtimeConfig) { c.cacheDir = dir }
+}
+
+// WithCompilationCacheLimit bounds the compilation cache directory to n bytes (default
+// DefaultCompilationCacheLimit).
+func WithCompilationCacheLimit(n int64) RuntimeOption {
+	return func(c *runtimeConfig) { c.cacheLimit = n }
 }
 
 // NewRuntime returns a Runtime. Close it when done.
@@ -52,7 +74,14 @@ func NewRuntime(opts ...RuntimeOption) (*Runtime, error) {
 	for _, o := range opts {
 		o(&r.cfg)
 	}
+	if r.cfg.cacheLimit <= 0 {
+		r.cfg.cacheLimit = DefaultCompilationCacheLimit
+	}
 	if r.cfg.cacheDir != "" {
+		if err := os.MkdirAll(r.cfg.cacheDir, 0o755); err != nil {
+			return nil, fmt.Errorf("hostsim: compilation cache: %w", err)
+		}
+		pruneCache(r.cfg.cacheDir, r.cfg.cacheLimit, time.Now())
 		c, err := wazero.NewCompilationCacheWithDir(r.cfg.cacheDir)
 		if err != nil {
 			return nil, fmt.Errorf("hostsim: compilation cache: %w", err)
@@ -79,7 +108,54 @@ func (r *Runtime) Close() error {
 		}
 	}
 	errs = append(errs, r.cache.Close(context.Background()))
+	if r.cfg.cacheDir != "" {
+		pruneCache(r.cfg.cacheDir, r.cfg.cacheLimit, time.Now())
+	}
 	return errors.Join(errs...)
+}
+
+// tempGrace is how old a temporary file in the cache must be before pruning removes it:
+// wazero writes an entry to a temporary file and renames it into place, and another
+// process may be writing one now.
+const tempGrace = time.Hour
+
+// pruneCache removes the files written longest ago under dir until the rest take at most
+// limit bytes. Every file counts, whichever wazero version wrote it (a version's entries
+// live in a directory of their own, which an upgrade leaves behind). It is best effort:
+// other processes may use the directory at the same time, and an entry removed under a
+// reader is only compiled again.
+func pruneCache(dir string, limit int64, now time.Time) {
+	type entry struct {
+		path string
+		size int64
+		mod  time.Time
+	}
+	var entries []entry
+	var total int64
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if strings.HasSuffix(d.Name(), ".tmp") && now.Sub(info.ModTime()) < tempGrace {
+			return nil // being written
+		}
+		entries = append(entries, entry{path, info.Size(), info.ModTime()})
+		total += info.Size()
+		return nil
+	})
+	slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.mod.UnixNano(), b.mod.UnixNano()) })
+	for _, e := range entries {
+		if total <= limit {
+			break
+		}
+		if err := os.Remove(e.path); err == nil || errors.Is(err, fs.ErrNotExist) {
+			total -= e.size
+		}
+	}
 }
 
 type engineKind int

@@ -504,13 +504,33 @@ func (vm *VM) allocate(n uint32) uint32 {
 	return uint32(vm.allocStack[0])
 }
 
-// copyOut hands data to the guest like cpp-host's copyToPointerSize: allocate in the guest,
-// copy, write the address and size to the out-params. Empty data gives (0, 0).
+// foreignOffset is how far past the block the guest's allocator returned
+// WithForeignAddresses places the data it hands over.
+const foreignOffset = 8
+
+// place allocates n bytes in the guest for data the host hands over and returns where the
+// data goes: the block's address (0 when the allocator returned none), or, with
+// WithForeignAddresses, an address inside the block that the allocator never returned.
+func (vm *VM) place(n uint32) uint32 {
+	if !vm.host.cfg.foreignAddresses {
+		return vm.allocate(n)
+	}
+	addr := vm.allocate(n + foreignOffset)
+	if addr == 0 {
+		return 0
+	}
+	return addr + foreignOffset
+}
+
+// copyOut hands data to the guest like cpp-host's copyToPointerSize (include/proxy-wasm/
+// wasm.h): allocate in the guest, copy, write the address and size to the out-params. Empty
+// data gives (0, 0); an allocator that returns no memory (address 0) fails the call with
+// InvalidMemoryAccess, as allocMemory's nullptr does there.
 func (vm *VM) copyOut(data []byte, ptrPtr, sizePtr uint32) Status {
 	var addr uint32
 	if len(data) > 0 {
-		addr = vm.allocate(uint32(len(data)))
-		if !vm.mem.Write(addr, data) {
+		addr = vm.place(uint32(len(data)))
+		if addr == 0 || !vm.mem.Write(addr, data) {
 			return StatusInvalidMemoryAccess
 		}
 	}
@@ -524,8 +544,8 @@ func (vm *VM) copyOut(data []byte, ptrPtr, sizePtr uint32) Status {
 func (vm *VM) copyOutString(data string, ptrPtr, sizePtr uint32) Status {
 	var addr uint32
 	if len(data) > 0 {
-		addr = vm.allocate(uint32(len(data)))
-		if !vm.mem.WriteString(addr, data) {
+		addr = vm.place(uint32(len(data)))
+		if addr == 0 || !vm.mem.WriteString(addr, data) {
 			return StatusInvalidMemoryAccess
 		}
 	}

@@ -9,6 +9,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -289,10 +290,14 @@ func TestDifferentialEnvironment(t *testing.T) {
 		`"routes":[{"model":"gpt-4o","targets":[{"provider":"openai"}]}]}`)
 	for _, set := range []bool{true, false} {
 		t.Run(fmt.Sprintf("variable set=%v", set), func(t *testing.T) {
+			// The process environment is the native filter's VM environment: it is set, or
+			// unset, here whatever the environment the tests run in (t.Setenv restores it).
 			var opts []hostsim.Option
+			t.Setenv("SPILLWAY_DIFF_KEY", secret)
 			if set {
-				t.Setenv("SPILLWAY_DIFF_KEY", secret)
 				opts = append(opts, hostsim.WithEnv("SPILLWAY_DIFF_KEY", secret))
+			} else if err := os.Unsetenv("SPILLWAY_DIFF_KEY"); err != nil {
+				t.Fatal(err)
 			}
 			native, reset := proxytest.NewHostEmulator(proxytest.NewEmulatorOption().
 				WithVMContext(filter.NewVMContext()).WithPluginConfiguration(config))

@@ -1,13 +1,16 @@
 // Package hostsimtest is testing.TB helpers for hostsim: a shared Runtime (each module is
-// compiled once per test binary, and machine code is cached on disk across binaries),
-// loaders for the built modules that fail with "run make build" when one is missing, and a
-// Host whose methods mirror the SDK's proxytest one to one, failing the test on a guest
-// trap instead of returning errors.
+// compiled once per test binary, and machine code is cached on disk across binaries, under
+// build/), loaders for the built modules that fail with "run make build" when one is
+// missing or stale, and a Host whose methods mirror the SDK's proxytest one to one, failing
+// the test on a guest trap instead of returning errors.
 package hostsimtest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +22,12 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/internal/buildstamp"
 )
+
+// CacheDir is where compiled machine code is kept, relative to the module root: under
+// build/, so `make clean` removes it, and bounded (hostsim.DefaultCompilationCacheLimit).
+const CacheDir = "build/.hostsim-cache"
 
 // shared holds the test binary's Runtime. It only caches compiled code: every Host keeps
 // its own state, so tests that share it may run in parallel.
@@ -30,18 +38,12 @@ var shared struct {
 }
 
 // Runtime returns the test binary's shared Runtime. Compiled machine code is also kept in
-// the user cache directory (spillway-hostsim), so later test binaries skip compiling.
+// CacheDir, so later test binaries skip compiling.
 func Runtime(t testing.TB) *hostsim.Runtime {
 	t.Helper()
+	root := ModuleRoot(t)
 	shared.once.Do(func() {
-		var opts []hostsim.RuntimeOption
-		if dir, err := os.UserCacheDir(); err == nil {
-			d := filepath.Join(dir, "spillway-hostsim")
-			if os.MkdirAll(d, 0o755) == nil {
-				opts = append(opts, hostsim.WithCompilationCacheDir(d))
-			}
-		}
-		shared.rt, shared.err = hostsim.NewRuntime(opts...)
+		shared.rt, shared.err = hostsim.NewRuntime(hostsim.WithCompilationCacheDir(filepath.Join(root, CacheDir)))
 	})
 	if shared.err != nil {
 		t.Fatalf("hostsimtest: runtime: %v", shared.err)
@@ -72,26 +74,51 @@ func ModuleRoot(t testing.TB) string {
 }
 
 // ReadModule reads a built module, rel to the module root (e.g. "build/spillway.wasm"). A
-// missing file fails the test with the command that builds it.
+// module that is missing, or stale — its sources changed since it was built, by its build
+// stamp (internal/buildstamp) — fails the test with the command that builds it.
 func ReadModule(t testing.TB, rel string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(ModuleRoot(t), rel))
+	b, err := readModule(ModuleRoot(t), rel)
 	if err != nil {
-		t.Fatalf("hostsimtest: %s is missing: run make build (%v)", rel, err)
+		t.Fatalf("hostsimtest: %v", err)
 	}
 	return b
 }
 
 // Guest reads build/guests/<name>.wasm, built by `go run ./hostsim/internal/buildguests`
-// (part of make build).
+// (part of make build), and fails the test as ReadModule does.
 func Guest(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(ModuleRoot(t), "build", "guests", name+".wasm"))
+	return ReadModule(t, "build/guests/"+name+".wasm")
+}
+
+// checked remembers the modules this test binary found fresh: each is checked once.
+var checked sync.Map // absolute path -> module digest
+
+// readModule reads the module at rel under root and checks it against its build stamp.
+func readModule(root, rel string) ([]byte, error) {
+	path := filepath.Join(root, filepath.FromSlash(rel))
+	b, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("hostsimtest: build/guests/%s.wasm is missing: run make build "+
-			"(or go run ./hostsim/internal/buildguests): %v", name, err)
+		return nil, fmt.Errorf("%s is missing: run make build (%w)", rel, err)
 	}
-	return b
+	sum := sha256.Sum256(b)
+	digest := hex.EncodeToString(sum[:])
+	if d, ok := checked.Load(path); ok && d == digest {
+		return b, nil
+	}
+	s, err := buildstamp.Check(root, path)
+	var stale *buildstamp.StaleError
+	switch {
+	case errors.As(err, &stale):
+		return nil, fmt.Errorf("%s is stale (%s): run make build", rel, stale.Reason)
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w: run make build", rel, err)
+	case s.Module != digest: // rebuilt between the read and the check
+		return nil, fmt.Errorf("%s is stale (it changed while being read): run make build", rel)
+	}
+	checked.Store(path, digest)
+	return b, nil
 }
 
 // Host is a hostsim.Host with proxytest's method shapes: guest traps fail the test.

@@ -1,11 +1,8 @@
 package serve
 
 import (
-	"bytes"
 	"context"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,44 +10,16 @@ import (
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
 )
 
-// logBuf is a bytes.Buffer safe for the concurrent writers serve has.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// logBuf collects what serve logs from its concurrent writers, and can be waited on.
+type logBuf struct{ hostsimtest.Lines }
 
 // lines returns the lines containing sub.
-func (l *logBuf) lines(sub string) []string {
-	var out []string
-	for _, line := range strings.Split(l.String(), "\n") {
-		if strings.Contains(line, sub) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
+func (l *logBuf) lines(sub string) []string { return l.Matching(sub) }
 
-// await waits (bounded) until at least n lines contain sub, and returns the lines that do:
-// the access line of a request is written once its stream ended, which can be just after
-// the client read the last byte.
-func (l *logBuf) await(sub string, n int) []string {
-	for i := 0; i < 500 && len(l.lines(sub)) < n; i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
-	return l.lines(sub)
-}
+// await waits until at least n lines contain sub (woken by the writes, bounded by
+// hostsimtest.WaitLimit), and returns the lines that do: the access line of a request is
+// written once its stream ended, which can be just after the client read the last byte.
+func (l *logBuf) await(sub string, n int) []string { return l.Wait(sub, n) }
 
 // spillwayWasm returns the path of build/spillway.wasm; a missing module fails the test
 // with "run make build".

@@ -100,6 +100,10 @@ type Options struct {
 	IdleTimeout time.Duration
 	// Admin is the Envoy-like admin listener's address (-admin; "" for none).
 	Admin string
+	// CacheDir keeps compiled machine code across starts (-cache-dir; "" compiles on every
+	// start), bounded by hostsim.DefaultCompilationCacheLimit. `make serve` uses
+	// build/.hostsim-cache, which `make clean` removes.
+	CacheDir string
 	// Runtime, when set, compiles and runs the module (not a flag: tests share one).
 	Runtime *hostsim.Runtime
 }
@@ -134,6 +138,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*timeoutFlag)(&o.ConnectTimeout), "connect-timeout", "upstream connect timeout (Envoy's cluster connect_timeout)")
 	fs.Var((*optionalTimeoutFlag)(&o.RouteTimeout), "route-timeout", "route timeout, 0 for none (Envoy's route timeout; the generated bootstrap has none)")
 	fs.Var((*optionalTimeoutFlag)(&o.IdleTimeout), "idle-timeout", "upstream idle timeout, 0 for none (Envoy's per_try_idle_timeout; the generated bootstrap has none)")
+	fs.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "keep compiled machine code in this `directory` (bounded); none: compile on every start")
 }
 
 // RegisterListenFlag defines -listen and -admin on fs.

@@ -12,6 +12,11 @@ import (
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
 )
 
+// refusedURL is an upstream that refuses every connection at once (ECONNREFUSED on Linux):
+// nothing can listen on port 0 (binding it picks another port), so unlike a port once
+// listened on and closed, no other process can take it in the meantime.
+const refusedURL = "http://127.0.0.1:0"
+
 // probeServe runs the probe guest (hostsim's scriptable test module) behind serve with one
 // worker, so the first stream's context id is 2. The fake OpenAI provider is the default
 // cluster "up"; "dead" is a cluster nobody listens on.
@@ -46,14 +51,9 @@ func probeServer(t *testing.T, script string, timeout time.Duration, upURL strin
 		t.Cleanup(func() { env.up.Close() })
 		upURL = env.up.URL
 	}
-	dead, err := fakeprovider.Start(p, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead.Close()
 	env.srv, err = New(Config{
 		Wasm: hostsimtest.Guest(t, "probe"), PluginConfig: []byte(script),
-		Clusters:       []Cluster{{"up", upURL}, {"dead", dead.URL}},
+		Clusters:       []Cluster{{"up", upURL}, {"dead", refusedURL}},
 		DefaultCluster: "up", Workers: 1, Timeout: timeout, GuestLog: env.logs, AccessLog: env.access,
 		Runtime: hostsimtest.Runtime(t),
 	})
@@ -80,13 +80,10 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// requireLog waits briefly for a guest log line (callouts answer on their own goroutine).
+// requireLog waits for a guest log line (callouts answer on their own goroutine).
 func requireLog(t *testing.T, logs *logBuf, want string) {
 	t.Helper()
-	for i := 0; i < 200 && !strings.Contains(logs.String(), want); i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !strings.Contains(logs.String(), want) {
+	if len(logs.await(want, 1)) == 0 {
 		t.Fatalf("guest log lacks %q:\n%s", want, logs)
 	}
 }

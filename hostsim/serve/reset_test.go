@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
+	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
 )
 
 // requireEnded fails unless worker-0 ran on_log, on_done and on_delete for stream 2, once
@@ -33,6 +34,12 @@ func requireEnded(t *testing.T, p *probeEnv) {
 	}
 }
 
+// orderedTimeout is serve's timeout in the tests that need something else to happen first
+// (a 20 ms tick to find the stream, the request to reach the upstream): a hundred times
+// what that takes, so only a stalled machine could reorder them. It is the only real-time
+// margin here; everything else waits on events.
+const orderedTimeout = 2 * time.Second
+
 // A request the filter holds paused past the timeout is answered 504 and its stream is
 // reset in the VM: it ends (log → done → delete) before the answer goes out, and a later
 // tick no longer finds it.
@@ -41,7 +48,7 @@ func TestTimeoutResetsThePausedStream(t *testing.T) {
 configure tick_period 20
 request_headers ret 1
 tick effective 2
-`, 200*time.Millisecond, "")
+`, orderedTimeout, "")
 	status, body := get(t, p.url+"/v1/models")
 	if status != 504 || !strings.Contains(body, `"code":"hostsim_timeout"`) {
 		t.Fatalf("%d %s", status, body)
@@ -69,13 +76,23 @@ tick effective 2
 // does on a downstream disconnect.
 func TestClientGoneResetsThePausedStream(t *testing.T) {
 	p := probeServer(t, "request_headers ret 1\n", time.Minute, "")
-	client := &http.Client{Timeout: 300 * time.Millisecond}
-	if resp, err := client.Get(p.url + "/v1/models"); err == nil {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", p.url+"/v1/models", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client goes away once the filter holds its request, not after some time.
+	go func() {
+		p.logs.await("worker-0: cb request_headers ctx=2", 1)
+		cancel()
+	}()
+	if resp, err := http.DefaultClient.Do(req); err == nil {
 		resp.Body.Close()
 		t.Fatalf("got %d from a filter that never resumes", resp.StatusCode)
 	}
-	for i := 0; i < 500 && len(p.access.lines("GET /v1/models client-gone")) == 0; i++ {
-		time.Sleep(10 * time.Millisecond)
+	if len(p.logs.lines("worker-0: cb request_headers ctx=2")) != 1 {
+		t.Fatalf("the client gave up before the filter saw its request; guest log:\n%s", p.logs)
 	}
 	if len(p.access.await("GET /v1/models client-gone", 1)) != 1 {
 		t.Fatalf("access log:\n%s", p.access)
@@ -98,7 +115,7 @@ func TestTimeoutCancelsTheUpstreamCall(t *testing.T) {
 		}
 	}))
 	t.Cleanup(up.Close)
-	p := probeServer(t, "", 200*time.Millisecond, up.URL)
+	p := probeServer(t, "", orderedTimeout, up.URL)
 	status, body := get(t, p.url+"/v1/models")
 	if status != 504 || !strings.Contains(body, `"code":"hostsim_timeout"`) {
 		t.Fatalf("%d %s", status, body)
@@ -110,7 +127,7 @@ func TestTimeoutCancelsTheUpstreamCall(t *testing.T) {
 	}
 	select {
 	case <-cancelled:
-	case <-time.After(5 * time.Second):
+	case <-time.After(hostsimtest.WaitLimit):
 		t.Fatal("the upstream call was not cancelled after the timeout")
 	}
 	requireEnded(t, p)

@@ -54,14 +54,9 @@ func TestClusterNotFoundAndUpstreamDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { up.Close() })
-	gone, err := fakeprovider.Start(p, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone.Close() // nobody listens on its port any more
 	access, logs := &logBuf{}, &logBuf{}
 	srv, err := New(Config{Wasm: hostsimtest.ReadModule(t, "build/spillway.wasm"), PluginConfig: []byte(routerPolicy),
-		Clusters:       []Cluster{{"up", up.URL}, {"empty", ""}, {"dead", gone.URL}},
+		Clusters:       []Cluster{{"up", up.URL}, {"empty", ""}, {"dead", refusedURL}},
 		DefaultCluster: "up", Workers: 2, Timeout: time.Minute, AccessLog: access, GuestLog: logs,
 		Runtime: hostsimtest.Runtime(t)})
 	if err != nil {

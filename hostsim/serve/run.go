@@ -116,7 +116,7 @@ func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 		BufferLimit: inst.Limits.BufferLimit, RequestBufferLimit: inst.Limits.RequestBufferLimit,
 		StreamIdleTimeout: inst.Limits.StreamIdleTimeout, Timeout: opts.Timeout, ConnectTimeout: opts.ConnectTimeout,
 		RouteTimeout: inst.Limits.RouteTimeout, IdleTimeout: inst.Limits.IdleTimeout,
-		AccessLog: access, GuestLog: logs, Runtime: opts.Runtime,
+		AccessLog: access, GuestLog: logs, Runtime: opts.Runtime, CacheDir: opts.CacheDir,
 	})
 	if err != nil {
 		return nil, err

@@ -36,8 +36,6 @@ import (
 	"io"
 	"log"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,9 +126,11 @@ type Config struct {
 	// AccessLog gets one line per request; GuestLog gets the guest's log lines with their
 	// level and VM, and serve's own errors. Nil discards.
 	AccessLog, GuestLog io.Writer
-	// Runtime compiles and runs the module; nil: a Runtime of the Server's own, with
-	// compiled code cached in the user cache directory.
+	// Runtime compiles and runs the module; nil: a Runtime of the Server's own, keeping
+	// compiled code in CacheDir when it is set.
 	Runtime *hostsim.Runtime
+	// CacheDir is the compilation cache of the Server's own Runtime ("" none).
+	CacheDir string
 }
 
 // Server runs requests through the filter. It is an http.Handler.
@@ -201,7 +201,7 @@ func New(cfg Config) (*Server, error) {
 	rt := cfg.Runtime
 	if rt == nil {
 		var err error
-		if rt, err = newRuntime(); err != nil {
+		if rt, err = newRuntime(cfg.CacheDir); err != nil {
 			return nil, fmt.Errorf("serve: %w", err)
 		}
 		s.rt = rt
@@ -273,15 +273,12 @@ func (e *StartError) Error() string {
 // Unwrap returns hostsim's error.
 func (e *StartError) Unwrap() error { return e.Err }
 
-// newRuntime returns a Runtime that keeps compiled code in the user cache directory, so
-// the next start skips compiling the same module.
-func newRuntime() (*hostsim.Runtime, error) {
+// newRuntime returns a Runtime that keeps compiled code in cacheDir, when set, so the next
+// start skips compiling the same module.
+func newRuntime(cacheDir string) (*hostsim.Runtime, error) {
 	var opts []hostsim.RuntimeOption
-	if dir, err := os.UserCacheDir(); err == nil {
-		d := filepath.Join(dir, "spillway-hostsim")
-		if os.MkdirAll(d, 0o755) == nil {
-			opts = append(opts, hostsim.WithCompilationCacheDir(d))
-		}
+	if cacheDir != "" {
+		opts = append(opts, hostsim.WithCompilationCacheDir(cacheDir))
 	}
 	return hostsim.NewRuntime(opts...)
 }

@@ -158,14 +158,23 @@ func TestDisconnectMidStreamResetsAndCancelsTheUpstream(t *testing.T) {
 	if sent, total := len(p.up.Requests()[0].Sent), 17; sent >= total {
 		t.Errorf("the upstream sent all %d parts: its call was not cancelled", sent)
 	}
-	waitUntil(t, func() bool { return len(p.access.lines("client-gone")) == 1 })
+	requireOneLine(t, p.access, "client-gone")
 	if l := p.access.lines("client-gone")[0]; !strings.Contains(l, "flags=DC details=downstream_remote_disconnect") {
 		t.Errorf("access line %q", l)
 	}
 	requireEnded(t, p)
 }
 
-// waitUntil polls cond (state other goroutines reach), bounded.
+// requireOneLine waits for the line containing sub (woken by the writes) and fails unless
+// exactly one does.
+func requireOneLine(t *testing.T, l *logBuf, sub string) {
+	t.Helper()
+	if got := l.await(sub, 1); len(got) != 1 {
+		t.Fatalf("%d lines contain %q, want 1:\n%s", len(got), sub, l)
+	}
+}
+
+// waitUntil polls cond (state other goroutines reach and announce nowhere), bounded.
 func waitUntil(t *testing.T, cond func() bool) {
 	t.Helper()
 	for i := 0; i < 1000; i++ {
@@ -319,16 +328,14 @@ func TestRouterFailuresThroughServe(t *testing.T) {
 	if status != 503 || body != "no healthy upstream" {
 		t.Errorf("no endpoints: %d %q", status, body)
 	}
-	waitUntil(t, func() bool { return len(p.access.lines("flags=UH details=no_healthy_upstream")) == 1 })
+	requireOneLine(t, p.access, "flags=UH details=no_healthy_upstream")
 
 	_, events, _ := sseRead(t, http.DefaultClient, p.url+"/v1/chat/completions", streamChatBody,
 		map[string]string{"x-fake-scenario": "reset", "x-fake-after-events": "2"})
 	if n := len(events); n != 3 || strings.Contains(strings.Join(events, ""), "[DONE]") {
 		t.Errorf("reset stream: %d events %q", n, events)
 	}
-	waitUntil(t, func() bool {
-		return len(p.access.lines("reset(upstream_reset_after_response_started{connection_termination})")) == 1
-	})
+	requireOneLine(t, p.access, "reset(upstream_reset_after_response_started{connection_termination})")
 	if l := p.access.lines("reset(upstream_reset_after_response_started")[0]; !strings.Contains(l, "flags=UC ") {
 		t.Errorf("access line %q", l)
 	}
@@ -338,15 +345,13 @@ func TestRouterFailuresThroughServe(t *testing.T) {
 	if n := len(events); n != 2 {
 		t.Errorf("stalled stream: %d events before the idle timeout", n)
 	}
-	waitUntil(t, func() bool { return len(p.access.lines("flags=UT details=upstream_per_try_idle_timeout")) == 1 })
+	requireOneLine(t, p.access, "flags=UT details=upstream_per_try_idle_timeout")
 
 	status, _, body = post(t, p.url+"/v1/chat/completions", chatBody, map[string]string{"x-fake-scenario": "reset"})
 	if status != 503 || !strings.HasPrefix(body, "upstream connect error or disconnect/reset before headers. reset reason: connection termination") {
 		t.Errorf("reset before the answer: %d %q", status, body)
 	}
-	waitUntil(t, func() bool {
-		return len(p.access.lines("flags=UC details=upstream_reset_before_response_started{connection_termination}")) == 1
-	})
+	requireOneLine(t, p.access, "flags=UC details=upstream_reset_before_response_started{connection_termination}")
 }
 
 // Envoy's buffer limits: a request body the filter buffers past the limit is answered 413

@@ -13,12 +13,17 @@
 // read back from a u32 address), and wraps the SDK's lowercase callbacks with
 // `//go:wasmexport` so Envoy can call them.
 //
-// Rules this file keeps (see design.md §3):
+// Rules this file keeps:
 //   - no `//go:noescape` on any import: the host may call back into the guest
 //     (proxy_on_memory_allocate) during an import and the goroutine stack can move;
 //   - buffers the host asks for are pinned until the guest has read their address back,
-//     so a GC that runs inside a nested allocation cannot free them (plugin/hostabi);
-//   - no goroutines, no timers, no allocation beyond the buffers the host asks for.
+//     so a GC that runs inside a nested allocation cannot free them (plugin/hostabi), and
+//     an address the host writes back that the allocator did not hand out is refused;
+//   - no goroutines, no timers, no allocation beyond the buffers the host asks for (and a
+//     panic's report);
+//   - no panic leaves an export: a panic traps the VM, and under Envoy's WASI the Go
+//     runtime's report of it dies in poll_oneoff ("fatal error: ... poll_oneoff"), hiding
+//     the panic. Every export recovers (see "Panics at the ABI edge" below).
 //
 // Besides the ABI it exports two names of its own: the bridge marker and a heap-allocation
 // counter for benchmarks (spillway_heap_allocs).
@@ -28,7 +33,9 @@
 package internal
 
 import (
+	"fmt"
 	"runtime"
+	"runtime/debug"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
@@ -71,11 +78,9 @@ func spillwayHeapAllocs() uint64 {
 // ---------------------------------------------------------------------------------------
 // Memory handed to the host: proxy_on_memory_allocate and the pins that keep what it hands
 // out alive until the guest reads the address back live in Spillway's plugin/hostabi,
-// which also serves the filter's own host calls out of a reused arena; claim turns an
-// address the host wrote back into a pointer.
+// which also serves the filter's own host calls out of a reused arena; hostabi.Claim turns
+// an address the host wrote back into a pointer, or refuses it.
 // ---------------------------------------------------------------------------------------
-
-func claim(addr uint32) *byte { return hostabi.Claim(addr) }
 
 // Out-params written by the host. Package-level, not stack slots: the goroutine stack may
 // move during a nested proxy_on_memory_allocate, and a global costs no allocation.
@@ -84,16 +89,34 @@ var (
 	retSize int32
 )
 
-// ret copies the host-written (address, size) pair into the SDK's out-params.
+// ret copies the host-written (address, size) pair into the SDK's out-params. An address
+// the allocator did not hand out with room for the size is refused: the call fails with
+// InternalFailure (the SDK's types.ErrorInternalFailure) and a warning says why.
 func ret(st Status, data **byte, size *int) Status {
-	if st == StatusOK {
-		*data = claim(retAddr)
-		*size = int(retSize)
-	} else {
-		claim(0)
-	}
+	addr, n := retAddr, retSize
 	retAddr, retSize = 0, 0
+	if st != StatusOK {
+		hostabi.Claim(0, 0)
+		return st
+	}
+	p, ok := hostabi.Claim(addr, n)
+	if !ok {
+		logString(LogLevelWarn, fmt.Sprintf("spillway: bridge: refused the host's answer at 0x%x (%d bytes): "+
+			"proxy_on_memory_allocate did not hand that memory out for it", addr, n))
+		return StatusInternalFailure
+	}
+	*data, *size = p, int(n)
 	return st
+}
+
+// logString logs msg through proxy_log. (The SDK's module says go 1.19, before
+// unsafe.StringData: the copy is made on paths that report a fault, never on a hot one.)
+func logString(level LogLevel, msg string) {
+	if msg == "" {
+		return
+	}
+	b := []byte(msg)
+	hostLog(level, &b[0], int32(len(b)))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -314,6 +337,103 @@ func (abiHost) ProxyGetMetric(metricID uint32, value *uint64) Status {
 }
 
 // ---------------------------------------------------------------------------------------
+// Panics at the ABI edge. The filter recovers in its own callbacks; a panic that escapes
+// them — in NewHttpContext, in the SDK's dispatch (a context it does not know), in code
+// without a recover of its own — reaches the export, which recovers it: the panic's message
+// and stack go to proxy_log at critical level, spillway_abi_panics_total counts it, and
+// then
+//   - a stream (HTTP or TCP context) passes through: this callback and every later one of
+//     it continue without reaching the SDK, and proxy_on_log, proxy_on_done and
+//     proxy_on_delete still reach it, under recovery, so what it held is given back;
+//   - proxy_on_vm_start and proxy_on_configure report failure (the plugin does not start);
+//   - a tick, a queue notification or a callout answer just ends; the stream a callout
+//     answer was for passes through from then on. (Which direction a stream held paused
+//     is the filter's to know: the filter's own recovers resume it, the bridge cannot.)
+// ---------------------------------------------------------------------------------------
+
+// passThrough holds the contexts a panic handed to the bridge; the value says whether the
+// SDK still holds the context (it does unless its creation panicked), so that its end
+// callbacks still reach the SDK.
+var passThrough = map[uint32]bool{}
+
+// panicMetric counts the panics recovered here (the filter counts its own in
+// spillway_panics_total).
+var panicMetric = []byte("spillway_abi_panics_total")
+
+var (
+	panicMetricID      uint32
+	panicMetricDefined bool
+)
+
+// definePanicMetric defines the counter once: at VM start, so it reads 0 before any panic,
+// or at the first panic if that failed.
+func definePanicMetric() {
+	if panicMetricDefined {
+		return
+	}
+	if hostDefineMetric(MetricTypeCounter, &panicMetric[0], int32(len(panicMetric)), &panicMetricID) == StatusOK {
+		panicMetricDefined = true
+	}
+}
+
+// reportPanic logs and counts the panic r recovered in callback for contextID. It runs in
+// the deferred call, so the stack is the panicking one.
+func reportPanic(r any, callback string, contextID uint32) {
+	logString(LogLevelCritical, fmt.Sprintf("spillway: panic in %s (context %d), recovered at the ABI edge: %v\n%s",
+		callback, contextID, r, debug.Stack()))
+	definePanicMetric()
+	if panicMetricDefined {
+		hostIncrementMetric(panicMetricID, 1)
+	}
+}
+
+// sdkHolds reports whether the SDK has a stream context for id.
+func sdkHolds(id uint32) bool {
+	_, http := currentState.httpContexts[id]
+	_, tcp := currentState.tcpContexts[id]
+	return http || tcp
+}
+
+// passing reports whether the stream passes through (no lookup while none does).
+func passing(id uint32) bool {
+	if len(passThrough) == 0 {
+		return false
+	}
+	_, ok := passThrough[id]
+	return ok
+}
+
+// failOpen recovers a panic in a stream callback: the stream passes through from now on.
+// Deferred directly, so recover sees the panic.
+func failOpen(callback string, contextID uint32, action *types.Action) {
+	if r := recover(); r != nil {
+		reportPanic(r, callback, contextID)
+		passThrough[contextID] = sdkHolds(contextID)
+		*action = types.ActionContinue
+	}
+}
+
+// recoverRoot recovers a panic in a root callback; ok, when given, becomes 0 (failure).
+func recoverRoot(callback string, contextID uint32, ok *uint32) {
+	if r := recover(); r != nil {
+		reportPanic(r, callback, contextID)
+		if ok != nil {
+			*ok = 0
+		}
+	}
+}
+
+// recoverEnd recovers a panic in a stream's end callbacks; done, when given, becomes 1.
+func recoverEnd(callback string, contextID uint32, done *uint32) {
+	if r := recover(); r != nil {
+		reportPanic(r, callback, contextID)
+		if done != nil {
+			*done = 1
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------------------
 // Exports: the proxy-wasm 0.2.0 callbacks, wrapping the SDK's handlers. Booleans from the
 // host arrive as i32 (non-zero is true); booleans to the host leave as i32 0/1.
 // ---------------------------------------------------------------------------------------
@@ -329,87 +449,182 @@ func boolU32(b bool) uint32 {
 func abiVersion() { proxyABIVersion() }
 
 //go:wasmexport proxy_on_vm_start
-func abiOnVMStart(rootContextID uint32, vmConfigSize uint32) uint32 {
+func abiOnVMStart(rootContextID uint32, vmConfigSize uint32) (ok uint32) {
+	definePanicMetric()
+	defer recoverRoot("proxy_on_vm_start", rootContextID, &ok)
 	return boolU32(bool(proxyOnVMStart(rootContextID, int(vmConfigSize))))
 }
 
 //go:wasmexport proxy_on_configure
-func abiOnConfigure(rootContextID uint32, pluginConfigSize uint32) uint32 {
+func abiOnConfigure(rootContextID uint32, pluginConfigSize uint32) (ok uint32) {
+	defer recoverRoot("proxy_on_configure", rootContextID, &ok)
 	return boolU32(bool(proxyOnConfigure(rootContextID, int(pluginConfigSize))))
 }
 
 //go:wasmexport proxy_on_context_create
-func abiOnContextCreate(contextID uint32, parentID uint32) { proxyOnContextCreate(contextID, parentID) }
+func abiOnContextCreate(contextID uint32, parentID uint32) {
+	defer func() {
+		if r := recover(); r != nil {
+			reportPanic(r, "proxy_on_context_create", contextID)
+			if parentID != 0 { // a stream: it passes through
+				passThrough[contextID] = sdkHolds(contextID)
+			}
+		}
+	}()
+	proxyOnContextCreate(contextID, parentID)
+}
 
 //go:wasmexport proxy_on_new_connection
-func abiOnNewConnection(contextID uint32) types.Action { return proxyOnNewConnection(contextID) }
+func abiOnNewConnection(contextID uint32) (action types.Action) {
+	if passing(contextID) {
+		return types.ActionContinue
+	}
+	defer failOpen("proxy_on_new_connection", contextID, &action)
+	return proxyOnNewConnection(contextID)
+}
 
 //go:wasmexport proxy_on_downstream_data
-func abiOnDownstreamData(contextID uint32, size uint32, endOfStream uint32) types.Action {
+func abiOnDownstreamData(contextID uint32, size uint32, endOfStream uint32) (action types.Action) {
+	if passing(contextID) {
+		return types.ActionContinue
+	}
+	defer failOpen("proxy_on_downstream_data", contextID, &action)
 	return proxyOnDownstreamData(contextID, int(size), endOfStream != 0)
 }
 
 //go:wasmexport proxy_on_downstream_connection_close
 func abiOnDownstreamConnectionClose(contextID uint32, peer types.PeerType) {
+	if passing(contextID) {
+		return
+	}
+	defer recoverEnd("proxy_on_downstream_connection_close", contextID, nil)
 	proxyOnDownstreamConnectionClose(contextID, peer)
 }
 
 //go:wasmexport proxy_on_upstream_data
-func abiOnUpstreamData(contextID uint32, size uint32, endOfStream uint32) types.Action {
+func abiOnUpstreamData(contextID uint32, size uint32, endOfStream uint32) (action types.Action) {
+	if passing(contextID) {
+		return types.ActionContinue
+	}
+	defer failOpen("proxy_on_upstream_data", contextID, &action)
 	return proxyOnUpstreamData(contextID, int(size), endOfStream != 0)
 }
 
 //go:wasmexport proxy_on_upstream_connection_close
 func abiOnUpstreamConnectionClose(contextID uint32, peer types.PeerType) {
+	if passing(contextID) {
+		return
+	}
+	defer recoverEnd("proxy_on_upstream_connection_close", contextID, nil)
 	proxyOnUpstreamConnectionClose(contextID, peer)
 }
 
 //go:wasmexport proxy_on_request_headers
-func abiOnRequestHeaders(contextID uint32, count uint32, endOfStream uint32) types.Action {
+func abiOnRequestHeaders(contextID uint32, count uint32, endOfStream uint32) (action types.Action) {
+	if passing(contextID) {
+		return types.ActionContinue
+	}
+	defer failOpen("proxy_on_request_headers", contextID, &action)
 	return proxyOnRequestHeaders(contextID, int(count), endOfStream != 0)
 }
 
 //go:wasmexport proxy_on_request_body
-func abiOnRequestBody(contextID uint32, size uint32, endOfStream uint32) types.Action {
+func abiOnRequestBody(contextID uint32, size uint32, endOfStream uint32) (action types.Action) {
+	if passing(contextID) {
+		return types.ActionContinue
+	}
+	defer failOpen("proxy_on_request_body", contextID, &action)
 	return proxyOnRequestBody(contextID, int(size), endOfStream != 0)
 }
 
 //go:wasmexport proxy_on_request_trailers
-func abiOnRequestTrailers(contextID uint32, count uint32) types.Action {
+func abiOnRequestTrailers(contextID uint32, count uint32) (action types.Action) {
+	if passing(contextID) {
+		return types.ActionContinue
+	}
+	defer failOpen("proxy_on_request_trailers", contextID, &action)
 	return proxyOnRequestTrailers(contextID, int(count))
 }
 
 //go:wasmexport proxy_on_response_headers
-func abiOnResponseHeaders(contextID uint32, count uint32, endOfStream uint32) types.Action {
+func abiOnResponseHeaders(contextID uint32, count uint32, endOfStream uint32) (action types.Action) {
+	if passing(contextID) {
+		return types.ActionContinue
+	}
+	defer failOpen("proxy_on_response_headers", contextID, &action)
 	return proxyOnResponseHeaders(contextID, int(count), endOfStream != 0)
 }
 
 //go:wasmexport proxy_on_response_body
-func abiOnResponseBody(contextID uint32, size uint32, endOfStream uint32) types.Action {
+func abiOnResponseBody(contextID uint32, size uint32, endOfStream uint32) (action types.Action) {
+	if passing(contextID) {
+		return types.ActionContinue
+	}
+	defer failOpen("proxy_on_response_body", contextID, &action)
 	return proxyOnResponseBody(contextID, int(size), endOfStream != 0)
 }
 
 //go:wasmexport proxy_on_response_trailers
-func abiOnResponseTrailers(contextID uint32, count uint32) types.Action {
+func abiOnResponseTrailers(contextID uint32, count uint32) (action types.Action) {
+	if passing(contextID) {
+		return types.ActionContinue
+	}
+	defer failOpen("proxy_on_response_trailers", contextID, &action)
 	return proxyOnResponseTrailers(contextID, int(count))
 }
 
 //go:wasmexport proxy_on_http_call_response
 func abiOnHttpCallResponse(rootContextID, token uint32, headers, bodySize, trailers uint32) {
+	defer func() {
+		if r := recover(); r != nil {
+			reportPanic(r, "proxy_on_http_call_response", rootContextID)
+			// The SDK made the caller's context the active one before its callback.
+			if id := currentState.activeContextID; id != rootContextID && sdkHolds(id) {
+				passThrough[id] = true
+			}
+		}
+	}()
 	proxyOnHttpCallResponse(rootContextID, token, int(headers), int(bodySize), int(trailers))
 }
 
 //go:wasmexport proxy_on_log
-func abiOnLog(contextID uint32) { proxyOnLog(contextID) }
+func abiOnLog(contextID uint32) {
+	if held, ok := passThrough[contextID]; ok && !held {
+		return
+	}
+	defer recoverEnd("proxy_on_log", contextID, nil)
+	proxyOnLog(contextID)
+}
 
 //go:wasmexport proxy_on_done
-func abiOnDone(contextID uint32) uint32 { return boolU32(proxyOnDone(contextID)) }
+func abiOnDone(contextID uint32) (done uint32) {
+	if held, ok := passThrough[contextID]; ok && !held {
+		return 1
+	}
+	defer recoverEnd("proxy_on_done", contextID, &done)
+	return boolU32(proxyOnDone(contextID))
+}
 
 //go:wasmexport proxy_on_delete
-func abiOnDelete(contextID uint32) { proxyOnDelete(contextID) }
+func abiOnDelete(contextID uint32) {
+	if held, ok := passThrough[contextID]; ok {
+		delete(passThrough, contextID)
+		if !held {
+			return
+		}
+	}
+	defer recoverEnd("proxy_on_delete", contextID, nil)
+	proxyOnDelete(contextID)
+}
 
 //go:wasmexport proxy_on_queue_ready
-func abiOnQueueReady(rootContextID, queueID uint32) { proxyOnQueueReady(rootContextID, queueID) }
+func abiOnQueueReady(rootContextID, queueID uint32) {
+	defer recoverRoot("proxy_on_queue_ready", rootContextID, nil)
+	proxyOnQueueReady(rootContextID, queueID)
+}
 
 //go:wasmexport proxy_on_tick
-func abiOnTick(rootContextID uint32) { proxyOnTick(rootContextID) }
+func abiOnTick(rootContextID uint32) {
+	defer recoverRoot("proxy_on_tick", rootContextID, nil)
+	proxyOnTick(rootContextID)
+}

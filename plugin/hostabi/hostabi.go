@@ -63,6 +63,10 @@ const (
 
 var errUnknownStatus = errors.New("hostabi: unknown status from host")
 
+// ErrForeignAddress is a host call whose answer the host wrote at an address the guest's
+// allocator did not hand out for it (wasm only): the data is not read.
+var ErrForeignAddress = errors.New("hostabi: the host returned data at an address the guest did not allocate")
+
 // Pairs is a header map read from the host, kept in memory the caller reuses: after a read,
 // its pairs' strings alias its own buffer until the next read into it.
 type Pairs struct {

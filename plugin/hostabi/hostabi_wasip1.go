@@ -37,6 +37,8 @@ func statusErr(s uint32) error {
 		return types.ErrorInternalFailure
 	case statusUnsupported:
 		return types.ErrorUnimplemented
+	case statusForeign:
+		return ErrForeignAddress
 	}
 	return errUnknownStatus
 }
@@ -48,16 +50,32 @@ func statusErr(s uint32) error {
 // the data is consumed before the next call. Any other allocation (the SDK's own calls)
 // gets fresh Go memory, pinned in a small ring until the SDK turns the address back into a
 // pointer (Claim), so a GC inside a nested allocation cannot free it.
+//
+// An address the host writes back is only read if this allocator handed it out during the
+// call, with room for the size the host claims: anything else (a host bug, a corrupted
+// out-parameter) is refused with ErrForeignAddress rather than read as raw memory.
 
 var (
 	arena       []byte
 	arenaUsed   int
 	arenaActive bool
+	// arenaBlocks are the blocks handed out of the arena during the current call (Envoy
+	// allocates once per call; a few more are remembered, any beyond are refused).
+	arenaBlocks [4]struct{ off, n int }
+	arenaHanded int
 )
 
 // maxKeptArena bounds the arena kept between calls: a rare large read (a big request body)
 // does not pin its memory for the VM's life.
 const maxKeptArena = 1 << 20
+
+// maxAllocation is the largest block the host may ask for: Envoy gives a VM at most 1 GiB of
+// memory (V8's --wasm_max_mem_pages in cpp-host), so a larger request cannot be met, and
+// the Go runtime would die of it (out of memory is fatal, not a panic) instead of refusing.
+const maxAllocation = 1 << 30
+
+// statusForeign is endArena's status for a refused address (no ABI status has this value).
+const statusForeign = 1<<32 - 1
 
 // trimArena drops an arena grown past maxKeptArena, once its data has been consumed.
 func trimArena() {
@@ -73,9 +91,15 @@ var (
 	pinNext int
 )
 
+// onMemoryAllocate answers the host's proxy_on_memory_allocate. A block that cannot be had
+// is nil (address 0), which Envoy reports to the guest's host call as a failed copy.
+//
 //go:wasmexport proxy_on_memory_allocate
 func onMemoryAllocate(size uint32) *byte {
 	n := int(size)
+	if n > maxAllocation {
+		return nil
+	}
 	if n == 0 { // Envoy never asks for 0, but &b[0] of an empty slice would panic
 		n = 1
 	}
@@ -84,6 +108,10 @@ func onMemoryAllocate(size uint32) *byte {
 		// only when it is empty, so no pointer into the old one is ever owed.
 		if arenaUsed+n > len(arena) {
 			arena = make([]byte, max(2*len(arena), n, 4096))
+		}
+		if arenaHanded < len(arenaBlocks) {
+			arenaBlocks[arenaHanded].off, arenaBlocks[arenaHanded].n = arenaUsed, n
+			arenaHanded++
 		}
 		p := &arena[arenaUsed]
 		arenaUsed += n
@@ -95,24 +123,32 @@ func onMemoryAllocate(size uint32) *byte {
 	return &buf[0]
 }
 
-// Claim turns a host-written address back into a Go pointer (the SDK bridge's out-params)
-// and releases every pin: once a host call has returned, no other buffer it allocated is
-// still owed to the guest.
-func Claim(addr uint32) *byte {
-	var p *byte
+// claimPin finds the pinned block the host wrote size bytes to at addr and releases every
+// pin: once a host call has returned, no other buffer it allocated is still owed to the
+// guest. ok is false when addr is not the start of a pinned block with room for size.
+func claimPin(addr uint32, size int32) (b []byte, ok bool) {
 	for i := range pins {
-		if b := pins[i]; len(b) > 0 && uint32(uintptr(unsafe.Pointer(&b[0]))) == addr {
-			p = &b[0]
+		if p := pins[i]; len(p) > 0 && uint32(uintptr(unsafe.Pointer(&p[0]))) == addr && size >= 0 && int(size) <= len(p) {
+			b, ok = p[:size], true
 		}
 		pins[i] = nil
 	}
 	pinNext = 0
-	if p == nil && addr != 0 {
-		// Not ours (a host that wrote into memory it did not allocate through us). Go's heap
-		// does not move objects, so the raw address is still the right one.
-		p = (*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(addr)))
+	return b, ok
+}
+
+// Claim turns a host-written address and size back into a Go pointer (the SDK bridge's
+// out-params). ok is false for an address this allocator did not hand out, or too small a
+// block for size: the caller must not read it. An empty answer (0, 0) is a nil pointer.
+func Claim(addr uint32, size int32) (p *byte, ok bool) {
+	b, found := claimPin(addr, size)
+	switch {
+	case found && len(b) > 0:
+		return &b[0], true
+	case found:
+		return nil, true
 	}
-	return p
+	return nil, addr == 0 && size == 0
 }
 
 // Out-params written by the host: package-level, not stack slots, because the goroutine
@@ -125,23 +161,33 @@ var (
 
 // beginArena makes the next host allocation come from the arena.
 func beginArena() {
-	arenaActive, arenaUsed = true, 0
+	arenaActive, arenaUsed, arenaHanded = true, 0, 0
 	retAddr, retSize = 0, 0
 }
 
-// endArena returns the data the host wrote (valid until the next beginArena).
+// endArena returns the data the host wrote (valid until the next beginArena): at the start
+// of a block the arena handed out during the call, or of a block pinned during it (an
+// allocation the arena had no room for), with room for its size; any other address is
+// refused (statusForeign).
 func endArena(status uint32) ([]byte, uint32) {
 	arenaActive = false
-	if status != statusOK || retSize <= 0 || retAddr == 0 {
+	if status != statusOK || retSize <= 0 {
+		claimPin(0, 0)
 		return nil, status
 	}
-	base := uintptr(unsafe.Pointer(&arena[0]))
-	off := uintptr(retAddr) - base
-	if uintptr(retAddr) < base || off+uintptr(retSize) > uintptr(len(arena)) {
-		// The host wrote somewhere else: read it where it is.
-		return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(retAddr))), int(retSize)), status
+	if len(arena) > 0 {
+		base := uintptr(unsafe.Pointer(&arena[0]))
+		for _, b := range arenaBlocks[:arenaHanded] {
+			if uintptr(retAddr) == base+uintptr(b.off) && int(retSize) <= b.n {
+				claimPin(0, 0)
+				return arena[b.off : b.off+int(retSize)], status
+			}
+		}
 	}
-	return arena[off : off+uintptr(retSize)], status
+	if b, ok := claimPin(retAddr, retSize); ok {
+		return b, status
+	}
+	return nil, statusForeign
 }
 
 // Host imports (proxy-wasm ABI 0.2.x, i32 sizes). No //go:noescape: the host may call back

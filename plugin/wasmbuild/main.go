@@ -17,7 +17,11 @@
 //  3. Derives a patched runtime/netpoll_wasip1.go from GOROOT (see runtimepatch.go).
 //  4. Writes an overlay that adds plugin/_bridge/zz_spillway_abi.go into the SDK's
 //     proxywasm/internal package and swaps in the patched runtime file, then runs
-//     GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared.
+//     GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -buildvcs=false.
+//  5. Writes OUT.wasm.stamp, the digests of every input (internal/buildstamp): the tests
+//     refuse a module whose sources changed since ("stale: run make build").
+//
+// The module's bytes do not depend on where the checkout is (README "How the build works").
 //
 // Nothing third-party is committed: the SDK copy and the patched runtime file are derived
 // on every machine from the module cache and GOROOT.
@@ -27,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 )
 
 func main() {
@@ -48,8 +53,15 @@ func main() {
 		os.Exit(2)
 	}
 	opts.Package = flag.Arg(0)
-	if err := Build(opts); err != nil {
-		fmt.Fprintln(os.Stderr, "wasmbuild:", err)
+	out, err := filepath.Abs(opts.Output) // -o is relative to the working directory
+	if err == nil {
+		opts.Output = out
+		err = Build(opts)
+	} else {
+		err = fmt.Errorf("wasmbuild: %w", err)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err) // Build's errors say "wasmbuild: ..."
 		os.Exit(1)
 	}
 }

@@ -1,44 +1,23 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
 )
 
-// syncBuf is a bytes.Buffer safe for concurrent writers.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // hostsim runs the command with args and returns its exit code and outputs.
 func hostsim(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb syncBuf
+	var out, errb hostsimtest.Lines
 	code := run(t.Context(), args, strings.NewReader(stdin), &out, &errb)
 	return code, out.String(), errb.String()
 }
@@ -163,29 +142,27 @@ func TestRunOneRequest(t *testing.T) {
 	}
 }
 
+// bannerURL finds the address serve listens on in its banner.
+var bannerURL = regexp.MustCompile(`hostsim serve: \S+ on (http://\S+) `)
+
 // serve runs until its context is cancelled (SIGINT/SIGTERM in main), logging the banner
-// and one line per request, then shuts down cleanly.
+// and one line per request, then shuts down cleanly. It listens on a port the system
+// picks (-listen 127.0.0.1:0) and says which in its banner.
 func TestServeUntilCancelled(t *testing.T) {
 	wasm := module(t, "build/spillway.wasm")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb syncBuf
+	var out, errb hostsimtest.Lines
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"serve", "-wasm", wasm, "-listen", addr}, nil, &out, &errb) }()
+	go func() { done <- run(ctx, []string{"serve", "-wasm", wasm, "-listen", "127.0.0.1:0"}, nil, &out, &errb) }()
 
-	var resp *http.Response
-	for i := 0; i < 300; i++ { // the server is up once the banner is out
-		if strings.Contains(out.String(), "try it:") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	// The server is up once the banner is out (one write, ending in "try it:" and curls).
+	out.Wait("try it:", 1)
+	m := bannerURL.FindStringSubmatch(out.String())
+	if m == nil {
+		cancel()
+		t.Fatalf("no banner with the address\nstdout:\n%s\nstderr:\n%s", out.String(), errb.String())
 	}
-	resp, err = http.Post("http://"+addr+"/v1/chat/completions", "application/json",
+	resp, err := http.Post(m[1]+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`))
 	if err != nil {
 		cancel()
@@ -199,7 +176,7 @@ func TestServeUntilCancelled(t *testing.T) {
 		if code != exitOK {
 			t.Errorf("exit %d\n%s", code, errb.String())
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(hostsimtest.WaitLimit):
 		t.Fatal("serve did not stop")
 	}
 	if resp.StatusCode != 200 {

@@ -5,20 +5,29 @@
 //
 //	go run ./hostsim/internal/buildguests
 //
-// A guest whose .wasm is newer than its sources is skipped (-f rebuilds everything).
+// Every guest gets a build stamp next to it (internal/buildstamp), as plugin/wasmbuild
+// writes for the modules it builds; a guest whose stamp still matches its sources and its
+// build is skipped (-f rebuilds everything), and hostsimtest.Guest refuses one that does
+// not ("stale: run make build").
 package main
 
 import (
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/spillwayproxy/spillway/internal/buildstamp"
 )
+
+// ownSources are this builder's source directories: inputs of every plain guest (an SDK
+// guest's stamp comes from plugin/wasmbuild, which names its own).
+var ownSources = []string{"hostsim/internal/buildguests", "internal/buildstamp"}
 
 // guest is one module to build.
 type guest struct {
@@ -42,6 +51,7 @@ var guests = []guest{
 	{name: "gcstress", pkg: guestsDir + "gcstress", sdk: true},
 	{name: "gcstress-nopatch", pkg: guestsDir + "gcstress", sdk: true, flags: []string{"-no-runtime-patch"}},
 	{name: "noop-nobridge", pkg: "plugin/noop", sdk: true, flags: []string{"-no-bridge"}},
+	{name: "panicky", pkg: guestsDir + "panicky", sdk: true},
 }
 
 func main() {
@@ -64,11 +74,7 @@ func run(out string, force bool) error {
 	}
 	for _, g := range guests {
 		dst := filepath.Join(root, out, g.name+".wasm")
-		srcs := []string{filepath.Join(root, g.pkg)}
-		if g.sdk {
-			srcs = append(srcs, filepath.Join(root, "plugin", "_bridge"), filepath.Join(root, "plugin", "wasmbuild"))
-		}
-		if !force && upToDate(dst, srcs) {
+		if !force && upToDate(root, dst, g.describe()) {
 			continue
 		}
 		start := time.Now()
@@ -80,49 +86,60 @@ func run(out string, force bool) error {
 	return nil
 }
 
+// describe is how the guest's build is recorded in its stamp: plugin/wasmbuild's own
+// description for an SDK guest (Options.Describe), the go build flags for a plain one.
+func (g guest) describe() []string {
+	if g.sdk {
+		return append(append([]string{"wasmbuild"}, g.flags...), "./"+g.pkg)
+	}
+	d := []string{"go build"}
+	if g.tags != "" {
+		d = append(d, "-tags="+g.tags)
+	}
+	return append(d, "./"+g.pkg)
+}
+
 func build(root string, g guest, dst string) error {
 	var cmd *exec.Cmd
-	if g.sdk {
+	var stamp *buildstamp.Stamp
+	if g.sdk { // wasmbuild writes the stamp
 		args := append([]string{"run", "./plugin/wasmbuild", "-work", "build/.wasmbuild-guests", "-o", dst}, g.flags...)
 		cmd = exec.Command("go", append(args, "./"+g.pkg)...)
 	} else {
-		args := []string{"build", "-buildmode=c-shared", "-trimpath", "-o", dst}
+		var selection []string
 		if g.tags != "" {
-			args = append(args, "-tags", g.tags)
+			selection = []string{"-tags", g.tags}
 		}
+		env := []string{"GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0"}
+		var err error
+		stamp, err = buildstamp.Compute(buildstamp.Inputs{Root: root, Packages: []string{"./" + g.pkg},
+			Env: env, Flags: selection, Extra: ownSources, Build: g.describe()})
+		if err != nil {
+			return fmt.Errorf("buildguests: %s: %w", g.name, err)
+		}
+		_ = os.Remove(dst + buildstamp.Suffix)
+		args := append([]string{"build", "-buildmode=c-shared", "-trimpath", "-buildvcs=false", "-o", dst}, selection...)
 		cmd = exec.Command("go", append(args, "./"+g.pkg)...)
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+		cmd.Env = append(os.Environ(), env...)
 	}
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("buildguests: %s: %s: %w", g.name, strings.Join(cmd.Args, " "), err)
 	}
+	if stamp != nil {
+		if err := buildstamp.Write(dst, stamp); err != nil {
+			return fmt.Errorf("buildguests: %s: %w", g.name, err)
+		}
+	}
 	return nil
 }
 
-// upToDate reports whether dst is newer than every file under srcs.
-func upToDate(dst string, srcs []string) bool {
-	st, err := os.Stat(dst)
-	if err != nil {
-		return false
-	}
-	newer := errors.New("newer")
-	for _, src := range srcs {
-		err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if info, err := d.Info(); err == nil && !d.IsDir() && info.ModTime().After(st.ModTime()) {
-				return newer
-			}
-			return nil
-		})
-		if err != nil {
-			return false
-		}
-	}
-	return true
+// upToDate reports whether dst's stamp still matches its sources and was made by the
+// build the guest list now asks for.
+func upToDate(root, dst string, build []string) bool {
+	s, err := buildstamp.Check(root, dst)
+	return err == nil && slices.Equal(s.Build, build)
 }
 
 func moduleRoot() (string, error) {
