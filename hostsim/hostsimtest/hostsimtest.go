@@ -22,7 +22,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/spillwayproxy/spillway/hostsim"
-	"github.com/spillwayproxy/spillway/internal/buildstamp"
+	"github.com/spillwayproxy/spillway/hostsim/buildstamp"
 )
 
 // CacheDir is where compiled machine code is kept, relative to the module root: under
@@ -75,7 +75,7 @@ func ModuleRoot(t testing.TB) string {
 
 // ReadModule reads a built module, rel to the module root (e.g. "build/spillway.wasm"). A
 // module that is missing, or stale — its sources changed since it was built, by its build
-// stamp (internal/buildstamp) — fails the test with the command that builds it.
+// stamp (hostsim/buildstamp) — fails the test with the command that builds it.
 func ReadModule(t testing.TB, rel string) []byte {
 	t.Helper()
 	b, err := readModule(ModuleRoot(t), rel)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spillwayproxy/spillway/internal/buildstamp"
+	"github.com/spillwayproxy/spillway/hostsim/buildstamp"
 )
 
 // A module is loaded only while its build stamp matches its sources; otherwise the test

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/spillwayproxy/spillway/internal/buildstamp"
+	"github.com/spillwayproxy/spillway/hostsim/buildstamp"
 )
 
 // sdkModule is the proxy-wasm Go SDK the bridge is written for.
@@ -21,7 +21,7 @@ const bridgeSource = "plugin/_bridge/zz_spillway_abi.go"
 
 // ownSources are the builder's own source directories, relative to the module root: inputs
 // of every module it builds (they decide the flags, the overlay and the runtime patch).
-var ownSources = []string{"plugin/wasmbuild", "internal/buildstamp"}
+var ownSources = []string{"plugin/wasmbuild", "hostsim/buildstamp"}
 
 // Options configures one build.
 type Options struct {
@@ -52,7 +52,7 @@ func (o Options) Describe() []string {
 }
 
 // Build prepares the derived files, runs the wasip1 build and writes the module's stamp
-// (Output + ".stamp", see internal/buildstamp), which the tests check before loading it.
+// (Output + ".stamp", see hostsim/buildstamp), which the tests check before loading it.
 //
 // The module is byte-for-byte the same wherever the checkout is: -trimpath removes file
 // paths, the SDK's replacement is written relative to the module root (the module's build

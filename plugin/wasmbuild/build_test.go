@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/spillwayproxy/spillway/internal/buildstamp"
+	"github.com/spillwayproxy/spillway/hostsim/buildstamp"
 )
 
 // copyCheckout copies the module's sources at root into dst, as a second checkout would

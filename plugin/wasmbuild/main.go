@@ -18,7 +18,7 @@
 //  4. Writes an overlay that adds plugin/_bridge/zz_spillway_abi.go into the SDK's
 //     proxywasm/internal package and swaps in the patched runtime file, then runs
 //     GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -buildvcs=false.
-//  5. Writes OUT.wasm.stamp, the digests of every input (internal/buildstamp): the tests
+//  5. Writes OUT.wasm.stamp, the digests of every input (hostsim/buildstamp): the tests
 //     refuse a module whose sources changed since ("stale: run make build").
 //
 // The module's bytes do not depend on where the checkout is (README "How the build works").

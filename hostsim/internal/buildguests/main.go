@@ -5,7 +5,7 @@
 //
 //	go run ./hostsim/internal/buildguests
 //
-// Every guest gets a build stamp next to it (internal/buildstamp), as plugin/wasmbuild
+// Every guest gets a build stamp next to it (hostsim/buildstamp), as plugin/wasmbuild
 // writes for the modules it builds; a guest whose stamp still matches its sources and its
 // build is skipped (-f rebuilds everything), and hostsimtest.Guest refuses one that does
 // not ("stale: run make build").
@@ -22,12 +22,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spillwayproxy/spillway/internal/buildstamp"
+	"github.com/spillwayproxy/spillway/hostsim/buildstamp"
 )
 
 // ownSources are this builder's source directories: inputs of every plain guest (an SDK
 // guest's stamp comes from plugin/wasmbuild, which names its own).
-var ownSources = []string{"hostsim/internal/buildguests", "internal/buildstamp"}
+var ownSources = []string{"hostsim/internal/buildguests", "hostsim/buildstamp"}
 
 // guest is one module to build.
 type guest struct {
