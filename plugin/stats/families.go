@@ -20,6 +20,8 @@ var (
 	Wakeups             = Family{Name: "spillway_wakeups_total", Help: "cross-worker wake-ups sent when slots were freed"}
 	Misconfigured       = Family{Name: "spillway_misconfigured_total", Help: "requests answered 500 spillway_misconfigured: the proxy lacks allow_on_headers_stop_iteration"}
 	Panics              = Family{Name: "spillway_panics_total", Help: "callbacks that panicked and failed open"}
+	// ABIPanics is defined by the ABI bridge itself (plugin/_bridge), at VM start.
+	ABIPanics = Family{Name: "spillway_abi_panics_total", Help: "panics that escaped the filter and were recovered at the ABI edge (the stream passed through)"}
 
 	// Per route.
 
@@ -71,7 +73,7 @@ const (
 func Families() []*Family {
 	return []*Family{&Requests, &Routed, &LocalReplies, &Attempts, &Failovers, &Restated, &StreamErrorEvents,
 		&TruncatedStreams, &Queued, &AdmissionFailedOpen, &ModelNotServed, &Wakeups, &Misconfigured, &Panics,
-		&RouteRequests,
+		&ABIPanics, &RouteRequests,
 		&ConnectionAttempts, &ConnectionFailovers, &ConnectionFailures, &ConnectionRestated, &ConnectionQueueWaits,
 		&ConnectionQueueWaitMs, &ConnectionWatchdogAborts,
 		&BreakerState, &ProviderCooling, &ConnectionCooling, &ConnectionTerminal, &ConnectionLockouts,
