@@ -195,27 +195,31 @@ func (b *builder) fullEnvoyFilter(providerHosts []string) (Object, error) {
 	return o, nil
 }
 
-// bufferEnvoyFilter gives Spillway's virtual hosts and their listener their buffer limits
-// when a WasmPlugin or TrafficExtension attaches the filter (neither can set them).
+// bufferEnvoyFilter gives Spillway's virtual hosts their body buffer limit when a WasmPlugin
+// or TrafficExtension attaches the filter (neither can set it). The header-routed filter
+// those modes run lets the request headers go on before it buffers the body, so the router
+// has applied the virtual hosts' limit by then on Envoy 1.36 too, and the listener keeps
+// its limit (see bufferPatches).
 func (b *builder) bufferEnvoyFilter(providerHosts []string) (Object, error) {
-	buffers, err := b.bufferPatches(providerHosts, false)
+	vhPatches, err := b.virtualHostPatches(providerHosts, false)
 	if err != nil {
 		return Object{}, err
 	}
 	o := b.object("EnvoyFilter", b.s.Name+"-buffers")
 	o.Spec = &networking.EnvoyFilter{
 		WorkloadSelector: &networking.WorkloadSelector{Labels: b.s.Selector},
-		ConfigPatches:    buffers,
+		ConfigPatches:    vhPatches,
 	}
 	return o, nil
 }
 
 // bufferPatches are the virtual host patches (virtualHostPatches) and the listener patch
-// (listenerBufferPatch) that let Envoy buffer a request Spillway handles: the virtual
-// hosts' request_body_buffer_limit, which Envoy ≥ 1.37 applies when the route is matched,
-// and the same limit as the listener's per_connection_buffer_limit_bytes, which a request
-// held at its headers buffers under on Envoy 1.36 (Istio 1.28), where the route's limit is
-// applied only in the router (envoyproxy/envoy#42607; see envoylimits.ConnectionBufferLimit).
+// (listenerBufferPatch) that let Envoy buffer a request the Full mode's filter holds at its
+// headers while it reads the body: the virtual hosts' request_body_buffer_limit, which
+// Envoy ≥ 1.37 applies when the route is matched, and the same limit as the listener's
+// per_connection_buffer_limit_bytes, which such a request buffers under on Envoy 1.36
+// (Istio 1.28), where the route's limit is applied only once the headers reach the router
+// (envoyproxy/envoy#42607; see envoylimits.ConnectionBufferLimit).
 func (b *builder) bufferPatches(providerHosts []string, enable bool) ([]*networking.EnvoyFilter_EnvoyConfigObjectPatch, error) {
 	patches, err := b.virtualHostPatches(providerHosts, enable)
 	if err != nil {

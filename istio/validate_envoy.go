@@ -90,16 +90,17 @@ func (v *validator) envoyFilter(ef *networking.EnvoyFilter) {
 	v.bufferLimits(ef)
 }
 
-// bufferLimits is Spillway's rule on the buffer limits an EnvoyFilter raises. A virtual
-// host's request_body_buffer_limit above Envoy's 1 MiB connection default needs, in the
-// same EnvoyFilter and context, a LISTENER MERGE raising per_connection_buffer_limit_bytes
-// at least as far: Envoy 1.36 (Istio 1.28) applies the virtual host's limit only in the
-// router (envoyproxy/envoy#42607), after Spillway has buffered the body of a request it
-// holds at its headers, which buffers under the listener's limit meanwhile (see
-// envoylimits.ConnectionBufferLimit). A LISTENER patch must name its port (without one it
-// changes every listener of the workload), and on a sidecar the port of the virtual hosts
-// (the outbound listener for a port serves its routes; a gateway binds its Service's
-// target port instead, which Render cannot check).
+// bufferLimits is Spillway's rule on the buffer limits an EnvoyFilter raises. Where the
+// EnvoyFilter adds a Wasm filter that holds request headers (allow_on_headers_stop_iteration:
+// the Full mode), a virtual host's request_body_buffer_limit above Envoy's 1 MiB
+// connection default needs, in the same context, a LISTENER MERGE raising
+// per_connection_buffer_limit_bytes at least as far: Envoy 1.36 (Istio 1.28) applies the
+// virtual host's limit only in the router (envoyproxy/envoy#42607), after Spillway has
+// buffered the body of a request it holds at its headers, which buffers under the
+// listener's limit meanwhile (see envoylimits.ConnectionBufferLimit). A LISTENER patch
+// must name its port (without one it changes every listener of the workload), and on a
+// sidecar the port of the virtual hosts (the outbound listener for a port serves its
+// routes; a gateway binds its Service's target port instead, which Render cannot check).
 func (v *validator) bufferLimits(ef *networking.EnvoyFilter) {
 	type raised struct {
 		path  string
@@ -108,8 +109,9 @@ func (v *validator) bufferLimits(ef *networking.EnvoyFilter) {
 	}
 	vhosts := map[networking.EnvoyFilter_PatchContext]raised{}    // the largest virtual host limit
 	listeners := map[networking.EnvoyFilter_PatchContext]raised{} // the largest listener limit
+	holds := false                                                // a filter that holds request headers
 	for i, cp := range ef.ConfigPatches {
-		if cp.GetPatch().GetOperation() != networking.EnvoyFilter_Patch_MERGE || cp.Patch.Value == nil {
+		if cp.GetPatch().GetValue() == nil {
 			continue
 		}
 		path := fmt.Sprintf("spec.configPatches[%d]", i)
@@ -117,6 +119,17 @@ func (v *validator) bufferLimits(ef *networking.EnvoyFilter) {
 		js, err := cp.Patch.Value.MarshalJSON()
 		if err != nil {
 			continue // reported by configPatch
+		}
+		if cp.ApplyTo == networking.EnvoyFilter_EXTENSION_CONFIG {
+			ec, w := new(corev3.TypedExtensionConfig), new(wasmfilterv3.Wasm)
+			if strictProto.Unmarshal(js, ec) == nil && ec.GetTypedConfig().UnmarshalTo(w) == nil &&
+				w.GetConfig().GetAllowOnHeadersStopIteration().GetValue() {
+				holds = true
+			}
+			continue
+		}
+		if cp.Patch.Operation != networking.EnvoyFilter_Patch_MERGE {
+			continue
 		}
 		switch cp.ApplyTo {
 		case networking.EnvoyFilter_VIRTUAL_HOST:
@@ -142,6 +155,9 @@ func (v *validator) bufferLimits(ef *networking.EnvoyFilter) {
 				listeners[ctx] = r
 			}
 		}
+	}
+	if !holds {
+		return
 	}
 	for _, ctx := range slices.Sorted(maps.Keys(vhosts)) {
 		vh := vhosts[ctx]

@@ -197,10 +197,6 @@ func TestValidateRules(t *testing.T) {
 			ef := spec[*networking.EnvoyFilter](t, o, "spillway")
 			ef.ConfigPatches = ef.ConfigPatches[:len(ef.ConfigPatches)-1]
 		}, "needs a LISTENER MERGE of per_connection_buffer_limit_bytes ≥ 9437184 in context GATEWAY"},
-		{"no listener patch beside a WasmPlugin", 2, func(t *testing.T, o []Object) {
-			ef := spec[*networking.EnvoyFilter](t, o, "spillway-buffers")
-			ef.ConfigPatches = ef.ConfigPatches[:len(ef.ConfigPatches)-1]
-		}, "needs a LISTENER MERGE of per_connection_buffer_limit_bytes"},
 		{"listener limit below the virtual hosts'", 0, func(t *testing.T, o []Object) {
 			ef := spec[*networking.EnvoyFilter](t, o, "spillway")
 			patchValue(t, ef, len(ef.ConfigPatches)-1, new(listenerv3.Listener), func(l *listenerv3.Listener) {
