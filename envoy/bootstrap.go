@@ -109,6 +109,11 @@ func Bootstrap(p *Policy, opts Options) (*bootstrapv3.Bootstrap, error) {
 			Listeners: []*listenerv3.Listener{{
 				Name:    listenerName,
 				Address: socketAddress(listenHost, listenPort),
+				// The request limit for the connection too: Envoy before 1.37 raises a
+				// stream's limit to the route's request_body_buffer_limit only in the
+				// router, after Spillway has buffered the body of a request it holds at
+				// its headers (see envoylimits.ConnectionBufferLimit).
+				PerConnectionBufferLimitBytes: wrapperspb.UInt32(envoylimits.ConnectionBufferLimit(p.Resolved)),
 				FilterChains: []*listenerv3.FilterChain{{
 					Filters: []*listenerv3.Filter{{
 						Name:       "envoy.filters.network.http_connection_manager",
@@ -225,7 +230,9 @@ func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster strin
 				Domains: []string{"*"},
 				Routes:  routes,
 				// Above the policy's maxRequestBodyBytes, for every route: see
-				// envoylimits.RequestBodyBufferLimit.
+				// envoylimits.RequestBodyBufferLimit. Envoy ≥ 1.37 applies it when the
+				// route is matched (envoyproxy/envoy#42607); the listener's
+				// per_connection_buffer_limit_bytes covers the releases before.
 				RequestBodyBufferLimit: wrapperspb.UInt64(envoylimits.RequestBodyBufferLimit(res)),
 			}},
 		}},

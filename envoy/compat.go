@@ -11,7 +11,8 @@ import (
 
 // Fits reports whether a new policy can replace base's in a running Envoy whose bootstrap
 // was rendered from base, so that only the filter's configuration changes (ECDS): the
-// bootstrap fixes the clusters, the route's cluster header and the request buffer limit.
+// bootstrap fixes the clusters, the route's cluster header and the request and connection
+// buffer limits.
 // The error lists each conflict as a policies.FieldError; the warnings say where Envoy's
 // idle timer would now end a request before the filter's own bounds do.
 func Fits(base, next *Policy) (warnings []string, err error) {

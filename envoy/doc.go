@@ -21,9 +21,11 @@
 //     request goes to a default cluster, as hostsim serve's router does.
 //   - Buffer limits and timeouts for LLM traffic: the virtual host's request_body_buffer_limit
 //     sits above the policy's maxRequestBodyBytes (Envoy's 1 MiB default would answer its own
-//     untyped 413 first); the route timeout is off (its 15 s default covers the whole
-//     response, which a long stream outlives) and an idle timeout derived from the policy's
-//     own bounds takes its place.
+//     untyped 413 first), and so does the listener's per_connection_buffer_limit_bytes, the
+//     limit a request held at its headers buffers under on Envoy before 1.37, which applies
+//     the route's limit only in the router (envoyproxy/envoy#42607); the route timeout is off
+//     (its 15 s default covers the whole response, which a long stream outlives) and an idle
+//     timeout derived from the policy's own bounds takes its place.
 //   - One cluster per provider cluster: DNS-resolved, TLS with SNI and SAN verification
 //     against the provider host, HTTP/2 or HTTP/1.1 by ALPN.
 //   - stats_tags that turn Spillway's metric names into tagged Envoy stats.

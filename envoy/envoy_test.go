@@ -61,6 +61,7 @@ func bootstrap(t *testing.T, p *envoy.Policy, opts envoy.Options) *bootstrapv3.B
 
 // parts digs the generated pieces out of a bootstrap.
 type parts struct {
+	listener *listenerv3.Listener
 	hcm      *hcmv3.HttpConnectionManager
 	wasm     *wasmfilterv3.Wasm // nil when the filter comes by ECDS
 	filter   *hcmv3.HttpFilter
@@ -76,6 +77,7 @@ func dig(t *testing.T, b *bootstrapv3.Bootstrap) parts {
 	if len(ls) != 1 {
 		t.Fatalf("%d listeners, want 1", len(ls))
 	}
+	ps.listener = ls[0]
 	ps.hcm = unpack[*hcmv3.HttpConnectionManager](t, ls[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig())
 	filters := ps.hcm.GetHttpFilters()
 	if len(filters) != 2 || filters[1].GetName() != "envoy.filters.http.router" {
@@ -247,6 +249,11 @@ maxRequestBodyBytes: 33554432
 	}
 	if got, want := ps.vhost.GetRequestBodyBufferLimit().GetValue(), uint64(32<<20+1<<20); got != want {
 		t.Errorf("request_body_buffer_limit %d, want %d (maxRequestBodyBytes + 1 MiB)", got, want)
+	}
+	// Envoy before 1.37 buffers a request Spillway holds at its headers under the
+	// connection's limit: the listener carries the request limit too.
+	if got, want := ps.listener.GetPerConnectionBufferLimitBytes().GetValue(), uint32(32<<20+1<<20); got != want {
+		t.Errorf("per_connection_buffer_limit_bytes %d, want %d (the request limit)", got, want)
 	}
 }
 
@@ -588,6 +595,13 @@ func TestShippedExamplesAreValid(t *testing.T) {
 			ps := dig(t, &b)
 			if routed := ps.routes[0].GetRoute(); routed.GetClusterHeader() != policies.RoutingClusterHeader || routed.GetTimeout().AsDuration() != 0 {
 				t.Errorf("routed route %v", routed)
+			}
+			// Every supported Envoy buffers the demo's bodies: the route's limit (1.37+,
+			// applied when the route is matched) and the connection's (1.36, which a
+			// request held at its headers buffers under) are the same.
+			conn, route := ps.listener.GetPerConnectionBufferLimitBytes().GetValue(), ps.vhost.GetRequestBodyBufferLimit().GetValue()
+			if conn == 0 || uint64(conn) != route || route <= 1<<20 {
+				t.Errorf("per_connection_buffer_limit_bytes %d, request_body_buffer_limit %d: want both the request limit, above 1 MiB", conn, route)
 			}
 			if file == "envoy-ecds.yaml" {
 				if ps.wasm != nil || ps.filter.GetConfigDiscovery() == nil {

@@ -26,8 +26,11 @@
 //     callbacks and delivered on continue. A body Pause buffers and reports the cumulative
 //     size; past the buffer limit a request is answered 413 and a response 500 (or reset)
 //     (ActiveStreamDecoderFilter::requestDataTooLarge, ActiveStreamEncoderFilter::
-//     responseDataTooLarge). The limit is the connection's (WithBufferLimit, 1 MiB); the
-//     route's request_body_buffer_limit raises the request side's (WithRequestBodyBufferLimit).
+//     responseDataTooLarge). The limit, one for both directions, is the connection's
+//     (WithBufferLimit, 1 MiB), raised by the route's request_body_buffer_limit
+//     (WithRequestBodyBufferLimit) once the route is matched, or, modelling Envoy before
+//     envoyproxy/envoy#42607 (WithRouteBufferLimitAtRouter), once the request headers reach
+//     the router.
 //     Maps and buffers are reachable only in their phase (BadArgument elsewhere, read-only in
 //     on_log with NotFound for a missing map); proxy_continue_stream clears them. continue,
 //     close and local replies are deferred until the callback returns; a local reply forces

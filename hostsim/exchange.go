@@ -410,7 +410,7 @@ func (ex *Exchange) waitBelow(ctx context.Context, held func(*Exchange) int) err
 			vm.mu.Unlock()
 			return fmt.Errorf("%w: %s: stream %d already ended", ErrNoStream, vm.name, ex.id)
 		}
-		if held == nil || !vm.host.realtime || held(ex) < ex.s.bufferLimit(&ex.s.req) {
+		if held == nil || !vm.host.realtime || held(ex) < ex.s.bufferLimit() {
 			return nil
 		}
 		ch := ex.waitCh()

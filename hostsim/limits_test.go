@@ -9,35 +9,56 @@ import (
 	"github.com/spillwayproxy/spillway/hostsim"
 )
 
-// The request side's buffer limit is the connection's raised by the route's
-// request_body_buffer_limit (never lowered); the response side keeps the connection's.
-func TestBufferLimitsBySide(t *testing.T) {
+// A stream's buffer limit, one for both directions, is the connection's raised by the
+// route's request_body_buffer_limit (never lowered), from the request headers on
+// (envoyproxy/envoy#42607) or, for an Envoy without that change, once the headers reach
+// the router: there a filter that holds the headers while it buffers the body gets
+// Envoy's 413 past the connection's limit unless that limit is raised.
+func TestBufferLimits(t *testing.T) {
 	// The probe buffers the request body and continues at the trailers ...
 	const bufferRequest = "request_body ret 1"
+	// ... or holds the request headers too while it buffers the body, as Spillway does ...
+	const holdRequest = "request_headers ret 1\nrequest_body ret 1"
 	// ... or holds the response headers and buffers its body (a response over the limit is
 	// then answered 500; once headers went out it would be a reset).
 	const bufferResponse = "response_headers ret 1\nresponse_body ret 1"
 	tests := []struct {
-		name     string
-		script   string // the probe's script
-		reqLimit int    // WithRequestBodyBufferLimit (0: not set); the connection limit is 8
-		reqBody  int    // request body bytes, in two chunks
-		respBody int    // response body bytes, in two chunks
-		wantCode int    // the client's status
-		details  string // the stream's response code details
+		name      string
+		script    string // the probe's script
+		connLimit int    // WithBufferLimit
+		reqLimit  int    // WithRequestBodyBufferLimit (0: not set)
+		atRouter  bool   // WithRouteBufferLimitAtRouter: Envoy before #42607
+		reqBody   int    // request body bytes, in two chunks
+		respBody  int    // response body bytes, in two chunks
+		wantCode  int    // the client's status
+		details   string // the stream's response code details
 	}{
-		{"request within the connection limit", bufferRequest, 0, 8, 2, 200, "via_upstream"},
-		{"request over the connection limit", bufferRequest, 0, 10, 2, 413, "request_payload_too_large"},
-		{"request within the raised limit", bufferRequest, 16, 12, 2, 200, "via_upstream"},
-		{"request over the raised limit", bufferRequest, 16, 20, 2, 413, "request_payload_too_large"},
-		{"a smaller route limit lowers nothing", bufferRequest, 4, 8, 2, 200, "via_upstream"},
-		{"responses within the connection limit", bufferResponse, 16, 2, 8, 200, "via_upstream"},
-		{"responses keep the connection limit", bufferResponse, 16, 2, 12, 500, "response_payload_too_large"},
+		{"request within the connection limit", bufferRequest, 8, 0, false, 8, 2, 200, "via_upstream"},
+		{"request over the connection limit", bufferRequest, 8, 0, false, 10, 2, 413, "request_payload_too_large"},
+		{"request within the raised limit", bufferRequest, 8, 16, false, 12, 2, 200, "via_upstream"},
+		{"request over the raised limit", bufferRequest, 8, 16, false, 20, 2, 413, "request_payload_too_large"},
+		{"a smaller route limit lowers nothing", bufferRequest, 8, 4, false, 8, 2, 200, "via_upstream"},
+		// With #42607 the route's limit holds from the request headers on, held or not.
+		{"held request within the route limit", holdRequest, 8, 16, false, 12, 2, 200, "via_upstream"},
+		// Without it a request held at its headers buffers under the connection's limit ...
+		{"held request before #42607", holdRequest, 8, 16, true, 12, 2, 413, "request_payload_too_large"},
+		// ... unless the connection's limit is raised, as Spillway's bootstrap does ...
+		{"held request before #42607, connection limit raised", holdRequest, 16, 16, true, 12, 2, 200, "via_upstream"},
+		// ... and still within it.
+		{"held request before #42607 over the raised connection limit", holdRequest, 16, 16, true, 20, 2, 413, "request_payload_too_large"},
+		// Headers the filter lets through reach the router, which applies the route's limit.
+		{"request buffered after the headers passed, before #42607", bufferRequest, 8, 16, true, 12, 2, 200, "via_upstream"},
+		{"responses within the connection limit", bufferResponse, 8, 0, false, 2, 8, 200, "via_upstream"},
+		{"responses over the connection limit", bufferResponse, 8, 0, false, 2, 12, 500, "response_payload_too_large"},
+		// The route's limit raises the response side too: the filter manager has one limit.
+		{"responses within the raised limit", bufferResponse, 8, 16, false, 2, 12, 200, "via_upstream"},
+		{"responses within the raised limit, before #42607", bufferResponse, 8, 16, true, 2, 12, 200, "via_upstream"},
+		{"responses over the raised limit", bufferResponse, 8, 16, false, 2, 20, 500, "response_payload_too_large"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			upstreamCalls := 0
-			opts := []hostsim.Option{hostsim.WithBufferLimit(8),
+			opts := []hostsim.Option{hostsim.WithBufferLimit(tt.connLimit),
 				hostsim.WithUpstream(func(_ context.Context, r *hostsim.UpstreamRequest) (*hostsim.UpstreamResponse, error) {
 					upstreamCalls++
 					if len(r.Body) != tt.reqBody {
@@ -48,6 +69,9 @@ func TestBufferLimitsBySide(t *testing.T) {
 				})}
 			if tt.reqLimit > 0 {
 				opts = append(opts, hostsim.WithRequestBodyBufferLimit(tt.reqLimit))
+			}
+			if tt.atRouter {
+				opts = append(opts, hostsim.WithRouteBufferLimitAtRouter())
 			}
 			h := probe(t, tt.script, opts...)
 			resp := h.RunHTTP(&hostsim.Request{Headers: postReq, BodyChunks: halves(tt.reqBody), Trailers: hdrs("x-end", "1")})

@@ -37,9 +37,12 @@ type config struct {
 	maxVirtualWait time.Duration
 	bufferLimit    int
 
-	// requestBodyBufferLimit raises the request side's buffer limit (0: not set).
+	// requestBodyBufferLimit raises the stream's buffer limit (0: not set) ...
 	requestBodyBufferLimit int
-	streamIdleTimeout      time.Duration
+	// ... from the request headers on, or (routeBufferLimitAtRouter) once they reach the
+	// router.
+	routeBufferLimitAtRouter bool
+	streamIdleTimeout        time.Duration
 
 	routeTimeout        time.Duration
 	upstreamIdleTimeout time.Duration
@@ -186,35 +189,48 @@ func WithRandSource(r io.Reader) Option { return func(c *config) { c.random = r 
 // stream (default one hour).
 func WithMaxVirtualWait(d time.Duration) Option { return func(c *config) { c.maxVirtualWait = d } }
 
-// WithBufferLimit sets the connection buffer limit for buffered bodies (default 1 MiB,
-// Envoy's per_connection_buffer_limit_bytes default): a response body buffered beyond it is
-// answered 500 (or the stream reset), and so is a request body 413 unless
-// WithRequestBodyBufferLimit raises the request side's limit. It is also the watermark that
-// stops reading a side whose data cannot move on.
+// WithBufferLimit sets the connection buffer limit, Envoy's per_connection_buffer_limit_bytes
+// (default 1 MiB, Envoy's default): a stream's buffer limit starts there
+// (ConnectionManagerImpl::newStream takes the codec stream's, which over HTTP/1.1 is the
+// connection's: http1/codec_impl.cc, StreamEncoderImpl::bufferLimit). A request body
+// buffered beyond the stream's limit is answered 413, a response body 500 (or the stream
+// reset). It is also the watermark that stops reading a side whose data cannot move on.
+// hostsim models every stream so, HTTP/1.1's way; over HTTP/2 Envoy starts a stream at its
+// initial window (initial_stream_window_size, 256 MiB by default) instead.
 func WithBufferLimit(n int) Option { return func(c *config) { c.bufferLimit = n } }
 
 // WithRequestBodyBufferLimit models the virtual host's or route's request_body_buffer_limit
-// (Envoy ≥ 1.36): the request side may buffer n bytes, and is read until it holds that
-// much, never less than the connection buffer limit (a smaller n changes nothing: Envoy
-// only raises a stream's limit), while response bodies keep the connection buffer limit. It applies from the request headers on,
-// as Envoy applies it once the route is matched (envoyproxy/envoy#42607; before that
-// change only the router's decodeHeaders applied it, too late for a filter that holds the
-// request headers while it buffers the body). Every route gets the same limit, as the
-// bootstrap Spillway generates sets it on the virtual host.
+// (Envoy ≥ 1.36): it raises the stream's buffer limit to n, never lowers it (a smaller n
+// changes nothing; source/common/router/router.cc, Filter::decodeHeaders, calls
+// setDecoderBufferLimit only for a larger limit). The filter manager keeps one limit for
+// both directions (source/common/http/filter_manager.cc, FilterManager::setBufferLimit sets
+// the request and the response buffer's watermarks; ActiveStreamEncoderFilter::createBuffer
+// reads it), so a response body the filter buffers may grow as large. Every route gets the
+// same limit, as the bootstrap Spillway generates sets it on the virtual host.
 //
-// Not verified from Envoy's source: the filter manager keeps one buffer_limit_ for both
-// directions (FilterManager::setBufferLimit sets the request and the response buffer's
-// watermarks), and whether the route's limit reaches the response buffer as well could not
-// be read in the source available; hostsim keeps responses at the connection limit, the
-// reading the field's documentation gives ("buffered for request bodies") and the
-// stricter one for a filter.
+// When Envoy applies it: by default once the route is matched, before the filter sees the
+// request headers (envoyproxy/envoy#42607, Envoy 1.37.0: "the route level body buffer
+// limit is now applied to requests when the route is matched"). WithRouteBufferLimitAtRouter
+// models the releases before.
 func WithRequestBodyBufferLimit(n int) Option {
 	return func(c *config) { c.requestBodyBufferLimit = n }
 }
 
-// requestBufferLimit is the request side's buffer limit: the connection's, raised by the
-// route's request_body_buffer_limit.
-func (c *config) requestBufferLimit() int { return max(c.bufferLimit, c.requestBodyBufferLimit) }
+// WithRouteBufferLimitAtRouter models an Envoy without envoyproxy/envoy#42607 (1.36 and
+// earlier): the route's request_body_buffer_limit (WithRequestBodyBufferLimit) is applied
+// only when the request headers reach the router filter (source/common/router/router.cc,
+// Filter::decodeHeaders, setDecoderBufferLimit). Until the filter lets the headers through,
+// the stream buffers under the connection's limit (WithBufferLimit): a filter that holds
+// the headers while it buffers the body, as Spillway does, gets Envoy's 413 for a body over
+// the connection's limit, whatever the route says, unless the connection's limit is raised.
+// Responses come after the router, so they get the raised limit either way.
+func WithRouteBufferLimitAtRouter() Option {
+	return func(c *config) { c.routeBufferLimitAtRouter = true }
+}
+
+// routeBufferLimit is the stream's buffer limit once the route's request_body_buffer_limit
+// applies: the connection's, raised by the route's.
+func (c *config) routeBufferLimit() int { return max(c.bufferLimit, c.requestBodyBufferLimit) }
 
 // WithStreamIdleTimeout models the connection manager's stream_idle_timeout and the route's
 // idle_timeout, which replaces it once the route is chosen (one value here, as Spillway's

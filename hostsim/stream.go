@@ -264,7 +264,7 @@ func (s *httpStream) onBody(d *direction, chunk []byte, eos bool) (types.Action,
 	} else {
 		d.body = append(d.body[:0], chunk...)
 	}
-	if d.buffering && len(d.body) > s.bufferLimit(d) {
+	if d.buffering && len(d.body) > s.bufferLimit() {
 		s.overLimit(d)
 		vm.afterCallback()
 		return types.ActionPause, nil
@@ -496,12 +496,15 @@ func (s *httpStream) replaceResponse(lr *LocalResponse) {
 	s.vm.touch(s)
 }
 
-// bufferLimit is the buffer limit of one side of the stream (see WithRequestBodyBufferLimit).
-func (s *httpStream) bufferLimit(d *direction) int {
-	if d == &s.req {
-		return s.vm.host.cfg.requestBufferLimit()
+// bufferLimit is the stream's buffer limit, one for both directions (FilterManager::
+// setBufferLimit): the connection's, raised by the route's request_body_buffer_limit once
+// Envoy applies it (see WithRequestBodyBufferLimit and WithRouteBufferLimitAtRouter).
+func (s *httpStream) bufferLimit() int {
+	c := &s.vm.host.cfg
+	if c.routeBufferLimitAtRouter && !s.req.fwdHeaders {
+		return c.bufferLimit // the router has not seen the request headers yet
 	}
-	return s.vm.host.cfg.bufferLimit
+	return c.routeBufferLimit()
 }
 
 // overLimit is Envoy's buffer overflow: 413 for a request (ActiveStreamDecoderFilter::

@@ -117,7 +117,7 @@ func (c *UpstreamCall) deliver(flow bool, f func(ex *Exchange)) error {
 			vm.mu.Unlock()
 			return ErrUpstreamGone
 		}
-		if !flow || ex.responseHeld() < ex.s.bufferLimit(&ex.s.resp) {
+		if !flow || ex.responseHeld() < ex.s.bufferLimit() {
 			break
 		}
 		ch := ex.waitCh()

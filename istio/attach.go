@@ -7,6 +7,7 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	metricsv3 "github.com/envoyproxy/go-control-plane/envoy/config/metrics/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
@@ -21,6 +22,8 @@ import (
 	extensionsapi "istio.io/api/extensions/v1alpha1"
 	networking "istio.io/api/networking/v1alpha3"
 	typeapi "istio.io/api/type/v1beta1"
+
+	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
 
 const (
@@ -128,7 +131,8 @@ func envoyFailurePolicy(f FailurePolicy) wasmv3.FailurePolicy {
 // module with the fetched file), the HTTP filter before the router reads it through
 // config_discovery, and it is disabled by default and enabled on Spillway's virtual hosts
 // alone, so other hosts of a shared gateway or of the sidecar's listener never run it.
-// The same virtual hosts get a request body buffer limit above the policy's.
+// The same virtual hosts, and the listener they are served on, get a buffer limit above
+// the policy's (see bufferPatches).
 func (b *builder) fullEnvoyFilter(providerHosts []string) (Object, error) {
 	ext := &corev3.TypedExtensionConfig{Name: b.filterName(), TypedConfig: mustAny(b.wasmFilterConfig())}
 	httpFilter := &hcmv3.HttpFilter{
@@ -179,20 +183,23 @@ func (b *builder) fullEnvoyFilter(providerHosts []string) (Object, error) {
 			Patch: &networking.EnvoyFilter_Patch{Operation: networking.EnvoyFilter_Patch_INSERT_BEFORE, Value: filterValue},
 		},
 	}
-	vhPatches, err := b.virtualHostPatches(providerHosts, true)
+	buffers, err := b.bufferPatches(providerHosts, true)
 	if err != nil {
 		return Object{}, err
 	}
 	o := b.object("EnvoyFilter", b.s.Name)
 	o.Spec = &networking.EnvoyFilter{
 		WorkloadSelector: &networking.WorkloadSelector{Labels: b.s.Selector},
-		ConfigPatches:    append(patches, vhPatches...),
+		ConfigPatches:    append(patches, buffers...),
 	}
 	return o, nil
 }
 
-// bufferEnvoyFilter gives Spillway's virtual hosts their body buffer limit when a
-// WasmPlugin or TrafficExtension attaches the filter (neither can set it).
+// bufferEnvoyFilter gives Spillway's virtual hosts their body buffer limit when a WasmPlugin
+// or TrafficExtension attaches the filter (neither can set it). The header-routed filter
+// those modes run lets the request headers go on before it buffers the body, so the router
+// has applied the virtual hosts' limit by then on Envoy 1.36 too, and the listener keeps
+// its limit (see bufferPatches).
 func (b *builder) bufferEnvoyFilter(providerHosts []string) (Object, error) {
 	vhPatches, err := b.virtualHostPatches(providerHosts, false)
 	if err != nil {
@@ -206,14 +213,62 @@ func (b *builder) bufferEnvoyFilter(providerHosts []string) (Object, error) {
 	return o, nil
 }
 
+// bufferPatches are the virtual host patches (virtualHostPatches) and the listener patch
+// (listenerBufferPatch) that let Envoy buffer a request the Full mode's filter holds at its
+// headers while it reads the body: the virtual hosts' request_body_buffer_limit, which
+// Envoy ≥ 1.37 applies when the route is matched, and the same limit as the listener's
+// per_connection_buffer_limit_bytes, which such a request buffers under on Envoy 1.36
+// (Istio 1.28), where the route's limit is applied only once the headers reach the router
+// (envoyproxy/envoy#42607; see envoylimits.ConnectionBufferLimit).
+func (b *builder) bufferPatches(providerHosts []string, enable bool) ([]*networking.EnvoyFilter_EnvoyConfigObjectPatch, error) {
+	patches, err := b.virtualHostPatches(providerHosts, enable)
+	if err != nil {
+		return nil, err
+	}
+	listener, err := b.listenerBufferPatch()
+	if err != nil {
+		return nil, err
+	}
+	return append(patches, listener), nil
+}
+
+// listenerBufferPatch MERGEs the connection buffer limit into the listener Spillway's
+// virtual hosts are served on: the gateway's listener for GatewayPort (bound to
+// GatewayListenerPort), or the sidecar's outbound listener for Port, where the outbound
+// listener hands a connection to it (the listener that accepts it sets its buffer limits:
+// source/common/listener_manager/active_tcp_listener.cc, ActiveTcpListener::
+// newActiveConnection). Every connection of that listener gets the raised bound, other
+// hosts' too.
+func (b *builder) listenerBufferPatch() (*networking.EnvoyFilter_EnvoyConfigObjectPatch, error) {
+	value, err := toStruct(&listenerv3.Listener{
+		PerConnectionBufferLimitBytes: wrapperspb.UInt32(envoylimits.ConnectionBufferLimit(b.res))})
+	if err != nil {
+		return nil, err
+	}
+	port := b.s.Port
+	if b.s.Attach == AttachGateway {
+		port = b.s.GatewayListenerPort
+	}
+	return &networking.EnvoyFilter_EnvoyConfigObjectPatch{
+		ApplyTo: networking.EnvoyFilter_LISTENER,
+		Match: &networking.EnvoyFilter_EnvoyConfigObjectMatch{
+			Context: b.patchContext(),
+			ObjectTypes: &networking.EnvoyFilter_EnvoyConfigObjectMatch_Listener{
+				Listener: &networking.EnvoyFilter_ListenerMatch{PortNumber: port},
+			},
+		},
+		Patch: &networking.EnvoyFilter_Patch{Operation: networking.EnvoyFilter_Patch_MERGE, Value: value},
+	}, nil
+}
+
 // virtualHostPatches MERGE into each of Spillway's virtual hosts the request body buffer
-// limit (Envoy ≥ 1.36 VirtualHost.request_body_buffer_limit, which overrides the
-// listener's 1 MiB per_connection_buffer_limit_bytes for bodies) and, when enable is set,
+// limit (Envoy ≥ 1.36 VirtualHost.request_body_buffer_limit, which raises a stream's buffer
+// limit above the listener's per_connection_buffer_limit_bytes) and, when enable is set,
 // the per-filter config that enables the filter there (an empty config in
 // config.route.v3.FilterConfig enables a filter disabled by default: Envoy
 // source/common/router/per_filter_config.cc, PerFilterConfigs).
 func (b *builder) virtualHostPatches(providerHosts []string, enable bool) ([]*networking.EnvoyFilter_EnvoyConfigObjectPatch, error) {
-	vh := &routev3.VirtualHost{RequestBodyBufferLimit: wrapperspb.UInt64(bufferLimit(b.res))}
+	vh := &routev3.VirtualHost{RequestBodyBufferLimit: wrapperspb.UInt64(envoylimits.RequestBodyBufferLimit(b.res))}
 	if enable {
 		vh.TypedPerFilterConfig = map[string]*anypb.Any{b.filterName(): mustAny(&routev3.FilterConfig{Config: &anypb.Any{}})}
 	}

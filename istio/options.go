@@ -110,6 +110,14 @@ type Options struct {
 	// GatewayPort is the port of the Gateway server clients reach (default 80, or 443
 	// with GatewayCredential).
 	GatewayPort uint32
+	// GatewayListenerPort is the port the gateway's Envoy listener for GatewayPort binds:
+	// the gateway Service's targetPort for it, since istiod binds gateway listeners to the
+	// target port (pilot/pkg/model/gateway.go, resolvePorts). Spillway raises that
+	// listener's per_connection_buffer_limit_bytes. Default GatewayPort, as the gateway Helm
+	// chart maps its ports (manifests/charts/gateway/values.yaml: 80 to 80, 443 to 443);
+	// the istio-ingressgateway istioctl installs maps 80 to 8080 and 443 to 8443
+	// (manifests/charts/gateways/istio-ingress/values.yaml).
+	GatewayListenerPort uint32
 	// GatewayCredential makes the emitted Gateway terminate TLS (HTTPS on GatewayPort)
 	// with this Secret (credentialName); empty: plain HTTP.
 	GatewayCredential string
@@ -293,7 +301,8 @@ func (s *settings) checkGateway(bad func(string, string, ...any)) {
 		for _, o := range []struct {
 			option string
 			set    bool
-		}{{"Gateway", s.Gateway != ""}, {"GatewayPort", s.GatewayPort != 0}, {"GatewayCredential", s.GatewayCredential != ""}} {
+		}{{"Gateway", s.Gateway != ""}, {"GatewayPort", s.GatewayPort != 0}, {"GatewayListenerPort", s.GatewayListenerPort != 0},
+			{"GatewayCredential", s.GatewayCredential != ""}} {
 			if o.set {
 				bad(o.option, "only for a gateway attachment")
 			}
@@ -309,6 +318,12 @@ func (s *settings) checkGateway(bad func(string, string, ...any)) {
 	}
 	if s.GatewayPort > 65535 {
 		bad("GatewayPort", "%d: not a port number", s.GatewayPort)
+	}
+	if s.GatewayListenerPort == 0 {
+		s.GatewayListenerPort = s.GatewayPort
+	}
+	if s.GatewayListenerPort > 65535 {
+		bad("GatewayListenerPort", "%d: not a port number", s.GatewayListenerPort)
 	}
 	if s.Gateway == "" {
 		s.emitGateway = true

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	networking "istio.io/api/networking/v1alpha3"
+
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/examples"
 )
@@ -115,6 +117,28 @@ func TestRenderOptions(t *testing.T) {
 	if y, _ = m.YAML(); !strings.Contains(string(y), "uri: oci://ghcr.io/spillwayproxy/spillway@"+exampleDigest) {
 		t.Error("an image named by digest alone lost the digest from its url (istio-agent would fetch :latest)")
 	}
+	// istioctl's istio-ingressgateway listens on 8080 for the Service's port 80: the
+	// listener patch follows GatewayListenerPort, the virtual hosts stay on GatewayPort.
+	istioctl := exampleOptions(exampleManifests[0].opts)
+	istioctl.GatewayListenerPort = 8080
+	m, err = Render(examples.Demo(), istioctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range m.Objects {
+		ef, ok := obj.Spec.(*networking.EnvoyFilter)
+		if !ok {
+			continue
+		}
+		for _, cp := range ef.ConfigPatches {
+			if l := cp.Match.GetListener(); cp.ApplyTo == networking.EnvoyFilter_LISTENER && l.GetPortNumber() != 8080 {
+				t.Errorf("listener patch on port %d, want GatewayListenerPort 8080", l.GetPortNumber())
+			}
+			if rc := cp.Match.GetRouteConfiguration(); rc != nil && rc.GetPortNumber() != 80 {
+				t.Errorf("virtual host patch on port %d, want GatewayPort 80", rc.GetPortNumber())
+			}
+		}
+	}
 	existing := exampleOptions(exampleManifests[0].opts)
 	existing.Gateway = "istio-ingress/public"
 	m, err = Render(examples.Demo(), existing)
@@ -151,11 +175,16 @@ func TestRenderReportsEveryProblemTyped(t *testing.T) {
 		}},
 		{"gateway options on a sidecar", func(o *Options) {
 			o.Attach, o.Selector, o.Hosts = AttachSidecar, map[string]string{"app": "a"}, nil
-			o.Gateway, o.GatewayPort, o.GatewayCredential = "istio-ingress/public", 8080, "tls"
+			o.Gateway, o.GatewayPort, o.GatewayListenerPort, o.GatewayCredential = "istio-ingress/public", 8080, 8080, "tls"
 		}, []string{
 			"Gateway: only for a gateway attachment",
 			"GatewayPort: only for a gateway attachment",
+			"GatewayListenerPort: only for a gateway attachment",
 			"GatewayCredential: only for a gateway attachment",
+		}},
+		{"ports out of range", func(o *Options) { o.GatewayPort, o.GatewayListenerPort = 65536, 70000 }, []string{
+			"GatewayPort: 65536: not a port number",
+			"GatewayListenerPort: 70000: not a port number",
 		}},
 		{"upstreams and the policy", func(o *Options) {
 			o.Upstreams = map[string]string{"fake-openai": "ftp://api.openai.com", "fake-azure": "https://x.example.com"}

@@ -237,11 +237,3 @@ func (s *settings) meshPolicy(doc []byte, res *policies.Resolved) ([]byte, map[s
 	}
 	return out, clusters, nil
 }
-
-// bufferLimit is the request body buffer limit for Spillway's virtual hosts: above the
-// policy's maxRequestBodyBytes, so that Spillway, not Envoy, answers an oversized body
-// (Envoy's own answer is an untyped 413 at its buffer limit, 1 MiB per connection by
-// default).
-func bufferLimit(res *policies.Resolved) uint64 {
-	return uint64(res.MaxRequestBodyBytes) + 1<<20
-}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"testing"
 
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/tidwall/sjson"
@@ -168,7 +169,7 @@ func TestMeshRouting(t *testing.T) {
 					t.Errorf("frontend %s: route %v, want the not-routed 404 (the filter moves every routed request to its provider's host)", h, r)
 				}
 			}
-			checkVirtualHostPatches(t, m.Objects, s, res)
+			checkBufferPatches(t, m.Objects, s, res)
 		})
 	}
 }
@@ -224,10 +225,11 @@ func routeRequest(t *testing.T, objs []Object, gateway, authority string, header
 	return nil
 }
 
-// checkVirtualHostPatches: every virtual host a Spillway request starts or ends in gets
-// the body buffer limit above the policy's, and in the Full mode the filter (disabled by
-// default) is enabled there and nowhere else.
-func checkVirtualHostPatches(t *testing.T, objs []Object, s *settings, res *policies.Resolved) {
+// checkBufferPatches: every virtual host a Spillway request starts or ends in gets the
+// body buffer limit above the policy's, and the listener they are served on the same
+// connection buffer limit (Envoy 1.36 buffers a request held at its headers under it); in
+// the Full mode the filter (disabled by default) is enabled there and nowhere else.
+func checkBufferPatches(t *testing.T, objs []Object, s *settings, res *policies.Resolved) {
 	t.Helper()
 	var hosts []string
 	for i := range objs {
@@ -239,7 +241,12 @@ func checkVirtualHostPatches(t *testing.T, objs []Object, s *settings, res *poli
 	if s.Attach == AttachGateway {
 		port = s.GatewayPort
 	}
+	listenerPort := s.Port
+	if s.Attach == AttachGateway {
+		listenerPort = s.GatewayListenerPort
+	}
 	patched := map[string]*routev3.VirtualHost{}
+	var listeners []*listenerv3.Listener
 	disabled := false
 	for i := range objs {
 		ef, ok := objs[i].Spec.(*networking.EnvoyFilter)
@@ -262,6 +269,16 @@ func checkVirtualHostPatches(t *testing.T, objs []Object, s *settings, res *poli
 					t.Errorf("virtual host patch on port %d, the filter's requests use %d", rc.PortNumber, port)
 				}
 				patched[rc.GetVhost().GetName()] = vh
+			case networking.EnvoyFilter_LISTENER:
+				l := new(listenerv3.Listener)
+				if err := strictProto.Unmarshal(js, l); err != nil {
+					t.Fatal(err)
+				}
+				if m := cp.Match.GetListener(); cp.Patch.Operation != networking.EnvoyFilter_Patch_MERGE ||
+					cp.Match.GetContext() != (&builder{s: s}).patchContext() || m.GetPortNumber() != listenerPort {
+					t.Errorf("listener patch %v %v on port %d, want a MERGE into the listener on %d", cp.Patch.Operation, cp.Match.GetContext(), m.GetPortNumber(), listenerPort)
+				}
+				listeners = append(listeners, l)
 			case networking.EnvoyFilter_HTTP_FILTER:
 				hf := new(hcmv3.HttpFilter)
 				if err := strictProto.Unmarshal(js, hf); err != nil {
@@ -274,6 +291,11 @@ func checkVirtualHostPatches(t *testing.T, objs []Object, s *settings, res *poli
 	full := s.Mode == ModeFull
 	if full && !disabled {
 		t.Error("the HTTP filter is enabled by default: it would run on every host of the listener")
+	}
+	// Only the Full mode's filter holds a request at its headers while it buffers the body;
+	// the header-routed one lets the router apply the virtual hosts' limit first.
+	if want := map[bool]int{true: 1, false: 0}[s.Mode == ModeFull]; len(listeners) != want {
+		t.Errorf("%d listener patches, want %d raising per_connection_buffer_limit_bytes", len(listeners), want)
 	}
 	if len(patched) != len(hosts) {
 		t.Errorf("%d virtual hosts patched, %d Spillway hosts", len(patched), len(hosts))
@@ -288,6 +310,10 @@ func checkVirtualHostPatches(t *testing.T, objs []Object, s *settings, res *poli
 		}
 		if got := vh.GetRequestBodyBufferLimit().GetValue(); got <= uint64(res.MaxRequestBodyBytes) {
 			t.Errorf("virtual host %s: body buffer limit %d, not above maxRequestBodyBytes %d: Envoy would answer its own 413 first", name, got, res.MaxRequestBodyBytes)
+		}
+		if len(listeners) == 1 && uint64(listeners[0].GetPerConnectionBufferLimitBytes().GetValue()) != vh.GetRequestBodyBufferLimit().GetValue() {
+			t.Errorf("virtual host %s: body buffer limit %d, the listener's %d: Envoy 1.36 would buffer a held request under the smaller",
+				name, vh.GetRequestBodyBufferLimit().GetValue(), listeners[0].GetPerConnectionBufferLimitBytes().GetValue())
 		}
 		_, enabled := vh.TypedPerFilterConfig[b.filterName()]
 		if enabled != full {

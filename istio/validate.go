@@ -54,8 +54,11 @@ func (ps Problems) Error() string {
 // its config translation enforce for the fields Spillway uses (each rule cites the istio
 // function it follows), then Spillway's own: the filter's configuration is complete (the
 // ECDS Wasm config sets allow_on_headers_stop_iteration, an explicit failure policy, a
-// pinned oci:// module and a valid policy) and every cluster the policy names is routed
-// by a VirtualService to that cluster. Every problem is reported, as Problems.
+// pinned oci:// module and a valid policy), a raised virtual host buffer limit for a filter
+// that holds request headers comes with a listener buffer limit at least as large on a
+// named port, and every cluster the policy names is routed by a VirtualService to that
+// cluster. Every problem is reported, as
+// Problems.
 func Validate(manifests []byte) error {
 	objects, err := DecodeYAML(manifests)
 	if err != nil {

@@ -3,6 +3,7 @@ package istio
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/spillwayproxy/spillway/policies"
+	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
 
 // patchType is the Envoy message an EnvoyFilter patch value decodes into, by applyTo
@@ -84,6 +86,93 @@ func (v *validator) envoyFilter(ef *networking.EnvoyFilter) {
 	}
 	for i, cp := range ef.ConfigPatches {
 		v.configPatch(fmt.Sprintf("spec.configPatches[%d]", i), cp)
+	}
+	v.bufferLimits(ef)
+}
+
+// bufferLimits is Spillway's rule on the buffer limits an EnvoyFilter raises. Where the
+// EnvoyFilter adds a Wasm filter that holds request headers (allow_on_headers_stop_iteration:
+// the Full mode), a virtual host's request_body_buffer_limit above Envoy's 1 MiB
+// connection default needs, in the same context, a LISTENER MERGE raising
+// per_connection_buffer_limit_bytes at least as far: Envoy 1.36 (Istio 1.28) applies the
+// virtual host's limit only in the router (envoyproxy/envoy#42607), after Spillway has
+// buffered the body of a request it holds at its headers, which buffers under the
+// listener's limit meanwhile (see envoylimits.ConnectionBufferLimit). A LISTENER patch
+// must name its port (without one it changes every listener of the workload), and on a
+// sidecar the port of the virtual hosts (the outbound listener for a port serves its
+// routes; a gateway binds its Service's target port instead, which Render cannot check).
+func (v *validator) bufferLimits(ef *networking.EnvoyFilter) {
+	type raised struct {
+		path  string
+		limit uint64
+		port  uint32
+	}
+	vhosts := map[networking.EnvoyFilter_PatchContext]raised{}    // the largest virtual host limit
+	listeners := map[networking.EnvoyFilter_PatchContext]raised{} // the largest listener limit
+	holds := false                                                // a filter that holds request headers
+	for i, cp := range ef.ConfigPatches {
+		if cp.GetPatch().GetValue() == nil {
+			continue
+		}
+		path := fmt.Sprintf("spec.configPatches[%d]", i)
+		ctx := cp.GetMatch().GetContext()
+		js, err := cp.Patch.Value.MarshalJSON()
+		if err != nil {
+			continue // reported by configPatch
+		}
+		if cp.ApplyTo == networking.EnvoyFilter_EXTENSION_CONFIG {
+			ec, w := new(corev3.TypedExtensionConfig), new(wasmfilterv3.Wasm)
+			if strictProto.Unmarshal(js, ec) == nil && ec.GetTypedConfig().UnmarshalTo(w) == nil &&
+				w.GetConfig().GetAllowOnHeadersStopIteration().GetValue() {
+				holds = true
+			}
+			continue
+		}
+		if cp.Patch.Operation != networking.EnvoyFilter_Patch_MERGE {
+			continue
+		}
+		switch cp.ApplyTo {
+		case networking.EnvoyFilter_VIRTUAL_HOST:
+			vh := new(routev3.VirtualHost)
+			if strictProto.Unmarshal(js, vh) != nil || vh.GetRequestBodyBufferLimit() == nil {
+				continue
+			}
+			r := raised{path + ".patch.value.request_body_buffer_limit", vh.GetRequestBodyBufferLimit().GetValue(),
+				cp.GetMatch().GetRouteConfiguration().GetPortNumber()}
+			if r.limit > vhosts[ctx].limit {
+				vhosts[ctx] = r
+			}
+		case networking.EnvoyFilter_LISTENER:
+			l := new(listenerv3.Listener)
+			if strictProto.Unmarshal(js, l) != nil || l.GetPerConnectionBufferLimitBytes() == nil {
+				continue
+			}
+			r := raised{path, uint64(l.GetPerConnectionBufferLimitBytes().GetValue()), cp.GetMatch().GetListener().GetPortNumber()}
+			if r.port == 0 {
+				v.fail(path+".match.listener.portNumber", "required: without it the connection buffer limit rises on every listener of the workload; name the listener Spillway's virtual hosts are served on")
+			}
+			if _, seen := listeners[ctx]; !seen || r.limit > listeners[ctx].limit {
+				listeners[ctx] = r
+			}
+		}
+	}
+	if !holds {
+		return
+	}
+	for _, ctx := range slices.Sorted(maps.Keys(vhosts)) {
+		vh := vhosts[ctx]
+		if vh.limit <= envoylimits.DefaultConnectionBufferLimit {
+			continue
+		}
+		l, ok := listeners[ctx]
+		switch {
+		case !ok:
+			v.fail(vh.path, "%d needs a LISTENER MERGE of per_connection_buffer_limit_bytes ≥ %d in context %s: Envoy 1.36 (Istio 1.28) applies a virtual host's limit only in the router, and a request Spillway holds at its headers buffers under the listener's limit (1 MiB by default) until then (envoyproxy/envoy#42607)", vh.limit, vh.limit, ctx)
+		case l.limit < vh.limit:
+			v.fail(l.path+".patch.value.per_connection_buffer_limit_bytes", "%d is below the virtual hosts' request_body_buffer_limit %d: Envoy 1.36 (Istio 1.28) would answer its own 413 for a held request between the two (envoyproxy/envoy#42607)", l.limit, vh.limit)
+		case ctx == networking.EnvoyFilter_SIDECAR_OUTBOUND && l.port != 0 && l.port != vh.port:
+			v.fail(l.path+".match.listener.portNumber", "%d, but Spillway's virtual hosts are on port %d: a sidecar serves them on its outbound listener for that port", l.port, vh.port)
+		}
 	}
 }
 

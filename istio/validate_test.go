@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
@@ -186,6 +187,30 @@ func TestValidateRules(t *testing.T) {
 			ef := spec[*networking.EnvoyFilter](t, o, "spillway")
 			patchValue(t, ef, 1, new(hcmv3.HttpFilter), func(hf *hcmv3.HttpFilter) { hf.Name = "" })
 		}, "invalid HttpFilter.Name"},
+		{"listener patch with a filter match", 0, func(t *testing.T, o []Object) {
+			ef := spec[*networking.EnvoyFilter](t, o, "spillway")
+			ef.ConfigPatches[len(ef.ConfigPatches)-1].Match.ObjectTypes = ef.ConfigPatches[1].Match.ObjectTypes
+		}, "filter match has no effect when used with LISTENER"},
+		// Spillway's rules on the buffer limits (Envoy 1.36 buffers a request held at its
+		// headers under the listener's limit: envoyproxy/envoy#42607).
+		{"no listener patch", 0, func(t *testing.T, o []Object) {
+			ef := spec[*networking.EnvoyFilter](t, o, "spillway")
+			ef.ConfigPatches = ef.ConfigPatches[:len(ef.ConfigPatches)-1]
+		}, "needs a LISTENER MERGE of per_connection_buffer_limit_bytes ≥ 9437184 in context GATEWAY"},
+		{"listener limit below the virtual hosts'", 0, func(t *testing.T, o []Object) {
+			ef := spec[*networking.EnvoyFilter](t, o, "spillway")
+			patchValue(t, ef, len(ef.ConfigPatches)-1, new(listenerv3.Listener), func(l *listenerv3.Listener) {
+				l.PerConnectionBufferLimitBytes = wrapperspb.UInt32(1 << 20)
+			})
+		}, "1048576 is below the virtual hosts' request_body_buffer_limit 9437184"},
+		{"listener patch without a port", 0, func(t *testing.T, o []Object) {
+			ef := spec[*networking.EnvoyFilter](t, o, "spillway")
+			ef.ConfigPatches[len(ef.ConfigPatches)-1].Match.GetListener().PortNumber = 0
+		}, "portNumber: required"},
+		{"sidecar listener patch on another port", 1, func(t *testing.T, o []Object) {
+			ef := spec[*networking.EnvoyFilter](t, o, "spillway")
+			ef.ConfigPatches[len(ef.ConfigPatches)-1].Match.GetListener().PortNumber = 8080
+		}, "8080, but Spillway's virtual hosts are on port 80"},
 		// Spillway's rules on the Full mode's Wasm config.
 		{"option off", 0, func(t *testing.T, o []Object) {
 			editWasm(t, o, func(pc *wasmv3.PluginConfig) { pc.AllowOnHeadersStopIteration = nil })

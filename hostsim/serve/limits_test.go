@@ -47,8 +47,12 @@ func TestDefaultsModelTheGeneratedBootstrap(t *testing.T) {
 	if len(buffer) != 1 || buffer[0] != strconv.Itoa(l.RequestBufferLimit) || !l.RequestBufferFromPolicy {
 		t.Errorf("request body buffer limit %d (from the policy: %v), bootstrap %v", l.RequestBufferLimit, l.RequestBufferFromPolicy, buffer)
 	}
-	if strings.Contains(string(yaml), "per_connection_buffer_limit_bytes") || l.BufferLimit != 1<<20 {
-		t.Errorf("connection buffer limit %d; the bootstrap must keep Envoy's 1 MiB default", l.BufferLimit)
+	// The listener carries the request limit too, for an Envoy that raises a stream's
+	// limit only in the router (before envoyproxy/envoy#42607).
+	conn := field(`\n\s+per_connection_buffer_limit_bytes: (\d+)\n`)
+	if len(conn) != 1 || conn[0] != strconv.Itoa(l.BufferLimit) || !l.BufferFromPolicy || l.BufferLimit != l.RequestBufferLimit {
+		t.Errorf("connection buffer limit %d (from the policy: %v), bootstrap %v: want the request limit %d",
+			l.BufferLimit, l.BufferFromPolicy, conn, l.RequestBufferLimit)
 	}
 	streamIdle, routeIdle := field(`stream_idle_timeout: (\d+)s`), field(`\n\s+idle_timeout: (\d+)s`)
 	if len(streamIdle) != 1 || seconds(streamIdle[0]) != l.StreamIdleTimeout || !l.StreamIdleFromPolicy {
@@ -77,26 +81,32 @@ func TestLimitsFor(t *testing.T) {
 	tests := []struct {
 		name        string
 		change      func(*Options)
+		wantConn    int           // Limits.BufferLimit
 		wantRequest int           // Limits.RequestBufferLimit
 		wantIdle    time.Duration // Limits.StreamIdleTimeout
-		fromPolicy  [2]bool       // RequestBufferFromPolicy, StreamIdleFromPolicy
+		fromPolicy  [3]bool       // BufferFromPolicy, RequestBufferFromPolicy, StreamIdleFromPolicy
 	}{
-		{"defaults", func(*Options) {}, derivedBuffer, derivedIdle, [2]bool{true, true}},
+		// The bootstrap's: the connection's limit is the request limit.
+		{"defaults", func(*Options) {}, derivedBuffer, derivedBuffer, derivedIdle, [3]bool{true, true, true}},
+		// A request limit from a flag is the connection's too, by the same rule.
 		{"flags", func(o *Options) { o.RequestBufferLimit, o.StreamIdleTimeout = 2<<20, time.Minute },
-			2 << 20, time.Minute, [2]bool{false, false}},
-		{"idle timer off", func(o *Options) { o.StreamIdleTimeout = 0 }, derivedBuffer, 0, [2]bool{true, false}},
+			2 << 20, 2 << 20, time.Minute, [3]bool{true, false, false}},
+		{"idle timer off", func(o *Options) { o.StreamIdleTimeout = 0 }, derivedBuffer, derivedBuffer, 0, [3]bool{true, true, false}},
+		// Envoy's 1 MiB default: the bootstrap before the listener carried the request limit.
+		{"Envoy's connection default", func(o *Options) { o.BufferLimit = DefaultBufferLimit },
+			1 << 20, derivedBuffer, derivedIdle, [3]bool{false, true, true}},
 		{"request limit below the connection's", func(o *Options) { o.RequestBufferLimit, o.BufferLimit = 4096, 65536 },
-			65536, derivedIdle, [2]bool{false, true}},
+			65536, 65536, derivedIdle, [3]bool{false, false, true}},
 		{"a larger connection limit raises the derived one", func(o *Options) { o.BufferLimit = 16 << 20 },
-			16 << 20, derivedIdle, [2]bool{true, true}},
+			16 << 20, 16 << 20, derivedIdle, [3]bool{false, true, true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := DefaultOptions()
 			tt.change(&o)
 			l := limitsFor(o, demo)
-			if l.RequestBufferLimit != tt.wantRequest || l.StreamIdleTimeout != tt.wantIdle ||
-				[2]bool{l.RequestBufferFromPolicy, l.StreamIdleFromPolicy} != tt.fromPolicy {
+			if l.BufferLimit != tt.wantConn || l.RequestBufferLimit != tt.wantRequest || l.StreamIdleTimeout != tt.wantIdle ||
+				[3]bool{l.BufferFromPolicy, l.RequestBufferFromPolicy, l.StreamIdleFromPolicy} != tt.fromPolicy {
 				t.Errorf("limits %+v", l)
 			}
 		})
@@ -123,6 +133,55 @@ func TestDemoBuffersLargeRequests(t *testing.T) {
 	}
 	if len(d.access.await("413 ", 1)) != 1 || len(d.access.lines("details=spillway_local_reply")) == 0 {
 		t.Errorf("access log:\n%s", d.access)
+	}
+}
+
+// Spillway holds a request at its headers while it reads the body's model, so Envoy 1.36,
+// which applies the route's request_body_buffer_limit only once the headers reach the
+// router (before envoyproxy/envoy#42607), buffers the body under the connection's limit.
+// With the listener's limit at the request limit, as the generated bootstrap sets it, a
+// 2 MiB request reaches the provider there as on Envoy ≥ 1.37; at Envoy's 1 MiB default
+// (the bootstrap before it carried the limit) 1.36 answers its own untyped 413 first, and
+// only 1.37+ gets the request through. A body over maxRequestBodyBytes still gets
+// Spillway's typed 413 on 1.36.
+func TestLargeRequestsOnEverySupportedEnvoy(t *testing.T) {
+	tests := []struct {
+		name        string
+		atRouter    bool   // -route-buffer-limit-at-router: Envoy 1.36
+		defaultConn bool   // -buffer-limit 1048576: the listener at Envoy's default
+		size        int    // the prompt's bytes
+		wantStatus  int    // the client's status
+		wantBody    string // in the client's body
+		wantDetails string // the access line's response code details
+		wantUp      int    // requests the provider saw
+	}{
+		{"1.36 with the shipped limits", true, false, 2 << 20, 200, `"object":"chat.completion"`, "details=via_upstream", 1},
+		{"1.36 at Envoy's connection default", true, true, 2 << 20, 413, "Payload Too Large", "details=request_payload_too_large", 0},
+		{"1.37 at Envoy's connection default", false, true, 2 << 20, 200, `"object":"chat.completion"`, "details=via_upstream", 1},
+		{"1.36 over maxRequestBodyBytes", true, false, 8<<20 + 64<<10, 413, `"code":"request_too_large"`, "details=spillway_local_reply", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := startDemo(t, func(o *Options) {
+				o.RouteBufferLimitAtRouter = tt.atRouter
+				if tt.defaultConn {
+					o.BufferLimit = DefaultBufferLimit
+				}
+			})
+			up := d.fake(t, "fake-openai")
+			up.SetPacing(fakeprovider.Pacing{})
+			body := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("x", tt.size) + `"}]}`
+			status, _, got := post(t, d.URL()+"/v1/chat/completions", body, nil)
+			if status != tt.wantStatus || !strings.Contains(got, tt.wantBody) {
+				t.Fatalf("%d %.200s, want %d with %s", status, got, tt.wantStatus, tt.wantBody)
+			}
+			if lines := d.access.await(" "+strconv.Itoa(tt.wantStatus)+" ", 1); len(lines) != 1 || !strings.HasSuffix(lines[0], tt.wantDetails) {
+				t.Errorf("access log %q, want %s", lines, tt.wantDetails)
+			}
+			if n := len(up.Requests()); n != tt.wantUp {
+				t.Errorf("the provider saw %d requests, want %d", n, tt.wantUp)
+			}
+		})
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
 
 // Defaults of the serve flags.
@@ -22,22 +23,24 @@ const (
 	DefaultTimeout = 10 * time.Minute
 	// DefaultConnectTimeout is Envoy's cluster connect_timeout default.
 	DefaultConnectTimeout = 5 * time.Second
-	// DefaultBufferLimit is Envoy's per_connection_buffer_limit_bytes default (1 MiB); the
-	// generated bootstrap keeps it.
-	DefaultBufferLimit = 1 << 20
+	// DefaultBufferLimit is Envoy's per_connection_buffer_limit_bytes default (1 MiB), a
+	// Config's when it sets none; the generated bootstrap raises it (see
+	// envoylimits.ConnectionBufferLimit), and so does serve by default.
+	DefaultBufferLimit = envoylimits.DefaultConnectionBufferLimit
 	// MaxWorkers bounds -workers (each worker is a VM with its own Go heap).
 	MaxWorkers = 64
-	// MaxBufferLimit bounds -buffer-limit.
-	MaxBufferLimit = 256 << 20
-	// MaxRequestBufferLimit bounds -request-buffer-limit: above what any policy derives
-	// (maxRequestBodyBytes is at most 256 MiB, plus envoylimits.BufferHeadroom).
+	// MaxBufferLimit bounds -buffer-limit and MaxRequestBufferLimit -request-buffer-limit:
+	// above what any policy derives (maxRequestBodyBytes is at most 256 MiB, plus
+	// envoylimits.BufferHeadroom).
+	MaxBufferLimit        = 512 << 20
 	MaxRequestBufferLimit = 512 << 20
 )
 
-// FromPolicy, as Options.RequestBufferLimit or Options.StreamIdleTimeout (the default),
-// takes the value from the policy as the generated Envoy bootstrap does (package
-// policies/envoylimits): the virtual host's request_body_buffer_limit, and the connection
-// manager's stream_idle_timeout and the routes' idle_timeout.
+// FromPolicy, as Options.BufferLimit, Options.RequestBufferLimit or
+// Options.StreamIdleTimeout (the default), takes the value from the policy as the generated
+// Envoy bootstrap does (package policies/envoylimits): the listener's
+// per_connection_buffer_limit_bytes, the virtual host's request_body_buffer_limit, and the
+// connection manager's stream_idle_timeout and the routes' idle_timeout.
 const FromPolicy = -1
 
 // Cluster is an upstream cluster: a name the policy and the filter use, and the base URL
@@ -74,13 +77,20 @@ type Options struct {
 	// false models a proxy without it.
 	AllowOnHeadersStopIteration bool
 	// BufferLimit is the connection buffer limit in bytes (-buffer-limit): Envoy's
-	// per_connection_buffer_limit_bytes, what a response body may buffer.
+	// per_connection_buffer_limit_bytes, where a stream's buffer limit starts. FromPolicy
+	// (the default): the request limit below, the generated bootstrap's rule.
 	BufferLimit int
-	// RequestBufferLimit is what a request body may buffer, in bytes
-	// (-request-buffer-limit): the route's request_body_buffer_limit, which only ever raises
-	// the connection's. FromPolicy (the default): the policy's maxRequestBodyBytes plus
-	// 1 MiB, as the generated bootstrap sets it.
+	// RequestBufferLimit is what a stream may buffer, in bytes (-request-buffer-limit): the
+	// route's request_body_buffer_limit, which only ever raises the connection's. FromPolicy
+	// (the default): the policy's maxRequestBodyBytes plus 1 MiB, as the generated bootstrap
+	// sets it.
 	RequestBufferLimit int
+	// RouteBufferLimitAtRouter models an Envoy without envoyproxy/envoy#42607 (1.36)
+	// (-route-buffer-limit-at-router): the route's limit applies only once the request
+	// headers reach the router, so a request the filter holds at its headers buffers under
+	// the connection's limit. Default false: Envoy ≥ 1.37, which applies it when the route
+	// is matched.
+	RouteBufferLimitAtRouter bool
 	// StreamIdleTimeout ends a stream silent both ways this long (-stream-idle-timeout, 0:
 	// off): the connection manager's stream_idle_timeout and the route's idle_timeout.
 	// FromPolicy (the default): the policy's longest silence plus 30 s, as the generated
@@ -111,7 +121,7 @@ type Options struct {
 // DefaultOptions returns the flags' defaults.
 func DefaultOptions() Options {
 	return Options{WasmPath: DefaultWasm, Listen: DefaultListen, Workers: DefaultWorkers, Timeout: DefaultTimeout,
-		ConnectTimeout: DefaultConnectTimeout, BufferLimit: DefaultBufferLimit, RequestBufferLimit: FromPolicy,
+		ConnectTimeout: DefaultConnectTimeout, BufferLimit: FromPolicy, RequestBufferLimit: FromPolicy,
 		StreamIdleTimeout: FromPolicy, AllowOnHeadersStopIteration: true}
 }
 
@@ -129,9 +139,12 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*failureFlag)(&o.FailurePolicy), "failure-policy", "after a VM fails: fail-closed | fail-open | fail-reload")
 	fs.BoolVar(&o.AllowOnHeadersStopIteration, "allow-on-headers-stop-iteration", o.AllowOnHeadersStopIteration,
 		"model Envoy's allow_on_headers_stop_iteration (false: a headers Pause stops all iteration, as without the option)")
-	fs.Var((*bufferLimitFlag)(&o.BufferLimit), "buffer-limit", "connection buffer limit in `bytes` (Envoy's per_connection_buffer_limit_bytes)")
-	fs.Var((*requestBufferLimitFlag)(&o.RequestBufferLimit), "request-buffer-limit",
+	fs.Var((*bufferLimitFlag)(&o.BufferLimit), "buffer-limit",
+		"connection buffer limit in `bytes` (Envoy's per_connection_buffer_limit_bytes); policy: the request limit (-request-buffer-limit), as the generated bootstrap")
+	fs.Var((*bufferLimitFlag)(&o.RequestBufferLimit), "request-buffer-limit",
 		"request body buffer limit in `bytes` (the route's request_body_buffer_limit); policy: maxRequestBodyBytes + 1 MiB, as the generated bootstrap")
+	fs.BoolVar(&o.RouteBufferLimitAtRouter, "route-buffer-limit-at-router", o.RouteBufferLimitAtRouter,
+		"model Envoy 1.36, before envoyproxy/envoy#42607: the route's buffer limit applies only once the request headers reach the router")
 	fs.Var((*policyTimeoutFlag)(&o.StreamIdleTimeout), "stream-idle-timeout",
 		"end a stream silent both ways this long, 0 for none (stream_idle_timeout, route idle_timeout); policy: derived as the generated bootstrap")
 	fs.Var((*timeoutFlag)(&o.Timeout), "timeout", "answer 504 when nothing reached the client by then (and reset a stream still running)")
@@ -393,31 +406,13 @@ func (f *optionalTimeoutFlag) Set(s string) error {
 	return nil
 }
 
+// policyKeyword is what -buffer-limit, -request-buffer-limit and -stream-idle-timeout take
+// (and show) for FromPolicy.
+const policyKeyword = "policy"
+
 type bufferLimitFlag int
 
 func (f *bufferLimitFlag) String() string {
-	if f == nil {
-		return ""
-	}
-	return strconv.Itoa(int(*f))
-}
-
-func (f *bufferLimitFlag) Set(s string) error {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1024 || n > MaxBufferLimit {
-		return fmt.Errorf("want a number of bytes from 1024 to %d", MaxBufferLimit)
-	}
-	*f = bufferLimitFlag(n)
-	return nil
-}
-
-// policyKeyword is what -request-buffer-limit and -stream-idle-timeout take (and show) for
-// FromPolicy.
-const policyKeyword = "policy"
-
-type requestBufferLimitFlag int
-
-func (f *requestBufferLimitFlag) String() string {
 	if f == nil {
 		return ""
 	}
@@ -427,16 +422,16 @@ func (f *requestBufferLimitFlag) String() string {
 	return strconv.Itoa(int(*f))
 }
 
-func (f *requestBufferLimitFlag) Set(s string) error {
+func (f *bufferLimitFlag) Set(s string) error {
 	if s == policyKeyword {
 		*f = FromPolicy
 		return nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 1024 || n > MaxRequestBufferLimit {
-		return fmt.Errorf("want %s or a number of bytes from 1024 to %d", policyKeyword, MaxRequestBufferLimit)
+	if err != nil || n < 1024 || n > MaxBufferLimit {
+		return fmt.Errorf("want %s or a number of bytes from 1024 to %d", policyKeyword, MaxBufferLimit)
 	}
-	*f = requestBufferLimitFlag(n)
+	*f = bufferLimitFlag(n)
 	return nil
 }
 

@@ -29,25 +29,28 @@ func TestFlagDefaults(t *testing.T) {
 	if o.WasmPath != "build/spillway.wasm" || o.PolicyPath != "" || o.Listen != "127.0.0.1:10000" || o.Workers != 2 ||
 		len(o.Clusters) != 0 || len(o.Env) != 0 || o.WASI != hostsim.WASIEnvoy133 || o.FailurePolicy != hostsim.FailClosed ||
 		o.Timeout != 10*time.Minute || o.ConnectTimeout != 5*time.Second || o.RouteTimeout != 0 || o.IdleTimeout != 0 ||
-		o.BufferLimit != 1<<20 || !o.AllowOnHeadersStopIteration || o.Admin != "" ||
+		o.BufferLimit != FromPolicy || !o.AllowOnHeadersStopIteration || o.Admin != "" || o.RouteBufferLimitAtRouter ||
 		o.RequestBufferLimit != FromPolicy || o.StreamIdleTimeout != FromPolicy {
 		t.Errorf("defaults %+v", o)
 	}
 }
 
-// -request-buffer-limit and -stream-idle-timeout take a value, or "policy" for the
-// generated bootstrap's derivation (the default).
+// -buffer-limit, -request-buffer-limit and -stream-idle-timeout take a value, or "policy"
+// for the generated bootstrap's derivation (the default).
 func TestPolicyDerivedFlags(t *testing.T) {
 	tests := []struct {
 		args        []string      // command line
+		wantConn    int           // BufferLimit
 		wantRequest int           // RequestBufferLimit
 		wantIdle    time.Duration // StreamIdleTimeout
 	}{
-		{nil, FromPolicy, FromPolicy},
-		{[]string{"-request-buffer-limit", "4194304", "-stream-idle-timeout", "90s"}, 4 << 20, 90 * time.Second},
-		{[]string{"-stream-idle-timeout", "0"}, FromPolicy, 0},
+		{nil, FromPolicy, FromPolicy, FromPolicy},
+		{[]string{"-request-buffer-limit", "4194304", "-stream-idle-timeout", "90s"}, FromPolicy, 4 << 20, 90 * time.Second},
+		{[]string{"-stream-idle-timeout", "0"}, FromPolicy, FromPolicy, 0},
 		{[]string{"-request-buffer-limit", "1024", "-request-buffer-limit", "policy", "-stream-idle-timeout", "policy"},
-			FromPolicy, FromPolicy},
+			FromPolicy, FromPolicy, FromPolicy},
+		{[]string{"-buffer-limit", "1048576"}, 1 << 20, FromPolicy, FromPolicy},
+		{[]string{"-buffer-limit", "1048576", "-buffer-limit", "policy"}, FromPolicy, FromPolicy, FromPolicy},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -55,12 +58,12 @@ func TestPolicyDerivedFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if o.RequestBufferLimit != tt.wantRequest || o.StreamIdleTimeout != tt.wantIdle {
-				t.Errorf("request buffer %d, stream idle %v", o.RequestBufferLimit, o.StreamIdleTimeout)
+			if o.BufferLimit != tt.wantConn || o.RequestBufferLimit != tt.wantRequest || o.StreamIdleTimeout != tt.wantIdle {
+				t.Errorf("connection buffer %d, request buffer %d, stream idle %v", o.BufferLimit, o.RequestBufferLimit, o.StreamIdleTimeout)
 			}
 		})
 	}
-	if l := requestBufferLimitFlag(FromPolicy); l.String() != "policy" {
+	if l := bufferLimitFlag(FromPolicy); l.String() != "policy" {
 		t.Errorf("FromPolicy prints as %q", l.String())
 	}
 	if d := policyTimeoutFlag(FromPolicy); d.String() != "policy" {
@@ -74,13 +77,14 @@ func TestGoodFlagValues(t *testing.T) {
 		"-workers", "4", "-env", "OPENAI_KEY_A=sk-1=2", "-env", "EMPTY=",
 		"-wasi", "wazero", "-failure-policy", "fail-reload", "-timeout", "30s",
 		"-cluster", "gone=", "-allow-on-headers-stop-iteration=false", "-admin", "127.0.0.1:9901",
-		"-connect-timeout", "2s", "-route-timeout", "0", "-idle-timeout", "45s", "-buffer-limit", "65536")
+		"-connect-timeout", "2s", "-route-timeout", "0", "-idle-timeout", "45s", "-buffer-limit", "65536",
+		"-route-buffer-limit-at-router")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(o.Clusters) != 3 || o.Clusters[2] != (Cluster{Name: "gone"}) || o.AllowOnHeadersStopIteration ||
 		o.Admin != "127.0.0.1:9901" || o.ConnectTimeout != 2*time.Second || o.RouteTimeout != 0 ||
-		o.IdleTimeout != 45*time.Second || o.BufferLimit != 65536 {
+		o.IdleTimeout != 45*time.Second || o.BufferLimit != 65536 || !o.RouteBufferLimitAtRouter {
 		t.Errorf("options %+v", o)
 	}
 	o.Clusters = o.Clusters[:2]
@@ -129,8 +133,9 @@ func TestBadFlagValues(t *testing.T) {
 		{[]string{"-connect-timeout", "0"}, "positive duration"},
 		{[]string{"-route-timeout", "-1s"}, "0 (none) or a positive duration"},
 		{[]string{"-idle-timeout", "later"}, "0 (none) or a positive duration"},
-		{[]string{"-buffer-limit", "100"}, "from 1024 to"},
+		{[]string{"-buffer-limit", "100"}, "want policy or a number of bytes from 1024 to"},
 		{[]string{"-buffer-limit", "1g"}, "from 1024 to"},
+		{[]string{"-buffer-limit", "536870913"}, "from 1024 to 536870912"},
 		{[]string{"-request-buffer-limit", "100"}, "want policy or a number of bytes from 1024 to"},
 		{[]string{"-request-buffer-limit", "536870913"}, "from 1024 to 536870912"},
 		{[]string{"-request-buffer-limit", "derive"}, "want policy or a number"},

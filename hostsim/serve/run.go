@@ -47,10 +47,11 @@ type Instance struct {
 // default, the generated bootstrap's (package envoy), derived from the policy by package
 // policies/envoylimits.
 type Limits struct {
-	// BufferLimit is the connection buffer limit (per_connection_buffer_limit_bytes): what a
-	// response body may buffer.
+	// BufferLimit is the connection buffer limit (per_connection_buffer_limit_bytes): where
+	// a stream's buffer limit starts.
 	BufferLimit int
-	// RequestBufferLimit is what a request body may buffer (request_body_buffer_limit).
+	// RequestBufferLimit is what a stream may buffer once the route's limit applies
+	// (request_body_buffer_limit, never below BufferLimit).
 	RequestBufferLimit int
 	// StreamIdleTimeout ends a stream silent both ways this long (stream_idle_timeout and
 	// the routes' idle_timeout; 0: none).
@@ -58,9 +59,9 @@ type Limits struct {
 	// RouteTimeout and IdleTimeout are the route timeout and the upstream's per-try idle
 	// timeout (0: none).
 	RouteTimeout, IdleTimeout time.Duration
-	// RequestBufferFromPolicy and StreamIdleFromPolicy say the value was derived from the
-	// policy rather than given by a flag.
-	RequestBufferFromPolicy, StreamIdleFromPolicy bool
+	// BufferFromPolicy, RequestBufferFromPolicy and StreamIdleFromPolicy say the value was
+	// derived from the policy rather than given by a flag.
+	BufferFromPolicy, RequestBufferFromPolicy, StreamIdleFromPolicy bool
 }
 
 // limitsFor resolves the options' limits against the policy: FromPolicy takes the
@@ -68,11 +69,15 @@ type Limits struct {
 func limitsFor(o Options, p *Policy) Limits {
 	l := Limits{BufferLimit: o.BufferLimit, RequestBufferLimit: o.RequestBufferLimit,
 		StreamIdleTimeout: o.StreamIdleTimeout, RouteTimeout: o.RouteTimeout, IdleTimeout: o.IdleTimeout}
-	if l.BufferLimit <= 0 {
-		l.BufferLimit = DefaultBufferLimit
-	}
 	if l.RequestBufferLimit == FromPolicy {
 		l.RequestBufferLimit, l.RequestBufferFromPolicy = int(envoylimits.RequestBodyBufferLimit(p.Resolved)), true
+	}
+	if l.BufferLimit == FromPolicy {
+		// The bootstrap's rule: the listener's limit is the request limit.
+		l.BufferLimit, l.BufferFromPolicy = l.RequestBufferLimit, true
+		if l.RequestBufferFromPolicy {
+			l.BufferLimit = int(envoylimits.ConnectionBufferLimit(p.Resolved))
+		}
 	}
 	if l.StreamIdleTimeout == FromPolicy {
 		l.StreamIdleTimeout, l.StreamIdleFromPolicy = envoylimits.IdleTimeout(p.Resolved), true
@@ -114,7 +119,8 @@ func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 		ClusterHeader: policy.ClusterHeader(), Workers: opts.Workers, Env: opts.Env, WASI: opts.WASI,
 		FailurePolicy: opts.FailurePolicy, WithoutHeadersStopIteration: !opts.AllowOnHeadersStopIteration,
 		BufferLimit: inst.Limits.BufferLimit, RequestBufferLimit: inst.Limits.RequestBufferLimit,
-		StreamIdleTimeout: inst.Limits.StreamIdleTimeout, Timeout: opts.Timeout, ConnectTimeout: opts.ConnectTimeout,
+		RouteBufferLimitAtRouter: opts.RouteBufferLimitAtRouter,
+		StreamIdleTimeout:        inst.Limits.StreamIdleTimeout, Timeout: opts.Timeout, ConnectTimeout: opts.ConnectTimeout,
 		RouteTimeout: inst.Limits.RouteTimeout, IdleTimeout: inst.Limits.IdleTimeout,
 		AccessLog: access, GuestLog: logs, Runtime: opts.Runtime, CacheDir: opts.CacheDir,
 	})
@@ -263,18 +269,25 @@ func (inst *Instance) Banner() string {
 	fmt.Fprintf(&b, "  workers:   %d VMs, WASI %s, %s, allow_on_headers_stop_iteration %s\n", o.Workers,
 		WASIName(o.WASI), FailurePolicyName(o.FailurePolicy), stop)
 	l := inst.Limits
-	idleFrom, bufferFrom := "flag", "flag"
+	idleFrom, bufferFrom, connFrom := "flag", "flag", "flag"
 	if l.StreamIdleFromPolicy {
 		idleFrom = "the policy's longest silence + 30s, as the generated bootstrap"
 	}
 	if l.RequestBufferFromPolicy {
 		bufferFrom = "maxRequestBodyBytes + 1 MiB, as the generated bootstrap"
 	}
+	if l.BufferFromPolicy {
+		connFrom = "the request limit, as the generated bootstrap"
+	}
+	applied := "when the route is matched (Envoy ≥ 1.37)"
+	if o.RouteBufferLimitAtRouter {
+		applied = "in the router (Envoy 1.36, before envoyproxy/envoy#42607)"
+	}
 	fmt.Fprintf(&b, "  timeouts:  stream idle %s (%s), route %s, upstream idle %s, connect %v, overall %v\n",
 		durationOrNone(l.StreamIdleTimeout), idleFrom, durationOrNone(l.RouteTimeout), durationOrNone(l.IdleTimeout),
 		o.ConnectTimeout, o.Timeout)
-	fmt.Fprintf(&b, "  buffers:   request body %d bytes (%s), response body %d bytes (connection limit)\n",
-		l.RequestBufferLimit, bufferFrom, l.BufferLimit)
+	fmt.Fprintf(&b, "  buffers:   route %d bytes (%s), applied %s; connection %d bytes (%s)\n",
+		l.RequestBufferLimit, bufferFrom, applied, l.BufferLimit, connFrom)
 	if inst.AdminAddr != "" {
 		fmt.Fprintf(&b, "  admin:     http://%s (/stats/prometheus, /stats, /ready)\n", inst.AdminAddr)
 	}

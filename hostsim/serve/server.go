@@ -20,9 +20,9 @@
 // connection, DR for an HTTP/2 stream reset) and cancels the upstream call.
 //
 // Start models, unless its Options say otherwise, the Envoy that the bootstrap generated
-// from the same policy describes: the request body buffer limit and the stream idle
-// timeout that policies/envoylimits derives from the policy, no route or per-try idle
-// timeout. A Server built with New takes Config's values as they are.
+// from the same policy describes: the connection and request body buffer limits and the
+// stream idle timeout that policies/envoylimits derives from the policy, no route or
+// per-try idle timeout. A Server built with New takes Config's values as they are.
 package serve
 
 import (
@@ -108,11 +108,16 @@ type Config struct {
 	// WithoutHeadersStopIteration models a proxy without allow_on_headers_stop_iteration
 	// (a headers Pause stops all iteration); the zero value models the option on.
 	WithoutHeadersStopIteration bool
-	// BufferLimit is the connection buffer limit (default 1 MiB).
+	// BufferLimit is the connection buffer limit, where a stream's starts (default 1 MiB,
+	// Envoy's).
 	BufferLimit int
-	// RequestBufferLimit raises the request side's buffer limit, the route's
+	// RequestBufferLimit raises the stream's buffer limit, the route's
 	// request_body_buffer_limit (0: the connection's).
 	RequestBufferLimit int
+	// RouteBufferLimitAtRouter models Envoy before envoyproxy/envoy#42607: the route's
+	// limit applies once the request headers reach the router, not when the route is
+	// matched (hostsim.WithRouteBufferLimitAtRouter).
+	RouteBufferLimitAtRouter bool
 	// StreamIdleTimeout is the connection manager's stream idle timeout (0: off).
 	StreamIdleTimeout time.Duration
 	// Timeout answers 504 when nothing went to the client by then, and resets a stream still
@@ -226,6 +231,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.WithoutHeadersStopIteration {
 		opts = append(opts, hostsim.WithoutAllowOnHeadersStopIteration())
+	}
+	if cfg.RouteBufferLimitAtRouter {
+		opts = append(opts, hostsim.WithRouteBufferLimitAtRouter())
 	}
 	if len(names) > 0 {
 		opts = append(opts, hostsim.WithCluster(names...))

@@ -166,8 +166,8 @@ func TestBannerListsWhatRuns(t *testing.T) {
 		"3 VMs, WASI envoy133, fail-closed, allow_on_headers_stop_iteration on",
 		"timeouts:  stream idle 8m5s (the policy's longest silence + 30s, as the generated bootstrap), route none, " +
 			"upstream idle none, connect 5s, overall 10m0s\n",
-		"buffers:   request body 9437184 bytes (maxRequestBodyBytes + 1 MiB, as the generated bootstrap), " +
-			"response body 1048576 bytes (connection limit)\n",
+		"buffers:   route 9437184 bytes (maxRequestBodyBytes + 1 MiB, as the generated bootstrap), applied when the route " +
+			"is matched (Envoy ≥ 1.37); connection 9437184 bytes (the request limit, as the generated bootstrap)\n",
 		"curl -si " + d.URL() + "/v1/chat/completions",
 		"curl -N " + d.URL() + "/v1/chat/completions",
 		`"model":"gpt-4o"`,

@@ -55,6 +55,34 @@ func TestRequestBodyBufferLimit(t *testing.T) {
 	}
 }
 
+func TestConnectionBufferLimit(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy string // appended to base
+		want   uint32 // the listener's per_connection_buffer_limit_bytes
+	}{
+		// The request limit (8 MiB + 1 MiB): a request held at its headers fits the
+		// connection's limit on an Envoy that raises it only in the router.
+		{"default", "", 8<<20 + 1<<20},
+		// The smallest policy limit is still above Envoy's 1 MiB default, by the headroom.
+		{"smallest", "maxRequestBodyBytes: 1024", 1024 + 1<<20},
+		// The largest fits the field's 32 bits.
+		{"largest", "maxRequestBodyBytes: 268435456", 256<<20 + 1<<20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := resolve(t, base+tt.policy)
+			got := envoylimits.ConnectionBufferLimit(res)
+			if got != tt.want {
+				t.Errorf("got %d, want %d", got, tt.want)
+			}
+			if uint64(got) != envoylimits.RequestBodyBufferLimit(res) || got <= envoylimits.DefaultConnectionBufferLimit {
+				t.Errorf("%d: want the request limit, above Envoy's default", got)
+			}
+		})
+	}
+}
+
 // oneConnection is a policy whose only connection keeps every default.
 const oneConnection = `
 providers: [{id: openai, cluster: openai, connections: [{id: b}]}]

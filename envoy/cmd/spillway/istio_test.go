@@ -90,11 +90,12 @@ func TestRenderIstio(t *testing.T) {
 			with(sidecar, func(o *istio.Options) { o.Mode = istio.ModeTrafficExtension }), ""},
 		{"explicit defaults", append([]string{"-mode", "full", "-attach", "gateway", "-failure-policy", "fail-reload", "-name", "spillway", "-port", "80"}, gatewayArgs...),
 			gateway, "gateway.yaml"},
-		{"every gateway flag", append([]string{"-name", "llm", "-gateway-port", "8443", "-gateway-credential", "llm-tls", "-port", "8080",
+		{"every gateway flag", append([]string{"-name", "llm", "-gateway-port", "8443", "-gateway-listener-port", "9443",
+			"-gateway-credential", "llm-tls", "-port", "8080",
 			"-failure-policy", "fail-closed", "-inline-env", "RATE_LIMIT_MAX_WAIT_MS=3000", "-inline-env", "RATE_LIMIT_MAX_QUEUE_DEPTH=",
 			"-selector", "istio=ingressgateway,app=llm-gw", "-host", "api.llm.example.com", "-stats-bootstrap-override"}, gatewayArgs...),
 			with(gateway, func(o *istio.Options) {
-				o.Name, o.GatewayPort, o.GatewayCredential, o.Port, o.FailurePolicy = "llm", 8443, "llm-tls", 8080, istio.FailClosed
+				o.Name, o.GatewayPort, o.GatewayListenerPort, o.GatewayCredential, o.Port, o.FailurePolicy = "llm", 8443, 9443, "llm-tls", 8080, istio.FailClosed
 				o.InlineEnv = map[string]string{"RATE_LIMIT_MAX_WAIT_MS": "3000", "RATE_LIMIT_MAX_QUEUE_DEPTH": ""}
 				o.Selector = map[string]string{"istio": "ingressgateway", "app": "llm-gw"}
 				o.Hosts = []string{"api.llm.example.com", "llm.example.com"}

@@ -19,23 +19,24 @@ import (
 // istioOptionFlags name the flag that sets each field of istio.Options, so a problem with
 // an option names the flag to change (a test keeps every field covered).
 var istioOptionFlags = map[string]string{
-	"Mode":              "mode",
-	"Attach":            "attach",
-	"Namespace":         "namespace",
-	"Name":              "name",
-	"Image":             "image",
-	"ImageDigest":       "image-digest",
-	"ImagePullSecret":   "image-pull-secret",
-	"Selector":          "selector",
-	"Hosts":             "host",
-	"Gateway":           "gateway",
-	"GatewayPort":       "gateway-port",
-	"GatewayCredential": "gateway-credential",
-	"Port":              "port",
-	"Upstreams":         "upstream",
-	"FailurePolicy":     "failure-policy",
-	"InlineEnv":         "inline-env",
-	"StatsTags":         "stats-bootstrap-override",
+	"Mode":                "mode",
+	"Attach":              "attach",
+	"Namespace":           "namespace",
+	"Name":                "name",
+	"Image":               "image",
+	"ImageDigest":         "image-digest",
+	"ImagePullSecret":     "image-pull-secret",
+	"Selector":            "selector",
+	"Hosts":               "host",
+	"Gateway":             "gateway",
+	"GatewayPort":         "gateway-port",
+	"GatewayListenerPort": "gateway-listener-port",
+	"GatewayCredential":   "gateway-credential",
+	"Port":                "port",
+	"Upstreams":           "upstream",
+	"FailurePolicy":       "failure-policy",
+	"InlineEnv":           "inline-env",
+	"StatsTags":           "stats-bootstrap-override",
 }
 
 // istioFlags are the command line of render istio: istio.Options, the policy and the
@@ -71,6 +72,7 @@ func newIstioFlags(stderr io.Writer) (*flag.FlagSet, *istioFlags) {
 	fs.Var((*hostsFlag)(&o.Hosts), "host", "a `HOST` clients call Spillway on (repeatable): the gateway's hosts (required), or a sidecar's frontend (default "+istio.DefaultSidecarHost+")")
 	fs.StringVar(&o.Gateway, "gateway", "", "bind to this existing Gateway, `NAMESPACE/NAME`, instead of emitting one")
 	fs.Var(portFlag{&o.GatewayPort}, "gateway-port", "the `PORT` of the emitted Gateway's server (default 80, or 443 with -gateway-credential)")
+	fs.Var(portFlag{&o.GatewayListenerPort}, "gateway-listener-port", "the `PORT` the gateway's listener for -gateway-port binds, its Service's targetPort (default -gateway-port, as the gateway Helm chart; 8080 for 80 on istioctl's istio-ingressgateway)")
 	fs.StringVar(&o.GatewayCredential, "gateway-credential", "", "make the emitted Gateway terminate TLS with this `SECRET` (credentialName)")
 	fs.Var(portFlag{&o.Port}, "port", "the ServiceEntry `PORT` of the external providers; for a sidecar also the frontend's port (default 80)")
 	fs.Var(clusterFlags(o.Upstreams), "upstream", "a provider cluster's upstream, `CLUSTER=URL` (repeatable): https://host[:port] outside the mesh, http://host:port for a Service in it (default https://<the provider's authority>)")

@@ -150,7 +150,7 @@ func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) (action
 		// The failed response stays held while a failover attempt runs (or a wait before
 		// one): whatever more of it
 		// arrives is not for the client unless it becomes the final answer. Envoy buffers it
-		// against the connection's buffer limit (a 500 response_payload_too_large past it),
+		// against the stream's buffer limit (a 500 response_payload_too_large past it),
 		// so past what Spillway kept of it the buffer is emptied, and a final answer from
 		// this response is then a local reply of what was kept.
 		if bodySize > maxErrorBody {
