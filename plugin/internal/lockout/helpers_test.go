@@ -66,7 +66,7 @@ func (f *fixture) succeed(tb tHelper, model string) {
 	}
 }
 
-// enabled is the guide's defaults with the master switch on.
+// enabled is the guide's defaults (§3) with the master switch on.
 func enabled() Config {
 	c := DefaultConfig(policies.ProfileAPIKey)
 	c.Enabled = true

@@ -14,7 +14,7 @@ func TestDefaultConfig(t *testing.T) {
 	c := DefaultConfig(policies.ProfileOAuth)
 	want := []struct {
 		name     string // setting
-		got, exp any    // value and the guide's default
+		got, exp any    // value and the guide's default (§3)
 	}{
 		{"enabled", c.Enabled, false},
 		{"errorCodes", fmt.Sprint(c.ErrorCodes), "[403 404 429 502 503 504]"},

@@ -11,7 +11,7 @@ import (
 	"github.com/spillwayproxy/spillway/policies"
 )
 
-// guideWindows are the guide's window-gate numbers per profile.
+// guideWindows are the guide's window-gate numbers per profile (§1).
 var guideWindows = []struct {
 	profile   policies.Profile
 	threshold int           // providerFailureThreshold (10 / 15 / 2)
