@@ -108,6 +108,12 @@ func TestBoundaries(t *testing.T) {
 		// shipped Envoy configuration does (it holds no filter code).
 		{"hostsim imports no package of plugin/ (but the stats contract)", isHostsim, true,
 			func(d string) bool { return within(d, own("plugin")) && !within(d, own("plugin/stats")) }},
+		// internal/ holds the module's neutral helpers (modroot), which the build tools and
+		// the test helpers of every layer share: importing no other package of the module
+		// keeps them usable by each without joining the layers up.
+		{"the neutral helpers under internal/ import no other package of the module",
+			func(p string) bool { return within(p, own("internal")) }, true,
+			func(d string) bool { return within(d, module) && !within(d, own("internal")) }},
 		// plugin/wasmbuild is the native build tool, not filter code: it writes the stamp
 		// (hostsim/buildstamp) the host's tests check, and links no runtime.
 		{"the filter links no host: hostsim and wazero only in its tests",
