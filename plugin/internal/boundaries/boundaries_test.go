@@ -146,6 +146,28 @@ func TestBoundaries(t *testing.T) {
 	}
 }
 
+// The engine packages' shared test fixtures (plugin/internal/testfixture) are for tests:
+// no package's own code imports them, so none of it reaches a module.
+func TestOnlyTestsImportTheTestFixtures(t *testing.T) {
+	native := list(t)
+	fixtures, users := own("plugin/internal/testfixture"), 0
+	for _, path := range sorted(native) {
+		p := native[path]
+		if !within(path, module) || strings.HasSuffix(path, ".test") {
+			continue
+		}
+		if slices.Contains(p.Imports, fixtures) {
+			t.Errorf("%s imports %s outside its tests", path, fixtures)
+		}
+		if slices.Contains(p.TestImports, fixtures) || slices.Contains(p.XTestImports, fixtures) {
+			users++
+		}
+	}
+	if users == 0 {
+		t.Fatal("no test imports the fixtures: the listing is wrong")
+	}
+}
+
 // Only the wasm entry points and the ABI glue import the SDK (the bridge, built into the
 // SDK itself, is not a package of the module). hostsim shares the SDK's types package, the
 // proxytest vocabulary of its API (Action, the start statuses), and nothing else of it; the

@@ -5,10 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
-var now = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+var now = testfixture.T0
 
 // agentrouter bodies as its new-api gateway sends them.
 const (
