@@ -20,8 +20,8 @@ const (
 var Profiles = []Profile{ProfileOAuth, ProfileAPIKey, ProfileLocal}
 
 // Defaults from OmniRoute's Resilience Guide (README, "The resilience engine", says how it is
-// cited: §1–§7 are its numbered sections, a quoted heading one of the others). This file is the
-// one place they live; every other package reads them from here. Where the guide is silent
+// cited: §1–§7 are its numbered sections, a quoted heading one of the others). This file is
+// the one place they live; every other package reads them from here. Where the guide is silent
 // the value is Spillway's own choice and says so.
 
 // Provider circuit breaker (guide §1, PROVIDER_PROFILES).
@@ -209,17 +209,18 @@ const (
 )
 
 // Same-request failover bounds (README, "How Spillway handles a request": attempts and time
-// are bounded; Spillway's choice, the guide is silent). The budget matches the execution cap of one attempt.
+// are bounded; Spillway's choice, the guide is silent). The budget matches the execution cap
+// of one attempt.
 const (
 	FailoverMaxAttempts = 3
 	FailoverBudget      = RequestQueueExecutionMaxWait
 )
 
-// Clamp ranges: where the guide says a setting is normalised into a range, policies clamps
-// an out-of-range value into it (and warns) instead of rejecting the policy. The queue
-// ranges are above (RequestQueueMinWait, RequestQueueMaxWaitCap, RequestQueueMaxDepthCap)
-// and P2CLatencyWeightMax; the guide's lockout card (§3) clamps without naming its bounds,
-// and the watchdog's bounds are left to "the normalisation layer" (§6), so these are Spillway's.
+// Clamp ranges: where the guide says a setting is normalised into a range, policies clamps an
+// out-of-range value into it (and warns) instead of rejecting the policy. The queue ranges are
+// above (RequestQueueMinWait, RequestQueueMaxWaitCap, RequestQueueMaxDepthCap) and
+// P2CLatencyWeightMax; the guide's lockout card (§3) clamps without naming its bounds, and the
+// watchdog's bounds are left to "the normalisation layer" (§6), so these are Spillway's.
 const (
 	ModelLockoutMinBaseCooldown   = 1 * time.Second
 	ModelLockoutMaxCooldownCap    = 24 * time.Hour

@@ -131,8 +131,9 @@ func singleOpenCircuit(excluded []Exclusion) (provider string, ok bool) {
 	return provider, provider != ""
 }
 
-// AllowWait is the guide's gate (§4 "Cooldown-bewuste retry voor combo's"): enabled ∧ 0 < wait ≤ maxWait ∧ attempts < maxAttempts ∧
-// budgetLeft ≥ wait. It returns RefusalNone when the request may wait.
+// AllowWait is the guide's gate (§4 "Cooldown-bewuste retry voor combo's"): enabled ∧ 0 < wait
+// ≤ maxWait ∧ attempts < maxAttempts ∧ budgetLeft ≥ wait. It returns RefusalNone when the
+// request may wait.
 func AllowWait(cfg Config, wait time.Duration, p Progress) Refusal {
 	switch {
 	case !cfg.Enabled:

@@ -4,12 +4,12 @@
 //
 // Envoy's shared data is proxy-wasm-cpp-host's (src/shared_data.cc and shared_data.h): one
 // process-wide map per vm_id with a process-global CAS counter (SharedData::nextCas, which
-// never hands out 0). SharedData::get returns the value and its CAS; SharedData::set with
-// cas 0 is unconditional, with a non-zero cas on an existing key fails with CasMismatch
-// (ErrCasMismatch here) unless it equals the stored CAS, and with a non-zero cas on a
-// missing key succeeds. ABI 0.2.x has no call to delete a key or list keys. Every engine package reads and writes
-// only through this interface, so it runs natively in tests and over proxy-wasm in the
-// filter without change.
+// never hands out 0). SharedData::get returns the value and its CAS. SharedData::set with a
+// zero cas is unconditional; with a non-zero cas it fails with CasMismatch (ErrCasMismatch
+// here) on an existing key whose CAS differs, and succeeds on a missing key. ABI 0.2.x has
+// no call to delete a key or list keys. Every engine package reads and writes only through
+// this interface, so it runs natively in tests and over proxy-wasm in the filter without
+// change.
 package state
 
 import (
