@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Profile is a provider's class, which selects its default thresholds (the guide's
+// Profile is a provider's class, which selects its default thresholds (guide §1,
 // PROVIDER_PROFILES): subscription accounts behind OAuth, API keys, or a local server.
 type Profile string
 
@@ -19,8 +19,9 @@ const (
 // Profiles lists every valid profile, in a stable order.
 var Profiles = []Profile{ProfileOAuth, ProfileAPIKey, ProfileLocal}
 
-// Defaults from the OmniRoute Resilience Guide (shared/seeds, Dutch copy). This file is the
-// one place they live; every other package reads them from here. Where the guide is silent
+// Defaults from OmniRoute's Resilience Guide (README, "The resilience engine", says how it is
+// cited: §1–§7 are its numbered sections, a quoted heading one of the others). This file is
+// the one place they live; every other package reads them from here. Where the guide is silent
 // the value is Spillway's own choice and says so.
 
 // Provider circuit breaker (guide §1, PROVIDER_PROFILES).
@@ -160,7 +161,8 @@ const SessionAffinityTTL = 0
 // SessionAffinityHeaders are read for the session key and never forwarded upstream.
 var SessionAffinityHeaders = []string{"x-session-id", "x-codex-session-id", "x-omniroute-session"}
 
-// Session affinity storage (Spillway's choices; the guide keeps pins in a database table).
+// Session affinity storage (Spillway's choices; the guide keeps pins in a database table,
+// guide "Sessieaffiniteit").
 const (
 	// SessionAffinityRefreshInterval: a pin's last-use time is rewritten in shared data at
 	// most this often (and at most a tenth of the TTL apart), so a busy session does not
@@ -206,18 +208,19 @@ const (
 	ConnectionCooldownOAuthUseUpstreamRetryHints = false
 )
 
-// Same-request failover bounds (design §4: "Bound attempts and total time"; Spillway's
-// choice, the guide is silent). The budget matches the execution cap of one attempt.
+// Same-request failover bounds (README, "How Spillway handles a request": attempts and time
+// are bounded; Spillway's choice, the guide is silent). The budget matches the execution cap
+// of one attempt.
 const (
 	FailoverMaxAttempts = 3
 	FailoverBudget      = RequestQueueExecutionMaxWait
 )
 
-// Clamp ranges: where the guide says a setting is normalised into a range, policies clamps
-// an out-of-range value into it (and warns) instead of rejecting the policy. The queue
-// ranges are above (RequestQueueMinWait, RequestQueueMaxWaitCap, RequestQueueMaxDepthCap)
-// and P2CLatencyWeightMax; the guide's lockout card clamps without naming its bounds, and
-// the watchdog's bounds are left to "the normalisation layer", so these are Spillway's.
+// Clamp ranges: where the guide says a setting is normalised into a range, policies clamps an
+// out-of-range value into it (and warns) instead of rejecting the policy. The queue ranges are
+// above (RequestQueueMinWait, RequestQueueMaxWaitCap, RequestQueueMaxDepthCap) and
+// P2CLatencyWeightMax; the guide's lockout card (§3) clamps without naming its bounds, and the
+// watchdog's bounds are left to "the normalisation layer" (§6), so these are Spillway's.
 const (
 	ModelLockoutMinBaseCooldown   = 1 * time.Second
 	ModelLockoutMaxCooldownCap    = 24 * time.Hour

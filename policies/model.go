@@ -135,7 +135,8 @@ type RateLimitOverrides struct {
 // Strategy is how a route chooses among its candidates.
 type Strategy string
 
-// The routing strategies Spillway implements (a subset of the guide's twenty).
+// The routing strategies Spillway implements (a subset of the twenty of guide
+// "Overige resilientiefuncties").
 const (
 	// StrategyPriority tries candidates in declaration order.
 	StrategyPriority Strategy = "priority"

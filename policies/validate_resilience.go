@@ -6,10 +6,10 @@ import (
 )
 
 // Range policy for resilience settings. Where the guide says a value is clamped during
-// normalisation (queue waits 1 ms–24 h, queue depth 0–100000, the lockout card's
-// base/max/steps, the watchdog's numbers, p2c weight 0–20) an out-of-range value is clamped
-// and listed in Policy.Warnings. Everywhere else an out-of-range value is a mistake and is
-// rejected: a negative duration, a threshold of 0, an HTTP status outside 100–599.
+// normalisation (queue waits 1 ms–24 h and queue depth 0–100000, §5; the lockout card's
+// base/max/steps, §3; the watchdog's numbers, §6; p2c weight 0–20, §2) an out-of-range value
+// is clamped and listed in Policy.Warnings. Everywhere else an out-of-range value is a mistake
+// and is rejected: a negative duration, a threshold of 0, an HTTP status outside 100–599.
 
 const (
 	msSecond = int64(1000)
@@ -205,8 +205,8 @@ func (v *validator) modelLockout(m *ModelLockout, path string) {
 	v.clampInt(joinField(path, "maxBackoffSteps"), m.MaxBackoffSteps, 0, ModelLockoutMaxBackoffStepCap)
 }
 
-// requestQueue applies the guide's normalisation: waits 1 ms–24 h, depth 0–100000. An empty
-// path means the environment layer, whose problems are named by variable.
+// requestQueue applies the guide's normalisation (§5): waits 1 ms–24 h, depth 0–100000. An
+// empty path means the environment layer, whose problems are named by variable.
 func (v *validator) requestQueue(q *RequestQueue, path string) {
 	lo, hi := RequestQueueMinWait.Milliseconds(), RequestQueueMaxWaitCap.Milliseconds()
 	name := func(field, env string) string {

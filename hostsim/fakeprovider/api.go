@@ -50,6 +50,34 @@ func (p *Provider) fail(w http.ResponseWriter, err error) {
 	p.writeError(w, http.StatusBadRequest, "", err.Error())
 }
 
+// accept is how every endpoint with a body starts: decode it into a new R and validate it
+// with check; a decode or validation failure is answered in the provider's shape, and
+// accept reports false.
+func accept[R any](c *call, check func(*R) error) (*R, bool) {
+	req := new(R)
+	err := decode(c.body, req)
+	if err == nil {
+		err = check(req)
+	}
+	if err != nil {
+		c.p.fail(c.w, err)
+		return nil, false
+	}
+	return req, true
+}
+
+// generate is how every generation endpoint answers: the fake's reply text for model, as
+// the API's event stream (from newStreamer) when the request asked for a stream, else as
+// the one JSON object that object builds around it.
+func (c *call) generate(model string, stream bool, newStreamer func(text string) streamer, object func(text string) any) {
+	text := c.p.reply(model)
+	if stream {
+		c.stream(newStreamer(text), text)
+		return
+	}
+	writeJSON(c.w, http.StatusOK, object(text))
+}
+
 func required(param string) error {
 	return &badRequest{param: param, msg: fmt.Sprintf("missing required parameter: %q", param)}
 }
@@ -65,49 +93,51 @@ func (p *Provider) id(prefix string) string {
 	return fmt.Sprintf("%s-%s-%d", prefix, p.name, p.seq.Add(1))
 }
 
+// chatRequest is what the fake reads of a chat completion request.
+type chatRequest struct {
+	Model         string            `json:"model"`
+	Messages      []json.RawMessage `json:"messages"`
+	Stream        bool              `json:"stream"`
+	StreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+func (r *chatRequest) check() error {
+	switch {
+	case r.Model == "":
+		return required("model")
+	case len(r.Messages) == 0:
+		return &badRequest{param: "messages", msg: "messages must be a non-empty array"}
+	}
+	return nil
+}
+
 // chatCompletion answers POST /v1/chat/completions.
 func (p *Provider) chatCompletion(c *call) {
-	var req struct {
-		Model         string            `json:"model"`
-		Messages      []json.RawMessage `json:"messages"`
-		Stream        bool              `json:"stream"`
-		StreamOptions struct {
-			IncludeUsage bool `json:"include_usage"`
-		} `json:"stream_options"`
-	}
-	w := c.w
-	err := decode(c.body, &req)
-	switch {
-	case err != nil:
-	case req.Model == "":
-		err = required("model")
-	case len(req.Messages) == 0:
-		err = &badRequest{param: "messages", msg: "messages must be a non-empty array"}
-	}
-	if err != nil {
-		p.fail(w, err)
+	req, ok := accept(c, (*chatRequest).check)
+	if !ok {
 		return
 	}
-	text := p.reply(req.Model)
-	prompt, completion := tokens(bytes.Join(rawBytes(req.Messages), nil)), tokens([]byte(text))
-	if req.Stream {
-		c.stream(&chatStreamer{id: p.id("chatcmpl"), created: time.Now().Unix(), model: req.Model,
-			includeUsage: req.StreamOptions.IncludeUsage, prompt: prompt, completion: completion}, text)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"id":                 p.id("chatcmpl"),
-		"object":             "chat.completion",
-		"created":            time.Now().Unix(),
-		"model":              req.Model,
-		"system_fingerprint": "fp_hostsim_fake",
-		"choices": []any{map[string]any{
-			"index":         0,
-			"message":       map[string]any{"role": "assistant", "content": text, "refusal": nil},
-			"logprobs":      nil,
-			"finish_reason": "stop",
-		}},
-		"usage": openAIUsage(prompt, completion),
+	prompt := tokens(bytes.Join(rawBytes(req.Messages), nil))
+	c.generate(req.Model, req.Stream, func(text string) streamer {
+		return &chatStreamer{id: p.id("chatcmpl"), created: time.Now().Unix(), model: req.Model,
+			includeUsage: req.StreamOptions.IncludeUsage, prompt: prompt, completion: tokens([]byte(text))}
+	}, func(text string) any {
+		return map[string]any{
+			"id":                 p.id("chatcmpl"),
+			"object":             "chat.completion",
+			"created":            time.Now().Unix(),
+			"model":              req.Model,
+			"system_fingerprint": "fp_hostsim_fake",
+			"choices": []any{map[string]any{
+				"index":         0,
+				"message":       map[string]any{"role": "assistant", "content": text, "refusal": nil},
+				"logprobs":      nil,
+				"finish_reason": "stop",
+			}},
+			"usage": openAIUsage(prompt, tokens([]byte(text))),
+		}
 	})
 }
 
@@ -123,38 +153,40 @@ func rawBytes(msgs []json.RawMessage) [][]byte {
 	return out
 }
 
+// completionRequest is what the fake reads of a (legacy) completion request.
+type completionRequest struct {
+	Model  string          `json:"model"`
+	Prompt json.RawMessage `json:"prompt"`
+	Stream bool            `json:"stream"`
+}
+
+func (r *completionRequest) check() error {
+	switch {
+	case r.Model == "":
+		return required("model")
+	case isNull(r.Prompt):
+		return required("prompt")
+	}
+	return nil
+}
+
 // completion answers POST /v1/completions.
 func (p *Provider) completion(c *call) {
-	var req struct {
-		Model  string          `json:"model"`
-		Prompt json.RawMessage `json:"prompt"`
-		Stream bool            `json:"stream"`
-	}
-	w := c.w
-	err := decode(c.body, &req)
-	switch {
-	case err != nil:
-	case req.Model == "":
-		err = required("model")
-	case isNull(req.Prompt):
-		err = required("prompt")
-	}
-	if err != nil {
-		p.fail(w, err)
+	req, ok := accept(c, (*completionRequest).check)
+	if !ok {
 		return
 	}
-	text := p.reply(req.Model)
-	if req.Stream {
-		c.stream(&completionStreamer{id: p.id("cmpl"), created: time.Now().Unix(), model: req.Model}, text)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"id":      p.id("cmpl"),
-		"object":  "text_completion",
-		"created": time.Now().Unix(),
-		"model":   req.Model,
-		"choices": []any{map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": "stop"}},
-		"usage":   openAIUsage(tokens(req.Prompt), tokens([]byte(text))),
+	c.generate(req.Model, req.Stream, func(string) streamer {
+		return &completionStreamer{id: p.id("cmpl"), created: time.Now().Unix(), model: req.Model}
+	}, func(text string) any {
+		return map[string]any{
+			"id":      p.id("cmpl"),
+			"object":  "text_completion",
+			"created": time.Now().Unix(),
+			"model":   req.Model,
+			"choices": []any{map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": "stop"}},
+			"usage":   openAIUsage(tokens(req.Prompt), tokens([]byte(text))),
+		}
 	})
 }
 
@@ -196,41 +228,44 @@ func embeddingInputs(raw json.RawMessage) ([][]byte, error) {
 	return nil, &badRequest{param: "input", msg: "input must be a non-empty string, array of strings, or array of token arrays"}
 }
 
+// embeddingRequest is what the fake reads of an embeddings request; inputs are its
+// "input" elements, read by check.
+type embeddingRequest struct {
+	Model          string          `json:"model"`
+	Input          json.RawMessage `json:"input"`
+	Dimensions     *int            `json:"dimensions"`
+	EncodingFormat string          `json:"encoding_format"`
+	inputs         [][]byte
+}
+
+func (r *embeddingRequest) check() (err error) {
+	switch {
+	case r.Model == "":
+		return required("model")
+	case isNull(r.Input):
+		return required("input")
+	case r.Dimensions != nil && (*r.Dimensions < 1 || *r.Dimensions > maxEmbeddingDims):
+		return &badRequest{param: "dimensions", msg: fmt.Sprintf("dimensions must be 1-%d", maxEmbeddingDims)}
+	case r.EncodingFormat != "" && r.EncodingFormat != "float" && r.EncodingFormat != "base64":
+		return &badRequest{param: "encoding_format", msg: `encoding_format must be "float" or "base64"`}
+	}
+	r.inputs, err = embeddingInputs(r.Input)
+	return err
+}
+
 // embeddings answers POST /v1/embeddings with deterministic unit vectors.
 func (p *Provider) embeddings(c *call) {
-	w, body := c.w, c.body
-	var req struct {
-		Model          string          `json:"model"`
-		Input          json.RawMessage `json:"input"`
-		Dimensions     *int            `json:"dimensions"`
-		EncodingFormat string          `json:"encoding_format"`
-	}
-	var inputs [][]byte
-	err := decode(body, &req)
-	switch {
-	case err != nil:
-	case req.Model == "":
-		err = required("model")
-	case isNull(req.Input):
-		err = required("input")
-	case req.Dimensions != nil && (*req.Dimensions < 1 || *req.Dimensions > maxEmbeddingDims):
-		err = &badRequest{param: "dimensions", msg: fmt.Sprintf("dimensions must be 1-%d", maxEmbeddingDims)}
-	case req.EncodingFormat != "" && req.EncodingFormat != "float" && req.EncodingFormat != "base64":
-		err = &badRequest{param: "encoding_format", msg: `encoding_format must be "float" or "base64"`}
-	default:
-		inputs, err = embeddingInputs(req.Input)
-	}
-	if err != nil {
-		p.fail(w, err)
+	req, ok := accept(c, (*embeddingRequest).check)
+	if !ok {
 		return
 	}
 	dims := defaultEmbeddingDims
 	if req.Dimensions != nil {
 		dims = *req.Dimensions
 	}
-	data := make([]any, len(inputs))
+	data := make([]any, len(req.inputs))
 	prompt := 0
-	for i, in := range inputs {
+	for i, in := range req.inputs {
 		vec := embedding(in, dims)
 		prompt += tokens(in)
 		var encoded any = vec
@@ -239,7 +274,7 @@ func (p *Provider) embeddings(c *call) {
 		}
 		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": encoded}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	writeJSON(c.w, http.StatusOK, map[string]any{
 		"object": "list",
 		"data":   data,
 		"model":  req.Model,
@@ -281,34 +316,39 @@ func base64Floats(vec []float32) string {
 	return base64.StdEncoding.EncodeToString(b)
 }
 
+// responseRequest is what the fake reads of a Responses API request.
+type responseRequest struct {
+	Model  string          `json:"model"`
+	Input  json.RawMessage `json:"input"`
+	Stream bool            `json:"stream"`
+}
+
+func (r *responseRequest) check() error {
+	switch {
+	case r.Model == "":
+		return required("model")
+	case isNull(r.Input):
+		return required("input")
+	}
+	return nil
+}
+
 // response answers POST /v1/responses.
 func (p *Provider) response(c *call) {
-	var req struct {
-		Model  string          `json:"model"`
-		Input  json.RawMessage `json:"input"`
-		Stream bool            `json:"stream"`
-	}
-	w := c.w
-	err := decode(c.body, &req)
-	switch {
-	case err != nil:
-	case req.Model == "":
-		err = required("model")
-	case isNull(req.Input):
-		err = required("input")
-	}
-	if err != nil {
-		p.fail(w, err)
+	req, ok := accept(c, (*responseRequest).check)
+	if !ok {
 		return
 	}
-	text := p.reply(req.Model)
+	// One response object, whichever form it takes: its ids are drawn once.
 	r := &responseObject{id: p.id("resp"), msgID: p.id("msg"), created: time.Now().Unix(), model: req.Model,
-		in: tokens(req.Input), out: tokens([]byte(text))}
-	if req.Stream {
-		c.stream(&responsesStreamer{resp: r}, text)
-		return
-	}
-	writeJSON(w, http.StatusOK, r.object("completed", text, nil))
+		in: tokens(req.Input)}
+	c.generate(req.Model, req.Stream, func(text string) streamer {
+		r.out = tokens([]byte(text))
+		return &responsesStreamer{resp: r}
+	}, func(text string) any {
+		r.out = tokens([]byte(text))
+		return r.object("completed", text, nil)
+	})
 }
 
 // responseObject is a Responses API response, in its JSON and stream forms.
@@ -386,48 +426,48 @@ func (p *Provider) anthropicModels(c *call) {
 	writeJSON(w, http.StatusOK, map[string]any{"data": data, "has_more": false, "first_id": ms[0], "last_id": ms[len(ms)-1]})
 }
 
+// messageRequest is what the fake reads of an Anthropic Messages request.
+type messageRequest struct {
+	Model     string            `json:"model"`
+	MaxTokens *int              `json:"max_tokens"`
+	Messages  []json.RawMessage `json:"messages"`
+	Stream    bool              `json:"stream"`
+}
+
+// check validates the request with Anthropic's messages (which name the field in the text).
+func (r *messageRequest) check() error {
+	switch {
+	case r.Model == "":
+		return &badRequest{msg: "model: Field required"}
+	case r.MaxTokens == nil:
+		return &badRequest{msg: "max_tokens: Field required"}
+	case *r.MaxTokens < 1:
+		return &badRequest{msg: "max_tokens: Input should be greater than or equal to 1"}
+	case len(r.Messages) == 0:
+		return &badRequest{msg: "messages: at least one message is required"}
+	}
+	return nil
+}
+
 // message answers POST /v1/messages (Anthropic).
 func (p *Provider) message(c *call) {
-	var req struct {
-		Model     string            `json:"model"`
-		MaxTokens *int              `json:"max_tokens"`
-		Messages  []json.RawMessage `json:"messages"`
-		Stream    bool              `json:"stream"`
-	}
-	w := c.w
-	err := decode(c.body, &req)
-	switch {
-	case err != nil:
-	case req.Model == "":
-		err = &badRequest{msg: "model: Field required"}
-	case req.MaxTokens == nil:
-		err = &badRequest{msg: "max_tokens: Field required"}
-	case *req.MaxTokens < 1:
-		err = &badRequest{msg: "max_tokens: Input should be greater than or equal to 1"}
-	case len(req.Messages) == 0:
-		err = &badRequest{msg: "messages: at least one message is required"}
-	}
-	if err != nil {
-		p.fail(w, err)
+	req, ok := accept(c, (*messageRequest).check)
+	if !ok {
 		return
 	}
-	text := p.reply(req.Model)
-	if req.Stream {
-		c.stream(&anthropicStreamer{id: p.id("msg"), model: req.Model,
-			in: tokens(bytes.Join(rawBytes(req.Messages), nil)), out: tokens([]byte(text))}, text)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"id":            p.id("msg"),
-		"type":          "message",
-		"role":          "assistant",
-		"model":         req.Model,
-		"content":       []any{map[string]any{"type": "text", "text": text}},
-		"stop_reason":   "end_turn",
-		"stop_sequence": nil,
-		"usage": map[string]any{
-			"input_tokens":  tokens(bytes.Join(rawBytes(req.Messages), nil)),
-			"output_tokens": tokens([]byte(text)),
-		},
+	in := tokens(bytes.Join(rawBytes(req.Messages), nil))
+	c.generate(req.Model, req.Stream, func(text string) streamer {
+		return &anthropicStreamer{id: p.id("msg"), model: req.Model, in: in, out: tokens([]byte(text))}
+	}, func(text string) any {
+		return map[string]any{
+			"id":            p.id("msg"),
+			"type":          "message",
+			"role":          "assistant",
+			"model":         req.Model,
+			"content":       []any{map[string]any{"type": "text", "text": text}},
+			"stop_reason":   "end_turn",
+			"stop_sequence": nil,
+			"usage":         map[string]any{"input_tokens": in, "output_tokens": tokens([]byte(text))},
+		}
 	})
 }

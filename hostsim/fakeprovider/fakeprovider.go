@@ -347,8 +347,9 @@ func (c *call) wait(d time.Duration) bool {
 // hang holds the request until the client goes away (bounded by MaxStreamDuration).
 func (c *call) hang() { c.wait(MaxStreamDuration) }
 
-// answerError writes the fault's error in the provider's shape.
-func (c *call) answerError(f Fault) {
+// addFaultHeaders adds the headers the fault answers with (its Header and Retry-After),
+// to an error and to a stream alike.
+func (c *call) addFaultHeaders(f Fault) {
 	h := c.w.Header()
 	for k, vs := range f.Header {
 		for _, v := range vs {
@@ -358,6 +359,11 @@ func (c *call) answerError(f Fault) {
 	if f.RetryAfter != "" {
 		h.Set("Retry-After", f.RetryAfter)
 	}
+}
+
+// answerError writes the fault's error in the provider's shape.
+func (c *call) answerError(f Fault) {
+	c.addFaultHeaders(f)
 	msg := f.Message
 	if msg == "" {
 		msg = fmt.Sprintf("fake %s error %d (%s)", c.p.name, f.Status, http.StatusText(f.Status))

@@ -79,15 +79,8 @@ func (c *call) stream(st streamer, text string) {
 	if f.EventDelay > 0 {
 		pace = Pacing{First: f.EventDelay, Between: f.EventDelay}
 	}
+	c.addFaultHeaders(f)
 	h := c.w.Header()
-	for k, vs := range f.Header {
-		for _, v := range vs {
-			h.Add(k, v)
-		}
-	}
-	if f.RetryAfter != "" {
-		h.Set("Retry-After", f.RetryAfter)
-	}
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
 	c.w.WriteHeader(http.StatusOK)

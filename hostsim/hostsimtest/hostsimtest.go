@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/hostsim"
 	"github.com/spillwayproxy/spillway/hostsim/buildstamp"
+	"github.com/spillwayproxy/spillway/internal/modroot"
 )
 
 // CacheDir is where compiled machine code is kept, relative to the module root: under
@@ -54,23 +54,11 @@ func Runtime(t testing.TB) *hostsim.Runtime {
 // ModuleRoot returns the directory of the spillway module (where go.mod is).
 func ModuleRoot(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	root, err := modroot.Dir()
 	if err != nil {
 		t.Fatalf("hostsimtest: %v", err)
 	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" {
-		t.Fatalf("hostsimtest: cannot find the module root from %s", dir)
-	}
-	return filepath.Dir(strings.TrimSpace(string(out)))
+	return root
 }
 
 // ReadModule reads a built module, rel to the module root (e.g. "build/spillway.wasm"). A

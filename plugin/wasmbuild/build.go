@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/spillwayproxy/spillway/hostsim/buildstamp"
+	"github.com/spillwayproxy/spillway/internal/modroot"
 )
 
 // sdkModule is the proxy-wasm Go SDK the bridge is written for.
@@ -143,15 +144,11 @@ func Build(opts Options) error {
 
 // moduleRoot is the directory holding this module's go.mod.
 func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	root, err := modroot.Dir()
 	if err != nil {
-		return "", fmt.Errorf("wasmbuild: go env GOMOD: %w", err)
+		return "", fmt.Errorf("wasmbuild: %w", err)
 	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("wasmbuild: run from inside the spillway module")
-	}
-	return filepath.Dir(gomod), nil
+	return root, nil
 }
 
 // goModDir returns the module cache directory and version of a dependency of the module.

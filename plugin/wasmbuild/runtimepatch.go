@@ -20,7 +20,7 @@ import (
 // A non-blocking poll with no file-descriptor subscriptions has nothing to report, so the
 // fix returns before calling the host in exactly that case. Blocking polls (delay > 0 or
 // < 0: time.Sleep, parked goroutines waiting on timers) still call poll_oneoff and still die
-// on Envoy 1.33, which is why the plugin uses neither (design.md §3).
+// on Envoy 1.33, which is why the plugin uses neither (README, "How the build works").
 //
 // The patch is applied to the GOROOT file at build time and fails loudly if the anchor is
 // not found, so a Go upgrade that changes the file cannot silently drop the fix.

@@ -12,7 +12,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim/buildstamp"
+	"github.com/spillwayproxy/spillway/internal/modroot"
 )
 
 // ownSources are this builder's source directories: inputs of every plain guest (an SDK
@@ -143,13 +143,9 @@ func upToDate(root, dst string, build []string) bool {
 }
 
 func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	root, err := modroot.Dir()
 	if err != nil {
-		return "", fmt.Errorf("buildguests: go env GOMOD: %w", err)
+		return "", fmt.Errorf("buildguests: %w", err)
 	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("buildguests: run from inside the spillway module")
-	}
-	return filepath.Dir(gomod), nil
+	return root, nil
 }

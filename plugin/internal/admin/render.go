@@ -214,7 +214,7 @@ type cooldownsJSON struct {
 }
 
 // connectionJSON is one connection's row. Status is OmniRoute's cooldown manager's:
-// terminal, cooling_down, model_locked or healthy; testStatus the guide's field (active,
+// terminal, cooling_down, model_locked or healthy; testStatus the guide's field (§2; active,
 // unavailable, banned, expired, credits_exhausted).
 type connectionJSON struct {
 	ID                  string               `json:"id"`
@@ -324,7 +324,7 @@ func renderCooldowns(h engine.Health) replies.Reply {
 
 type lockoutJSON struct {
 	Provider     string `json:"provider"`
-	Connection   string `json:"connection"`   // the guide's name
+	Connection   string `json:"connection"`   // the guide's name (§3, Model Cooldowns-dashboard)
 	ConnectionID string `json:"connectionId"` // OmniRoute's
 	Model        string `json:"model"`
 	Scope        string `json:"scope"`

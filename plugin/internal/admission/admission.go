@@ -29,7 +29,8 @@
 // A lease past executionMaxWaitMs is answered 504 RATE_LIMIT_EXECUTION_TIMEOUT.
 //
 // A store error (contention beyond the bounded CAS loop, a host failure) is returned wrapped;
-// the caller fails open for that request, as the guide's quota-share serialisation does.
+// the caller fails open for that request, as the guide's quota-share serialisation does (§4
+// "Serialisatie van quota-share-requests").
 package admission
 
 import (

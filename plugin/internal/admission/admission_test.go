@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
 
-var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+var t0 = testfixture.T0
 
 // world is one Envoy process: a shared store, a clock, and worker VMs with their own
 // Admitters.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
 
 // Two workers race for the last slot: the second completes its whole admit between the
@@ -21,21 +22,14 @@ func TestInterleavedRaceForLastSlot(t *testing.T) {
 	g := mustGate(t, GateConfig{Provider: "p", Connection: "c", MaxConcurrent: 1})
 	var second Result
 	var secondErr error
-	interleaved := false
-	w.store.BeforeSet = func(string) {
-		if interleaved {
-			return
-		}
-		interleaved = true
-		second, secondErr = w.workers[1].Admit(g, "m")
-	}
+	in := testfixture.Interleave(w.store, 1, func() { second, secondErr = w.workers[1].Admit(g, "m") })
 	first, err := w.workers[0].Admit(g, "m")
 	w.store.BeforeSet = nil
 	if err != nil || secondErr != nil {
 		t.Fatal(err, secondErr)
 	}
-	if !interleaved || !second.Granted || first.Granted {
-		t.Fatalf("first granted=%v, second granted=%v (interleaved %v)", first.Granted, second.Granted, interleaved)
+	if in.Ran != 1 || !second.Granted || first.Granted {
+		t.Fatalf("first granted=%v, second granted=%v (interleaved %d times)", first.Granted, second.Granted, in.Ran)
 	}
 	if u, _ := w.workers[0].Inspect(g, "m"); u.InFlight != 1 || u.Queued != 1 {
 		t.Fatalf("usage %+v, want 1 in flight and 1 queued", u)
@@ -50,18 +44,11 @@ func TestInterleavedReleaseAndAdmit(t *testing.T) {
 	held, _ := w.workers[0].Admit(g, "m")
 	waiting, _ := w.workers[1].Admit(g, "m")
 	var newcomer Result
-	once := false
-	w.store.BeforeSet = func(string) {
-		if once {
-			return
-		}
-		once = true
-		newcomer, _ = w.workers[2].Admit(g, "m")
-	}
+	in := testfixture.Interleave(w.store, 1, func() { newcomer, _ = w.workers[2].Admit(g, "m") })
 	waiters, err := w.workers[0].Release(held.Lease)
 	w.store.BeforeSet = nil
-	if err != nil || !waiters || newcomer.Granted {
-		t.Fatalf("release waiters=%v err=%v, newcomer granted=%v", waiters, err, newcomer.Granted)
+	if err != nil || !waiters || newcomer.Granted || in.Ran != 1 {
+		t.Fatalf("release waiters=%v err=%v, newcomer granted=%v (interleaved %d times)", waiters, err, newcomer.Granted, in.Ran)
 	}
 	if r, _ := w.workers[2].TryAdmit(newcomer.Ticket); r.Granted {
 		t.Fatal("the newcomer overtook the older ticket")

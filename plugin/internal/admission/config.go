@@ -38,7 +38,7 @@ func GateConfigFrom(res *policies.Resolved, provider string, c *policies.Resolve
 		QuotaShareFailOpen: res.QuotaShareConcurrencyLimitEnabled}
 }
 
-// DefaultQueueConfig returns the guide's defaults (policies.Defaults): 30 s wait budget,
+// DefaultQueueConfig returns the guide's defaults (§5; policies.Defaults): 30 s wait budget,
 // 10 min execution limit, unbounded queue.
 func DefaultQueueConfig() QueueConfig {
 	q := policies.Defaults().RequestQueue
@@ -46,7 +46,7 @@ func DefaultQueueConfig() QueueConfig {
 }
 
 // Normalize clamps the waits to 1 ms–24 h and the depth to 0–100000, as the guide's
-// normalisation does.
+// normalisation does (§5).
 func (c QueueConfig) Normalize() QueueConfig {
 	c.MaxWait = clampDuration(c.MaxWait)
 	c.ExecutionMaxWait = clampDuration(c.ExecutionMaxWait)

@@ -25,7 +25,7 @@ const (
 // Config sets the pin table.
 type Config struct {
 	// TTL is how long a pin lives after its last use; 0 turns affinity off (the guide's
-	// sessionAffinityTtlMs).
+	// sessionAffinityTtlMs, guide "Sessieaffiniteit").
 	TTL time.Duration
 	// RefreshInterval is how often, at most, a pin's last use is rewritten (0 = the
 	// default, policies.SessionAffinityRefreshInterval); it is also capped at TTL/10 so a

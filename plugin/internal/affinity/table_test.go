@@ -7,24 +7,14 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
 
-var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+var t0 = testfixture.T0
 
-// countingStore counts writes.
-type countingStore struct {
-	*state.MemStore
-	sets int
-}
-
-func (c *countingStore) Set(key string, v []byte, cas uint32) error {
-	c.sets++
-	return c.MemStore.Set(key, v, cas)
-}
-
-func newTable(t testing.TB, cfg Config) (*Table, *countingStore, *state.ManualClock) {
+func newTable(t testing.TB, cfg Config) (*Table, *testfixture.Store, *state.ManualClock) {
 	t.Helper()
-	store := &countingStore{MemStore: state.NewMemStore()}
+	store := testfixture.NewStore()
 	clock := state.NewManualClock(t0)
 	tab, err := New(store, clock, cfg)
 	if err != nil {
@@ -121,8 +111,8 @@ func TestRefreshIsRateLimited(t *testing.T) {
 			writes++
 		}
 	}
-	if writes != 10 || store.sets != 11 {
-		t.Fatalf("refresh writes %d (store sets %d), want one per 30 s: 10 (11)", writes, store.sets)
+	if writes != 10 || store.Sets != 11 {
+		t.Fatalf("refresh writes %d (store sets %d), want one per 30 s: 10 (11)", writes, store.Sets)
 	}
 	// The refreshed pin outlives the original TTL.
 	clock.Advance(9 * time.Minute)
@@ -137,8 +127,8 @@ func TestRefreshCappedAtATenthOfTheTTL(t *testing.T) {
 	tab.Record(k, "p", "c", Pin{})
 	clock.Advance(5 * time.Second)
 	pin, _ := tab.Lookup(k)
-	if wrote, _ := tab.Record(k, "p", "c", pin); !wrote || store.sets != 2 {
-		t.Fatalf("refresh after TTL/10 did not write (sets %d)", store.sets)
+	if wrote, _ := tab.Record(k, "p", "c", pin); !wrote || store.Sets != 2 {
+		t.Fatalf("refresh after TTL/10 did not write (sets %d)", store.Sets)
 	}
 }
 
@@ -168,8 +158,8 @@ func TestDisabledTableDoesNothing(t *testing.T) {
 	if tab.Enabled() {
 		t.Fatal("TTL 0 reported enabled")
 	}
-	if wrote, err := tab.Record(k, "p", "c", Pin{}); wrote || err != nil || store.sets != 0 {
-		t.Fatalf("Record with TTL 0 = %v, %v (sets %d)", wrote, err, store.sets)
+	if wrote, err := tab.Record(k, "p", "c", Pin{}); wrote || err != nil || store.Sets != 0 {
+		t.Fatalf("Record with TTL 0 = %v, %v (sets %d)", wrote, err, store.Sets)
 	}
 	if pin, err := tab.Lookup(k); !pin.IsZero() || err != nil {
 		t.Fatalf("Lookup with TTL 0 = %+v, %v", pin, err)
@@ -184,8 +174,8 @@ func TestZeroKeyAndEmptyConnection(t *testing.T) {
 	if wrote, _ := tab.Record(mustKey(t, "s"), "p", "", Pin{}); wrote {
 		t.Fatal("empty connection pinned")
 	}
-	if pin, _ := tab.Lookup(Key{}); !pin.IsZero() || store.sets != 0 {
-		t.Fatalf("zero key lookup = %+v (sets %d)", pin, store.sets)
+	if pin, _ := tab.Lookup(Key{}); !pin.IsZero() || store.Sets != 0 {
+		t.Fatalf("zero key lookup = %+v (sets %d)", pin, store.Sets)
 	}
 }
 
@@ -245,8 +235,8 @@ func TestCollidingSessionsBothKeepTheirPins(t *testing.T) {
 		}
 		clock.Advance(2 * time.Second) // past the refresh interval: every turn refreshes
 	}
-	if store.sets != 2*6 {
-		t.Fatalf("%d writes, want one per session and turn", store.sets)
+	if store.Sets != 2*6 {
+		t.Fatalf("%d writes, want one per session and turn", store.Sets)
 	}
 }
 

@@ -108,6 +108,12 @@ func TestBoundaries(t *testing.T) {
 		// shipped Envoy configuration does (it holds no filter code).
 		{"hostsim imports no package of plugin/ (but the stats contract)", isHostsim, true,
 			func(d string) bool { return within(d, own("plugin")) && !within(d, own("plugin/stats")) }},
+		// internal/ holds the module's neutral helpers (modroot), which the build tools and
+		// the test helpers of every layer share: importing no other package of the module
+		// keeps them usable by each without joining the layers up.
+		{"the neutral helpers under internal/ import no other package of the module",
+			func(p string) bool { return within(p, own("internal")) }, true,
+			func(d string) bool { return within(d, module) && !within(d, own("internal")) }},
 		// plugin/wasmbuild is the native build tool, not filter code: it writes the stamp
 		// (hostsim/buildstamp) the host's tests check, and links no runtime.
 		{"the filter links no host: hostsim and wazero only in its tests",
@@ -137,6 +143,28 @@ func TestBoundaries(t *testing.T) {
 	}
 	if checked < 20 {
 		t.Fatalf("the rules constrained only %d packages: the listing or the rules are wrong", checked)
+	}
+}
+
+// The engine packages' shared test fixtures (plugin/internal/testfixture) are for tests:
+// no package's own code imports them, so none of it reaches a module.
+func TestOnlyTestsImportTheTestFixtures(t *testing.T) {
+	native := list(t)
+	fixtures, users := own("plugin/internal/testfixture"), 0
+	for _, path := range sorted(native) {
+		p := native[path]
+		if !within(path, module) || strings.HasSuffix(path, ".test") {
+			continue
+		}
+		if slices.Contains(p.Imports, fixtures) {
+			t.Errorf("%s imports %s outside its tests", path, fixtures)
+		}
+		if slices.Contains(p.TestImports, fixtures) || slices.Contains(p.XTestImports, fixtures) {
+			users++
+		}
+	}
+	if users == 0 {
+		t.Fatal("no test imports the fixtures: the listing is wrong")
 	}
 }
 

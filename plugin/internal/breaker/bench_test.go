@@ -59,7 +59,6 @@ func BenchmarkRecordSuccessAbsent(b *testing.B) {
 
 func BenchmarkRecordFailure(b *testing.B) {
 	e := newEnv(b)
-	e.store.BeforeSet = nil
 	p := provider(b, "prov", policies.ProfileAPIKey, bigThresholds)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -314,7 +314,7 @@ func TestLazyRefreshOfAnExpiredOpenCircuit(t *testing.T) {
 	p := provider(t, "prov", policies.ProfileLocal, nil) // opens at 2, 15 s
 	fail(t, e.b, p, 2, verdict503)
 	raw, _, _, _ := e.store.Get(p.key)
-	sets := e.sets
+	sets := e.store.Sets
 
 	e.clock.Advance(15*time.Second - time.Millisecond)
 	if d := allow(t, e.b, p); d.Allowed || d.State != Open || d.RetryAfter != time.Millisecond {
@@ -326,7 +326,7 @@ func TestLazyRefreshOfAnExpiredOpenCircuit(t *testing.T) {
 		t.Fatalf("Status at the end of the OPEN period: %+v, want HALF_OPEN, probe available", s)
 	}
 	now, _, _, _ := e.store.Get(p.key)
-	if e.sets != sets || !bytes.Equal(raw, now) {
+	if e.store.Sets != sets || !bytes.Equal(raw, now) {
 		t.Fatal("Status or a rejected Allow wrote to the store")
 	}
 	d := allow(t, e.b, p)
@@ -573,8 +573,8 @@ func TestHealthyProviderKeepsNoRecord(t *testing.T) {
 	p := provider(t, "prov", policies.ProfileOAuth, nil)
 	allow(t, e.b, p)
 	succeed(t, e.b, p, 3)
-	if e.sets != 0 {
-		t.Fatalf("a healthy provider caused %d writes", e.sets)
+	if e.store.Sets != 0 {
+		t.Fatalf("a healthy provider caused %d writes", e.store.Sets)
 	}
 	fail(t, e.b, p, 2, verdict503)
 	succeed(t, e.b, p, 1) // clean CLOSED again: the record goes

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
@@ -32,30 +33,23 @@ func TestInterleavedWritersLoseAndDoubleNothing(t *testing.T) {
 			clock := state.NewManualClock(t0)
 			p := provider(t, "prov", policies.ProfileAPIKey, bigThresholds)
 			me, other := New(store, clock), New(store, clock)
-			injected, inside := 0, false
-			store.BeforeSet = func(string) {
-				if inside || injected == tc.intruders {
-					return
-				}
-				inside = true // the intruder's own Set must not recurse
-				injected++
+			intruders := testfixture.Interleave(store, tc.intruders, func() {
 				if _, err := other.RecordFailure(p, verdict503, Attempt{}); err != nil {
 					t.Error(err)
 				}
-				inside = false
-			}
+			})
 			for i := 0; i < tc.direct; i++ {
 				if _, err := me.RecordFailure(p, verdict503, Attempt{}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			store.BeforeSet = nil
-			if injected != tc.intruders {
-				t.Fatalf("only %d of %d intruders ran", injected, tc.intruders)
+			if intruders.Ran != tc.intruders {
+				t.Fatalf("only %d of %d intruders ran", intruders.Ran, tc.intruders)
 			}
-			want := tc.direct + injected
+			want := tc.direct + intruders.Ran
 			if s := status(t, me, p); s.Failures != want {
-				t.Fatalf("failures %d, want %d (%d direct + %d interleaved)", s.Failures, want, tc.direct, injected)
+				t.Fatalf("failures %d, want %d (%d direct + %d interleaved)", s.Failures, want, tc.direct, intruders.Ran)
 			}
 		})
 	}
@@ -69,19 +63,14 @@ func TestInterleavedThresholdCrossingOpensOnce(t *testing.T) {
 	p := provider(t, "prov", policies.ProfileOAuth, nil)
 	a, b := New(store, clock), New(store, clock)
 	fail(t, a, p, 7, verdict503)
-	fired := false
-	store.BeforeSet = func(string) {
-		if fired {
-			return
-		}
-		fired = true
+	intruder := testfixture.Interleave(store, 1, func() {
 		if st, err := b.RecordFailure(p, verdict503, Attempt{}); err != nil || st != Open {
 			t.Errorf("intruder: %s, %v; want OPEN", st, err)
 		}
-	}
+	})
 	st, err := a.RecordFailure(p, verdict503, Attempt{})
-	if err != nil || st != Open {
-		t.Fatalf("retried writer: %s, %v; want OPEN", st, err)
+	if err != nil || st != Open || intruder.Ran != 1 {
+		t.Fatalf("retried writer: %s, %v (intruder ran %d times); want OPEN after one intruder", st, err, intruder.Ran)
 	}
 	if s := status(t, a, p); s.OpenCycles != 1 || s.Failures != 8 {
 		t.Fatalf("%+v: want one opening at 8 failures", s)

@@ -9,7 +9,7 @@ import (
 )
 
 // Kind is the kind of a provider-level failure. Each kind may have its own OPEN period
-// (the guide's cooldownByKind).
+// (the guide's cooldownByKind, §1).
 type Kind uint8
 
 // Failure kinds. KindNone means the failure does not count against the breaker.
@@ -110,7 +110,7 @@ func ConfigFrom(s policies.BreakerSettings) (Config, error) {
 	return cfg, nil
 }
 
-// DefaultConfig returns the guide's breaker settings for a provider profile: its row of the
+// DefaultConfig returns the guide's breaker settings (§1) for a provider profile: its row of the
 // policies defaults table (policies.ProfileDefaults).
 func DefaultConfig(p policies.Profile) (Config, error) {
 	d, ok := policies.ProfileDefaults(p)

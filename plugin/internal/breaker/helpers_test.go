@@ -6,18 +6,18 @@ import (
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
-// t0 is an arbitrary start instant for the manual clock.
-var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+// t0 is where the manual clock starts.
+var t0 = testfixture.T0
 
 // env is one shared store and clock with a Breaker over them.
 type env struct {
-	store *state.MemStore
+	store *testfixture.Store // counts the Sets
 	clock *state.ManualClock
 	b     *Breaker
-	sets  int // Set calls seen by the store
 	tb    testing.TB
 }
 
@@ -26,8 +26,7 @@ func (e *env) t() testing.TB { return e.tb }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{store: state.NewMemStore(), clock: state.NewManualClock(t0), tb: t}
-	e.store.BeforeSet = func(string) { e.sets++ }
+	e := &env{store: testfixture.NewStore(), clock: state.NewManualClock(t0), tb: t}
 	e.b = New(e.store, e.clock)
 	return e
 }

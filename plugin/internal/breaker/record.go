@@ -19,7 +19,7 @@ const (
 	stateCount
 )
 
-// String returns the state's name as the guide spells it.
+// String returns the state's name as the guide spells it (§1).
 func (s State) String() string {
 	switch s {
 	case Closed:

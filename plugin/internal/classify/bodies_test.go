@@ -1,5 +1,7 @@
 package classify
 
+import "github.com/spillwayproxy/spillway/plugin/internal/testfixture"
+
 // Upstream error bodies as the providers send them (ids and keys are made up).
 
 // OpenAI.
@@ -27,7 +29,7 @@ const (
 	openAIServerError      = `{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}`
 	openAIEngineOverloaded = `{"error":{"message":"The engine is currently overloaded, please try again later","type":"server_error","param":null,"code":null}}`
 	codexTokenExpired      = `{"error":{"message":"Provided authentication token is expired. Please try signing in again.","type":null,"code":"token_expired","param":null},"status":401}`
-	codexUsageLimit        = `{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached","plan_type":"plus","resets_in_seconds":5400}}`
+	codexUsageLimit        = testfixture.CodexUsageLimit
 )
 
 // Anthropic.
@@ -48,19 +50,8 @@ const (
 
 // Google (Gemini API).
 const (
-	geminiPerMinute = `{
-  "error": {
-    "code": 429,
-    "message": "You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.\n* Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_free_tier_requests, limit: 10, model: gemini-2.0-flash\nPlease retry in 38.922534355s.",
-    "status": "RESOURCE_EXHAUSTED",
-    "details": [
-      {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests", "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier", "quotaDimensions": {"location": "global", "model": "gemini-2.0-flash"}, "quotaValue": "10"}]},
-      {"@type": "type.googleapis.com/google.rpc.Help", "links": [{"description": "Learn more about Gemini API quotas", "url": "https://ai.google.dev/gemini-api/docs/rate-limits"}]},
-      {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "38s"}
-    ]
-  }
-}`
-	geminiPerDay = `{
+	geminiPerMinute = testfixture.GeminiPerMinute429
+	geminiPerDay    = `{
   "error": {
     "code": 429,
     "message": "You exceeded your current quota, please check your plan and billing details.\n* Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_free_tier_requests, limit: 250, model: gemini-2.5-flash",

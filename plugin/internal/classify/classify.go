@@ -1,6 +1,6 @@
 // Package classify turns one failed upstream attempt into a failure.Verdict: restate the
 // status first (restate), consult the provider error rules (errorrules), then the guide's
-// generic rules for status, headers and body (checkFallbackError / classify429).
+// generic rules for status, headers and body (guide §2: checkFallbackError / classify429).
 //
 // The verdict says whether to fall back, why (failure.Reason), what to blame (Scope), whether
 // the provider breaker counts it (the provider's trip statuses — by default 408/500/502/503/
@@ -112,7 +112,7 @@ func (s *statusSet) has(status int) bool {
 	return status >= 0 && status < 640 && s[status/64]&(1<<(status%64)) != 0
 }
 
-// New returns a classifier over the given rule sets with the default options (the guide's
+// New returns a classifier over the given rule sets with the default options (guide §1's
 // trip statuses for every provider, daily quotas resetting at UTC midnight); nil means the
 // built-in rules only.
 func New(restatements *restate.Table, rules *errorrules.Catalogue) *Classifier {
@@ -293,7 +293,8 @@ func (c *Classifier) decide(a *attempt, in Input) failure.Verdict {
 	return c.generic(a, in)
 }
 
-// generic is the guide's status handling, with the body signals that refine it.
+// generic is the guide's status handling (§2, checkFallbackError), with the body signals that
+// refine it.
 func (c *Classifier) generic(a *attempt, in Input) failure.Verdict {
 	s := a.status
 	// Account-level terminal signals, whatever the status.

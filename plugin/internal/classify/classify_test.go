@@ -9,11 +9,12 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/errorrules"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/restate"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
 // now is the fixed clock of every test: 2025-06-01T12:00:00Z, Unix 1748779200.
-var now = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+var now = testfixture.T0
 
 // Shorthands for the verdict tables.
 const (

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
@@ -23,11 +24,6 @@ func quotaFor(d time.Duration) failure.Verdict {
 func credits(status int) failure.Verdict {
 	return failure.Verdict{Status: status, Reason: failure.ReasonCreditsExhausted, Fallback: true, Scope: failure.ScopeConnection,
 		Terminal: failure.TerminalCreditsExhausted}
-}
-
-func withHint(v failure.Verdict, d time.Duration, src failure.HintSource) failure.Verdict {
-	v.RetryHint, v.HintSource = d, src
-	return v
 }
 
 // Bodies of the quota and rate-limit cases (ids made up).
@@ -62,24 +58,24 @@ func TestQuotaNeedsAPhraseNotWords(t *testing.T) {
 		{"Gemini 'Resource has been exhausted (e.g. check quota)' without a hint: rate limit", "gemini", apikey, 429, false, nil,
 			geminiResourceExhausted, rateLimit(429)},
 		{"the same with a 6 s RetryInfo: rate limit with the hint", "gemini", apikey, 429, false, nil,
-			geminiResourceExhaustedRetry, withHint(rateLimit(429), 6*time.Second, failure.HintGoogleRetryInfo)},
+			geminiResourceExhaustedRetry, testfixture.WithHint(rateLimit(429), 6*time.Second, failure.HintGoogleRetryInfo)},
 		{"gateway 'organization quota exceeded': rate limit", "gateway", apikey, 429, false, nil, gatewayOrgQuota, rateLimit(429)},
 		{"Gemini boilerplate without metric or hint: rate limit", "gemini", apikey, 429, false, nil, geminiBoilerplate, rateLimit(429)},
 		{"Vertex per-minute quota metric: rate limit", "vertex", apikey, 429, false, nil, vertexPerMinute, rateLimit(429)},
 		{"Vertex per-day quota metric: quota until UTC midnight", "vertex", apikey, 429, false, nil, vertexPerDay, quotaFor(12 * time.Hour)},
 		{"generic quota words with a 2 h Retry-After: quota for that window", "gateway", apikey, 429, false,
 			[][2]string{{"Retry-After", "7200"}}, gatewayOrgQuota,
-			withHint(quotaFor(2*time.Hour), 2*time.Hour, failure.HintRetryAfter)},
+			testfixture.WithHint(quotaFor(2*time.Hour), 2*time.Hour, failure.HintRetryAfter)},
 		{"generic quota words with a 20 min Retry-After: rate limit", "gateway", apikey, 429, false,
 			[][2]string{{"Retry-After", "1200"}}, gatewayOrgQuota,
-			withHint(rateLimit(429), 20*time.Minute, failure.HintRetryAfter)},
+			testfixture.WithHint(rateLimit(429), 20*time.Minute, failure.HintRetryAfter)},
 		{"monthly quota in words: quota, long quota-text cooldown", "x", apikey, 429, false, nil, monthlyQuota, quotaFor(QuotaTextCooldown)},
 		{"OpenRouter free-models-per-day: daily quota until UTC midnight", "openrouter", apikey, 429, false, nil, openRouterPerDay,
 			quotaFor(12 * time.Hour)},
 		{"Cloudflare daily free allocation: daily quota until UTC midnight", "cloudflare", apikey, 429, false, nil, cloudflareDaily,
 			quotaFor(12 * time.Hour)},
 		{"daily cap with a 30 s hint: the hint says it clears soon, rate limit", "mistral", apikey, 429, false,
-			[][2]string{{"Retry-After", "30"}}, mistralDailyLimit, withHint(rateLimit(429), 30*time.Second, failure.HintRetryAfter)},
+			[][2]string{{"Retry-After", "30"}}, mistralDailyLimit, testfixture.WithHint(rateLimit(429), 30*time.Second, failure.HintRetryAfter)},
 	})
 }
 
@@ -152,7 +148,7 @@ func TestSubscriptionUsageLimitTextCoolsForTheQuotaWindow(t *testing.T) {
 		{"Ollama Cloud weekly usage limit: quota, 1 h", "ollama-cloud", apikey, 429, false, nil, ollamaWeeklyLimit, quotaFor(time.Hour)},
 		{"Ollama Cloud session usage limit: quota, 1 h", "ollama-cloud", apikey, 429, false, nil, ollamaSessionLimit, quotaFor(time.Hour)},
 		{"usage limit with a 20 min Retry-After: quota until that reset", "claude", oauth, 429, false,
-			[][2]string{{"retry-after", "1200"}}, claudeUsageLimit, withHint(quotaFor(20*time.Minute), 20*time.Minute, failure.HintRetryAfter)},
+			[][2]string{{"retry-after", "1200"}}, claudeUsageLimit, testfixture.WithHint(quotaFor(20*time.Minute), 20*time.Minute, failure.HintRetryAfter)},
 	})
 	// The cooldown is a policy setting.
 	c, err := NewWithOptions(nil, nil, Options{QuotaTextCooldown: 3 * time.Hour})
@@ -181,9 +177,9 @@ func TestDailyQuotaLocksUntilTheProvidersReset(t *testing.T) {
 		{"no reset announced, UTC+8 (20:00 local): 4 h", shanghai, nil, quotaFor(4 * time.Hour)},
 		{"no reset announced, UTC-7 (05:00 local): 19 h", losAngeles, nil, quotaFor(19 * time.Hour)},
 		{"x-ratelimit-reset epoch 5 h ahead: that reset, whatever the zone", shanghai, [][2]string{{"x-ratelimit-reset", reset}},
-			withHint(quotaFor(5*time.Hour), 5*time.Hour, failure.HintRateLimitReset)},
+			testfixture.WithHint(quotaFor(5*time.Hour), 5*time.Hour, failure.HintRateLimitReset)},
 		{"Retry-After 3 h: that reset", nil, [][2]string{{"Retry-After", "10800"}},
-			withHint(quotaFor(3*time.Hour), 3*time.Hour, failure.HintRetryAfter)},
+			testfixture.WithHint(quotaFor(3*time.Hour), 3*time.Hour, failure.HintRetryAfter)},
 	}
 	for _, tc := range cases {
 		c, err := NewWithOptions(nil, nil, Options{QuotaResetLocation: tc.loc})

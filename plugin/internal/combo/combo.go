@@ -32,7 +32,8 @@ func DefaultConfig() Config {
 // they appear in the diagnostics of a 503 all_targets_cooling_down.
 type Reason string
 
-// Exclusion reasons (design.md §5).
+// Exclusion reasons, the diagnostics.excluded[].reason of a 503 all_targets_cooling_down:
+// an external contract like the error codes (README, "The HTTP surface").
 const (
 	ReasonModelLockout     Reason = "model_lockout"     // model locked on that connection
 	ReasonCircuitOpen      Reason = "circuit_open"      // provider breaker OPEN
@@ -130,8 +131,9 @@ func singleOpenCircuit(excluded []Exclusion) (provider string, ok bool) {
 	return provider, provider != ""
 }
 
-// AllowWait is the guide's gate: enabled ∧ 0 < wait ≤ maxWait ∧ attempts < maxAttempts ∧
-// budgetLeft ≥ wait. It returns RefusalNone when the request may wait.
+// AllowWait is the guide's gate (§4 "Cooldown-bewuste retry voor combo's"): enabled ∧ 0 < wait
+// ≤ maxWait ∧ attempts < maxAttempts ∧ budgetLeft ≥ wait. It returns RefusalNone when the
+// request may wait.
 func AllowWait(cfg Config, wait time.Duration, p Progress) Refusal {
 	switch {
 	case !cfg.Enabled:

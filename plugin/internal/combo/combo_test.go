@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
-var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+var t0 = testfixture.T0
 
 // lock is a transient model lockout of d on a Gemini target.
 func lock(model string, d time.Duration) Exclusion {
@@ -272,7 +273,7 @@ func TestDecisionReplies(t *testing.T) {
 		{
 			name:     "429",
 			decision: Decision{Outcome: OutcomeRateLimited, RetryAfter: 61500 * time.Millisecond, ResetAt: t0.Add(61500 * time.Millisecond)},
-			status:   429, code: "rate_limit_error", retry: 62, reset: "2026-03-01T12:01:02Z",
+			status:   429, code: "rate_limit_error", retry: 62, reset: "2025-06-01T12:01:02Z", // t0 + 61.5 s, rounded up
 		},
 		{
 			name:     "503",

@@ -7,26 +7,14 @@ import (
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
-
-// interleave makes the next Set on the store first run other, once: the caller has read the
-// record, another worker writes, then the caller's CAS write must fail and retry.
-func interleave(store *state.MemStore, other func()) {
-	done := false
-	store.BeforeSet = func(string) {
-		if done {
-			return
-		}
-		done = true
-		other()
-	}
-}
 
 func TestInterleavedFailuresEscalateOnce(t *testing.T) {
 	f := newFixture(t, apikey())
 	started := f.clock.Now()
 	var inner Outcome
-	interleave(f.store, func() { inner = f.fail(t, vServer, started) })
+	testfixture.Interleave(f.store, 1, func() { inner = f.fail(t, vServer, started) })
 	outer := f.fail(t, vServer, started)
 	if !inner.Counted || outer.Counted {
 		t.Fatalf("inner counted %v, outer counted %v: want exactly the first writer counted", inner.Counted, outer.Counted)
@@ -38,11 +26,11 @@ func TestInterleavedFailuresEscalateOnce(t *testing.T) {
 
 func TestInterleavedTerminalSurvivesTransientWriter(t *testing.T) {
 	f := newFixture(t, apikey())
-	interleave(f.store, func() { f.fail(t, vBanned, f.clock.Now()) })
+	testfixture.Interleave(f.store, 1, func() { f.fail(t, vBanned, f.clock.Now()) })
 	if out := f.fail(t, vServer, f.clock.Now()); out.Counted || out.Availability.Status != StatusBanned {
 		t.Fatalf("transient writer after interleaved ban: %+v", out)
 	}
-	interleave(f.store, func() {})
+	testfixture.Interleave(f.store, 1, func() {})
 	if err := f.tr.RecordSuccess(f.conn, f.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +46,7 @@ func TestInterleavedSuccessDoesNotEraseNewerFailure(t *testing.T) {
 	started := f.clock.Now() // the successful attempt starts after that cooldown ended
 	f.clock.Advance(time.Second)
 	// The success reads level 1 and would clear it; a newer failure lands before its write.
-	interleave(f.store, func() { f.fail(t, vServer, f.clock.Now()) })
+	testfixture.Interleave(f.store, 1, func() { f.fail(t, vServer, f.clock.Now()) })
 	if err := f.tr.RecordSuccess(f.conn, started); err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func ConfigFrom(s policies.ConnectionCooldownSettings) Config {
 	}
 }
 
-// DefaultConfig returns the guide's defaults for profile p: its row of the policies
+// DefaultConfig returns the guide's defaults (§2) for profile p: its row of the policies
 // defaults table. An unknown profile gets the API-key defaults; policy validation rejects
 // unknown profiles before they reach the engine.
 func DefaultConfig(p policies.Profile) Config {

@@ -5,16 +5,11 @@ import (
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
-// tHelper is what the fixtures need from *testing.T, *testing.B and *rapid.T.
-type tHelper interface {
-	Helper()
-	Fatalf(format string, args ...any)
-}
-
-var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+var t0 = testfixture.T0
 
 type fixture struct {
 	tr    *Tracker
@@ -23,7 +18,7 @@ type fixture struct {
 	conn  Conn
 }
 
-func newFixture(tb tHelper, cfg Config) *fixture {
+func newFixture(tb testfixture.TB, cfg Config) *fixture {
 	tb.Helper()
 	store := state.NewMemStore()
 	clock := state.NewManualClock(t0)
@@ -38,7 +33,7 @@ func newFixture(tb tHelper, cfg Config) *fixture {
 	return &fixture{tr: tr, store: store, clock: clock, conn: conn}
 }
 
-func (f *fixture) fail(tb tHelper, v failure.Verdict, started time.Time) Outcome {
+func (f *fixture) fail(tb testfixture.TB, v failure.Verdict, started time.Time) Outcome {
 	tb.Helper()
 	out, err := f.tr.RecordFailure(f.conn, Failure{Verdict: v, Started: started, Message: "upstream said no"})
 	if err != nil {
@@ -47,7 +42,7 @@ func (f *fixture) fail(tb tHelper, v failure.Verdict, started time.Time) Outcome
 	return out
 }
 
-func (f *fixture) check(tb tHelper) Availability {
+func (f *fixture) check(tb testfixture.TB) Availability {
 	tb.Helper()
 	a, err := f.tr.Check(f.conn)
 	if err != nil {
@@ -76,11 +71,6 @@ var (
 func vQuota(window time.Duration) failure.Verdict {
 	return failure.Verdict{Status: 429, Reason: failure.ReasonQuotaExhausted, Scope: failure.ScopeQuotaFamily,
 		Cooldown: window, QuotaWindow: true}
-}
-
-func withHint(v failure.Verdict, d time.Duration, src failure.HintSource) failure.Verdict {
-	v.RetryHint, v.HintSource = d, src
-	return v
 }
 
 func apikey() Config { return DefaultConfig(policies.ProfileAPIKey) }

@@ -12,7 +12,7 @@ type Status string
 // Statuses.
 const (
 	StatusAvailable        Status = "available"   // eligible for routing
-	StatusUnavailable      Status = "unavailable" // cooling down (the guide's testStatus "unavailable")
+	StatusUnavailable      Status = "unavailable" // cooling down (guide §2's testStatus "unavailable")
 	StatusBanned           Status = "banned"
 	StatusExpired          Status = "expired"
 	StatusCreditsExhausted Status = "credits_exhausted"
@@ -32,7 +32,7 @@ type Failure struct {
 	// that started before the connection's current cooldown was set is a concurrent one and
 	// does not escalate.
 	Started time.Time
-	// Message is a short operator-facing summary (the guide's lastError), never a credential
+	// Message is a short operator-facing summary (guide §2's lastError), never a credential
 	// or an upstream body; it is truncated to 160 bytes.
 	Message string
 }
@@ -70,7 +70,7 @@ func classify(v failure.Verdict) failureKind {
 
 // revoked reports a 401 that blames the credential, whatever its body says: a revoked or
 // deleted key answers 401 with "invalid key" wording, never "expired", and must still end
-// in the terminal expired state after the guide's bounded retries (EXPIRED_RETRY_MAX).
+// in the terminal expired state after the guide's bounded retries (§2, EXPIRED_RETRY_MAX).
 func revoked(v failure.Verdict) bool {
 	return v.Status == 401 && v.Reason == failure.ReasonAuthError
 }

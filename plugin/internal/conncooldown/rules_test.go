@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
@@ -143,11 +144,11 @@ func TestFailureRules(t *testing.T) {
 			{advance: gone, verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 30 * time.Minute, level: 4},
 		}},
 		{"apikey 429 prefers Retry-After", apikey(), []step{
-			{verdict: withHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 42 * time.Second, level: 0},
-			{advance: gone, verdict: withHint(vRateLimit, 7*time.Second, failure.HintBodyText), counted: true, status: StatusUnavailable, retryAfter: 7 * time.Second, level: 0},
+			{verdict: testfixture.WithHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 42 * time.Second, level: 0},
+			{advance: gone, verdict: testfixture.WithHint(vRateLimit, 7*time.Second, failure.HintBodyText), counted: true, status: StatusUnavailable, retryAfter: 7 * time.Second, level: 0},
 		}},
 		{"apikey 429 hint clamped to max cooldown", apikey(), []step{
-			{verdict: withHint(vRateLimit, 10*time.Hour, failure.HintRateLimitReset), counted: true, status: StatusUnavailable, retryAfter: 30 * time.Minute, level: 0},
+			{verdict: testfixture.WithHint(vRateLimit, 10*time.Hour, failure.HintRateLimitReset), counted: true, status: StatusUnavailable, retryAfter: 30 * time.Minute, level: 0},
 		}},
 		// guide §2: a 429 prefers the upstream's hint; when the hint decides, the ladder does
 		// not climb, and the next failure without a hint starts again from the base
@@ -155,14 +156,14 @@ func TestFailureRules(t *testing.T) {
 		{"hint-decided cooldown resets the ladder to the base", apikey(), []step{
 			{verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
 			{advance: gone, verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 6 * time.Second, level: 2},
-			{advance: gone, verdict: withHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 42 * time.Second, level: 0},
+			{advance: gone, verdict: testfixture.WithHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 42 * time.Second, level: 0},
 			{advance: gone, verdict: vRateLimit, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
-			{advance: gone, verdict: withHint(vRateLimit, 9*time.Second, failure.HintRateLimitReset), counted: true, status: StatusUnavailable, retryAfter: 9 * time.Second, level: 0},
+			{advance: gone, verdict: testfixture.WithHint(vRateLimit, 9*time.Second, failure.HintRateLimitReset), counted: true, status: StatusUnavailable, retryAfter: 9 * time.Second, level: 0},
 			{advance: gone, verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
 		}},
 		{"oauth ignores 429 hints, so its ladder climbs", DefaultConfig(policies.ProfileOAuth), []step{
-			{verdict: withHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 5 * time.Second, level: 1},
-			{advance: gone, verdict: withHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 10 * time.Second, level: 2},
+			{verdict: testfixture.WithHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 5 * time.Second, level: 1},
+			{advance: gone, verdict: testfixture.WithHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 10 * time.Second, level: 2},
 		}},
 		// guide §2 and §4: an exhausted quota stays locked until its reset ("vergrendeld tot
 		// middernacht"): the verdict's window as it is, past the 30 min maximum, without
@@ -190,10 +191,10 @@ func TestFailureRules(t *testing.T) {
 			{advance: gone, verdict: vModelOnly, counted: false, status: StatusAvailable, level: 1},
 		}},
 		{"restatement's synthetic 60s is not a cooldown", apikey(), []step{
-			{verdict: withHint(vRateLimit, 60*time.Second, failure.HintRestatement), counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
+			{verdict: testfixture.WithHint(vRateLimit, 60*time.Second, failure.HintRestatement), counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
 		}},
 		{"oauth 429 keeps computed backoff", oauth, []step{
-			{verdict: withHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 5 * time.Second, level: 1},
+			{verdict: testfixture.WithHint(vRateLimit, 42*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 5 * time.Second, level: 1},
 		}},
 		{"429 without hint climbs the ladder", apikey(), []step{
 			{verdict: vRateLimit, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
@@ -205,16 +206,16 @@ func TestFailureRules(t *testing.T) {
 		{"concurrency 429: fixed 1s, backoff level kept", apikey(), []step{
 			{verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
 			{advance: gone, verdict: vConcurrency, counted: true, status: StatusUnavailable, retryAfter: time.Second, level: 1},
-			{advance: gone, verdict: withHint(vConcurrency, 4*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 4 * time.Second, level: 1},
+			{advance: gone, verdict: testfixture.WithHint(vConcurrency, 4*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 4 * time.Second, level: 1},
 			{advance: gone, verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 6 * time.Second, level: 2},
 		}},
 		{"concurrency 429 on oauth still honours the hint", oauth, []step{
-			{verdict: withHint(vConcurrency, 2*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 2 * time.Second, level: 0},
+			{verdict: testfixture.WithHint(vConcurrency, 2*time.Second, failure.HintRetryAfter), counted: true, status: StatusUnavailable, retryAfter: 2 * time.Second, level: 0},
 		}},
 		{"herd: failure while cooling neither extends nor escalates", apikey(), []step{
 			{verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
 			{advance: time.Second, verdict: vServer, counted: false, status: StatusUnavailable, retryAfter: 2 * time.Second, level: 1},
-			{advance: time.Second, verdict: withHint(vRateLimit, time.Minute, failure.HintRetryAfter), counted: false, status: StatusUnavailable, retryAfter: time.Second, level: 1},
+			{advance: time.Second, verdict: testfixture.WithHint(vRateLimit, time.Minute, failure.HintRetryAfter), counted: false, status: StatusUnavailable, retryAfter: time.Second, level: 1},
 			{verdict: vConcurrency, counted: false, status: StatusUnavailable, retryAfter: time.Second, level: 1},
 		}},
 		{"herd: attempt started before the cooldown was set does not escalate after it ends", apikey(), []step{
@@ -305,7 +306,7 @@ func TestFailureRules(t *testing.T) {
 		{"terminal is never overwritten by cooldowns or successes", apikey(), []step{
 			{verdict: vBanned, counted: true, status: StatusBanned},
 			{verdict: vServer, counted: false, status: StatusBanned},
-			{advance: gone, verdict: withHint(vRateLimit, time.Second, failure.HintRetryAfter), counted: false, status: StatusBanned},
+			{advance: gone, verdict: testfixture.WithHint(vRateLimit, time.Second, failure.HintRetryAfter), counted: false, status: StatusBanned},
 			{verdict: vConcurrency, counted: false, status: StatusBanned},
 			{verdict: vStall, counted: false, status: StatusBanned},
 			{verdict: vCredits, counted: false, status: StatusBanned},

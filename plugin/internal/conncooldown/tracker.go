@@ -104,7 +104,7 @@ func (t *Tracker) RecordFailure(c Conn, f Failure) (Outcome, error) {
 	return Outcome{Counted: counted, Availability: after.availability(now)}, nil
 }
 
-// RecordSuccess clears the connection's error fields, cooldown and backoff level (the guide's
+// RecordSuccess clears the connection's error fields, cooldown and backoff level (guide §2's
 // clearAccountError). It writes nothing when there is nothing to clear, keeps a terminal state,
 // and ignores a success whose attempt started before the current cooldown was set: that
 // attempt says nothing about the connection after the failure. started may be zero (unknown).

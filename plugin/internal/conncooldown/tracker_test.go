@@ -9,6 +9,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
 
 func TestSuccessOnCleanConnectionDoesNotWrite(t *testing.T) {
@@ -89,7 +90,7 @@ func TestRecordNeverHoldsTheFingerprint(t *testing.T) {
 func TestInspect(t *testing.T) {
 	f := newFixture(t, apikey())
 	long := strings.Repeat("é", 100) // 200 bytes: truncated on a rune boundary
-	v := withHint(vRateLimit, 42*time.Second, failure.HintRetryAfter)
+	v := testfixture.WithHint(vRateLimit, 42*time.Second, failure.HintRetryAfter)
 	if _, err := f.tr.RecordFailure(f.conn, Failure{Verdict: v, Message: long}); err != nil {
 		t.Fatal(err)
 	}

@@ -400,8 +400,8 @@ type CooldownSelection struct {
 	Provider string
 }
 
-// ClearReport says what a cooldown clear did, connection by connection (the guide's
-// {cleared, unchanged, skippedTerminal, lockoutsCleared}).
+// ClearReport says what a cooldown clear did, connection by connection (guide §3, Cooldown
+// Manager: {cleared, unchanged, skippedTerminal, lockoutsCleared}).
 type ClearReport struct {
 	// Cleared lists connections whose cooldown, backoff or error fields (or provider
 	// cooldown backoff entry) were removed.

@@ -11,6 +11,7 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/examples"
 	"github.com/spillwayproxy/spillway/policies/policyfile"
@@ -52,32 +53,13 @@ func newWorker(t testing.TB, yaml []byte, shared state.Store, clock state.Clock,
 	return w
 }
 
-// countingShared counts what reaches shared data, and logs every write with its outcome.
-type countingShared struct {
-	*state.MemStore
-	gets, sets int
-	writes     []string // key, value, cas and error of every Set, in order
-}
-
-func (c *countingShared) Get(key string) ([]byte, uint32, bool, error) {
-	c.gets++
-	return c.MemStore.Get(key)
-}
-
-func (c *countingShared) Set(key string, value []byte, cas uint32) error {
-	c.sets++
-	err := c.MemStore.Set(key, value, cas)
-	c.writes = append(c.writes, fmt.Sprintf("%s=%x cas=%d err=%v", key, value, cas, err))
-	return err
-}
-
 // The filter's success path on the demo policy (one 200 for gpt-4o: refresh, plan, dispatch,
 // record, release) on clean state, once the per-VM cache is warm, reads no remembered record
 // and allocates nothing: its only cache traffic is the capped connection's admission record
 // (acquire and release, each a read and a write), and its only other shared-data read is the
 // cache's generation key. A cold cache reads each of the plan's records once.
 func TestSuccessPathOnCleanStateCounts(t *testing.T) {
-	shared := &countingShared{MemStore: state.NewMemStore()}
+	shared := &testfixture.Store{MemStore: state.NewMemStore(), Log: true}
 	w := newWorker(t, examples.Demo(), shared, state.NewManualClock(start), 1)
 	type counts struct {
 		lookups    uint64 // state.Cache reads of remembered keys (hits and misses)
@@ -87,7 +69,7 @@ func TestSuccessPathOnCleanStateCounts(t *testing.T) {
 		sharedSets int    // shared-data writes
 	}
 	request := func() counts {
-		st0, g0, s0 := w.cache.Stats(), shared.gets, shared.sets
+		st0, g0, s0 := w.cache.Stats(), shared.Gets, shared.Sets
 		if err := w.cache.Refresh(); err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +89,7 @@ func TestSuccessPathOnCleanStateCounts(t *testing.T) {
 		}
 		st := w.cache.Stats()
 		return counts{lookups: st.Hits + st.Misses - st0.Hits - st0.Misses, liveGets: st.LiveGets - st0.LiveGets,
-			liveSets: st.LiveSets - st0.LiveSets, sharedGets: shared.gets - g0, sharedSets: shared.sets - s0}
+			liveSets: st.LiveSets - st0.LiveSets, sharedGets: shared.Gets - g0, sharedSets: shared.Sets - s0}
 	}
 	// Cold: the plan reads, for each of the route's 3 targets, its breaker, cooldown and
 	// lockout index records, each from shared data once (openai-a and openai-b share their
@@ -196,7 +178,7 @@ func (s *quietStore) CreateCAS() (uint32, error) { return s.guard, nil }
 // differential test.
 type world struct {
 	models  []string // the models its clients ask for
-	shared  *countingShared
+	shared  *testfixture.Store
 	clock   *state.ManualClock
 	workers [2]*worker
 	pending []*request // requests whose attempt waits for its outcome
@@ -216,7 +198,7 @@ type request struct {
 }
 
 func newWorld(t *testing.T, yaml []byte, models []string, memos bool) *world {
-	wd := &world{models: models, shared: &countingShared{MemStore: state.NewMemStore()}, clock: state.NewManualClock(start)}
+	wd := &world{models: models, shared: &testfixture.Store{MemStore: state.NewMemStore(), Log: true}, clock: state.NewManualClock(start)}
 	for i := range wd.workers {
 		wd.workers[i] = newWorker(t, yaml, wd.shared, wd.clock, uint64(i))
 		if !memos {
@@ -400,10 +382,10 @@ func TestCleanMemosChangeOnlyTheReads(t *testing.T) {
 				if a, b := with.log.String(), without.log.String(); a != b {
 					t.Fatalf("seed %d: decisions differ with the memos:\n%s", seed, firstDifference(a, b))
 				}
-				if a, b := strings.Join(with.shared.writes, "\n"), strings.Join(without.shared.writes, "\n"); a != b {
+				if a, b := strings.Join(with.shared.Writes, "\n"), strings.Join(without.shared.Writes, "\n"); a != b {
 					t.Fatalf("seed %d: shared-data writes differ with the memos:\n%s", seed, firstDifference(a, b))
 				}
-				if log := with.log.String(); len(with.shared.writes) == 0 || !strings.Contains(log, "records 200") ||
+				if log := with.log.String(); len(with.shared.Writes) == 0 || !strings.Contains(log, "records 200") ||
 					!strings.Contains(log, "excluded [{") {
 					t.Fatalf("seed %d: the history wrote nothing, or had no success or no exclusion: it tests nothing", seed)
 				}

@@ -13,6 +13,7 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
 	"github.com/spillwayproxy/spillway/plugin/internal/conncooldown"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/policyfile"
 )
@@ -446,22 +447,6 @@ func TestMissingModelDoesNotCoolTheConnection(t *testing.T) {
 	}
 }
 
-// countingStore counts what reaches shared data under a per-VM cache.
-type countingStore struct {
-	*state.MemStore
-	gets, sets int
-}
-
-func (c *countingStore) Get(key string) ([]byte, uint32, bool, error) {
-	c.gets++
-	return c.MemStore.Get(key)
-}
-
-func (c *countingStore) Set(key string, value []byte, cas uint32) error {
-	c.sets++
-	return c.MemStore.Set(key, value, cas)
-}
-
 // The success path on clean state writes no shared data, and once the per-VM cache is warm a
 // request reads nothing but the cache's generation key (and the live records its strategy
 // needs): re-checking targets at dispatch reads nothing the plan did not.
@@ -479,7 +464,7 @@ func TestSuccessPathSharedDataBudget(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			shared := &countingStore{MemStore: state.NewMemStore()}
+			shared := testfixture.NewStore()
 			cache := state.NewCache(shared, func(key string) bool {
 				return len(key) > 9 && (key[:9] == "spw1:adm:" || key[:9] == "spw1:sel:" || key[:9] == "spw1:aff:")
 			})
@@ -490,7 +475,7 @@ func TestSuccessPathSharedDataBudget(t *testing.T) {
 			}
 			var buf Buffers
 			request := func() (gets, sets int) {
-				g0, s0 := shared.gets, shared.sets
+				g0, s0 := shared.Gets, shared.Sets
 				if err := cache.Refresh(); err != nil {
 					t.Fatal(err)
 				}
@@ -505,7 +490,7 @@ func TestSuccessPathSharedDataBudget(t *testing.T) {
 				if r := e.Finish(d, Outcome{Status: 200, TTFB: time.Millisecond}, &plan); r.Errors != nil {
 					t.Fatal(r.Errors)
 				}
-				return shared.gets - g0, shared.sets - s0
+				return shared.Gets - g0, shared.Sets - s0
 			}
 			request() // warms the cache
 			for i := 0; i < 3; i++ {

@@ -14,6 +14,7 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
 	"github.com/spillwayproxy/spillway/plugin/internal/errorrules"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/plugin/internal/replies"
 	"github.com/spillwayproxy/spillway/plugin/internal/selection"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
@@ -61,13 +62,13 @@ func (f *fixture) apiOf(model string) policies.API {
 	return policies.APIOpenAI
 }
 
-// names renders a plan's targets as provider/connection/model.
 // noLockout turns the demo's model lockout off, so connection-level behaviour shows alone.
 func noLockout(p *policies.Policy) {
 	off := false
 	p.Resilience.ModelLockout.Enabled = &off
 }
 
+// names renders a plan's targets as provider/connection/model.
 func (f *fixture) names(p Plan) []string {
 	var out []string
 	for _, t := range p.Targets {
@@ -182,9 +183,11 @@ func TestRateLimitCoolsOnlyThatConnection(t *testing.T) {
 
 func TestServerErrorsOpenTheProviderBreaker(t *testing.T) {
 	f := newFixture(t, examples.Demo(), noLockout)
-	// apikey profile opens at 12 provider-level failures; the two OpenAI keys take turns
-	// while each cools (3 s doubling, at most 96 s here), well inside the breaker's quiet
-	// period, so every failure counts toward the threshold.
+	// apikey profile opens at 12 provider-level failures, one every 50 s here: openai-a
+	// serves while its cooldown (3 s doubling) is shorter than that, then openai-b serves
+	// while openai-a cools (up to 192 s by the twelfth), and OpenRouter never does. Each
+	// failure comes well inside the breaker's quiet period, so every one counts toward the
+	// threshold.
 	for i := 0; i < 12; i++ {
 		if i > 0 {
 			f.clock.Advance(50 * time.Second)
@@ -258,17 +261,18 @@ func TestAllTargetsCoolingWaitsThenAnswers429(t *testing.T) {
 		t.Fatalf("targets %v excluded %v", f.names(p), p.Excluded)
 	}
 	d := f.e.AllExcluded(&p, combo.Progress{})
-	if d.Outcome != combo.OutcomeWait || d.Wait <= 0 {
-		t.Fatalf("decision %+v, want a short wait", d)
+	if d.Outcome != combo.OutcomeWait || d.Wait <= 0 || d.Wait > 5*time.Second {
+		t.Fatalf("decision %+v, want a wait within the upstream's 5 s hint", d)
 	}
-	// With the wait budget spent, the answer is 429 with the earliest reset.
-	if d.Wait > 5*time.Second {
-		t.Fatalf("wait %v is longer than the upstream's 5 s hint", d.Wait)
-	}
+	// With comboCooldownWait's attempts spent, the answer is 429 rate_limit_error with the
+	// earliest reset.
 	d = f.e.AllExcluded(&p, combo.Progress{Attempts: 99})
+	if d.RetryAfter <= 0 || d.RetryAfter > 5*time.Second {
+		t.Fatalf("decision %+v, want the earliest reset, within 5 s", d)
+	}
 	reply, ok := d.Reply("gpt-4o-mini", p.Excluded)
-	if !ok || reply.Status != 429 {
-		t.Fatalf("reply %+v ok=%v, want 429", reply, ok)
+	if !ok || reply.Status != 429 || reply.Code != replies.CodeRateLimit {
+		t.Fatalf("reply %+v ok=%v, want 429 %s", reply, ok, replies.CodeRateLimit)
 	}
 }
 

@@ -64,7 +64,7 @@ func TestBuiltinRulesAreValid(t *testing.T) {
 		}
 	}
 	if policies.AgentrouterModelAccessDeniedCooldown != 6*time.Hour {
-		t.Errorf("AgentrouterModelAccessDeniedCooldown = %v, want the guide's 6 h", policies.AgentrouterModelAccessDeniedCooldown)
+		t.Errorf("AgentrouterModelAccessDeniedCooldown = %v, want guide §7's 6 h", policies.AgentrouterModelAccessDeniedCooldown)
 	}
 }
 

@@ -10,7 +10,7 @@ import "time"
 // output, logs and error diagnostics.
 type Reason string
 
-// Reasons, after the guide's checkFallbackError() and classify429().
+// Reasons, after the guide's checkFallbackError() and classify429() (§2).
 const (
 	ReasonNone               Reason = ""                    // success
 	ReasonRateLimit          Reason = "rate_limit"          // transient 429

@@ -19,7 +19,7 @@ import (
 // Same-request failover. When an attempt fails retriably before anything reached the
 // client, the next candidate is tried with proxy_http_call to its cluster (the buffered
 // body, that target's credential and model) while the failed response stays held; the final
-// result replaces it with a local reply (research: what Higress ai-proxy does). The host's
+// result replaces it with a local reply (README, "How Spillway handles a request"). The host's
 // async client buffers the whole answer, so a failover attempt's response is not streamed:
 // the client gets it in one piece when it is complete.
 

@@ -171,8 +171,8 @@ const hasCredentialBase = hasSessionBase << 4 // + index in llmapi.CredentialHea
 func sessionBit(i int) headerSet    { return hasSessionBase << i }
 func credentialBit(i int) headerSet { return hasCredentialBase << i }
 
-// failOpen recovers a panic in a stream callback: it logs it, counts it and lets the
-// request through untouched (design contract: a panic never escapes a callback). Whatever
+// failOpen recovers a panic in a stream callback: it logs it, counts it and lets the request
+// through untouched (README, "The HTTP surface": a panic never escapes a callback). Whatever
 // the stream held is given back.
 func (h *httpContext) failOpen(callback string, action *types.Action) {
 	if r := recover(); r != nil {

@@ -23,7 +23,7 @@ func TestTrackerMinSamples(t *testing.T) {
 		min  int    // Config.MinSamples
 		want int    // Tracker.MinSamples (-1: NewTracker rejects it)
 	}{
-		{"unset is the guide's 3", 0, 3},
+		{"unset is guide §2's 3", 0, 3},
 		{"configured", 5, 5},
 		{"as many as the window holds", 20, 20},
 		{"more than the window holds", 21, -1},

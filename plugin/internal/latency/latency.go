@@ -46,7 +46,7 @@ func ConfigFrom(s policies.P2CLatencySettings) Config {
 	return Config{Samples: s.Samples, Window: s.Window, MinSamples: s.MinSamples, MaxTracked: DefaultMaxTracked}
 }
 
-// DefaultConfig returns the guide's window (policies.Defaults): the last 20 samples within
+// DefaultConfig returns the guide's window (§2; policies.Defaults): the last 20 samples within
 // 15 minutes, at least 3 before they count.
 func DefaultConfig() Config {
 	return ConfigFrom(policies.Defaults().P2CLatency)

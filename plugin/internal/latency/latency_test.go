@@ -4,10 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
-var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+var t0 = testfixture.T0
 
 func newTracker(t testing.TB) *Tracker {
 	t.Helper()

@@ -11,13 +11,13 @@ import (
 // request.
 const MilliPoint = 1000
 
-// ClampWeight brings a configured p2c latency weight into the guide's range 0..20.
+// ClampWeight brings a configured p2c latency weight into the guide's range 0..20 (§2).
 func ClampWeight(weight int) int {
 	return min(max(weight, 0), policies.P2CLatencyWeightMax)
 }
 
 // PairTerm returns the penalty, in milli-points, that p2c adds to each candidate of a pair
-// (the guide's compareP2CConnections). At most weight points per candidate: half from
+// (the guide's compareP2CConnections, §2). At most weight points per candidate: half from
 // latency as a ratio to the faster of the two (twice as slow or worse takes the whole
 // half), half from the rolling error rate. The term applies only when the weight (clamped
 // to 0..20) is above 0 and both candidates have at least minSamples samples (the tracker's

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
 
 func TestNothingLockedReadsOnceAndNeverWrites(t *testing.T) {
@@ -37,7 +38,7 @@ func TestListDeleteClear(t *testing.T) {
 	f.fail(t, "gpt-4o", v502, time.Time{})        // exact gpt-4o, 120s
 	f.fail(t, "models/gemini", v404, time.Time{}) // bare gemini, 120s
 	f.clock.Advance(time.Minute)
-	f.fail(t, "o3", hinted(v502, 10*time.Minute, failure.HintRetryAfter), time.Time{}) // exact o3, 10min
+	f.fail(t, "o3", testfixture.WithHint(v502, 10*time.Minute, failure.HintRetryAfter), time.Time{}) // exact o3, 10min
 
 	list, err := f.tr.List(f.conn)
 	if err != nil {

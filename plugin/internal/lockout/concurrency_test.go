@@ -8,25 +8,14 @@ import (
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
-
-// interleaveOn makes the next Set of key run other first, once.
-func interleaveOn(store *state.MemStore, key string, other func()) {
-	done := false
-	store.BeforeSet = func(k string) {
-		if done || k != key {
-			return
-		}
-		done = true
-		other()
-	}
-}
 
 func TestInterleavedFailuresEscalateOnce(t *testing.T) {
 	f := newFixture(t, enabled(), "m")
 	started := f.clock.Now()
 	var inner Outcome
-	interleaveOn(f.store, f.conn.lockKey("exact", "m"), func() { inner = f.fail(t, "m", v502, started) })
+	testfixture.InterleaveOn(f.store, f.conn.lockKey("exact", "m"), 1, func() { inner = f.fail(t, "m", v502, started) })
 	outer := f.fail(t, "m", v502, started)
 	if !inner.Counted || outer.Counted || !outer.Locked {
 		t.Fatalf("inner %+v outer %+v: want exactly the first writer counted, both locked", inner, outer)
@@ -38,7 +27,7 @@ func TestInterleavedFailuresEscalateOnce(t *testing.T) {
 
 func TestInterleavedIndexWritersLoseNothing(t *testing.T) {
 	f := newFixture(t, enabled())
-	interleaveOn(f.store, f.conn.indexKey, func() { f.fail(t, "b", v502, time.Time{}) })
+	testfixture.InterleaveOn(f.store, f.conn.indexKey, 1, func() { f.fail(t, "b", v502, time.Time{}) })
 	f.fail(t, "a", v502, time.Time{})
 	for _, m := range []string{"a", "b"} {
 		if _, ok := f.locked(t, m); !ok {
@@ -53,7 +42,7 @@ func TestDecayRacingNewFailureKeepsIndexEntry(t *testing.T) {
 	f := newFixture(t, enabled(), "m")
 	f.fail(t, "m", v502, time.Time{})
 	// Same millisecond: the new lock ends exactly when the decayed one did.
-	interleaveOn(f.store, f.conn.indexKey, func() { f.fail(t, "m", v502, time.Time{}) })
+	testfixture.InterleaveOn(f.store, f.conn.indexKey, 1, func() { f.fail(t, "m", v502, time.Time{}) })
 	f.succeed(t, "m")
 	l, ok := f.locked(t, "m")
 	if !ok || l.FailureCount != 1 || l.Until.Sub(f.clock.Now()) != 120*time.Second {

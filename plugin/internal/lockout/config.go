@@ -69,7 +69,8 @@ func ConfigFrom(s policies.ModelLockoutSettings, queue policies.RequestQueueSett
 	}
 }
 
-// DefaultConfig returns the guide's defaults (policies.Defaults). They are the same for
+// DefaultConfig returns the guide's defaults (§3, DEFAULT_MODEL_LOCKOUT_SETTINGS; from
+// policies.Defaults). They are the same for
 // every profile; the parameter keeps the constructor shape of the other engine packages.
 func DefaultConfig(policies.Profile) Config {
 	d := policies.Defaults()

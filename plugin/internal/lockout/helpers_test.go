@@ -5,16 +5,11 @@ import (
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
-// tHelper is what the fixtures need from *testing.T, *testing.B and *rapid.T.
-type tHelper interface {
-	Helper()
-	Fatalf(format string, args ...any)
-}
-
-var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+var t0 = testfixture.T0
 
 type fixture struct {
 	tr    *Tracker
@@ -26,7 +21,7 @@ type fixture struct {
 // newFixture is a tracker over a fresh store, and a connection under credential "fp-1"
 // whose configured models are configured (none: every model is client-invented and lives in
 // the pool slots).
-func newFixture(tb tHelper, cfg Config, configured ...string) *fixture {
+func newFixture(tb testfixture.TB, cfg Config, configured ...string) *fixture {
 	tb.Helper()
 	store := state.NewMemStore()
 	clock := state.NewManualClock(t0)
@@ -41,7 +36,7 @@ func newFixture(tb tHelper, cfg Config, configured ...string) *fixture {
 	return &fixture{tr: tr, store: store, clock: clock, conn: conn}
 }
 
-func (f *fixture) fail(tb tHelper, model string, v failure.Verdict, started time.Time) Outcome {
+func (f *fixture) fail(tb testfixture.TB, model string, v failure.Verdict, started time.Time) Outcome {
 	tb.Helper()
 	out, err := f.tr.RecordFailure(f.conn, Failure{Model: model, Verdict: v, Started: started})
 	if err != nil {
@@ -50,7 +45,7 @@ func (f *fixture) fail(tb tHelper, model string, v failure.Verdict, started time
 	return out
 }
 
-func (f *fixture) locked(tb tHelper, model string) (Lock, bool) {
+func (f *fixture) locked(tb testfixture.TB, model string) (Lock, bool) {
 	tb.Helper()
 	l, ok, err := f.tr.Locked(f.conn, model)
 	if err != nil {
@@ -59,14 +54,14 @@ func (f *fixture) locked(tb tHelper, model string) (Lock, bool) {
 	return l, ok
 }
 
-func (f *fixture) succeed(tb tHelper, model string) {
+func (f *fixture) succeed(tb testfixture.TB, model string) {
 	tb.Helper()
 	if err := f.tr.RecordSuccess(f.conn, model, f.clock.Now()); err != nil {
 		tb.Fatalf("RecordSuccess: %v", err)
 	}
 }
 
-// enabled is the guide's defaults with the master switch on.
+// enabled is the guide's defaults (§3) with the master switch on.
 func enabled() Config {
 	c := DefaultConfig(policies.ProfileAPIKey)
 	c.Enabled = true
@@ -87,8 +82,3 @@ var (
 	v502 = failure.Verdict{Status: 502, Reason: failure.ReasonServerError}
 	v500 = failure.Verdict{Status: 500, Reason: failure.ReasonServerError}
 )
-
-func hinted(v failure.Verdict, d time.Duration, src failure.HintSource) failure.Verdict {
-	v.RetryHint, v.HintSource = d, src
-	return v
-}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
@@ -14,7 +15,7 @@ func TestDefaultConfig(t *testing.T) {
 	c := DefaultConfig(policies.ProfileOAuth)
 	want := []struct {
 		name     string // setting
-		got, exp any    // value and the guide's default
+		got, exp any    // value and the guide's default (§3)
 	}{
 		{"enabled", c.Enabled, false},
 		{"errorCodes", fmt.Sprint(c.ErrorCodes), "[403 404 429 502 503 504]"},
@@ -245,23 +246,23 @@ func TestLockoutRules(t *testing.T) {
 		// upstream set the length, so the count does not climb: the next hintless failure
 		// gets the base again.
 		{"429 upstream Retry-After is the lockout, clamped; no climb", enabled(), []step{
-			{model: "m", verdict: hinted(v429, 10*time.Minute, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, 10 * time.Minute, failure.ScopeQuotaFamily, 0}}},
-			{advance: ended, model: "m", verdict: hinted(v429, 5*time.Hour, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, 30 * time.Minute, failure.ScopeQuotaFamily, 0}}},
+			{model: "m", verdict: testfixture.WithHint(v429, 10*time.Minute, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, 10 * time.Minute, failure.ScopeQuotaFamily, 0}}},
+			{advance: ended, model: "m", verdict: testfixture.WithHint(v429, 5*time.Hour, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, 30 * time.Minute, failure.ScopeQuotaFamily, 0}}},
 			{advance: ended, model: "m", verdict: v429, counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeQuotaFamily, 1}}},
 		}},
 		{"429 with Retry-After 1 locks for 1 s, not the 120 s base", enabled(), []step{
-			{model: "m", verdict: hinted(v429, time.Second, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, time.Second, failure.ScopeQuotaFamily, 0}}},
-			{advance: time.Second, model: "m", verdict: hinted(v429, time.Second, failure.HintRateLimitReset), counted: true, checks: []check{{"m", true, time.Second, failure.ScopeQuotaFamily, 0}}},
+			{model: "m", verdict: testfixture.WithHint(v429, time.Second, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, time.Second, failure.ScopeQuotaFamily, 0}}},
+			{advance: time.Second, model: "m", verdict: testfixture.WithHint(v429, time.Second, failure.HintRateLimitReset), counted: true, checks: []check{{"m", true, time.Second, failure.ScopeQuotaFamily, 0}}},
 		}},
 		{"an escalated count survives a hinted lockout, then starts over", enabled(), []step{
 			{model: "m", verdict: v429, counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeQuotaFamily, 1}}},
 			{advance: 121 * time.Second, model: "m", verdict: v429, counted: true, checks: []check{{"m", true, 240 * time.Second, failure.ScopeQuotaFamily, 2}}},
-			{advance: 241 * time.Second, model: "m", verdict: hinted(v429, 5*time.Second, failure.HintBodyText), counted: true, checks: []check{{"m", true, 5 * time.Second, failure.ScopeQuotaFamily, 0}}},
+			{advance: 241 * time.Second, model: "m", verdict: testfixture.WithHint(v429, 5*time.Second, failure.HintBodyText), counted: true, checks: []check{{"m", true, 5 * time.Second, failure.ScopeQuotaFamily, 0}}},
 			{advance: 6 * time.Second, model: "m", verdict: v429, counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeQuotaFamily, 1}}},
 		}},
 		{"a 5xx's Retry-After only lengthens the ladder", enabled(), []step{
-			{model: "m", verdict: hinted(v502, 20*time.Second, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeExact, 1}}},
-			{advance: ended, model: "m", verdict: hinted(v502, 10*time.Minute, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, 10 * time.Minute, failure.ScopeExact, 2}}},
+			{model: "m", verdict: testfixture.WithHint(v502, 20*time.Second, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeExact, 1}}},
+			{advance: ended, model: "m", verdict: testfixture.WithHint(v502, 10*time.Minute, failure.HintRetryAfter), counted: true, checks: []check{{"m", true, 10 * time.Minute, failure.ScopeExact, 2}}},
 		}},
 		// guide §4: quota_exhausted is "vergrendeld tot middernacht": until its reset, past
 		// the 30 min maxCooldown, without climbing.
@@ -277,28 +278,28 @@ func TestLockoutRules(t *testing.T) {
 			{advance: time.Second, model: "m", verdict: quotaWindow(6 * time.Hour), checks: []check{{"m", true, 6 * time.Hour, failure.ScopeQuotaFamily, 1}}},
 		}},
 		{"restatement's synthetic 60s does not set the lockout", enabled(), []step{
-			{model: "m", verdict: hinted(v429, 20*time.Minute, failure.HintRestatement), counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeQuotaFamily, 1}}},
+			{model: "m", verdict: testfixture.WithHint(v429, 20*time.Minute, failure.HintRestatement), counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeQuotaFamily, 1}}},
 		}},
 		{"long Google RetryInfo: exact lockout for the hint, even when disabled", disabled, []step{
-			{model: "models/gemini-2.5-pro", verdict: hinted(v429, 86399*time.Second, failure.HintGoogleRetryInfo), counted: true, checks: []check{
+			{model: "models/gemini-2.5-pro", verdict: testfixture.WithHint(v429, 86399*time.Second, failure.HintGoogleRetryInfo), counted: true, checks: []check{
 				{"models/gemini-2.5-pro", true, 86399 * time.Second, failure.ScopeExact, 0},
 				{model: "gemini-2.5-pro"},
 			}},
 		}},
 		{"long Google RetryInfo locks exactly even under a family scope", families, []step{
-			{model: "gpt-5-mini", verdict: withScope(hinted(v429, 2*time.Hour, failure.HintGoogleRetryInfo), failure.ScopeQuotaFamily), counted: true, checks: []check{
+			{model: "gpt-5-mini", verdict: withScope(testfixture.WithHint(v429, 2*time.Hour, failure.HintGoogleRetryInfo), failure.ScopeQuotaFamily), counted: true, checks: []check{
 				{"gpt-5-mini", true, 2 * time.Hour, failure.ScopeExact, 0},
 				{model: "gpt-5.1"},
 			}},
 		}},
 		{"long Google RetryInfo capped at 24h", disabled, []step{
-			{model: "g", verdict: hinted(v429, 30*time.Hour, failure.HintGoogleRetryInfo), counted: true, checks: []check{{"g", true, 24 * time.Hour, failure.ScopeExact, 0}}},
+			{model: "g", verdict: testfixture.WithHint(v429, 30*time.Hour, failure.HintGoogleRetryInfo), counted: true, checks: []check{{"g", true, 24 * time.Hour, failure.ScopeExact, 0}}},
 		}},
 		{"Google hint within the queue budget is pacing, not a long lockout", disabled, []step{
-			{model: "g", verdict: hinted(v429, 20*time.Second, failure.HintGoogleRetryInfo), checks: []check{{model: "g"}}},
+			{model: "g", verdict: testfixture.WithHint(v429, 20*time.Second, failure.HintGoogleRetryInfo), checks: []check{{model: "g"}}},
 		}},
 		{"untyped long hint is no long lockout", disabled, []step{
-			{model: "g", verdict: hinted(v429, 86399*time.Second, failure.HintBodyText), checks: []check{{model: "g"}}},
+			{model: "g", verdict: testfixture.WithHint(v429, 86399*time.Second, failure.HintBodyText), checks: []check{{model: "g"}}},
 		}},
 		{"herd: failure while locked neither escalates nor extends", enabled(), []step{
 			{model: "m", verdict: v502, counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeExact, 1}}},
@@ -312,7 +313,7 @@ func TestLockoutRules(t *testing.T) {
 		}},
 		{"overlapping long hint extends a short lockout", enabled(), []step{
 			{model: "g", verdict: withScope(v429, failure.ScopeExact), counted: true, checks: []check{{"g", true, 120 * time.Second, failure.ScopeExact, 1}}},
-			{advance: time.Second, model: "g", verdict: hinted(v429, 86399*time.Second, failure.HintGoogleRetryInfo), checks: []check{{"g", true, 86399 * time.Second, failure.ScopeExact, 1}}},
+			{advance: time.Second, model: "g", verdict: testfixture.WithHint(v429, 86399*time.Second, failure.HintGoogleRetryInfo), checks: []check{{"g", true, 86399 * time.Second, failure.ScopeExact, 1}}},
 		}},
 		{"success decay halves the count and releases at 0", enabled(), []step{
 			{model: "m", verdict: v502, counted: true, checks: []check{{"m", true, 120 * time.Second, failure.ScopeExact, 1}}},
@@ -417,7 +418,7 @@ func withScope(v failure.Verdict, s failure.Scope) failure.Verdict {
 
 func TestQueueBudgetPerFailure(t *testing.T) {
 	f := newFixture(t, DefaultConfig(policies.ProfileAPIKey))
-	v := hinted(v429, 5*time.Minute, failure.HintGoogleRetryInfo)
+	v := testfixture.WithHint(v429, 5*time.Minute, failure.HintGoogleRetryInfo)
 	out, err := f.tr.RecordFailure(f.conn, Failure{Model: "g", Verdict: v, QueueMaxWait: 10 * time.Minute})
 	if err != nil || out.Locked {
 		t.Fatalf("hint within the connection's own 10min budget locked: %+v %v", out, err)

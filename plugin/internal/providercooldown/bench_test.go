@@ -61,7 +61,6 @@ func BenchmarkRecordSuccessAbsent(b *testing.B) {
 
 func BenchmarkRecordFailureWindow(b *testing.B) {
 	e := newEnv(b)
-	e.store.BeforeSet = nil
 	p := providerEntry(b, "prov", enabled(b, policies.ProfileAPIKey, nil))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -75,7 +74,6 @@ func BenchmarkRecordFailureWindow(b *testing.B) {
 // BenchmarkRecordFailureWindowWorstCase keeps the largest window Validate allows.
 func BenchmarkRecordFailureWindowWorstCase(b *testing.B) {
 	e := newEnv(b)
-	e.store.BeforeSet = nil
 	p := providerEntry(b, "prov", enabled(b, policies.ProfileAPIKey, func(c *Config) { c.FailureThreshold = maxThreshold }))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -88,7 +86,6 @@ func BenchmarkRecordFailureWindowWorstCase(b *testing.B) {
 
 func BenchmarkRecordFailureConnection(b *testing.B) {
 	e := newEnv(b)
-	e.store.BeforeSet = nil
 	c := connectionEntry(b, "prov", "conn", enabled(b, policies.ProfileAPIKey, nil))
 	b.ReportAllocs()
 	for b.Loop() {

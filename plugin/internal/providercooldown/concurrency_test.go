@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
@@ -32,27 +33,20 @@ func TestInterleavedWindowWritersLoseAndDoubleNothing(t *testing.T) {
 			clock := state.NewManualClock(t0)
 			p := providerEntry(t, "prov", enabled(t, policies.ProfileOAuth, wide))
 			me, other := New(store, clock), New(store, clock)
-			injected, inside := 0, false
-			store.BeforeSet = func(string) {
-				if inside || injected == tc.intruders {
-					return
-				}
-				inside = true
-				injected++
+			intruders := testfixture.Interleave(store, tc.intruders, func() {
 				clock.Advance(time.Millisecond) // distinct timestamps, so a lost one would show
 				if _, err := other.RecordFailure(p, vServer); err != nil {
 					t.Error(err)
 				}
-				inside = false
-			}
+			})
 			for i := 0; i < tc.direct; i++ {
 				if _, err := me.RecordFailure(p, vServer); err != nil {
 					t.Fatal(err)
 				}
 			}
 			store.BeforeSet = nil
-			if injected != tc.intruders {
-				t.Fatalf("only %d of %d intruders ran", injected, tc.intruders)
+			if intruders.Ran != tc.intruders {
+				t.Fatalf("only %d of %d intruders ran", intruders.Ran, tc.intruders)
 			}
 			if s := check(t, me, p); s.Failures != tc.direct+tc.intruders {
 				t.Fatalf("window holds %d failures, want %d", s.Failures, tc.direct+tc.intruders)
@@ -68,17 +62,15 @@ func TestInterleavedConnectionFailuresEscalateOnce(t *testing.T) {
 	clock := state.NewManualClock(t0)
 	c := connectionEntry(t, "prov", "conn", enabled(t, policies.ProfileAPIKey, nil))
 	me, other := New(store, clock), New(store, clock)
-	fired := false
-	store.BeforeSet = func(string) {
-		if fired {
-			return
-		}
-		fired = true
+	intruder := testfixture.Interleave(store, 1, func() {
 		if s, err := other.RecordFailure(c, vServer); err != nil || s.RetryAfter != time.Second {
 			t.Errorf("intruder: %+v %v", s, err)
 		}
-	}
+	})
 	s, err := me.RecordFailure(c, vServer)
+	if intruder.Ran != 1 {
+		t.Fatalf("the intruder ran %d times, want once", intruder.Ran)
+	}
 	if err != nil || s.Failures != 1 || s.RetryAfter != time.Second {
 		t.Fatalf("retried writer: %+v %v; want the intruder's single 1 s step", s, err)
 	}

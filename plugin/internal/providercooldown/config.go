@@ -48,8 +48,9 @@ func ConfigFrom(enabled bool, s policies.ProviderCooldownSettings) Config {
 	}
 }
 
-// DefaultConfig returns the guide's gate settings for a provider profile (disabled, as the
-// guide's default): its row of the policies defaults table.
+// DefaultConfig returns the guide's gate settings for a provider profile (guide §1, "Opt-in
+// globale Provider Cooldown"; disabled, as the guide's default): its row of the policies
+// defaults table.
 func DefaultConfig(p policies.Profile) (Config, error) {
 	d, ok := policies.ProfileDefaults(p)
 	if !ok {

@@ -11,7 +11,7 @@ import (
 	"github.com/spillwayproxy/spillway/policies"
 )
 
-// guideWindows are the guide's window-gate numbers per profile.
+// guideWindows are the guide's window-gate numbers per profile (§1).
 var guideWindows = []struct {
 	profile   policies.Profile
 	threshold int           // providerFailureThreshold (10 / 15 / 2)
@@ -117,8 +117,8 @@ func TestDisabledGateDoesNothing(t *testing.T) {
 			t.Fatalf("disabled gate cools: %+v", s)
 		}
 	}
-	if e.sets != 0 || e.store.Keys() != 1 {
-		t.Fatalf("disabled gate wrote %d times", e.sets)
+	if e.store.Sets != 0 || e.store.Keys() != 1 {
+		t.Fatalf("disabled gate wrote %d times", e.store.Sets)
 	}
 	// Records written while it was on are ignored once it is off.
 	on := providerEntry(t, "prov", enabled(t, policies.ProfileLocal, nil))
@@ -211,10 +211,10 @@ func TestFailuresWhileCoolingAreTheSameIncident(t *testing.T) {
 	p := providerEntry(t, "prov", enabled(t, policies.ProfileLocal, nil))
 	fail(t, e.g, p, 2)
 	e.clock.Advance(30 * time.Second)
-	sets := e.sets
+	sets := e.store.Sets
 	s := fail(t, e.g, p, 5)
-	if s.RetryAfter != 30*time.Second || s.Failures != 2 || e.sets != sets {
-		t.Fatalf("in-flight failures while cooling: %+v (%d writes), want the cooldown unchanged", s, e.sets-sets)
+	if s.RetryAfter != 30*time.Second || s.Failures != 2 || e.store.Sets != sets {
+		t.Fatalf("in-flight failures while cooling: %+v (%d writes), want the cooldown unchanged", s, e.store.Sets-sets)
 	}
 }
 
@@ -317,8 +317,8 @@ func TestModelOnlyFailuresSkipTheConnectionEntry(t *testing.T) {
 			t.Fatalf("model-only failure recorded on the connection: %+v, %v", s, err)
 		}
 	}
-	if e.sets != 0 {
-		t.Fatalf("%d writes for model-only failures", e.sets)
+	if e.store.Sets != 0 {
+		t.Fatalf("%d writes for model-only failures", e.store.Sets)
 	}
 }
 

@@ -2,15 +2,15 @@ package providercooldown
 
 import (
 	"testing"
-	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
-// t0 is an arbitrary start instant for the manual clock.
-var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+// t0 is where the manual clock starts.
+var t0 = testfixture.T0
 
 // Verdicts as the classifier reports them.
 var (
@@ -21,16 +21,14 @@ var (
 
 // env is one shared store and clock with a Gate over them.
 type env struct {
-	store *state.MemStore
+	store *testfixture.Store // counts the Sets
 	clock *state.ManualClock
 	g     *Gate
-	sets  int // Set calls seen by the store
 }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{store: state.NewMemStore(), clock: state.NewManualClock(t0)}
-	e.store.BeforeSet = func(string) { e.sets++ }
+	e := &env{store: testfixture.NewStore(), clock: state.NewManualClock(t0)}
 	e.g = New(e.store, e.clock)
 	return e
 }

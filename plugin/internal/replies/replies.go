@@ -1,10 +1,12 @@
 // Package replies builds every HTTP reply Spillway answers with itself: status, headers and
 // an OpenAI-shaped JSON error body {"error":{"message","type","code",...}} with a stable code.
 //
-// The codes are an external contract (design.md §5): clients and tests outside the repository
-// match on them. A reply never carries a credential: builders take only provider,
-// connection and model names, numbers, and fixed texts. Where a wait is known the reply
-// carries Retry-After in whole seconds, rounded up, never 0.
+// The codes are an external contract: clients and tests outside the repository match on them,
+// and the README's "The HTTP surface" lists them with their statuses. A code is never renamed
+// or given another status; a new situation gets a new code. A reply never carries a
+// credential: builders take only provider, connection and model names, numbers, and fixed
+// texts. Where a wait is known the reply carries Retry-After in whole seconds, rounded up,
+// never 0.
 package replies
 
 import (

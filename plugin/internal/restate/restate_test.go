@@ -5,10 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
-var now = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+var now = testfixture.T0
 
 // agentrouter bodies as its new-api gateway sends them.
 const (
@@ -67,10 +68,10 @@ func TestBuiltinRulesAreValid(t *testing.T) {
 		}
 	}
 	if policies.RestatementDefaultRetryAfter != 60*time.Second {
-		t.Errorf("policies.RestatementDefaultRetryAfter = %v, want the guide's 60 s", policies.RestatementDefaultRetryAfter)
+		t.Errorf("policies.RestatementDefaultRetryAfter = %v, want guide §7's 60 s", policies.RestatementDefaultRetryAfter)
 	}
 	if got := Builtin()[0].DefaultRetryAfter; got != policies.RestatementDefaultRetryAfter {
-		t.Errorf("agentrouter default Retry-After = %v, want the guide's 60 s", got)
+		t.Errorf("agentrouter default Retry-After = %v, want guide §7's 60 s", got)
 	}
 	// Builtin hands out copies: changing one cannot change the table.
 	b := Builtin()
@@ -87,7 +88,7 @@ func TestOperatorRules(t *testing.T) {
 			TextMarkers: []string{"Daily Cap Reached"}, ExcludeMarkers: []string{"permanent"},
 			DefaultRetryAfter: 5 * time.Minute,
 		},
-		{ // no defaultRetryAfter: the guide's 60 s
+		{ // no defaultRetryAfter: guide §7's 60 s
 			ID: "acme-402", Provider: "acme", FromStatuses: []int{402}, ToStatus: 429,
 			TextMarkers: []string{"try later"},
 		},

@@ -3,10 +3,12 @@ package retryhint
 import (
 	"testing"
 	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
 
 // now is the fixed clock of every test: 2025-06-01T12:00:00Z, Unix 1748779200.
-var now = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+var now = testfixture.T0
 
 // parseCase is one row of a parser table.
 type parseCase struct {

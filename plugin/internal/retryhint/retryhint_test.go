@@ -6,25 +6,15 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
 
 // Real-looking upstream bodies.
 const (
-	geminiPerMinute429 = `{
-  "error": {
-    "code": 429,
-    "message": "You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.\n* Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_free_tier_requests, limit: 10, model: gemini-2.0-flash\nPlease retry in 38.922534355s.",
-    "status": "RESOURCE_EXHAUSTED",
-    "details": [
-      {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests", "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier", "quotaDimensions": {"location": "global", "model": "gemini-2.0-flash"}, "quotaValue": "10"}]},
-      {"@type": "type.googleapis.com/google.rpc.Help", "links": [{"description": "Learn more about Gemini API quotas", "url": "https://ai.google.dev/gemini-api/docs/rate-limits"}]},
-      {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "38s"}
-    ]
-  }
-}`
+	geminiPerMinute429   = testfixture.GeminiPerMinute429
 	geminiStreamArray429 = `[{"error":{"code":429,"message":"Resource exhausted","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"86399s"}]}}]`
 	openAIRateLimit429   = `{"error":{"message":"Rate limit reached for gpt-4o in organization org-abc on tokens per min (TPM): Limit 30000, Used 29755, Requested 1200. Please try again in 1.91s. Visit https://platform.openai.com/account/rate-limits to learn more.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`
-	codexUsageLimit      = `{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached","plan_type":"plus","resets_in_seconds":5400}}`
+	codexUsageLimit      = testfixture.CodexUsageLimit
 	antigravityQuota     = `{"error":{"code":429,"message":"Individual quota reached. Contact your administrator to enable overages. Resets in 164h27m24s.","status":"RESOURCE_EXHAUSTED"}}`
 )
 

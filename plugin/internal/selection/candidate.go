@@ -10,7 +10,7 @@ import (
 // Soft penalties, in points (one point weighs as much as one in-flight request), that a
 // caller may put in Candidate.Penalty to make p2c avoid a candidate it has not excluded.
 // They stay above the largest latency/error term (P2CLatencyWeightMax = 20 points), as
-// the guide requires: latency never outweighs a quota problem. The values are Spillway's.
+// the guide requires (§2): latency never outweighs a quota problem. The values are Spillway's.
 const (
 	// PenaltyQuotaLocked marks a connection at its quota-share limit or quota-locked.
 	PenaltyQuotaLocked = 50

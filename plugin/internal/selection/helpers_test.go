@@ -5,13 +5,13 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/latency"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
 
-var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+var t0 = testfixture.T0
 
 // env is one simulated worker: its own Selector over a shared store.
 type env struct {

@@ -23,7 +23,7 @@ type Config struct {
 	Random rand.Source
 	// Latency holds the worker's TTFB/outcome windows (nil: P2C uses load only).
 	Latency *latency.Tracker
-	// LatencyWeight is the guide's p2cLatency.weight, clamped to 0..20; 0 turns the term off.
+	// LatencyWeight is guide §2's p2cLatency.weight, clamped to 0..20; 0 turns the term off.
 	LatencyWeight int
 }
 

@@ -2,13 +2,14 @@
 // memory: a Store with get and compare-and-swap over shared data, a Clock, a bounded CAS
 // update loop, and a compact versioned record encoding.
 //
-// Envoy's shared data (research/envoy-host-semantics.md §3) is one process-wide map per
-// vm_id with a process-global CAS counter: Get returns the value and its CAS; Set with
-// cas 0 is unconditional; Set with a non-zero cas on an existing key fails with
-// ErrCasMismatch unless it equals the stored CAS; Set with a non-zero cas on a missing key
-// succeeds. There is no delete and no key listing. Every engine package reads and writes
-// only through this interface, so it runs natively in tests and over proxy-wasm in the
-// filter without change.
+// Envoy's shared data is proxy-wasm-cpp-host's (src/shared_data.cc and shared_data.h): one
+// process-wide map per vm_id with a process-global CAS counter (SharedData::nextCas, which
+// never hands out 0). SharedData::get returns the value and its CAS. SharedData::set with a
+// zero cas is unconditional; with a non-zero cas it fails with CasMismatch (ErrCasMismatch
+// here) on an existing key whose CAS differs, and succeeds on a missing key. ABI 0.2.x has
+// no call to delete a key or list keys. Every engine package reads and writes only through
+// this interface, so it runs natively in tests and over proxy-wasm in the filter without
+// change.
 package state
 
 import (
