@@ -1,0 +1,47 @@
+package e2e
+
+import (
+	"os"
+	"testing"
+
+	"github.com/spillwayproxy/spillway/e2e/internal/e2etest"
+)
+
+// scenario is one end-to-end behaviour, written against whatever runs the filter: it
+// starts its own Target (its own policy, fresh state and fakes) and asserts what the
+// client saw and what each fake credential received.
+type scenario struct {
+	name string
+	run  func(t *testing.T, start e2etest.Starter)
+}
+
+// scenarios are every scenario, in the order the README lists them.
+var scenarios = []scenario{
+	{"key failover on 429 and recovery after Retry-After", testKeyFailoverAndRecovery},
+}
+
+// runScenarios runs every scenario as a parallel subtest on start: each waits on its own
+// fakes and timers, so two share the machine's cores without sharing any state.
+func runScenarios(t *testing.T, start e2etest.Starter) {
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			sc.run(t, start)
+		})
+	}
+}
+
+// The scenarios against hostsim serve: always run.
+func TestScenariosHostsim(t *testing.T) {
+	runScenarios(t, e2etest.StartServe)
+}
+
+// The same scenarios against a real Envoy, when ENVOY_BIN names one (>= 1.36). Without
+// it this test alone skips, saying so; the hostsim runs above never skip.
+func TestScenariosEnvoy(t *testing.T) {
+	bin := os.Getenv(e2etest.EnvEnvoyBin)
+	if bin == "" {
+		t.Skip("ENVOY_BIN not set: real-Envoy e2e skipped (set ENVOY_BIN=/path/to/envoy, Envoy >= 1.36, to run every scenario against it; see e2e/README.md)")
+	}
+	runScenarios(t, e2etest.EnvoyStarter(bin))
+}
