@@ -18,6 +18,11 @@ type scenario struct {
 // scenarios are every scenario, in the order the README lists them.
 var scenarios = []scenario{
 	{"key failover on 429 and recovery after Retry-After", testKeyFailoverAndRecovery},
+	{"breaker opens on a 5xx storm, probes half-open and closes", testBreaker},
+	{"fallback to a second provider in the same request", testFallbackProvider},
+	{"restatement and the exclude veto", testRestatement},
+	{"a model locked on one connection while it serves others", testModelLockout},
+	{"all targets cooling down, with diagnostics", testAllTargetsCoolingDown},
 }
 
 // runScenarios runs every scenario as a parallel subtest on start: each waits on its own
