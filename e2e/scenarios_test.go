@@ -23,6 +23,8 @@ var scenarios = []scenario{
 	{"restatement and the exclude veto", testRestatement},
 	{"a model locked on one connection while it serves others", testModelLockout},
 	{"all targets cooling down, with diagnostics", testAllTargetsCoolingDown},
+	{"caps serialise; queue full; queue timeout", testCaps},
+	{"session affinity", testSessionAffinity},
 }
 
 // runScenarios runs every scenario as a parallel subtest on start: each waits on its own

@@ -1,6 +1,8 @@
 package e2etest
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -44,12 +46,24 @@ func (r *Response) Spillway() string {
 }
 
 // Do sends a request with the client's own key and reads the whole answer. header adds
-// request headers (x-fake-* faults, session ids).
+// request headers (x-fake-* faults, session ids). A request that gets no answer fails the
+// test.
 func Do(t testing.TB, method, url, body string, header map[string]string) *Response {
 	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	r, err := Send(context.Background(), method, url, body, header)
 	if err != nil {
 		t.Fatalf("e2etest: %v", err)
+	}
+	return r
+}
+
+// Send is Do for a request that may get no answer (its ctx cancelled, the connection
+// reset before the headers): it returns the error instead of failing the test, so it can
+// run on a goroutine of its own.
+func Send(ctx context.Context, method, url, body string, header map[string]string) (*Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("e2etest: %w", err)
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
@@ -60,11 +74,11 @@ func Do(t testing.TB, method, url, body string, header map[string]string) *Respo
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("e2etest: %s %s: %v", method, url, err)
+		return nil, fmt.Errorf("e2etest: %s %s: %w", method, url, err)
 	}
 	defer resp.Body.Close()
 	b, rerr := io.ReadAll(resp.Body)
-	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b, ReadErr: rerr}
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b, ReadErr: rerr}, nil
 }
 
 // ChatBody is an OpenAI chat completions body for model; stream asks for SSE.
