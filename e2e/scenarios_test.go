@@ -25,6 +25,10 @@ var scenarios = []scenario{
 	{"all targets cooling down, with diagnostics", testAllTargetsCoolingDown},
 	{"caps serialise; queue full; queue timeout", testCaps},
 	{"session affinity", testSessionAffinity},
+	{"streaming pass-through and time to first content", testStreamingPassThrough},
+	{"errors inside a stream", testErrorInStream},
+	{"a truncated stream", testTruncatedStream},
+	{"a client disconnect gives its slot back", testClientDisconnect},
 }
 
 // runScenarios runs every scenario as a parallel subtest on start: each waits on its own
