@@ -25,6 +25,8 @@ var scenarios = []scenario{
 	{"all targets cooling down, with diagnostics", testAllTargetsCoolingDown},
 	{"caps serialise; queue full; queue timeout", testCaps},
 	{"session affinity", testSessionAffinity},
+	{"the admin API: list, reset, auth", testAdminAPI},
+	{"labelled metrics on the admin listener", testMetrics},
 	{"streaming pass-through and time to first content", testStreamingPassThrough},
 	{"errors inside a stream", testErrorInStream},
 	{"a truncated stream", testTruncatedStream},
