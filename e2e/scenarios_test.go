@@ -31,6 +31,8 @@ var scenarios = []scenario{
 	{"errors inside a stream", testErrorInStream},
 	{"a truncated stream", testTruncatedStream},
 	{"a client disconnect gives its slot back", testClientDisconnect},
+	{"openai-go and anthropic-sdk-go, JSON and streaming, first key rate-limited", testSDKs},
+	{"the SDKs' own retry honours the proxy's Retry-After", testSDKRetryAfter},
 }
 
 // runScenarios runs every scenario as a parallel subtest on start: each waits on its own
