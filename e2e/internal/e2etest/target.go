@@ -39,8 +39,8 @@ type Target struct {
 	Fakes map[string]*fakeprovider.Server
 	// Logs receive the filter's log lines (serve's guest log, Envoy's standard error).
 	Logs *hostsimtest.Lines
-	// Access receives serve's access lines; nil under Envoy (its bootstrap has no
-	// access log).
+	// Access receives serve's access lines; nil under Envoy, whose access log (in the
+	// bootstrap's own format) goes to Logs with the rest of its output.
 	Access *hostsimtest.Lines
 	// Serve is the serve instance; nil under Envoy.
 	Serve *serve.Instance
