@@ -38,33 +38,8 @@ func EnvoyStarter(bin string) Starter {
 		t.Helper()
 		_, p := loadPolicy(t, policy)
 		tg := &Target{Kind: "envoy", Policy: p, Fakes: startFakes(t, p), Logs: &hostsimtest.Lines{}}
-		ep, err := envoy.LoadPolicy(p.JSON, envoy.LoadOptions{})
-		if err != nil {
-			t.Fatalf("e2etest: envoy.LoadPolicy: %v", err)
-		}
-		upstreams := map[string]string{}
-		for name, f := range tg.Fakes {
-			upstreams[name] = f.URL
-		}
-		var tags []envoy.StatsTag
-		for _, tag := range stats.Tags() {
-			tags = append(tags, envoy.StatsTag{Name: tag.Name, Regex: tag.Regex})
-		}
 		listen, admin := freeAddr(t), freeAddr(t)
-		b, err := envoy.Bootstrap(ep, envoy.Options{
-			Module:    envoy.Module{Path: WasmPath(t)},
-			Upstreams: upstreams,
-			Listen:    listen,
-			Admin:     admin,
-			StatsTags: tags,
-		})
-		if err != nil {
-			t.Fatalf("e2etest: envoy.Bootstrap: %v", err)
-		}
-		yaml, err := envoy.MarshalYAML(b)
-		if err != nil {
-			t.Fatalf("e2etest: %v", err)
-		}
+		yaml := renderBootstrap(t, tg, WasmPath(t), listen, admin)
 		cfg := filepath.Join(t.TempDir(), "envoy.yaml")
 		if err := os.WriteFile(cfg, yaml, 0o600); err != nil {
 			t.Fatalf("e2etest: %v", err)
@@ -93,6 +68,40 @@ func EnvoyStarter(bin string) Starter {
 		waitReady(t, tg, exited)
 		return tg
 	}
+}
+
+// renderBootstrap renders the Envoy bootstrap for tg's policy as `spillway render envoy`
+// does (stats_tags included), every cluster pointing at its fake over plain HTTP, the
+// module at wasm, the listener and the admin on the given addresses.
+func renderBootstrap(t testing.TB, tg *Target, wasm, listen, admin string) []byte {
+	t.Helper()
+	ep, err := envoy.LoadPolicy(tg.Policy.JSON, envoy.LoadOptions{})
+	if err != nil {
+		t.Fatalf("e2etest: envoy.LoadPolicy: %v", err)
+	}
+	upstreams := map[string]string{}
+	for name, f := range tg.Fakes {
+		upstreams[name] = f.URL
+	}
+	var tags []envoy.StatsTag
+	for _, tag := range stats.Tags() {
+		tags = append(tags, envoy.StatsTag{Name: tag.Name, Regex: tag.Regex})
+	}
+	b, err := envoy.Bootstrap(ep, envoy.Options{
+		Module:    envoy.Module{Path: wasm},
+		Upstreams: upstreams,
+		Listen:    listen,
+		Admin:     admin,
+		StatsTags: tags,
+	})
+	if err != nil {
+		t.Fatalf("e2etest: envoy.Bootstrap: %v", err)
+	}
+	yaml, err := envoy.MarshalYAML(b)
+	if err != nil {
+		t.Fatalf("e2etest: %v", err)
+	}
+	return yaml
 }
 
 // waitReady waits until Envoy's admin /ready answers 200 LIVE, bounded by
