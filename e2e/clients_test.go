@@ -208,7 +208,7 @@ func testSDKs(t *testing.T, start e2etest.Starter) {
 }
 
 // When the proxy answers 429 with Retry-After, the SDK's own retry waits that long and
-// then gets its answer. The key's 429 (Retry-After: 1) cools it for a second; the SDK's
+// then gets its answer. The key's 429 (Retry-After: 2) cools it for two seconds; the SDK's
 // first attempt finds it cooling and Spillway answers 429 itself, without asking the
 // provider; the SDK waits the Retry-After Spillway sent (its own backoff would be
 // under 0.5 s) and its retry is served.
@@ -240,8 +240,8 @@ func testSDKRetryAfter(t *testing.T, start e2etest.Starter) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			fake := tg.Fake(t, tc.cluster)
-			fake.ScriptFor(tc.key, fakeprovider.Fault{Status: 429, ErrorType: "rate_limit_error", RetryAfter: "1"})
-			if r := e2etest.Do(t, "POST", tg.URL+tc.path, tc.body, nil); r.Status != 429 || r.Header.Get("Retry-After") != "1" {
+			fake.ScriptFor(tc.key, fakeprovider.Fault{Status: 429, ErrorType: "rate_limit_error", RetryAfter: "2"})
+			if r := e2etest.Do(t, "POST", tg.URL+tc.path, tc.body, nil); r.Status != 429 || r.Header.Get("Retry-After") != "2" {
 				t.Fatalf("the key's own 429: %d Retry-After %q: %s", r.Status, r.Header.Get("Retry-After"), r.Body)
 			}
 			var rec recorder

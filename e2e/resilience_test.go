@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -35,8 +36,8 @@ func waitHealthy(t *testing.T, tg *e2etest.Target, connection string) {
 	})
 }
 
-// breakerPolicy opens openai's breaker after 3 failures for 1 s (the shortest reset the
-// policy allows), with a 1 ms connection cooldown so each failure reaches the provider,
+// breakerPolicy opens openai's breaker after 3 failures for 3 s (long enough that the
+// request meant to find it open does on a loaded machine, short enough to wait out), with a 1 ms connection cooldown so each failure reaches the provider,
 // and one attempt per request.
 const breakerPolicy = `
 providers:
@@ -47,7 +48,7 @@ providers:
 routes:
   - {model: gpt-4o, targets: [{provider: openai}]}
 resilience:
-  providerBreaker: {apikey: {failureThreshold: 3, resetTimeoutMs: 1000}}
+  providerBreaker: {apikey: {failureThreshold: 3, resetTimeoutMs: 3000}}
   connectionCooldown: {apikey: {baseCooldownMs: 1, maxBackoffSteps: 0}}
   failover: {maxAttempts: 1}
 admin: {token: "${SPILLWAY_ADMIN_TOKEN}"}
@@ -83,11 +84,12 @@ func testBreaker(t *testing.T, start e2etest.Starter) {
 	// sent a request that finds it there.
 	fake.ScriptFor("key-a", fakeprovider.Fault{Delay: 3 * time.Second})
 	var probe *e2etest.Response
+	var probeErr error
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		probe = tg.Chat(t, "gpt-4o", nil)
+		probe, probeErr = e2etest.Send(context.Background(), "POST", tg.URL+"/v1/chat/completions", e2etest.ChatBody("gpt-4o", false), nil)
 	}()
 	e2etest.WaitFor(t, "the probe in flight", func() bool {
 		_, h := tg.Admin(t, "GET", "monitoring/health", "")
@@ -95,6 +97,9 @@ func testBreaker(t *testing.T, start e2etest.Starter) {
 	})
 	requireSpillwayError(t, "during the probe", tg.Chat(t, "gpt-4o", nil), 503, "provider_circuit_open", true)
 	wg.Wait()
+	if probeErr != nil {
+		t.Fatal(probeErr)
+	}
 	requireAnswer(t, "the probe", probe, "openai/openai-a/gpt-4o/1")
 	if _, h := tg.Admin(t, "GET", "monitoring/health", ""); h.Get("providerHealth.openai.state").Str != "CLOSED" ||
 		h.Get("providerHealth.openai.probeInFlight").Bool() {
