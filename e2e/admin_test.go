@@ -122,6 +122,8 @@ func testMetrics(t *testing.T, start e2etest.Starter) {
 			t.Errorf("the scrape shows %q", secret)
 		}
 	}
+	// The counters count what the provider saw: one attempt per key, the unknown model none.
+	requireRequests(t, "metrics", fake, map[string]int{"key-a": 1, "key-b": 1})
 }
 
 // hasLine reports whether text has line as a whole line.
