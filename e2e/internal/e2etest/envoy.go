@@ -75,10 +75,6 @@ func EnvoyStarter(bin string) Starter {
 // module at wasm, the listener and the admin on the given addresses.
 func renderBootstrap(t testing.TB, tg *Target, wasm, listen, admin string) []byte {
 	t.Helper()
-	ep, err := envoy.LoadPolicy(tg.Policy.JSON, envoy.LoadOptions{})
-	if err != nil {
-		t.Fatalf("e2etest: envoy.LoadPolicy: %v", err)
-	}
 	upstreams := map[string]string{}
 	for name, f := range tg.Fakes {
 		upstreams[name] = f.URL
@@ -87,7 +83,7 @@ func renderBootstrap(t testing.TB, tg *Target, wasm, listen, admin string) []byt
 	for _, tag := range stats.Tags() {
 		tags = append(tags, envoy.StatsTag{Name: tag.Name, Regex: tag.Regex})
 	}
-	b, err := envoy.Bootstrap(ep, envoy.Options{
+	b, err := envoy.Bootstrap(tg.Policy, envoy.Options{
 		Module:    envoy.Module{Path: wasm},
 		Upstreams: upstreams,
 		Listen:    listen,

@@ -12,10 +12,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spillwayproxy/spillway/envoy"
 	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
 	"github.com/spillwayproxy/spillway/hostsim/serve"
 	"github.com/spillwayproxy/spillway/policies"
+	"github.com/spillwayproxy/spillway/policies/examples"
 )
 
 // AdminToken is the admin API token every Target gives the filter's VM environment as
@@ -44,8 +46,9 @@ type Target struct {
 	Access *hostsimtest.Lines
 	// Serve is the serve instance; nil under Envoy.
 	Serve *serve.Instance
-	// Policy is the policy the filter runs, as serve loads it.
-	Policy *serve.Policy
+	// Policy is the policy the filter runs (Resolved: every setting at its effective
+	// value; JSON: the plugin configuration, ${NAME} references kept).
+	Policy *envoy.Policy
 }
 
 // Starter starts a Target on a policy (YAML or JSON; "" is the embedded demo policy).
@@ -82,31 +85,53 @@ func WasmPath(t testing.TB) string {
 	return filepath.Join(hostsimtest.ModuleRoot(t), "build", "spillway.wasm")
 }
 
-// loadPolicy writes the policy to a file (serve and the Envoy renderer read files) and
-// loads it as serve does; "" is the embedded demo policy (path "").
-func loadPolicy(t testing.TB, policy string) (path string, p *serve.Policy) {
+// loadPolicy validates the policy as the filter will ("" is the embedded demo policy,
+// policies/examples/demo.yaml) with AdminToken in the environment, and writes it to a file
+// for serve, which reads files ("" for the demo: serve embeds it too).
+func loadPolicy(t testing.TB, policy string) (path string, p *envoy.Policy) {
 	t.Helper()
-	if policy != "" {
+	data := []byte(policy)
+	if policy == "" {
+		data = examples.Demo()
+	} else {
 		path = filepath.Join(t.TempDir(), "policy.yaml")
-		if err := os.WriteFile(path, []byte(policy), 0o600); err != nil {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatalf("e2etest: %v", err)
 		}
 	}
-	p, err := serve.LoadPolicy(path, []serve.EnvVar{{Key: EnvAdminToken, Value: AdminToken}})
+	p, err := envoy.LoadPolicy(data, envoy.LoadOptions{LookupEnv: func(name string) (string, bool) {
+		if name == EnvAdminToken {
+			return AdminToken, true
+		}
+		return "", false
+	}})
 	if err != nil {
 		t.Fatalf("e2etest: the test's policy: %v", err)
 	}
 	return path, p
 }
 
+// clusters lists the clusters the policy's providers use, in provider order, once each.
+func clusters(p *envoy.Policy) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, pr := range p.Resolved.Providers {
+		if !seen[pr.Cluster] {
+			seen[pr.Cluster] = true
+			out = append(out, pr.Cluster)
+		}
+	}
+	return out
+}
+
 // startFakes starts one fake provider per cluster of the policy, speaking the API of the
 // first provider that uses it (what the filter sends there), as serve's built-in fakes
 // do, with no pacing: streams go as fast as they can unless a test sets a pace. Each
 // fake is named after its cluster, which its canned replies mention.
-func startFakes(t testing.TB, p *serve.Policy) map[string]*fakeprovider.Server {
+func startFakes(t testing.TB, p *envoy.Policy) map[string]*fakeprovider.Server {
 	t.Helper()
 	fakes := map[string]*fakeprovider.Server{}
-	for _, cluster := range p.Clusters() {
+	for _, cluster := range clusters(p) {
 		kind := fakeprovider.OpenAI
 		for _, pr := range p.Resolved.Providers {
 			if pr.Cluster == cluster {
