@@ -27,8 +27,8 @@ func testAdminAPI(t *testing.T, start e2etest.Starter) {
 	}
 	for _, tc := range []struct {
 		auth   string // the Authorization header
-		status int
-		code   string // error.code
+		status int    // the reply's status
+		code   string // its error.code
 	}{
 		{"Basic " + e2etest.AdminToken, 401, "unauthorized"},
 		{"Bearer not-the-token", 403, "forbidden"},

@@ -216,17 +216,21 @@ func testSDKRetryAfter(t *testing.T, start e2etest.Starter) {
 	tg := start(t, clientsPolicy)
 	ctx := context.Background()
 	cases := []struct {
-		name, cluster, key, model, path, body string
-		call                                  func(rec *recorder) error
+		name    string                    // the SDK
+		cluster string                    // the fake behind the route
+		key     string                    // the route's one key
+		path    string                    // the API path, for the key's own 429
+		body    string                    // its body
+		call    func(rec *recorder) error // the SDK's call, with retries and rec as middleware
 	}{
-		{"openai-go", "fake-openai", "key-oa-retry", "gpt-4o-retry", "/v1/chat/completions", e2etest.ChatBody("gpt-4o-retry", false),
+		{"openai-go", "fake-openai", "key-oa-retry", "/v1/chat/completions", e2etest.ChatBody("gpt-4o-retry", false),
 			func(rec *recorder) error {
 				client := openAIClient(tg, option.WithMaxRetries(2), option.WithMiddleware(rec.record))
 				_, err := client.Chat.Completions.New(ctx,
 					openai.ChatCompletionNewParams{Model: "gpt-4o-retry", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello")}})
 				return err
 			}},
-		{"anthropic-sdk-go", "fake-anthropic", "key-an-retry", "claude-retry", "/v1/messages",
+		{"anthropic-sdk-go", "fake-anthropic", "key-an-retry", "/v1/messages",
 			`{"model":"claude-retry","max_tokens":64,"messages":[{"role":"user","content":"Hello"}]}`,
 			func(rec *recorder) error {
 				client := anthropicClient(tg, aoption.WithMaxRetries(2), aoption.WithMiddleware(rec.record))

@@ -11,8 +11,8 @@ import (
 // starts its own Target (its own policy, fresh state and fakes) and asserts what the
 // client saw and what each fake credential received.
 type scenario struct {
-	name string
-	run  func(t *testing.T, start e2etest.Starter)
+	name string                                    // the subtest's name
+	run  func(t *testing.T, start e2etest.Starter) // starts its target(s) with start
 }
 
 // scenarios are every scenario, in the order the README lists them.

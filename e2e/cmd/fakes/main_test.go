@@ -47,10 +47,12 @@ func TestRunServesEachFake(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		fake, path, body string
-		header           map[string]string
-		status           int
-		want             string // substring of the body
+		fake   string            // which fake
+		path   string            // the request's path
+		body   string            // the request's body
+		header map[string]string // fault headers
+		status int               // the status it answers
+		want   string            // substring of the body
 	}{
 		{"fake-openai", "/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, nil, 200, "Hello from fake-openai"},
 		{"fake-anthropic", "/v1/messages", `{"model":"claude-sonnet-4","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, nil, 200, "Hello from fake-anthropic"},
@@ -81,8 +83,8 @@ func TestRunServesEachFake(t *testing.T) {
 // Bad arguments are refused with what is expected.
 func TestRunRefusesBadArguments(t *testing.T) {
 	for _, tc := range []struct {
-		args []string
-		want string // substring of the error
+		args []string // the command line
+		want string   // substring of the error
 	}{
 		{nil, "no fake given"},
 		{[]string{"fake-openai"}, "want NAME=KIND@HOST:PORT"},
