@@ -1,26 +1,39 @@
-package serve
+// The SDKs through hostsim serve on the demo policy, every API path Spillway routes by
+// default (moved from hostsim/serve, so the hostsim library's tests need no SDK). These
+// read serve's access log and worker names, so they run on hostsim only; the SDK
+// scenarios of clients_test.go run on every target.
+package e2e
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/spillwayproxy/spillway/e2e/internal/e2etest"
+	"github.com/spillwayproxy/spillway/hostsim/serve"
 )
 
-func openAIClient(d *demo, opts ...option.RequestOption) openai.Client {
-	return openai.NewClient(append([]option.RequestOption{option.WithBaseURL(d.URL() + "/v1/"),
-		option.WithAPIKey(clientKey), option.WithMaxRetries(0)}, opts...)...)
+// openAIClient is the OpenAI SDK pointed at a target, with the client's own key and no
+// retries of its own (a test that wants them asks).
+func openAIClient(tg *e2etest.Target, opts ...option.RequestOption) openai.Client {
+	return openai.NewClient(append([]option.RequestOption{option.WithBaseURL(tg.URL + "/v1/"),
+		option.WithAPIKey(e2etest.ClientKey), option.WithMaxRetries(0)}, opts...)...)
+}
+
+// anthropicClient is the Anthropic SDK pointed at a target, as openAIClient.
+func anthropicClient(tg *e2etest.Target, opts ...aoption.RequestOption) anthropic.Client {
+	return anthropic.NewClient(append([]aoption.RequestOption{aoption.WithBaseURL(tg.URL),
+		aoption.WithAPIKey(e2etest.ClientKey), aoption.WithMaxRetries(0)}, opts...)...)
 }
 
 // requireSpillwayHeaders checks the filter's x-spillway-* headers on a routed answer: the
@@ -51,8 +64,8 @@ func requireNoSpillwayHeaders(t *testing.T, h http.Header) {
 // list is not routed and passes through to the default cluster without Spillway's headers,
 // with the client's own key.
 func TestOpenAISDKThroughTheFilter(t *testing.T) {
-	d := startDemo(t, nil)
-	client := openAIClient(d)
+	tg := e2etest.StartServe(t, "") // the demo policy
+	client := openAIClient(tg)
 	ctx := context.Background()
 	tests := []struct {
 		name  string
@@ -128,21 +141,21 @@ func TestOpenAISDKThroughTheFilter(t *testing.T) {
 	}
 	// The routed requests reached fake-openai with the key the filter injected, never the
 	// client's; the models list with the client's own.
-	fake := d.fake(t, "fake-openai")
-	if a, c := fake.StatsFor("demo-key-a").Requests, fake.StatsFor(clientKey).Requests; a != len(tests)-1 || c != 1 {
+	fake := tg.Fake(t, "fake-openai")
+	if a, c := fake.StatsFor("demo-key-a").Requests, fake.StatsFor(e2etest.ClientKey).Requests; a != len(tests)-1 || c != 1 {
 		t.Errorf("fake-openai counted %d requests from demo-key-a and %d from the client's key, want %d and 1", a, c, len(tests)-1)
 	}
 	// One access line per request, naming the worker and the filter's headers.
-	if lines := d.access.await(" 200 ", len(tests)); len(lines) != len(tests) {
-		t.Fatalf("%d access lines for %d requests:\n%s", len(lines), len(tests), d.access)
+	if lines := tg.Access.Wait(" 200 ", len(tests)); len(lines) != len(tests) {
+		t.Fatalf("%d access lines for %d requests:\n%s", len(lines), len(tests), tg.Access)
 	}
 	for _, want := range []string{
 		"POST /v1/chat/completions 200 ", " worker-", " provider=openai connection=openai-a model=gpt-4o attempts=1 ",
 		"POST /v1/embeddings 200 ", " provider=openai connection=openai-a model=text-embedding-3-small attempts=1 ",
 		"GET /v1/models 200 ", " provider=- connection=- model=- attempts=- flags=- details=via_upstream",
 	} {
-		if !strings.Contains(d.access.String(), want) {
-			t.Errorf("access log lacks %q:\n%s", want, d.access)
+		if !strings.Contains(tg.Access.String(), want) {
+			t.Errorf("access log lacks %q:\n%s", want, tg.Access)
 		}
 	}
 }
@@ -150,11 +163,10 @@ func TestOpenAISDKThroughTheFilter(t *testing.T) {
 // The Anthropic SDK through the filter: claude-* goes to the anthropic provider, whatever
 // cluster the client names, with the connection's x-api-key in place of the client's.
 func TestAnthropicSDKThroughTheFilter(t *testing.T) {
-	d := startDemo(t, nil)
+	tg := e2etest.StartServe(t, "") // the demo policy
 	var raw *http.Response
-	client := anthropic.NewClient(aoption.WithBaseURL(d.URL()), aoption.WithAPIKey(clientKey), aoption.WithMaxRetries(0),
-		// A client cannot pick the cluster: the filter removes the header and sets its own.
-		aoption.WithHeader(HeaderCluster, "fake-openai"))
+	// A client cannot pick the cluster: the filter removes the header and sets its own.
+	client := anthropicClient(tg, aoption.WithHeader(serve.HeaderCluster, "fake-openai"))
 	msg, err := client.Messages.New(context.Background(), anthropic.MessageNewParams{Model: "claude-sonnet-4", MaxTokens: 64,
 		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Hello"))}}, aoption.WithResponseInto(&raw))
 	if err != nil {
@@ -164,17 +176,17 @@ func TestAnthropicSDKThroughTheFilter(t *testing.T) {
 		t.Errorf("message %+v", msg)
 	}
 	requireSpillwayHeaders(t, raw.Header, "anthropic", "anthropic-a", "claude-sonnet-4", "1")
-	rec := d.fake(t, "fake-anthropic").Requests()
+	rec := tg.Fake(t, "fake-anthropic").Requests()
 	if len(rec) != 1 || rec[0].Path != "/v1/messages" {
 		t.Fatalf("fake-anthropic saw %+v", rec)
 	}
-	if v := rec[0].Header.Get(HeaderCluster); v != "" {
-		t.Errorf("%s = %q reached the upstream", HeaderCluster, v)
+	if v := rec[0].Header.Get(serve.HeaderCluster); v != "" {
+		t.Errorf("%s = %q reached the upstream", serve.HeaderCluster, v)
 	}
 	if got := rec[0].Header.Get("x-api-key"); got != "demo-key-anthropic" {
 		t.Errorf("x-api-key %q reached the upstream, want anthropic-a's", got)
 	}
-	if n := len(d.fake(t, "fake-openai").Requests()); n != 0 {
+	if n := len(tg.Fake(t, "fake-openai").Requests()); n != 0 {
 		t.Errorf("fake-openai got %d requests", n)
 	}
 }
@@ -184,25 +196,25 @@ func TestAnthropicSDKThroughTheFilter(t *testing.T) {
 // its credential replaced by the connection's; Envoy's x-request-id and x-forwarded-proto
 // are added; other headers pass.
 func TestSessionHeadersNeverReachTheUpstream(t *testing.T) {
-	d := startDemo(t, nil)
-	client := openAIClient(d)
+	tg := e2etest.StartServe(t, "") // the demo policy
+	client := openAIClient(tg)
 	_, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "gpt-4o",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello")}},
 		option.WithHeader("x-session-id", "s-1"), option.WithHeader("x-codex-session-id", "s-2"),
-		option.WithHeader("x-omniroute-session", "s-3"), option.WithHeader(HeaderCluster, "fake-openrouter"),
+		option.WithHeader("x-omniroute-session", "s-3"), option.WithHeader(serve.HeaderCluster, "fake-openrouter"),
 		option.WithHeader("x-custom", "kept"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(d.fake(t, "fake-openrouter").Requests()); n != 0 {
+	if n := len(tg.Fake(t, "fake-openrouter").Requests()); n != 0 {
 		t.Errorf("the client's cluster header sent %d requests to fake-openrouter", n)
 	}
-	rec := d.fake(t, "fake-openai").Requests()
+	rec := tg.Fake(t, "fake-openai").Requests()
 	if len(rec) != 1 {
 		t.Fatalf("fake-openai saw %d requests", len(rec))
 	}
 	h := rec[0].Header
-	for _, k := range []string{"x-session-id", "x-codex-session-id", "x-omniroute-session", HeaderCluster} {
+	for _, k := range []string{"x-session-id", "x-codex-session-id", "x-omniroute-session", serve.HeaderCluster} {
 		if v := h.Get(k); v != "" {
 			t.Errorf("%s = %q reached the upstream", k, v)
 		}
@@ -210,7 +222,7 @@ func TestSessionHeadersNeverReachTheUpstream(t *testing.T) {
 	if got := h.Get("Authorization"); got != "Bearer demo-key-a" {
 		t.Errorf("authorization %q reached the upstream, want openai-a's", got)
 	}
-	if h.Get("x-custom") != "kept" || h.Get(HeaderRequestID) == "" || h.Get("x-forwarded-proto") != "http" {
+	if h.Get("x-custom") != "kept" || h.Get(serve.HeaderRequestID) == "" || h.Get("x-forwarded-proto") != "http" {
 		t.Errorf("upstream headers %v", h)
 	}
 	if !strings.Contains(string(rec[0].Body), `"model":"gpt-4o"`) {
@@ -223,9 +235,9 @@ func TestSessionHeadersNeverReachTheUpstream(t *testing.T) {
 // and the filter's headers naming the attempt: gpt-4o tried openai-a, openai-b, then
 // OpenRouter asking for openai/gpt-4o (failover.maxAttempts 3).
 func TestUpstreamErrorPassesThrough(t *testing.T) {
-	d := startDemo(t, nil)
+	tg := e2etest.StartServe(t, "") // the demo policy
 	var raw *http.Response
-	client := openAIClient(d)
+	client := openAIClient(tg)
 	_, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "gpt-4o",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello")}},
 		option.WithHeader("x-fake-status", "429"), option.WithHeader("x-fake-retry-after", "7"), option.WithResponseInto(&raw))
@@ -238,7 +250,7 @@ func TestUpstreamErrorPassesThrough(t *testing.T) {
 		t.Errorf("status %d type %q message %q Retry-After %q", apiErr.StatusCode, apiErr.Type, apiErr.Message, raw.Header.Get("Retry-After"))
 	}
 	requireSpillwayHeaders(t, raw.Header, "openrouter", "openrouter-a", "openai/gpt-4o", "3")
-	oa, or := d.fake(t, "fake-openai"), d.fake(t, "fake-openrouter")
+	oa, or := tg.Fake(t, "fake-openai"), tg.Fake(t, "fake-openrouter")
 	if a, b, r := oa.StatsFor("demo-key-a").Requests, oa.StatsFor("demo-key-b").Requests,
 		or.StatsFor("demo-key-openrouter").Requests; a != 1 || b != 1 || r != 1 {
 		t.Errorf("requests: openai-a %d, openai-b %d, openrouter-a %d; want one each", a, b, r)
@@ -248,47 +260,9 @@ func TestUpstreamErrorPassesThrough(t *testing.T) {
 	}
 }
 
-// A fault aimed at one key (x-fake-key-suffix) is answered by the next key: the client gets
-// openai-b's 200 after 2 attempts, and the fake saw each key once.
-func TestFaultAimedAtOneKeyFailsOver(t *testing.T) {
-	d := startDemo(t, nil)
-	status, h, body := post(t, d.URL()+"/v1/chat/completions", chatBody,
-		map[string]string{"x-fake-scenario": "rate-limit", "x-fake-key-suffix": "key-a"})
-	if status != 200 || !strings.Contains(body, "answering as gpt-4o") {
-		t.Fatalf("%d %s", status, body)
-	}
-	requireSpillwayHeaders(t, h, "openai", "openai-b", "gpt-4o", "2")
-	fake := d.fake(t, "fake-openai")
-	if a, b := fake.StatsFor("demo-key-a").Requests, fake.StatsFor("demo-key-b").Requests; a != 1 || b != 1 {
-		t.Errorf("requests: openai-a %d, openai-b %d; want one each", a, b)
-	}
-}
-
-// post sends a JSON POST to the front end and returns the status, headers and body.
-func post(t *testing.T, url, body string, header map[string]string) (int, http.Header, string) {
-	t.Helper()
-	req, err := http.NewRequest("POST", url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("content-type", "application/json")
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
-}
-
-const chatBody = `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}]}`
-
 // Concurrent requests spread over both worker VMs.
 func TestConcurrentRequestsSpreadOverWorkers(t *testing.T) {
-	d := startDemo(t, nil)
+	tg := e2etest.StartServe(t, "") // the demo policy
 	const n = 8
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -297,7 +271,7 @@ func TestConcurrentRequestsSpreadOverWorkers(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			// The fake holds each answer a little, so the requests overlap.
-			client := openAIClient(d)
+			client := openAIClient(tg)
 			_, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "gpt-4o",
 				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello")}},
 				option.WithHeader("x-fake-delay-ms", "200"))
@@ -311,30 +285,9 @@ func TestConcurrentRequestsSpreadOverWorkers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d.access.await(" worker-", n)
-	w0, w1 := len(d.access.lines(" worker-0 ")), len(d.access.lines(" worker-1 "))
+	tg.Access.Wait(" worker-", n)
+	w0, w1 := len(tg.Access.Matching(" worker-0 ")), len(tg.Access.Matching(" worker-1 "))
 	if w0+w1 != n || w0 < 2 || w1 < 2 {
-		t.Errorf("worker-0 served %d, worker-1 %d of %d:\n%s", w0, w1, n, d.access)
-	}
-}
-
-// An upstream slower than the timeout is answered 504; the stream is reset and the
-// abandoned upstream call cancelled.
-func TestSlowUpstreamTimesOut(t *testing.T) {
-	d := startDemo(t, func(o *Options) { o.Timeout = 300 * time.Millisecond })
-	status, _, body := post(t, d.URL()+"/v1/chat/completions", chatBody, map[string]string{"x-fake-delay-ms": "5000"})
-	if status != 504 || !strings.Contains(body, `"code":"hostsim_timeout"`) || !strings.Contains(body, "300ms") {
-		t.Fatalf("%d %s", status, body)
-	}
-	if len(d.access.await("POST /v1/chat/completions 504", 1)) != 1 {
-		t.Errorf("access log:\n%s", d.access)
-	}
-	// The reset at the timeout ended the stream in its VM before the 504 went out (and
-	// cancelled the upstream call); the next request is served.
-	if n := d.Server.Host().LiveStreams(); n != 0 {
-		t.Errorf("%d streams left in the VMs after the 504", n)
-	}
-	if status, _, body := post(t, d.URL()+"/v1/chat/completions", chatBody, nil); status != 200 {
-		t.Errorf("next request: %d %s", status, body)
+		t.Errorf("worker-0 served %d, worker-1 %d of %d:\n%s", w0, w1, n, tg.Access)
 	}
 }

@@ -1,0 +1,52 @@
+package e2etest
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// The bootstrap the Envoy runs are given points every cluster at its loopback fake over
+// plain HTTP, loads the module from the given path, listens where the harness will send
+// requests, lists SPILLWAY_ADMIN_TOKEN among the VM's environment keys, and carries the
+// stats_tags the metrics scenario reads labels through. (No Envoy runs here: this is
+// the part of the ENVOY_BIN path that can be checked without one.)
+func TestRenderBootstrapPointsAtTheFakes(t *testing.T) {
+	policy := `
+providers:
+  - {id: openai, cluster: fake-openai, connections: [{id: a, credential: {header: authorization, value: "Bearer k"}}]}
+  - {id: anthropic, api: anthropic, cluster: fake-anthropic, connections: [{id: b, credential: {header: x-api-key, value: k}}]}
+routes:
+  - {model: gpt-4o, targets: [{provider: openai}]}
+admin: {token: "${SPILLWAY_ADMIN_TOKEN}"}
+`
+	_, p := loadPolicy(t, policy)
+	tg := &Target{Policy: p, Fakes: startFakes(t, p)}
+	if k := tg.Fakes["fake-anthropic"].Kind(); k != "anthropic" {
+		t.Errorf("fake-anthropic speaks %s", k)
+	}
+	yaml := string(renderBootstrap(t, tg, "/tmp/module.wasm", "127.0.0.1:10555", "127.0.0.1:10556"))
+	want := []string{
+		"filename: /tmp/module.wasm",
+		"- SPILLWAY_ADMIN_TOKEN",
+		"allow_on_headers_stop_iteration: true",
+		"port_value: 10555",
+		"port_value: 10556",
+		"tag_name: spillway_connection",
+	}
+	for name, f := range tg.Fakes {
+		u, err := url.Parse(f.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, "cluster_name: "+name, "port_value: "+u.Port())
+	}
+	for _, w := range want {
+		if !strings.Contains(yaml, w) {
+			t.Errorf("the bootstrap lacks %q:\n%s", w, yaml)
+		}
+	}
+	if strings.Contains(yaml, "transport_socket") {
+		t.Errorf("a fake's cluster has TLS:\n%s", yaml)
+	}
+}

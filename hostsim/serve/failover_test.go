@@ -1,0 +1,80 @@
+package serve
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// requireSpillwayHeaders checks the filter's x-spillway-* headers on a routed answer: the
+// provider, connection and upstream model that answered, and the attempts it took.
+func requireSpillwayHeaders(t *testing.T, h http.Header, provider, connection, model, attempts string) {
+	t.Helper()
+	for _, kv := range [][2]string{{"x-spillway-provider", provider}, {"x-spillway-connection", connection},
+		{"x-spillway-model", model}, {"x-spillway-attempts", attempts}} {
+		if got := h.Get(kv[0]); got != kv[1] {
+			t.Errorf("%s = %q, want %q", kv[0], got, kv[1])
+		}
+	}
+}
+
+// A fault aimed at one key (x-fake-key-suffix) is answered by the next key: the client gets
+// openai-b's 200 after 2 attempts, and the fake saw each key once.
+func TestFaultAimedAtOneKeyFailsOver(t *testing.T) {
+	d := startDemo(t, nil)
+	status, h, body := post(t, d.URL()+"/v1/chat/completions", chatBody,
+		map[string]string{"x-fake-scenario": "rate-limit", "x-fake-key-suffix": "key-a"})
+	if status != 200 || !strings.Contains(body, "answering as gpt-4o") {
+		t.Fatalf("%d %s", status, body)
+	}
+	requireSpillwayHeaders(t, h, "openai", "openai-b", "gpt-4o", "2")
+	fake := d.fake(t, "fake-openai")
+	if a, b := fake.StatsFor("demo-key-a").Requests, fake.StatsFor("demo-key-b").Requests; a != 1 || b != 1 {
+		t.Errorf("requests: openai-a %d, openai-b %d; want one each", a, b)
+	}
+}
+
+// post sends a JSON POST to the front end and returns the status, headers and body.
+func post(t *testing.T, url, body string, header map[string]string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("content-type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+const chatBody = `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}]}`
+
+// An upstream slower than the timeout is answered 504; the stream is reset and the
+// abandoned upstream call cancelled.
+func TestSlowUpstreamTimesOut(t *testing.T) {
+	d := startDemo(t, func(o *Options) { o.Timeout = 300 * time.Millisecond })
+	status, _, body := post(t, d.URL()+"/v1/chat/completions", chatBody, map[string]string{"x-fake-delay-ms": "5000"})
+	if status != 504 || !strings.Contains(body, `"code":"hostsim_timeout"`) || !strings.Contains(body, "300ms") {
+		t.Fatalf("%d %s", status, body)
+	}
+	if len(d.access.await("POST /v1/chat/completions 504", 1)) != 1 {
+		t.Errorf("access log:\n%s", d.access)
+	}
+	// The reset at the timeout ended the stream in its VM before the 504 went out (and
+	// cancelled the upstream call); the next request is served.
+	if n := d.Server.Host().LiveStreams(); n != 0 {
+		t.Errorf("%d streams left in the VMs after the 504", n)
+	}
+	if status, _, body := post(t, d.URL()+"/v1/chat/completions", chatBody, nil); status != 200 {
+		t.Errorf("next request: %d %s", status, body)
+	}
+}
