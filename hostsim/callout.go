@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 )
 
 // Callout is an HTTP callout a plugin dispatched with proxy_http_call. It belongs to the
@@ -65,8 +67,8 @@ func (vm *VM) httpCall(s []uint64) Status {
 	}
 	timeout := int32(u32(s[8]))
 	tokenPtr := u32(s[9])
-	headers, _ := DecodePairs(hb)
-	trailers, _ := DecodePairs(tb)
+	headers, _ := abi.DecodePairs(hb)
+	trailers, _ := abi.DecodePairs(tb)
 	h.mu.Lock()
 	h.nextToken++
 	if h.nextToken == 0 {

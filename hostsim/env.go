@@ -2,11 +2,12 @@ package hostsim
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 )
 
 // envCommon are the env imports cpp-host links for every ABI version
@@ -85,7 +86,7 @@ func envFuncs() []hostFunc {
 	return []hostFunc{
 		{name: "proxy_log", params: sig(3, i32), results: r, allow: allowStartup | allowMalloc, fn: func(vm *VM, _ api.Module, s []uint64) {
 			level := LogLevel(u32(s[0]))
-			if level >= logLevels {
+			if level >= abi.LogLevels {
 				st(s, StatusBadArgument)
 				return
 			}
@@ -213,41 +214,41 @@ func envFuncs() []hostFunc {
 			st(s, vm.copyOut(v, u32(s[1]), u32(s[2])))
 		}},
 		{name: "proxy_get_header_map_value", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
-			st(s, vm.getHeaderMapValue(MapType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
+			st(s, vm.getHeaderMapValue(abi.MapType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
 		}},
 		{name: "proxy_add_header_map_value", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
-			st(s, vm.mutateHeaderMap(mapAdd, MapType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
+			st(s, vm.mutateHeaderMap(mapAdd, abi.MapType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
 		}},
 		{name: "proxy_replace_header_map_value", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
-			st(s, vm.mutateHeaderMap(mapReplace, MapType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
+			st(s, vm.mutateHeaderMap(mapReplace, abi.MapType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
 		}},
 		{name: "proxy_remove_header_map_value", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
-			st(s, vm.mutateHeaderMap(mapRemove, MapType(u32(s[0])), u32(s[1]), u32(s[2]), 0, 0))
+			st(s, vm.mutateHeaderMap(mapRemove, abi.MapType(u32(s[0])), u32(s[1]), u32(s[2]), 0, 0))
 		}},
 		{name: "proxy_get_header_map_pairs", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
-			st(s, vm.getHeaderMapPairs(MapType(u32(s[0])), u32(s[1]), u32(s[2])))
+			st(s, vm.getHeaderMapPairs(abi.MapType(u32(s[0])), u32(s[1]), u32(s[2])))
 		}},
 		{name: "proxy_set_header_map_pairs", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
-			st(s, vm.setHeaderMapPairs(MapType(u32(s[0])), u32(s[1]), u32(s[2])))
+			st(s, vm.setHeaderMapPairs(abi.MapType(u32(s[0])), u32(s[1]), u32(s[2])))
 		}},
 		{name: "proxy_get_header_map_size", params: sig(2, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
-			m, status := vm.headerMap(MapType(u32(s[0])), false)
+			m, status := vm.headerMap(abi.MapType(u32(s[0])), false)
 			if status != StatusOK {
 				st(s, status)
 				return
 			}
-			if !vm.mem.WriteUint32Le(u32(s[1]), uint32(pairsByteSize(*m))) {
+			if !vm.mem.WriteUint32Le(u32(s[1]), uint32(abi.PairsByteSize(*m))) {
 				st(s, StatusInvalidMemoryAccess)
 				return
 			}
 			st(s, StatusOK)
 		}},
 		{name: "proxy_get_buffer_status", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
-			if u32(s[0]) > uint32(BufferCallData) {
+			if u32(s[0]) > uint32(abi.BufferCallData) {
 				st(s, StatusBadArgument)
 				return
 			}
-			b, ok := vm.buffer(BufferType(u32(s[0])))
+			b, ok := vm.buffer(abi.BufferType(u32(s[0])))
 			if !ok {
 				st(s, StatusNotFound)
 				return
@@ -257,19 +258,19 @@ func envFuncs() []hostFunc {
 			st(s, StatusOK)
 		}},
 		{name: "proxy_get_buffer_bytes", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
-			st(s, vm.getBufferBytes(BufferType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
+			st(s, vm.getBufferBytes(abi.BufferType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
 		}},
 		{name: "proxy_set_buffer_bytes", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
-			st(s, vm.setBufferBytes(BufferType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
+			st(s, vm.setBufferBytes(abi.BufferType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
 		}},
 		{name: "proxy_continue_stream", params: sig(1, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
-			st(s, vm.continueStream(StreamType(u32(s[0]))))
+			st(s, vm.continueStream(abi.StreamType(u32(s[0]))))
 		}},
 		{name: "proxy_close_stream", params: sig(1, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
-			st(s, vm.closeStream(StreamType(u32(s[0]))))
+			st(s, vm.closeStream(abi.StreamType(u32(s[0]))))
 		}},
-		{name: "proxy_continue_request", results: r, fn: func(vm *VM, _ api.Module, s []uint64) { st(s, vm.continueStream(StreamRequest)) }},
-		{name: "proxy_continue_response", results: r, fn: func(vm *VM, _ api.Module, s []uint64) { st(s, vm.continueStream(StreamResponse)) }},
+		{name: "proxy_continue_request", results: r, fn: func(vm *VM, _ api.Module, s []uint64) { st(s, vm.continueStream(abi.StreamRequest)) }},
+		{name: "proxy_continue_response", results: r, fn: func(vm *VM, _ api.Module, s []uint64) { st(s, vm.continueStream(abi.StreamResponse)) }},
 		{name: "proxy_clear_route_cache", results: r, fn: func(vm *VM, _ api.Module, s []uint64) { st(s, StatusOK) }},
 		{name: "proxy_get_configuration", params: sig(2, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.copyOut(vm.host.cfg.pluginConfig, u32(s[0]), u32(s[1])))
@@ -389,7 +390,7 @@ func (vm *VM) getProperty(path string) ([]byte, Status) {
 	if fr := vm.frame; fr != nil {
 		s = fr.stream
 	}
-	top, rest, _ := cutNUL(path)
+	top, rest, _ := abi.CutPath(path)
 	switch top {
 	case "plugin_name":
 		return []byte(h.cfg.pluginName), StatusOK
@@ -450,16 +451,3 @@ func (vm *VM) setProperty(pp, pl, vp, vl uint32) Status {
 	fr.stream.filterState[string(path)] = append([]byte(nil), val...)
 	return StatusOK
 }
-
-func cutNUL(s string) (before, after string, found bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
-}
-
-// PropertyUint64 encodes an integer property the way Envoy serializes it (8 bytes, little
-// endian).
-func PropertyUint64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }

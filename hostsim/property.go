@@ -3,6 +3,8 @@ package hostsim
 import (
 	"strconv"
 	"strings"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 )
 
 // streamProperty computes the request.* and response.* attributes Envoy derives from the
@@ -11,7 +13,7 @@ import (
 // integer and response.code_details the details string (see ResponseFlags and the Details*
 // constants for when hostsim sets which, modelled on Envoy's router and filter manager).
 func (s *httpStream) streamProperty(top, rest string) ([]byte, bool) {
-	name, sub, _ := cutNUL(rest)
+	name, sub, _ := abi.CutPath(rest)
 	switch top {
 	case "request":
 		h := s.req.headers
@@ -59,7 +61,7 @@ func (s *httpStream) streamProperty(top, rest string) ([]byte, bool) {
 		// (legacyResponseFlags, 0 when none), code_details only once something set it.
 		switch name {
 		case "flags":
-			return PropertyUint64(uint64(s.flags)), true
+			return abi.PropertyUint64(uint64(s.flags)), true
 		case "code_details":
 			if !s.hasDetails {
 				return nil, false
@@ -77,7 +79,7 @@ func (s *httpStream) streamProperty(top, rest string) ([]byte, bool) {
 			if !ok || err != nil {
 				return nil, false
 			}
-			return PropertyUint64(code), true
+			return abi.PropertyUint64(code), true
 		case "headers":
 			return mapProperty(h, sub)
 		case "trailers":
@@ -90,8 +92,8 @@ func (s *httpStream) streamProperty(top, rest string) ([]byte, bool) {
 // mapProperty serializes a header map, or one header's value when a key follows.
 func mapProperty(h [][2]string, key string) ([]byte, bool) {
 	if key == "" {
-		return EncodePairs(h), true
+		return abi.EncodePairs(h), true
 	}
-	v, ok := headerValue(h, lowerASCII(key))
+	v, ok := headerValue(h, abi.LowerASCII(key))
 	return []byte(v), ok
 }

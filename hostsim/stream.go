@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 )
 
 // LocalResponse is a reply the plugin sent with proxy_send_local_response (field names as
@@ -84,7 +86,7 @@ const (
 
 type deferredOp struct {
 	kind  opKind
-	dir   StreamType
+	dir   abi.StreamType
 	local *LocalResponse
 }
 
@@ -561,7 +563,7 @@ func localReplyHeaders(lr *LocalResponse) [][2]string {
 	h := make([][2]string, 0, len(lr.Headers)+3)
 	h = append(h, [2]string{":status", strconv.FormatUint(uint64(lr.StatusCode), 10)})
 	for _, kv := range lr.Headers {
-		h = append(h, [2]string{lowerASCII(kv[0]), kv[1]})
+		h = append(h, [2]string{abi.LowerASCII(kv[0]), kv[1]})
 	}
 	if len(lr.Data) > 0 {
 		h = setHeader(h, "content-length", strconv.Itoa(len(lr.Data)))
@@ -614,7 +616,7 @@ func (vm *VM) afterCallback() {
 			switch op.kind {
 			case opContinue:
 				d := &s.req
-				if op.dir == StreamResponse {
+				if op.dir == abi.StreamResponse {
 					d = &s.resp
 				}
 				_ = s.resume(d)
@@ -826,21 +828,21 @@ const (
 
 // headerMap returns the map the guest may see now. Outside its phase: BadArgument; in
 // on_log the maps are read-only and a missing one is NotFound.
-func (vm *VM) headerMap(t MapType, mutable bool) (*[][2]string, Status) {
+func (vm *VM) headerMap(t abi.MapType, mutable bool) (*[][2]string, Status) {
 	fr := vm.frame
 	if fr == nil {
 		return nil, StatusBadArgument
 	}
 	switch t {
-	case MapHTTPCallResponseHeaders, MapHTTPCallResponseTrailers:
+	case abi.MapHTTPCallResponseHeaders, abi.MapHTTPCallResponseTrailers:
 		if fr.callout == nil || mutable {
 			return nil, StatusBadArgument
 		}
-		if t == MapHTTPCallResponseHeaders {
+		if t == abi.MapHTTPCallResponseHeaders {
 			return &fr.callout.Headers, StatusOK
 		}
 		return &fr.callout.Trailers, StatusOK
-	case MapRequestHeaders, MapRequestTrailers, MapResponseHeaders, MapResponseTrailers:
+	case abi.MapRequestHeaders, abi.MapRequestTrailers, abi.MapResponseHeaders, abi.MapResponseTrailers:
 	default:
 		return nil, StatusBadArgument
 	}
@@ -849,10 +851,10 @@ func (vm *VM) headerMap(t MapType, mutable bool) (*[][2]string, Status) {
 		return nil, StatusBadArgument
 	}
 	d := &s.req
-	if t == MapResponseHeaders || t == MapResponseTrailers {
+	if t == abi.MapResponseHeaders || t == abi.MapResponseTrailers {
 		d = &s.resp
 	}
-	trailers := t == MapRequestTrailers || t == MapResponseTrailers
+	trailers := t == abi.MapRequestTrailers || t == abi.MapResponseTrailers
 	if s.inLog {
 		if mutable {
 			return nil, StatusBadArgument
@@ -886,7 +888,7 @@ func (vm *VM) headerMap(t MapType, mutable bool) (*[][2]string, Status) {
 	return &d.headers, StatusOK
 }
 
-func (vm *VM) getHeaderMapValue(t MapType, kp, kl, vp, vs uint32) Status {
+func (vm *VM) getHeaderMapValue(t abi.MapType, kp, kl, vp, vs uint32) Status {
 	m, status := vm.headerMap(t, false)
 	if status != StatusOK {
 		return status
@@ -896,31 +898,14 @@ func (vm *VM) getHeaderMapValue(t MapType, kp, kl, vp, vs uint32) Status {
 		return StatusInvalidMemoryAccess
 	}
 	for _, kv := range *m {
-		if equalLower(kv[0], key) {
+		if abi.EqualLower(kv[0], key) {
 			return vm.copyOutString(kv[1], vp, vs)
 		}
 	}
 	return StatusNotFound
 }
 
-// equalLower reports whether key, lower-cased, equals the lower-case k.
-func equalLower(k string, key []byte) bool {
-	if len(k) != len(key) {
-		return false
-	}
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if k[i] != c {
-			return false
-		}
-	}
-	return true
-}
-
-func (vm *VM) mutateHeaderMap(op mapOp, t MapType, kp, kl, vp, vl uint32) Status {
+func (vm *VM) mutateHeaderMap(op mapOp, t abi.MapType, kp, kl, vp, vl uint32) Status {
 	m, status := vm.headerMap(t, true)
 	if status != StatusOK {
 		return status
@@ -930,7 +915,7 @@ func (vm *VM) mutateHeaderMap(op mapOp, t MapType, kp, kl, vp, vl uint32) Status
 	if !ok1 || !ok2 {
 		return StatusInvalidMemoryAccess
 	}
-	k := lowerASCII(string(key))
+	k := abi.LowerASCII(string(key))
 	switch op {
 	case mapAdd: // addCopy: appends a duplicate
 		*m = append(*m, [2]string{k, string(val)})
@@ -963,7 +948,7 @@ func (vm *VM) mutateHeaderMap(op mapOp, t MapType, kp, kl, vp, vl uint32) Status
 	return StatusOK
 }
 
-func (vm *VM) getHeaderMapPairs(t MapType, rp, rs uint32) Status {
+func (vm *VM) getHeaderMapPairs(t abi.MapType, rp, rs uint32) Status {
 	m, status := vm.headerMap(t, false)
 	if status != StatusOK {
 		// An unavailable map reads as empty.
@@ -975,11 +960,11 @@ func (vm *VM) getHeaderMapPairs(t MapType, rp, rs uint32) Status {
 	if len(*m) == 0 { // cpp-host hands over nothing for an empty map
 		return vm.copyOut(nil, rp, rs)
 	}
-	vm.scratch = AppendPairs(vm.scratch[:0], *m)
+	vm.scratch = abi.AppendPairs(vm.scratch[:0], *m)
 	return vm.copyOut(vm.scratch, rp, rs)
 }
 
-func (vm *VM) setHeaderMapPairs(t MapType, p, n uint32) Status {
+func (vm *VM) setHeaderMapPairs(t abi.MapType, p, n uint32) Status {
 	m, status := vm.headerMap(t, true)
 	if status != StatusOK {
 		return status
@@ -988,45 +973,45 @@ func (vm *VM) setHeaderMapPairs(t MapType, p, n uint32) Status {
 	if !ok {
 		return StatusInvalidMemoryAccess
 	}
-	pairs, _ := DecodePairs(b)
+	pairs, _ := abi.DecodePairs(b)
 	*m = (*m)[:0]
 	for _, kv := range pairs {
-		*m = append(*m, [2]string{lowerASCII(kv[0]), kv[1]})
+		*m = append(*m, [2]string{abi.LowerASCII(kv[0]), kv[1]})
 	}
 	return StatusOK
 }
 
 // buffer returns the buffer of type t visible now; mutable reports whether it may be set.
-func (vm *VM) buffer(t BufferType) (*[]byte, bool) {
+func (vm *VM) buffer(t abi.BufferType) (*[]byte, bool) {
 	b, _, ok := vm.bufferRW(t)
 	return b, ok
 }
 
-func (vm *VM) bufferRW(t BufferType) (b *[]byte, mutable, ok bool) {
+func (vm *VM) bufferRW(t abi.BufferType) (b *[]byte, mutable, ok bool) {
 	fr := vm.frame
 	if fr == nil {
 		return nil, false, false
 	}
 	switch t {
-	case BufferRequestBody, BufferResponseBody:
+	case abi.BufferRequestBody, abi.BufferResponseBody:
 		s := fr.stream
 		if s == nil {
 			return nil, false, false
 		}
 		d := &s.req
-		if t == BufferResponseBody {
+		if t == abi.BufferResponseBody {
 			d = &s.resp
 		}
 		if !d.bodyAvail {
 			return nil, false, false
 		}
 		return &d.body, true, true
-	case BufferHTTPCallResponseBody:
+	case abi.BufferHTTPCallResponseBody:
 		if fr.callout == nil {
 			return nil, false, false
 		}
 		return &fr.callout.Body, false, true
-	case BufferVMConfiguration, BufferPluginConfiguration:
+	case abi.BufferVMConfiguration, abi.BufferPluginConfiguration:
 		if fr.hasBuffer && fr.bufType == t {
 			return &fr.buffer, false, true
 		}
@@ -1034,8 +1019,8 @@ func (vm *VM) bufferRW(t BufferType) (b *[]byte, mutable, ok bool) {
 	return nil, false, false
 }
 
-func (vm *VM) getBufferBytes(t BufferType, start, max, rp, rs uint32) Status {
-	if t > BufferCallData {
+func (vm *VM) getBufferBytes(t abi.BufferType, start, max, rp, rs uint32) Status {
+	if t > abi.BufferCallData {
 		return StatusBadArgument
 	}
 	b, ok := vm.buffer(t)
@@ -1056,8 +1041,8 @@ func (vm *VM) getBufferBytes(t BufferType, start, max, rp, rs uint32) Status {
 	return vm.copyOut(data[start:end], rp, rs)
 }
 
-func (vm *VM) setBufferBytes(t BufferType, start, length, dp, dl uint32) Status {
-	if t > BufferCallData {
+func (vm *VM) setBufferBytes(t abi.BufferType, start, length, dp, dl uint32) Status {
+	if t > abi.BufferCallData {
 		return StatusBadArgument
 	}
 	b, mutable, ok := vm.bufferRW(t)
@@ -1091,13 +1076,13 @@ func (vm *VM) setBufferBytes(t BufferType, start, length, dp, dl uint32) Status 
 }
 
 // continueStream records a deferred continue; a no-op in a root context.
-func (vm *VM) continueStream(t StreamType) Status {
+func (vm *VM) continueStream(t abi.StreamType) Status {
 	switch {
-	case t == StreamUpstream:
+	case t == abi.StreamUpstream:
 		return StatusUnimplemented
-	case t > StreamUpstream:
+	case t > abi.StreamUpstream:
 		return StatusBadArgument
-	case t == StreamDownstream:
+	case t == abi.StreamDownstream:
 		return StatusOK
 	}
 	vm.deferOp(deferredOp{kind: opContinue, dir: t})
@@ -1105,8 +1090,8 @@ func (vm *VM) continueStream(t StreamType) Status {
 }
 
 // closeStream records a deferred reset ("wasm_close_stream"); a no-op in a root context.
-func (vm *VM) closeStream(t StreamType) Status {
-	if t > StreamUpstream {
+func (vm *VM) closeStream(t abi.StreamType) Status {
+	if t > abi.StreamUpstream {
 		return StatusBadArgument
 	}
 	vm.deferOp(deferredOp{kind: opClose, dir: t})
@@ -1134,7 +1119,7 @@ func (vm *VM) sendLocalResponse(s []uint64) Status {
 	if !ok1 || !ok2 || !ok3 {
 		return StatusInvalidMemoryAccess
 	}
-	pairs, _ := DecodePairs(hdrs)
+	pairs, _ := abi.DecodePairs(hdrs)
 	lr := &LocalResponse{StatusCode: u32(s[0]), StatusCodeDetail: string(details),
 		Data: append([]byte(nil), body...), Headers: pairs, GRPCStatus: int32(u32(s[7]))}
 	if vm.deferOp(deferredOp{kind: opLocalReply, local: lr}) {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 )
 
 type vmKind int
@@ -93,7 +95,7 @@ type frame struct {
 	effective uint32      // proxy_set_effective_context
 	stream    *httpStream // stream of the effective context (nil: root)
 	buffer    []byte      // configuration buffer visible in this callback
-	bufType   BufferType
+	bufType   abi.BufferType
 	hasBuffer bool
 	callout   *CalloutResponse // response visible in on_http_call_response
 	forceStop bool             // a local reply overrides the callback's result
@@ -350,7 +352,7 @@ func (vm *VM) startRootLocked() (bool, error) {
 	}
 	vm.rootCreated = true
 	vmCfg := vm.host.cfg.vmConfig
-	fr = &frame{ctxID: vm.rootID, effective: vm.rootID, buffer: vmCfg, bufType: BufferVMConfiguration, hasBuffer: true}
+	fr = &frame{ctxID: vm.rootID, effective: vm.rootID, buffer: vmCfg, bufType: abi.BufferVMConfiguration, hasBuffer: true}
 	r, err := vm.call("proxy_on_vm_start", vm.fns.vmStart, fr, uint64(vm.rootID), uint64(len(vmCfg)))
 	if err != nil {
 		return false, err
@@ -394,7 +396,7 @@ func (vm *VM) configureRootLocked() (bool, error) {
 		return false, nil
 	}
 	cfg := vm.host.cfg.pluginConfig
-	fr := &frame{ctxID: vm.rootID, effective: vm.rootID, buffer: cfg, bufType: BufferPluginConfiguration, hasBuffer: true}
+	fr := &frame{ctxID: vm.rootID, effective: vm.rootID, buffer: cfg, bufType: abi.BufferPluginConfiguration, hasBuffer: true}
 	r, err := vm.call("proxy_on_configure", vm.fns.configure, fr, uint64(vm.rootID), uint64(len(cfg)))
 	if err != nil {
 		return false, err
