@@ -10,64 +10,10 @@ import (
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 )
 
-// envCommon are the env imports cpp-host links for every ABI version
-// (include/proxy-wasm/exports.h FOR_ALL_HOST_FUNCTIONS, plus Envoy's own and the stubs).
-var envCommon = nameSet("proxy_log", "proxy_get_status", "proxy_set_property", "proxy_get_property",
-	"proxy_send_local_response", "proxy_get_shared_data", "proxy_set_shared_data", "proxy_register_shared_queue",
-	"proxy_resolve_shared_queue", "proxy_dequeue_shared_queue", "proxy_enqueue_shared_queue",
-	"proxy_get_header_map_value", "proxy_add_header_map_value", "proxy_replace_header_map_value",
-	"proxy_remove_header_map_value", "proxy_get_header_map_pairs", "proxy_set_header_map_pairs",
-	"proxy_get_header_map_size", "proxy_get_buffer_status", "proxy_get_buffer_bytes", "proxy_set_buffer_bytes",
-	"proxy_http_call", "proxy_grpc_call", "proxy_grpc_stream", "proxy_grpc_close", "proxy_grpc_cancel",
-	"proxy_grpc_send", "proxy_set_tick_period_milliseconds", "proxy_get_current_time_nanoseconds",
-	"proxy_define_metric", "proxy_increment_metric", "proxy_record_metric", "proxy_get_metric",
-	"proxy_set_effective_context", "proxy_done", "proxy_call_foreign_function",
-	"pthread_equal", "emscripten_notify_memory_growth", "envoy_resolve_dns")
-
-// envByABI are the imports that depend on the module's ABI marker ([host] src/wasm.cc).
-var envByABI = map[ABIVersion]map[string]bool{
-	ABI010: nameSet("proxy_get_configuration", "proxy_continue_request", "proxy_continue_response", "proxy_clear_route_cache"),
-	ABI020: nameSet("proxy_continue_stream", "proxy_close_stream"),
-	ABI021: nameSet("proxy_continue_stream", "proxy_close_stream", "proxy_get_log_level"),
-}
-
-func envImportAllowed(name string, abi ABIVersion) bool {
-	return envCommon[name] || envByABI[abi][name]
-}
-
-// wrapHostFunc finds the calling VM in the context, counts the call and enforces the
-// restricted phases.
-func wrapHostFunc(module string, f hostFunc) api.GoModuleFunc {
-	full := module + "." + f.name
-	idx, counted := hostCallIndex[full]
-	if !counted {
-		panic("hostsim: " + full + " missing from the host-call table")
-	}
-	return func(ctx context.Context, m api.Module, s []uint64) {
-		vm, _ := ctx.Value(vmKey{}).(*VM)
-		if vm == nil {
-			panic(fmt.Errorf("hostsim: %s called outside a hostsim VM", full))
-		}
-		vm.hostCalls[idx].Add(1)
-		if r := vm.restrict; r != restrictNone {
-			allow := f.allow&restrictMask(r) != 0 ||
-				(vm.host.cfg.wasi == WASICppHostHead && f.allow&(restrictMask(r)<<2) != 0)
-			if !allow {
-				phase := "start-up (_initialize/main)"
-				if r == restrictMalloc {
-					phase = "proxy_on_memory_allocate"
-				}
-				panic(&RestrictedCallError{Function: full, Phase: phase})
-			}
-		}
-		f.fn(vm, m, s)
-	}
-}
-
 func instantiateEnv(ctx context.Context, rt wazero.Runtime) error {
 	b := rt.NewHostModuleBuilder("env")
 	for _, f := range envFuncs() {
-		b.NewFunctionBuilder().WithGoModuleFunction(wrapHostFunc("env", f), f.params, f.results).Export(f.name)
+		b.NewFunctionBuilder().WithGoModuleFunction(wrapHostFunc("env", f, func(vm *VM) *VM { return vm }), f.Params, f.Results).Export(f.Name)
 	}
 	if _, err := b.Instantiate(ctx); err != nil {
 		return fmt.Errorf("hostsim: env: %w", err)
@@ -81,10 +27,10 @@ func st(s []uint64, v Status) { s[0] = uint64(v) }
 
 // envFuncs is the proxy-wasm ABI 0.1.0/0.2.x host side, after cpp-host src/exports.cc and
 // Envoy's context.cc.
-func envFuncs() []hostFunc {
-	r := sig(1, i32)
-	return []hostFunc{
-		{name: "proxy_log", params: sig(3, i32), results: r, allow: allowStartup | allowMalloc, fn: func(vm *VM, _ api.Module, s []uint64) {
+func envFuncs() []abi.Func[*VM] {
+	r := abi.Sig(1, abi.I32)
+	return []abi.Func[*VM]{
+		{Name: "proxy_log", Params: abi.Sig(3, abi.I32), Results: r, Allow: abi.AllowStartup | abi.AllowMalloc, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			level := LogLevel(u32(s[0]))
 			if level >= abi.LogLevels {
 				st(s, StatusBadArgument)
@@ -98,21 +44,21 @@ func envFuncs() []hostFunc {
 			vm.host.log(vm, level, string(msg))
 			st(s, StatusOK)
 		}},
-		{name: "proxy_get_log_level", params: sig(1, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_get_log_level", Params: abi.Sig(1, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			vm.mem.WriteUint32Le(u32(s[0]), uint32(vm.host.cfg.logLevel))
 			st(s, StatusOK)
 		}},
-		{name: "proxy_get_status", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_get_status", Params: abi.Sig(3, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			if !vm.mem.WriteUint32Le(u32(s[0]), uint32(vm.status)) {
 				st(s, StatusInvalidMemoryAccess)
 				return
 			}
 			st(s, vm.copyOut([]byte(vm.statusMsg), u32(s[1]), u32(s[2])))
 		}},
-		{name: "proxy_set_property", params: sig(4, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_set_property", Params: abi.Sig(4, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.setProperty(u32(s[0]), u32(s[1]), u32(s[2]), u32(s[3])))
 		}},
-		{name: "proxy_get_property", params: sig(4, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_get_property", Params: abi.Sig(4, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			path, ok := vm.read(u32(s[0]), u32(s[1]))
 			if !ok {
 				st(s, StatusInvalidMemoryAccess)
@@ -125,10 +71,10 @@ func envFuncs() []hostFunc {
 			}
 			st(s, vm.copyOut(v, u32(s[2]), u32(s[3])))
 		}},
-		{name: "proxy_send_local_response", params: sig(8, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_send_local_response", Params: abi.Sig(8, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.sendLocalResponse(s))
 		}},
-		{name: "proxy_get_shared_data", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_get_shared_data", Params: abi.Sig(5, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			key, ok := vm.read(u32(s[0]), u32(s[1]))
 			if !ok {
 				st(s, StatusInvalidMemoryAccess)
@@ -149,7 +95,7 @@ func envFuncs() []hostFunc {
 			}
 			st(s, StatusOK)
 		}},
-		{name: "proxy_set_shared_data", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_set_shared_data", Params: abi.Sig(5, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			key, ok1 := vm.read(u32(s[0]), u32(s[1]))
 			val, ok2 := vm.read(u32(s[2]), u32(s[3]))
 			if !ok1 || !ok2 {
@@ -158,7 +104,7 @@ func envFuncs() []hostFunc {
 			}
 			st(s, vm.host.proc.set(vm.host.cfg.vmID, string(key), val, u32(s[4])))
 		}},
-		{name: "proxy_register_shared_queue", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_register_shared_queue", Params: abi.Sig(3, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			name, ok := vm.read(u32(s[0]), u32(s[1]))
 			if !ok {
 				st(s, StatusInvalidMemoryAccess)
@@ -171,7 +117,7 @@ func envFuncs() []hostFunc {
 			}
 			st(s, StatusOK)
 		}},
-		{name: "proxy_resolve_shared_queue", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_resolve_shared_queue", Params: abi.Sig(5, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			vmID, ok1 := vm.read(u32(s[0]), u32(s[1]))
 			name, ok2 := vm.read(u32(s[2]), u32(s[3]))
 			if !ok1 || !ok2 {
@@ -193,7 +139,7 @@ func envFuncs() []hostFunc {
 			}
 			st(s, StatusOK)
 		}},
-		{name: "proxy_enqueue_shared_queue", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_enqueue_shared_queue", Params: abi.Sig(3, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			val, ok := vm.read(u32(s[1]), u32(s[2]))
 			if !ok {
 				st(s, StatusInvalidMemoryAccess)
@@ -205,7 +151,7 @@ func envFuncs() []hostFunc {
 			}
 			st(s, status)
 		}},
-		{name: "proxy_dequeue_shared_queue", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_dequeue_shared_queue", Params: abi.Sig(3, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			v, status := vm.host.proc.dequeue(u32(s[0]))
 			if status != StatusOK {
 				st(s, status)
@@ -213,25 +159,25 @@ func envFuncs() []hostFunc {
 			}
 			st(s, vm.copyOut(v, u32(s[1]), u32(s[2])))
 		}},
-		{name: "proxy_get_header_map_value", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_get_header_map_value", Params: abi.Sig(5, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.getHeaderMapValue(abi.MapType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
 		}},
-		{name: "proxy_add_header_map_value", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_add_header_map_value", Params: abi.Sig(5, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.mutateHeaderMap(mapAdd, abi.MapType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
 		}},
-		{name: "proxy_replace_header_map_value", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_replace_header_map_value", Params: abi.Sig(5, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.mutateHeaderMap(mapReplace, abi.MapType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
 		}},
-		{name: "proxy_remove_header_map_value", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_remove_header_map_value", Params: abi.Sig(3, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.mutateHeaderMap(mapRemove, abi.MapType(u32(s[0])), u32(s[1]), u32(s[2]), 0, 0))
 		}},
-		{name: "proxy_get_header_map_pairs", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_get_header_map_pairs", Params: abi.Sig(3, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.getHeaderMapPairs(abi.MapType(u32(s[0])), u32(s[1]), u32(s[2])))
 		}},
-		{name: "proxy_set_header_map_pairs", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_set_header_map_pairs", Params: abi.Sig(3, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.setHeaderMapPairs(abi.MapType(u32(s[0])), u32(s[1]), u32(s[2])))
 		}},
-		{name: "proxy_get_header_map_size", params: sig(2, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_get_header_map_size", Params: abi.Sig(2, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			m, status := vm.headerMap(abi.MapType(u32(s[0])), false)
 			if status != StatusOK {
 				st(s, status)
@@ -243,7 +189,7 @@ func envFuncs() []hostFunc {
 			}
 			st(s, StatusOK)
 		}},
-		{name: "proxy_get_buffer_status", params: sig(3, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_get_buffer_status", Params: abi.Sig(3, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			if u32(s[0]) > uint32(abi.BufferCallData) {
 				st(s, StatusBadArgument)
 				return
@@ -257,45 +203,45 @@ func envFuncs() []hostFunc {
 			vm.mem.WriteUint32Le(u32(s[2]), 0)
 			st(s, StatusOK)
 		}},
-		{name: "proxy_get_buffer_bytes", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_get_buffer_bytes", Params: abi.Sig(5, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.getBufferBytes(abi.BufferType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
 		}},
-		{name: "proxy_set_buffer_bytes", params: sig(5, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_set_buffer_bytes", Params: abi.Sig(5, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.setBufferBytes(abi.BufferType(u32(s[0])), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
 		}},
-		{name: "proxy_continue_stream", params: sig(1, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_continue_stream", Params: abi.Sig(1, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.continueStream(abi.StreamType(u32(s[0]))))
 		}},
-		{name: "proxy_close_stream", params: sig(1, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_close_stream", Params: abi.Sig(1, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.closeStream(abi.StreamType(u32(s[0]))))
 		}},
-		{name: "proxy_continue_request", results: r, fn: func(vm *VM, _ api.Module, s []uint64) { st(s, vm.continueStream(abi.StreamRequest)) }},
-		{name: "proxy_continue_response", results: r, fn: func(vm *VM, _ api.Module, s []uint64) { st(s, vm.continueStream(abi.StreamResponse)) }},
-		{name: "proxy_clear_route_cache", results: r, fn: func(vm *VM, _ api.Module, s []uint64) { st(s, StatusOK) }},
-		{name: "proxy_get_configuration", params: sig(2, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_continue_request", Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) { st(s, vm.continueStream(abi.StreamRequest)) }},
+		{Name: "proxy_continue_response", Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) { st(s, vm.continueStream(abi.StreamResponse)) }},
+		{Name: "proxy_clear_route_cache", Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) { st(s, StatusOK) }},
+		{Name: "proxy_get_configuration", Params: abi.Sig(2, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.copyOut(vm.host.cfg.pluginConfig, u32(s[0]), u32(s[1])))
 		}},
-		{name: "proxy_http_call", params: sig(10, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_http_call", Params: abi.Sig(10, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.httpCall(s))
 		}},
-		{name: "proxy_grpc_call", params: sig(12, i32), results: r, fn: unimplemented},
-		{name: "proxy_grpc_stream", params: sig(9, i32), results: r, fn: unimplemented},
-		{name: "proxy_grpc_close", params: sig(1, i32), results: r, fn: unimplemented},
-		{name: "proxy_grpc_cancel", params: sig(1, i32), results: r, fn: unimplemented},
-		{name: "proxy_grpc_send", params: sig(4, i32), results: r, fn: unimplemented},
-		{name: "envoy_resolve_dns", params: sig(3, i32), results: r, fn: unimplemented},
-		{name: "proxy_set_tick_period_milliseconds", params: sig(1, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_grpc_call", Params: abi.Sig(12, abi.I32), Results: r, Fn: unimplemented},
+		{Name: "proxy_grpc_stream", Params: abi.Sig(9, abi.I32), Results: r, Fn: unimplemented},
+		{Name: "proxy_grpc_close", Params: abi.Sig(1, abi.I32), Results: r, Fn: unimplemented},
+		{Name: "proxy_grpc_cancel", Params: abi.Sig(1, abi.I32), Results: r, Fn: unimplemented},
+		{Name: "proxy_grpc_send", Params: abi.Sig(4, abi.I32), Results: r, Fn: unimplemented},
+		{Name: "envoy_resolve_dns", Params: abi.Sig(3, abi.I32), Results: r, Fn: unimplemented},
+		{Name: "proxy_set_tick_period_milliseconds", Params: abi.Sig(1, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			vm.setTickPeriod(u32(s[0]))
 			st(s, StatusOK)
 		}},
-		{name: "proxy_get_current_time_nanoseconds", params: sig(1, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_get_current_time_nanoseconds", Params: abi.Sig(1, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			if !vm.mem.WriteUint64Le(u32(s[0]), uint64(vm.host.clock.Now().UnixNano())) {
 				st(s, StatusInvalidMemoryAccess)
 				return
 			}
 			st(s, StatusOK)
 		}},
-		{name: "proxy_define_metric", params: sig(4, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_define_metric", Params: abi.Sig(4, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			name, ok := vm.read(u32(s[1]), u32(s[2]))
 			if !ok {
 				st(s, StatusInvalidMemoryAccess)
@@ -307,34 +253,34 @@ func envFuncs() []hostFunc {
 			}
 			st(s, status)
 		}},
-		{name: "proxy_increment_metric", params: []api.ValueType{i32, i64}, results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_increment_metric", Params: []api.ValueType{abi.I32, abi.I64}, Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.host.incrementMetric(u32(s[0]), int64(s[1])))
 		}},
-		{name: "proxy_record_metric", params: []api.ValueType{i32, i64}, results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_record_metric", Params: []api.ValueType{abi.I32, abi.I64}, Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.host.recordMetric(u32(s[0]), s[1]))
 		}},
-		{name: "proxy_get_metric", params: sig(2, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_get_metric", Params: abi.Sig(2, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			v, status := vm.host.getMetric(u32(s[0]))
 			if status == StatusOK && !vm.mem.WriteUint64Le(u32(s[1]), v) {
 				status = StatusInvalidMemoryAccess
 			}
 			st(s, status)
 		}},
-		{name: "proxy_set_effective_context", params: sig(1, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_set_effective_context", Params: abi.Sig(1, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.setEffectiveContext(u32(s[0])))
 		}},
-		{name: "proxy_done", results: r, fn: func(vm *VM, _ api.Module, s []uint64) { st(s, StatusNotFound) }},
-		{name: "proxy_call_foreign_function", params: sig(6, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "proxy_done", Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) { st(s, StatusNotFound) }},
+		{Name: "proxy_call_foreign_function", Params: abi.Sig(6, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			st(s, vm.callForeign(u32(s[0]), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4]), u32(s[5])))
 		}},
-		{name: "pthread_equal", params: sig(2, i32), results: r, fn: func(vm *VM, _ api.Module, s []uint64) {
+		{Name: "pthread_equal", Params: abi.Sig(2, abi.I32), Results: r, Fn: func(vm *VM, _ api.Module, s []uint64) {
 			if u32(s[0]) == u32(s[1]) {
 				s[0] = 1
 			} else {
 				s[0] = 0
 			}
 		}},
-		{name: "emscripten_notify_memory_growth", params: sig(1, i32), allow: allowStartup, fn: func(*VM, api.Module, []uint64) {}},
+		{Name: "emscripten_notify_memory_growth", Params: abi.Sig(1, abi.I32), Allow: abi.AllowStartup, Fn: func(*VM, api.Module, []uint64) {}},
 	}
 }
 

@@ -918,9 +918,4 @@ func (h *Host) dispatch(ev event) error {
 	return nil
 }
 
-func sortedStrings(s []string) []string {
-	sort.Strings(s)
-	return s
-}
-
 func joinPath(path []string) string { return strings.Join(path, "\x00") }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/spillwayproxy/spillway/hostsim/internal/wasi"
 )
 
 // Host-call accounting: every host function hostsim links (the env module's proxy-wasm ABI
@@ -25,11 +25,11 @@ var hostCallNames, hostCallIndex = hostCallTable()
 func hostCallTable() ([]string, map[string]int) {
 	var names []string
 	for _, f := range envFuncs() {
-		names = append(names, "env."+f.name)
+		names = append(names, "env."+f.Name)
 	}
-	for _, mod := range []string{wasi_snapshot_preview1.ModuleName, "wasi_unstable"} {
-		for _, f := range envoyWASIFuncs() {
-			names = append(names, mod+"."+f.name)
+	for _, mod := range wasi.ModuleNames {
+		for _, f := range wasi.Funcs() {
+			names = append(names, mod+"."+f.Name)
 		}
 	}
 	index := make(map[string]int, len(names))

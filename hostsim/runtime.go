@@ -19,6 +19,9 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/wasi"
 )
 
 // envoyMaxMemoryPages is V8's --wasm_max_mem_pages in cpp-host (1 GiB).
@@ -196,13 +199,17 @@ func (r *Runtime) engine(kind engineKind) (*engine, error) {
 	}
 	var err error
 	if kind == engineWazero {
-		_, err = wasi_snapshot_preview1.Instantiate(ctx, e.rt)
+		if _, err = wasi_snapshot_preview1.Instantiate(ctx, e.rt); err != nil {
+			err = fmt.Errorf("wasi: %w", err)
+		}
 	} else {
-		err = instantiateEnvoyWASI(ctx, e.rt)
+		err = wasi.Instantiate(ctx, e.rt, func(module string, f abi.Func[wasi.Guest]) api.GoModuleFunction {
+			return wrapHostFunc(module, f, func(vm *VM) wasi.Guest { return (*guest)(vm) })
+		})
 	}
 	if err != nil {
 		e.rt.Close(ctx)
-		return nil, fmt.Errorf("hostsim: wasi: %w", err)
+		return nil, fmt.Errorf("hostsim: %w", err)
 	}
 	r.engines[kind] = e
 	return e, nil
@@ -228,7 +235,7 @@ type Module struct {
 
 // Compile compiles wasm for the given WASI mode's engine, once per distinct module.
 func (r *Runtime) Compile(wasm []byte, mode WASIMode) (*Module, error) {
-	e, err := r.engine(mode.engine())
+	e, err := r.engine(engineFor(mode))
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +270,7 @@ func (e *engine) compile(wasm []byte) (*Module, error) {
 	sort.Strings(m.Imports)
 	// cpp-host stops at the first marker in export order; wazero does not keep the order,
 	// so the oldest ABI wins when a module declares several (none of ours does).
-	for _, v := range []ABIVersion{ABI010, ABI020, ABI021} {
+	for _, v := range abi.ABIVersions {
 		if m.funcs[string(v)] {
 			m.ABI = v
 			break
@@ -312,9 +319,9 @@ func (m *Module) CheckImports(mode WASIMode) error {
 		ok := false
 		switch mod {
 		case "env":
-			ok = envImportAllowed(name, m.ABI)
+			ok = abi.EnvImportAllowed(name, m.ABI)
 		case wasi_snapshot_preview1.ModuleName, "wasi_unstable":
-			ok = mode.provides(name) && (mod == wasi_snapshot_preview1.ModuleName || mode != WASIWazero)
+			ok = mode.Provides(name) && (mod == wasi_snapshot_preview1.ModuleName || mode != WASIWazero)
 		}
 		if !ok {
 			missing = append(missing, mod+"."+name)

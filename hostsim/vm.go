@@ -127,7 +127,7 @@ func (vm *VM) MemoryPages() uint32 {
 // start-up allow-list.
 func (vm *VM) instantiate() error {
 	h := vm.host
-	e, err := h.rt.engine(h.cfg.wasi.engine())
+	e, err := h.rt.engine(engineFor(h.cfg.wasi))
 	if err != nil {
 		return err
 	}
