@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/wasi"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/hostfn"
 )
 
 // Host-call accounting: every host function hostsim links (the env module's proxy-wasm ABI
@@ -24,8 +26,8 @@ var hostCallNames, hostCallIndex = hostCallTable()
 
 func hostCallTable() ([]string, map[string]int) {
 	var names []string
-	for _, f := range envFuncs() {
-		names = append(names, "env."+f.Name)
+	for _, f := range hostfn.Funcs() {
+		names = append(names, hostfn.Module+"."+f.Name)
 	}
 	for _, mod := range wasi.ModuleNames {
 		for _, f := range wasi.Funcs() {

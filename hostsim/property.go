@@ -97,3 +97,68 @@ func mapProperty(h [][2]string, key string) ([]byte, bool) {
 	v, ok := headerValue(h, abi.LowerASCII(key))
 	return []byte(v), ok
 }
+
+// getProperty resolves a property path the way Envoy ≥ 1.33 does.
+func (vm *VM) getProperty(path string) ([]byte, Status) {
+	h := vm.host
+	var s *httpStream
+	if fr := vm.frame; fr != nil {
+		s = fr.stream
+	}
+	top, rest, _ := abi.CutPath(path)
+	switch top {
+	case "plugin_name":
+		return []byte(h.cfg.pluginName), StatusOK
+	case "plugin_root_id":
+		return []byte(h.cfg.rootID), StatusOK
+	case "plugin_vm_id":
+		return []byte(h.cfg.vmID), StatusOK
+	case "node", "cluster_name", "cluster_metadata", "route_name", "route_metadata", "listener_direction",
+		"listener_metadata", "upstream_host_metadata":
+		// Removed from get_property in Envoy 1.33 (use xds.*), unless set as filter state.
+		if s != nil {
+			if v, ok := s.filterState[path]; ok {
+				return v, StatusOK
+			}
+		}
+		return nil, StatusNotFound
+	case "request", "response", "connection", "upstream", "source", "destination", "filter_state", "upstream_filter_state":
+		if s == nil {
+			return nil, StatusNotFound // no stream info in a root context
+		}
+		if v, ok := s.streamProperty(top, rest); ok {
+			return v, StatusOK
+		}
+		if v, ok := h.property(path); ok {
+			return v, StatusOK
+		}
+		return nil, StatusNotFound
+	case "xds", "metadata":
+		if v, ok := h.property(path); ok {
+			return v, StatusOK
+		}
+		return nil, StatusNotFound
+	}
+	if s != nil {
+		if v, ok := s.filterState[path]; ok {
+			return v, StatusOK
+		}
+	}
+	if v, ok := h.property(path); ok {
+		return v, StatusOK
+	}
+	return nil, StatusNotFound
+}
+
+// setProperty sets filter state; a root context has no stream info (NotFound).
+func (vm *VM) setProperty(path string, val []byte) Status {
+	fr := vm.frame
+	if fr == nil || fr.stream == nil {
+		return StatusNotFound // no stream info
+	}
+	if fr.stream.filterState == nil {
+		fr.stream.filterState = map[string][]byte{}
+	}
+	fr.stream.filterState[path] = append([]byte(nil), val...)
+	return StatusOK
+}

@@ -816,15 +816,8 @@ func (vm *VM) beginStream(s *httpStream) error {
 }
 
 // ---------------------------------------------------------------------------------------
-// Map and buffer access for host functions
-
-type mapOp int
-
-const (
-	mapAdd mapOp = iota
-	mapReplace
-	mapRemove
-)
+// Maps and buffers in their phase: what the env functions (hostsim/internal/hostfn) may
+// see and change now.
 
 // headerMap returns the map the guest may see now. Outside its phase: BadArgument; in
 // on_log the maps are read-only and a missing one is NotFound.
@@ -888,105 +881,8 @@ func (vm *VM) headerMap(t abi.MapType, mutable bool) (*[][2]string, Status) {
 	return &d.headers, StatusOK
 }
 
-func (vm *VM) getHeaderMapValue(t abi.MapType, kp, kl, vp, vs uint32) Status {
-	m, status := vm.headerMap(t, false)
-	if status != StatusOK {
-		return status
-	}
-	key, ok := vm.read(kp, kl)
-	if !ok {
-		return StatusInvalidMemoryAccess
-	}
-	for _, kv := range *m {
-		if abi.EqualLower(kv[0], key) {
-			return vm.copyOutString(kv[1], vp, vs)
-		}
-	}
-	return StatusNotFound
-}
-
-func (vm *VM) mutateHeaderMap(op mapOp, t abi.MapType, kp, kl, vp, vl uint32) Status {
-	m, status := vm.headerMap(t, true)
-	if status != StatusOK {
-		return status
-	}
-	key, ok1 := vm.read(kp, kl)
-	val, ok2 := vm.read(vp, vl)
-	if !ok1 || !ok2 {
-		return StatusInvalidMemoryAccess
-	}
-	k := abi.LowerASCII(string(key))
-	switch op {
-	case mapAdd: // addCopy: appends a duplicate
-		*m = append(*m, [2]string{k, string(val)})
-	case mapReplace: // setCopy: first value replaced, the others removed
-		found := false
-		out := (*m)[:0]
-		for _, kv := range *m {
-			if kv[0] == k {
-				if found {
-					continue
-				}
-				found = true
-				kv[1] = string(val)
-			}
-			out = append(out, kv)
-		}
-		if !found {
-			out = append(out, [2]string{k, string(val)})
-		}
-		*m = out
-	case mapRemove: // removes every value
-		out := (*m)[:0]
-		for _, kv := range *m {
-			if kv[0] != k {
-				out = append(out, kv)
-			}
-		}
-		*m = out
-	}
-	return StatusOK
-}
-
-func (vm *VM) getHeaderMapPairs(t abi.MapType, rp, rs uint32) Status {
-	m, status := vm.headerMap(t, false)
-	if status != StatusOK {
-		// An unavailable map reads as empty.
-		if !vm.mem.WriteUint32Le(rp, 0) || !vm.mem.WriteUint32Le(rs, 0) {
-			return StatusInvalidMemoryAccess
-		}
-		return StatusOK
-	}
-	if len(*m) == 0 { // cpp-host hands over nothing for an empty map
-		return vm.copyOut(nil, rp, rs)
-	}
-	vm.scratch = abi.AppendPairs(vm.scratch[:0], *m)
-	return vm.copyOut(vm.scratch, rp, rs)
-}
-
-func (vm *VM) setHeaderMapPairs(t abi.MapType, p, n uint32) Status {
-	m, status := vm.headerMap(t, true)
-	if status != StatusOK {
-		return status
-	}
-	b, ok := vm.read(p, n)
-	if !ok {
-		return StatusInvalidMemoryAccess
-	}
-	pairs, _ := abi.DecodePairs(b)
-	*m = (*m)[:0]
-	for _, kv := range pairs {
-		*m = append(*m, [2]string{abi.LowerASCII(kv[0]), kv[1]})
-	}
-	return StatusOK
-}
-
-// buffer returns the buffer of type t visible now; mutable reports whether it may be set.
-func (vm *VM) buffer(t abi.BufferType) (*[]byte, bool) {
-	b, _, ok := vm.bufferRW(t)
-	return b, ok
-}
-
+// bufferRW returns the buffer of type t visible in the running callback; mutable reports
+// whether the guest may set it (a body), ok whether there is one.
 func (vm *VM) bufferRW(t abi.BufferType) (b *[]byte, mutable, ok bool) {
 	fr := vm.frame
 	if fr == nil {
@@ -1017,62 +913,6 @@ func (vm *VM) bufferRW(t abi.BufferType) (b *[]byte, mutable, ok bool) {
 		}
 	}
 	return nil, false, false
-}
-
-func (vm *VM) getBufferBytes(t abi.BufferType, start, max, rp, rs uint32) Status {
-	if t > abi.BufferCallData {
-		return StatusBadArgument
-	}
-	b, ok := vm.buffer(t)
-	if !ok {
-		return StatusNotFound
-	}
-	if uint64(start)+uint64(max) > 0xffffffff {
-		return StatusBadArgument
-	}
-	data := *b
-	if start >= uint32(len(data)) {
-		return vm.copyOut(nil, rp, rs)
-	}
-	end := start + max
-	if end > uint32(len(data)) {
-		end = uint32(len(data))
-	}
-	return vm.copyOut(data[start:end], rp, rs)
-}
-
-func (vm *VM) setBufferBytes(t abi.BufferType, start, length, dp, dl uint32) Status {
-	if t > abi.BufferCallData {
-		return StatusBadArgument
-	}
-	b, mutable, ok := vm.bufferRW(t)
-	if !ok {
-		return StatusNotFound
-	}
-	if !mutable {
-		return StatusBadArgument
-	}
-	data, okr := vm.read(dp, dl)
-	if !okr {
-		return StatusInvalidMemoryAccess
-	}
-	size := uint32(len(*b))
-	switch {
-	case start == 0: // drain length bytes, then prepend
-		n := length
-		if n > size {
-			n = size
-		}
-		rest := (*b)[n:]
-		nb := make([]byte, 0, len(data)+len(rest))
-		nb = append(append(nb, data...), rest...)
-		*b = nb
-	case start >= size:
-		*b = append(*b, data...)
-	default:
-		return StatusBadArgument
-	}
-	return StatusOK
 }
 
 // continueStream records a deferred continue; a no-op in a root context.
@@ -1110,20 +950,10 @@ func (vm *VM) deferOp(op deferredOp) bool {
 	return true
 }
 
-// sendLocalResponse records a deferred local reply; it always answers Ok, and is a silent
-// no-op without a stream (envoy#39797).
-func (vm *VM) sendLocalResponse(s []uint64) Status {
-	details, ok1 := vm.read(u32(s[1]), u32(s[2]))
-	body, ok2 := vm.read(u32(s[3]), u32(s[4]))
-	hdrs, ok3 := vm.read(u32(s[5]), u32(s[6]))
-	if !ok1 || !ok2 || !ok3 {
-		return StatusInvalidMemoryAccess
-	}
-	pairs, _ := abi.DecodePairs(hdrs)
-	lr := &LocalResponse{StatusCode: u32(s[0]), StatusCodeDetail: string(details),
-		Data: append([]byte(nil), body...), Headers: pairs, GRPCStatus: int32(u32(s[7]))}
+// sendLocalResponse records a deferred local reply; without a stream it is a silent no-op
+// (envoy#39797).
+func (vm *VM) sendLocalResponse(lr *LocalResponse) {
 	if vm.deferOp(deferredOp{kind: opLocalReply, local: lr}) {
 		vm.frame.forceStop = true // cpp-host overrides the callback's result to stop
 	}
-	return StatusOK
 }

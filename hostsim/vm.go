@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"time"
@@ -234,8 +233,6 @@ func (r lockedReader) Read(p []byte) (int, error) {
 	r.h.random(p)
 	return len(p), nil
 }
-
-var _ io.Writer = stdioWriter{}
 
 // callRaw calls f with vm.stack as its stack and turns a trap into a failed VM.
 func (vm *VM) callRaw(name string, f api.Function) error {
@@ -524,47 +521,6 @@ func (vm *VM) place(n uint32) uint32 {
 	return addr + foreignOffset
 }
 
-// copyOut hands data to the guest like cpp-host's copyToPointerSize (include/proxy-wasm/
-// wasm.h): allocate in the guest, copy, write the address and size to the out-params. Empty
-// data gives (0, 0); an allocator that returns no memory (address 0) fails the call with
-// InvalidMemoryAccess, as allocMemory's nullptr does there.
-func (vm *VM) copyOut(data []byte, ptrPtr, sizePtr uint32) Status {
-	var addr uint32
-	if len(data) > 0 {
-		addr = vm.place(uint32(len(data)))
-		if addr == 0 || !vm.mem.Write(addr, data) {
-			return StatusInvalidMemoryAccess
-		}
-	}
-	if !vm.mem.WriteUint32Le(ptrPtr, addr) || !vm.mem.WriteUint32Le(sizePtr, uint32(len(data))) {
-		return StatusInvalidMemoryAccess
-	}
-	return StatusOK
-}
-
-// copyOutString is copyOut for a string, without converting it to a byte slice.
-func (vm *VM) copyOutString(data string, ptrPtr, sizePtr uint32) Status {
-	var addr uint32
-	if len(data) > 0 {
-		addr = vm.place(uint32(len(data)))
-		if addr == 0 || !vm.mem.WriteString(addr, data) {
-			return StatusInvalidMemoryAccess
-		}
-	}
-	if !vm.mem.WriteUint32Le(ptrPtr, addr) || !vm.mem.WriteUint32Le(sizePtr, uint32(len(data))) {
-		return StatusInvalidMemoryAccess
-	}
-	return StatusOK
-}
-
-// read returns a view of guest memory, valid until the guest runs again.
-func (vm *VM) read(p, n uint32) ([]byte, bool) {
-	if n == 0 {
-		return nil, true
-	}
-	return vm.mem.Read(p, n)
-}
-
 // ---------------------------------------------------------------------------------------
 // Ticks and queue notifications
 
@@ -632,4 +588,22 @@ func joinErr(a, b error) error {
 		return a
 	}
 	return errors.Join(a, b)
+}
+
+// setEffectiveContext makes the root or a live stream the context host calls act on.
+func (vm *VM) setEffectiveContext(id uint32) Status {
+	fr := vm.frame
+	if fr == nil {
+		return StatusBadArgument
+	}
+	if id == vm.rootID {
+		fr.effective, fr.stream = id, nil
+		return StatusOK
+	}
+	s := vm.streams[id]
+	if s == nil || !s.created || s.deleted {
+		return StatusBadArgument
+	}
+	fr.effective, fr.stream = id, s
+	return StatusOK
 }
