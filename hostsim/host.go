@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 )
 
 // Host is one simulated Envoy process running one HTTP wasm filter: a base VM, a canary,
@@ -78,7 +80,7 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 	h := &Host{cfg: cfg, rt: cfg.runtime, clock: cfg.clock, realtime: cfg.realtime,
 		metricIDs: map[string]uint32{}, callouts: map[uint32]*Callout{}}
 	if h.clock == nil {
-		h.clock = NewVirtualClock(VirtualStart())
+		h.clock = manualclock.New(VirtualStart())
 	}
 	h.start = h.clock.Now()
 	if h.rt == nil {

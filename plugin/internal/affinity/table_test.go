@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
@@ -22,10 +23,10 @@ func (c *countingStore) Set(key string, v []byte, cas uint32) error {
 	return c.MemStore.Set(key, v, cas)
 }
 
-func newTable(t testing.TB, cfg Config) (*Table, *countingStore, *state.ManualClock) {
+func newTable(t testing.TB, cfg Config) (*Table, *countingStore, *manualclock.Clock) {
 	t.Helper()
 	store := &countingStore{MemStore: state.NewMemStore()}
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	tab, err := New(store, clock, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +44,7 @@ func mustKey(t testing.TB, id string) Key {
 }
 
 func TestNewValidates(t *testing.T) {
-	store, clock := state.NewMemStore(), state.NewManualClock(t0)
+	store, clock := state.NewMemStore(), manualclock.New(t0)
 	tests := []struct {
 		name string // what the config shows
 		cfg  Config // config to try
@@ -340,7 +341,7 @@ func (brokenStore) Set(string, []byte, uint32) error         { return errDown }
 func (brokenStore) CreateCAS() (uint32, error)               { return 0, errDown }
 
 func TestStoreFailuresAreReported(t *testing.T) {
-	tab, err := New(brokenStore{}, state.NewManualClock(t0), Config{TTL: time.Hour})
+	tab, err := New(brokenStore{}, manualclock.New(t0), Config{TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
@@ -15,7 +16,7 @@ var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 // env is one shared store and clock with a Breaker over them.
 type env struct {
 	store *state.MemStore
-	clock *state.ManualClock
+	clock *manualclock.Clock
 	b     *Breaker
 	sets  int // Set calls seen by the store
 	tb    testing.TB
@@ -26,7 +27,7 @@ func (e *env) t() testing.TB { return e.tb }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{store: state.NewMemStore(), clock: state.NewManualClock(t0), tb: t}
+	e := &env{store: state.NewMemStore(), clock: manualclock.New(t0), tb: t}
 	e.store.BeforeSet = func(string) { e.sets++ }
 	e.b = New(e.store, e.clock)
 	return e

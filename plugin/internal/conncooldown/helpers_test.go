@@ -3,6 +3,7 @@ package conncooldown
 import (
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
@@ -19,14 +20,14 @@ var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 type fixture struct {
 	tr    *Tracker
 	store *state.MemStore
-	clock *state.ManualClock
+	clock *manualclock.Clock
 	conn  Conn
 }
 
 func newFixture(tb tHelper, cfg Config) *fixture {
 	tb.Helper()
 	store := state.NewMemStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	tr, err := New(store, clock, cfg)
 	if err != nil {
 		tb.Fatalf("New: %v", err)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
@@ -22,14 +23,14 @@ var (
 // env is one shared store and clock with a Gate over them.
 type env struct {
 	store *state.MemStore
-	clock *state.ManualClock
+	clock *manualclock.Clock
 	g     *Gate
 	sets  int // Set calls seen by the store
 }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{store: state.NewMemStore(), clock: state.NewManualClock(t0)}
+	e := &env{store: state.NewMemStore(), clock: manualclock.New(t0)}
 	e.store.BeforeSet = func(string) { e.sets++ }
 	e.g = New(e.store, e.clock)
 	return e

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/latency"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
@@ -16,13 +17,13 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // env is one simulated worker: its own Selector over a shared store.
 type env struct {
 	sel     *Selector
-	clock   *state.ManualClock
+	clock   *manualclock.Clock
 	tracker *latency.Tracker
 }
 
 func newEnv(t testing.TB, store state.Store, seed uint64, latencyWeight int) *env {
 	t.Helper()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	tr, err := latency.NewTracker(latency.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
