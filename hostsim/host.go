@@ -106,10 +106,10 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 	if h.proc == nil {
 		h.proc = NewProcess()
 	}
-	h.proc.acquire(cfg.vmID)
+	h.proc.state.Acquire(cfg.vmID)
 	base := h.newVM(vmBase, 0)
 	if err := base.instantiate(); err != nil {
-		h.proc.release(cfg.vmID)
+		h.proc.state.Release(cfg.vmID)
 		h.closeRuntime()
 		return nil, err
 	}
@@ -285,7 +285,7 @@ func (h *Host) Close() error {
 	for _, vm := range h.VMs() {
 		errs = append(errs, vm.shutdown())
 	}
-	h.proc.release(h.cfg.vmID)
+	h.proc.state.Release(h.cfg.vmID)
 	h.closeRuntime()
 	return errors.Join(errs...)
 }
@@ -592,12 +592,12 @@ func (h *Host) MetricNames() []string {
 
 // GetSharedData reads shared data in this host's vm_id namespace.
 func (h *Host) GetSharedData(key string) (value []byte, cas uint32, found bool) {
-	return h.proc.get(h.cfg.vmID, key)
+	return h.proc.GetSharedData(h.cfg.vmID, key)
 }
 
 // SetSharedData writes shared data as another worker would, with the guest's CAS rules.
 func (h *Host) SetSharedData(key string, value []byte, cas uint32) Status {
-	return h.proc.set(h.cfg.vmID, key, value, cas)
+	return h.proc.SetSharedData(h.cfg.vmID, key, value, cas)
 }
 
 // SharedDataKeys lists the keys in this host's vm_id namespace.
@@ -607,14 +607,11 @@ func (h *Host) SharedDataKeys() []string { return h.proc.SharedDataKeys(h.cfg.vm
 func (h *Host) GetQueueSize(queueID uint32) int { return h.proc.QueueSize(queueID) }
 
 // ResolveQueue returns the token of a registered queue in this host's vm_id namespace.
-func (h *Host) ResolveQueue(name string) (uint32, bool) { return h.proc.resolve(h.cfg.vmID, name) }
+func (h *Host) ResolveQueue(name string) (uint32, bool) { return h.proc.resolveQueue(h.cfg.vmID, name) }
 
 // EnqueueSharedQueue appends to a queue as another VM would, notifying its registrant.
 func (h *Host) EnqueueSharedQueue(token uint32, value []byte) (Status, error) {
-	target, gen, root, st := h.proc.enqueue(token, value)
-	if st == StatusOK && target != nil {
-		h.post(event{kind: evQueueReady, vm: target, gen: gen, root: root, token: token})
-	}
+	st := h.proc.enqueue(h, token, value)
 	return st, h.drain()
 }
 

@@ -57,15 +57,15 @@ func (g *guest) SendLocalResponse(code uint32, details string, body []byte, head
 func (g *guest) SetEffectiveContext(id uint32) abi.Status { return g.vm().setEffectiveContext(id) }
 
 func (g *guest) GetSharedData(key []byte) ([]byte, uint32, bool) {
-	return g.host.proc.get(g.host.cfg.vmID, string(key))
+	return g.host.proc.state.Get(g.host.cfg.vmID, string(key))
 }
 
 func (g *guest) SetSharedData(key, value []byte, cas uint32) abi.Status {
-	return g.host.proc.set(g.host.cfg.vmID, string(key), value, cas)
+	return g.host.proc.state.Set(g.host.cfg.vmID, string(key), value, cas)
 }
 
 func (g *guest) RegisterQueue(name []byte) uint32 {
-	return g.host.proc.register(g.host.cfg.vmID, string(name), g.vm(), g.rootID)
+	return g.host.proc.registerQueue(g.host.cfg.vmID, string(name), g.vm())
 }
 
 // ResolveQueue looks in the caller's own vm_id when vmID is empty.
@@ -74,19 +74,15 @@ func (g *guest) ResolveQueue(vmID, name []byte) (uint32, bool) {
 	if id == "" {
 		id = g.host.cfg.vmID
 	}
-	return g.host.proc.resolve(id, string(name))
+	return g.host.proc.resolveQueue(id, string(name))
 }
 
 // Enqueue notifies the queue's registrant asynchronously, once per enqueue.
 func (g *guest) Enqueue(token uint32, value []byte) abi.Status {
-	target, gen, root, result := g.host.proc.enqueue(token, value)
-	if result == StatusOK && target != nil {
-		g.host.post(event{kind: evQueueReady, vm: target, gen: gen, root: root, token: token})
-	}
-	return result
+	return g.host.proc.enqueue(g.host, token, value)
 }
 
-func (g *guest) Dequeue(token uint32) ([]byte, abi.Status) { return g.host.proc.dequeue(token) }
+func (g *guest) Dequeue(token uint32) ([]byte, abi.Status) { return g.host.proc.state.Dequeue(token) }
 
 func (g *guest) NewCalloutToken() uint32 { return g.host.newCalloutToken() }
 
