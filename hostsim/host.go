@@ -6,13 +6,14 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/spillwayproxy/spillway/internal/manualclock"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/metrics"
 )
 
 // Host is one simulated Envoy process running one HTTP wasm filter: a base VM, a canary,
@@ -37,8 +38,7 @@ type Host struct {
 
 	mu        sync.Mutex // guards everything below
 	logs      []LogEntry
-	metrics   []*metric
-	metricIDs map[string]uint32
+	metrics   *metrics.Store // the plugin's metrics (locked on their own)
 	timers    timerHeap
 	timerSeq  uint64
 	pending   []event
@@ -78,7 +78,7 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 		return nil, errors.New("hostsim: WithStreamingUpstream needs WithRealClock")
 	}
 	h := &Host{cfg: cfg, rt: cfg.runtime, clock: cfg.clock, realtime: cfg.realtime,
-		metricIDs: map[string]uint32{}, callouts: map[uint32]*Callout{}}
+		metrics: metrics.NewStore(), callouts: map[uint32]*Callout{}}
 	if h.clock == nil {
 		h.clock = manualclock.New(VirtualStart())
 	}
@@ -421,107 +421,16 @@ func (h *Host) ResetLogs() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Metrics. Ids carry the type in their low two bits, as Envoy's do; a name is one stat for
-// the whole process, whichever VM defines it.
+// Metrics (hostsim/internal/metrics): one store per Host, so a name is one stat for the
+// whole process, whichever VM defines it.
 
-type metric struct {
-	name  string
-	typ   MetricType
-	value uint64 // counter, gauge; last recorded value of a histogram
-	hist  []uint64
-}
-
-func (h *Host) defineMetric(t MetricType, name string) (uint32, Status) {
-	if t > MetricHistogram {
-		return 0, StatusBadArgument
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	key := t.String() + "\x00" + name
-	if id, ok := h.metricIDs[key]; ok {
-		return id, StatusOK
-	}
-	h.metrics = append(h.metrics, &metric{name: name, typ: t})
-	id := uint32(len(h.metrics))<<2 | uint32(t)
-	h.metricIDs[key] = id
-	return id, StatusOK
-}
-
-func (h *Host) metricByID(id uint32) *metric {
-	i := int(id >> 2)
-	if i < 1 || i > len(h.metrics) || uint32(h.metrics[i-1].typ) != id&3 {
-		return nil
-	}
-	return h.metrics[i-1]
-}
-
-func (h *Host) incrementMetric(id uint32, offset int64) Status {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := h.metricByID(id)
-	if m == nil {
-		return StatusNotFound
-	}
-	switch m.typ {
-	case MetricCounter:
-		if offset <= 0 {
-			return StatusBadArgument
-		}
-		m.value += uint64(offset)
-	case MetricGauge:
-		m.value += uint64(offset)
-	default:
-		return StatusBadArgument
-	}
-	return StatusOK
-}
-
-func (h *Host) recordMetric(id uint32, value uint64) Status {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := h.metricByID(id)
-	if m == nil {
-		return StatusNotFound
-	}
-	switch m.typ {
-	case MetricCounter:
-		m.value += value
-	case MetricGauge:
-		m.value = value
-	default:
-		m.value = value
-		m.hist = append(m.hist, value)
-	}
-	return StatusOK
-}
-
-func (h *Host) getMetric(id uint32) (uint64, Status) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := h.metricByID(id)
-	if m == nil {
-		return 0, StatusNotFound
-	}
-	if m.typ == MetricHistogram {
-		return 0, StatusBadArgument
-	}
-	return m.value, StatusOK
-}
-
+// metricValue reads a metric for the proxytest getters.
 func (h *Host) metricValue(name string, t MetricType) (uint64, []uint64, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	id, ok := h.metricIDs[t.String()+"\x00"+name]
-	if !ok {
-		for _, m := range h.metrics {
-			if m.name == name {
-				return 0, nil, fmt.Errorf("hostsim: metric %q is a %s, not a %s", name, m.typ, t)
-			}
-		}
-		return 0, nil, fmt.Errorf("hostsim: metric %q not found", name)
+	v, samples, err := h.metrics.Lookup(name, t)
+	if err != nil {
+		return 0, nil, fmt.Errorf("hostsim: %w", err)
 	}
-	m := h.metricByID(id)
-	return m.value, append([]uint64(nil), m.hist...), nil
+	return v, samples, nil
 }
 
 // GetCounterMetric returns a counter's value (proxytest).
@@ -548,44 +457,16 @@ func (h *Host) GetHistogramValues(name string) ([]uint64, error) {
 	return vs, err
 }
 
-// MetricValue is a snapshot of one metric the plugin defined.
-type MetricValue struct {
-	Name  string
-	Type  MetricType
-	Value uint64 // counter and gauge value; a histogram's last recorded value
-	// Samples are every value recorded in a histogram, oldest first.
-	Samples []uint64
-}
+// MetricValue is a snapshot of one metric the plugin defined: Name, Type, Value (a counter's
+// or gauge's value, a histogram's last recorded one) and a histogram's Samples, oldest first.
+type MetricValue = metrics.Value
 
 // Metrics returns every defined metric's current value, sorted by name and type (for an
 // admin endpoint such as hostsim serve's /stats/prometheus).
-func (h *Host) Metrics() []MetricValue {
-	h.mu.Lock()
-	out := make([]MetricValue, 0, len(h.metrics))
-	for _, m := range h.metrics {
-		out = append(out, MetricValue{Name: m.name, Type: m.typ, Value: m.value, Samples: append([]uint64(nil), m.hist...)})
-	}
-	h.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Name != out[j].Name {
-			return out[i].Name < out[j].Name
-		}
-		return out[i].Type < out[j].Type
-	})
-	return out
-}
+func (h *Host) Metrics() []MetricValue { return h.metrics.Values() }
 
 // MetricNames lists the defined metrics as "type:name", sorted.
-func (h *Host) MetricNames() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]string, 0, len(h.metrics))
-	for _, m := range h.metrics {
-		out = append(out, m.typ.String()+":"+m.name)
-	}
-	sort.Strings(out)
-	return out
-}
+func (h *Host) MetricNames() []string { return h.metrics.Names() }
 
 // ---------------------------------------------------------------------------------------
 // Shared data and queues, host side.

@@ -93,18 +93,18 @@ func (g *guest) HTTPCall(token uint32, upstream []byte, headers, trailers [][2]s
 func (g *guest) CalloutStatus() (abi.Status, string) { return g.status, g.statusMsg }
 
 func (g *guest) DefineMetric(t abi.MetricType, name []byte) (uint32, abi.Status) {
-	return g.host.defineMetric(t, string(name))
+	return g.host.metrics.Define(t, string(name))
 }
 
 func (g *guest) IncrementMetric(id uint32, offset int64) abi.Status {
-	return g.host.incrementMetric(id, offset)
+	return g.host.metrics.Increment(id, offset)
 }
 
 func (g *guest) RecordMetric(id uint32, value uint64) abi.Status {
-	return g.host.recordMetric(id, value)
+	return g.host.metrics.Record(id, value)
 }
 
-func (g *guest) GetMetric(id uint32) (uint64, abi.Status) { return g.host.getMetric(id) }
+func (g *guest) GetMetric(id uint32) (uint64, abi.Status) { return g.host.metrics.Get(id) }
 
 func (g *guest) SetTickPeriod(ms uint32) { g.vm().setTickPeriod(ms) }
 
