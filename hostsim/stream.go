@@ -8,6 +8,8 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/streaminfo"
 )
 
 // LocalResponse is a reply the plugin sent with proxy_send_local_response (field names as
@@ -640,7 +642,7 @@ func (vm *VM) afterCallback() {
 				}
 				// Context::sendLocalResponse passes the plugin's details through
 				// StringUtil::replaceAllEmptySpace.
-				s.sendLocalReply(op.local, envoyDetails(op.local.StatusCodeDetail))
+				s.sendLocalReply(op.local, streaminfo.ReplaceAllEmptySpace(op.local.StatusCodeDetail))
 			}
 		}
 		if s.ex != nil {
