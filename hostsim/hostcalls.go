@@ -60,9 +60,9 @@ func (c hostCallCounters) reset() {
 	}
 }
 
-// SharedDataFunctions are the host functions HostCallCounts.SharedData adds up: the
+// sharedDataFunctions are the host functions HostCallCounts.SharedData adds up: the
 // proxy-wasm shared-data reads and writes.
-var SharedDataFunctions = []string{"env.proxy_get_shared_data", "env.proxy_set_shared_data"}
+var sharedDataFunctions = []string{"env.proxy_get_shared_data", "env.proxy_set_shared_data"}
 
 // HostCallCounts is how many times each host function was called, keyed by its import
 // name ("env.proxy_get_shared_data", "wasi_snapshot_preview1.clock_time_get"). Functions
@@ -90,7 +90,7 @@ func (c HostCallCounts) WASI() uint64 { return c.Total() - c.Proxy() }
 // host call).
 func (c HostCallCounts) SharedData() uint64 {
 	var n uint64
-	for _, name := range SharedDataFunctions {
+	for _, name := range sharedDataFunctions {
 		n += c[name]
 	}
 	return n
