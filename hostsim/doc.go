@@ -9,14 +9,14 @@
 //
 //   - internal/abi: the proxy-wasm ABI's vocabulary — status codes, map/buffer/stream/log/
 //     metric enums, the pairs serialization, guest memory access (cpp-host's
-//     copyToPointerSize), the shape of a host function and its restricted phases, and the
-//     env imports cpp-host links per ABI version.
+//     copyToPointerSize), and the shape of a host function and its restricted phases.
 //   - internal/wasi: the WASI surface per Envoy version (WASIMode): which functions exist
 //     and what each answers, over a small Guest interface.
-//   - internal/hostfn: the env module, one file per ABI area (logging, properties, header
-//     maps, buffers, stream control, shared data, queues, callouts, metrics, timers,
-//     foreign functions). Each function decodes its arguments from guest memory, asks the
-//     model through that area's interface, and encodes the answer.
+//   - internal/hostfn: the env module and which of its imports each ABI version links, one
+//     file per ABI area (logging, properties, header maps, buffers, stream control, shared
+//     data, queues, callouts, metrics, timers, foreign functions). Each function decodes its
+//     arguments from guest memory, asks the model through that area's interface, and
+//     encodes the answer.
 //   - internal/process (shared data and queues, process-wide), internal/metrics (the
 //     plugin's metric store) and internal/streaminfo (response flags, code details, reset
 //     reasons): pieces of Envoy's model that need no VM.

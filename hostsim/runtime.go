@@ -22,6 +22,8 @@ import (
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 	"github.com/spillwayproxy/spillway/hostsim/internal/wasi"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/hostfn"
 )
 
 // envoyMaxMemoryPages is V8's --wasm_max_mem_pages in cpp-host (1 GiB).
@@ -319,7 +321,7 @@ func (m *Module) CheckImports(mode WASIMode) error {
 		ok := false
 		switch mod {
 		case "env":
-			ok = abi.EnvImportAllowed(name, m.ABI)
+			ok = hostfn.ImportAllowed(name, m.ABI)
 		case wasi_snapshot_preview1.ModuleName, "wasi_unstable":
 			ok = mode.Provides(name) && (mod == wasi_snapshot_preview1.ModuleName || mode != WASIWazero)
 		}
