@@ -2,7 +2,6 @@ package hostsim
 
 import (
 	"bytes"
-	"container/heap"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 	"github.com/spillwayproxy/spillway/internal/manualclock"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/metrics"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/sched"
 )
 
 // Host is one simulated Envoy process running one HTTP wasm filter: a base VM, a canary,
@@ -39,21 +40,15 @@ type Host struct {
 	mu        sync.Mutex // guards everything below
 	logs      []LogEntry
 	metrics   *metrics.Store // the plugin's metrics (locked on their own)
-	timers    timerHeap
-	timerSeq  uint64
-	pending   []event
 	callouts  map[uint32]*Callout
 	nextToken uint32
-	asyncErrs []error
 	vmSeq     int
 	callCount []hostCallCounters // the host-call counters of every VM made (HostCalls)
 	randMu    sync.Mutex
 
 	rr atomic.Uint64 // RunHTTP round-robin
 
-	wake chan struct{} // real clock: kicks the dispatcher
-	stop chan struct{}
-	done chan struct{}
+	loop *sched.Loop[event] // ticks, callouts, queue notifications, exchanges' timers
 }
 
 // LogEntry is one guest log line.
@@ -79,6 +74,7 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 	}
 	h := &Host{cfg: cfg, rt: cfg.runtime, clock: cfg.clock, realtime: cfg.realtime,
 		metrics: metrics.NewStore(), callouts: map[uint32]*Callout{}}
+	h.loop = sched.New(h.dispatch)
 	if h.clock == nil {
 		h.clock = manualclock.New(VirtualStart())
 	}
@@ -277,10 +273,7 @@ func (h *Host) Close() error {
 		return nil
 	}
 	h.closed = true
-	if h.stop != nil {
-		close(h.stop)
-		<-h.done
-	}
+	h.loop.Stop()
 	var errs []error
 	for _, vm := range h.VMs() {
 		errs = append(errs, vm.shutdown())
@@ -568,84 +561,23 @@ type event struct {
 	exFn    func(*Exchange) error
 }
 
-type timer struct {
-	at  time.Time
-	seq uint64
-	ev  event
-}
+// schedule runs ev on the event loop once the clock reaches at.
+func (h *Host) schedule(at time.Time, ev event) { h.loop.Schedule(at, ev) }
 
-type timerHeap []timer
-
-func (t timerHeap) Len() int { return len(t) }
-func (t timerHeap) Less(i, j int) bool {
-	if t[i].at.Equal(t[j].at) {
-		return t[i].seq < t[j].seq
-	}
-	return t[i].at.Before(t[j].at)
-}
-func (t timerHeap) Swap(i, j int) { t[i], t[j] = t[j], t[i] }
-func (t *timerHeap) Push(x any)   { *t = append(*t, x.(timer)) }
-func (t *timerHeap) Pop() any {
-	old := *t
-	x := old[len(old)-1]
-	*t = old[:len(old)-1]
-	return x
-}
-
-func (h *Host) schedule(at time.Time, ev event) {
-	h.mu.Lock()
-	h.timerSeq++
-	heap.Push(&h.timers, timer{at: at, seq: h.timerSeq, ev: ev})
-	h.mu.Unlock()
-	h.kick()
-}
-
-func (h *Host) post(ev event) {
-	h.mu.Lock()
-	h.pending = append(h.pending, ev)
-	h.mu.Unlock()
-	h.kick()
-}
-
-func (h *Host) kick() {
-	if h.wake != nil {
-		select {
-		case h.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// maxDrain bounds how many events one drain runs (a guest that re-enqueues forever).
-const maxDrain = 100000
+// post runs ev on the event loop next, outside the VM that posts it.
+func (h *Host) post(ev event) { h.loop.Post(ev) }
 
 // drain runs pending events until none is left (virtual clock). With a real clock the
 // dispatcher does it.
 func (h *Host) drain() error {
-	if h.realtime && h.wake != nil {
+	if h.realtime && h.loop.Dispatching() {
 		return nil
 	}
-	return h.drainNow()
+	return h.loop.Drain()
 }
 
-func (h *Host) drainNow() error {
-	var errs []error
-	for i := 0; i < maxDrain; i++ {
-		h.mu.Lock()
-		if len(h.pending) == 0 {
-			h.mu.Unlock()
-			return errors.Join(errs...)
-		}
-		ev := h.pending[0]
-		h.pending[0] = event{}
-		h.pending = h.pending[1:]
-		h.mu.Unlock()
-		if err := h.dispatch(ev); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(append(errs, errors.New("hostsim: event storm: more than 100000 events in one drain"))...)
-}
+// drainNow runs pending events until none is left, whatever the clock.
+func (h *Host) drainNow() error { return h.loop.Drain() }
 
 // Advance moves a virtual clock forward by d, firing ticks, callout deliveries and
 // timeouts in time order on their VMs. Errors are guest traps in those callbacks.
@@ -654,108 +586,18 @@ func (h *Host) Advance(d time.Duration) error {
 	if !ok || h.realtime {
 		return errors.New("hostsim: Advance needs a virtual clock")
 	}
-	target := sc.Now().Add(d)
-	var errs []error
-	if err := h.drainNow(); err != nil {
-		errs = append(errs, err)
-	}
-	for {
-		h.mu.Lock()
-		if len(h.timers) == 0 || h.timers[0].at.After(target) {
-			h.mu.Unlock()
-			break
-		}
-		t := heap.Pop(&h.timers).(timer)
-		h.mu.Unlock()
-		if t.at.After(sc.Now()) {
-			sc.Set(t.at)
-		}
-		if err := h.dispatch(t.ev); err != nil {
-			errs = append(errs, err)
-		}
-		if err := h.drainNow(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if target.After(sc.Now()) {
-		sc.Set(target)
-	}
-	return errors.Join(errs...)
+	return h.loop.Advance(sc, d)
 }
 
 // NextTimer returns when the next timer fires (false if none is scheduled).
-func (h *Host) NextTimer() (time.Time, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.timers) == 0 {
-		return time.Time{}, false
-	}
-	return h.timers[0].at, true
-}
+func (h *Host) NextTimer() (time.Time, bool) { return h.loop.Next() }
 
 // AsyncErrors returns (and forgets) guest traps raised by events the dispatcher ran with a
 // real clock.
-func (h *Host) AsyncErrors() []error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	e := h.asyncErrs
-	h.asyncErrs = nil
-	return e
-}
+func (h *Host) AsyncErrors() []error { return h.loop.AsyncErrors() }
 
-func (h *Host) startDispatcher() {
-	h.wake = make(chan struct{}, 1)
-	h.stop = make(chan struct{})
-	h.done = make(chan struct{})
-	go h.dispatchLoop()
-}
-
-func (h *Host) dispatchLoop() {
-	defer close(h.done)
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
-		if err := h.drainNow(); err != nil {
-			h.mu.Lock()
-			h.asyncErrs = append(h.asyncErrs, err)
-			h.mu.Unlock()
-		}
-		now := time.Now()
-		wait := time.Hour
-		h.mu.Lock()
-		var due []timer
-		for len(h.timers) > 0 && !h.timers[0].at.After(now) {
-			due = append(due, heap.Pop(&h.timers).(timer))
-		}
-		if len(h.timers) > 0 {
-			wait = h.timers[0].at.Sub(now)
-		}
-		h.mu.Unlock()
-		for _, d := range due {
-			if err := h.dispatch(d.ev); err != nil {
-				h.mu.Lock()
-				h.asyncErrs = append(h.asyncErrs, err)
-				h.mu.Unlock()
-			}
-		}
-		if len(due) > 0 {
-			continue
-		}
-		t.Reset(wait)
-		select {
-		case <-h.stop:
-			return
-		case <-h.wake:
-			if !t.Stop() {
-				select {
-				case <-t.C:
-				default:
-				}
-			}
-		case <-t.C:
-		}
-	}
-}
+// startDispatcher runs the event loop on the wall clock (WithRealClock).
+func (h *Host) startDispatcher() { h.loop.Start() }
 
 // dispatch runs one event.
 func (h *Host) dispatch(ev event) error {
