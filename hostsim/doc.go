@@ -4,8 +4,9 @@
 //
 // # Layers
 //
-// The package is the Envoy model and the public API over it; below it, internal packages
-// that know nothing of Envoy's model, each with its sources cited where it is modelled:
+// The package is the Envoy model (its VMs and streams) and the public API over it. Below it
+// are internal packages that know neither a VM nor a stream, each citing its sources where
+// it models them:
 //
 //   - internal/abi: the proxy-wasm ABI's vocabulary — status codes, map/buffer/stream/log/
 //     metric enums, the pairs serialization, guest memory access (cpp-host's
@@ -20,11 +21,14 @@
 //   - internal/process (shared data and queues, process-wide), internal/metrics (the
 //     plugin's metric store) and internal/streaminfo (response flags, code details, reset
 //     reasons): pieces of Envoy's model that need no VM.
+//   - internal/sched (the event loop: posted events, timers in time order, virtual-time
+//     Advance, the real-clock dispatcher) and internal/hostcalls (the per-VM host-call
+//     counters): the host's machinery, which knows nothing of what it runs or counts.
 //
 // The model here implements those interfaces on the VM (guest.go, hostfn.go, wasi.go:
 // unexported methods, outside VM's API) and wraps every host function once (wrapHostFunc:
 // find the calling VM, count the call, enforce the restricted phases). It is the process
-// (Host, host.go: VMs, logs, the event loop and virtual time), the VMs (vm.go: instances,
+// (Host, host.go: VMs, logs, what each event does), the VMs (vm.go: instances,
 // callbacks, failure), the HTTP stream (stream.go, property.go: the filter chain's
 // iteration, phases, deferred actions), the callouts (callout.go) and the router
 // (exchange.go, router.go, upstreamcall.go: whole requests, the upstream, the router's own

@@ -27,7 +27,7 @@ func (g *guest) Place(n uint32) uint32 { return g.vm().place(n) }
 // restricted phases, then runs f on the VM as a G.
 func wrapHostFunc[G any](module string, f abi.Func[G], as func(*VM) G) api.GoModuleFunction {
 	full := module + "." + f.Name
-	idx, counted := hostCallIndex[full]
+	idx, counted := hostCallTable.Index(full)
 	if !counted {
 		panic("hostsim: " + full + " missing from the host-call table")
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/spillwayproxy/spillway/hostsim/internal/metrics"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/sched"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/hostcalls"
 )
 
 // Host is one simulated Envoy process running one HTTP wasm filter: a base VM, a canary,
@@ -43,7 +45,7 @@ type Host struct {
 	callouts  map[uint32]*Callout
 	nextToken uint32
 	vmSeq     int
-	callCount []hostCallCounters // the host-call counters of every VM made (HostCalls)
+	callCount []hostcalls.Counters // the host-call counters of every VM made (HostCalls)
 	randMu    sync.Mutex
 
 	rr atomic.Uint64 // RunHTTP round-robin
@@ -296,7 +298,7 @@ func (h *Host) newVM(kind vmKind, index int) *VM {
 	h.mu.Lock()
 	h.vmSeq++
 	seq := h.vmSeq
-	vm := &VM{host: h, kind: kind, index: index, seq: seq, hostCalls: newHostCallCounters()}
+	vm := &VM{host: h, kind: kind, index: index, seq: seq, hostCalls: hostCallTable.NewCounters()}
 	h.callCount = append(h.callCount, vm.hostCalls)
 	h.mu.Unlock()
 	switch kind {

@@ -12,6 +12,8 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/hostcalls"
 )
 
 type vmKind int
@@ -45,7 +47,7 @@ type VM struct {
 	mu  sync.Mutex
 	gen uint64 // bumped when FAIL_RELOAD replaces the instance
 
-	hostCalls hostCallCounters // calls per host function (hostcalls.go); atomic, read without mu
+	hostCalls hostcalls.Counters // calls per host function (hostcalls.go); atomic, read without mu
 
 	mod        api.Module
 	mem        api.Memory
