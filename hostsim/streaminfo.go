@@ -2,8 +2,9 @@ package hostsim
 
 import "github.com/spillwayproxy/spillway/hostsim/internal/streaminfo"
 
-// Envoy's stream info as the plugin reads it and hostsim sets it (hostsim/internal/
-// streaminfo holds the definitions, with their sources).
+// Envoy's stream info as the plugin reads it and hostsim sets it: the flags and reset
+// reasons are hostsim/internal/streaminfo's (with their sources), the details are defined
+// here.
 
 // ResponseFlags is Envoy's legacy response-flag bitmask, what the CEL attribute
 // response.flags holds (8-byte little endian through proxy_get_property); String prints it
@@ -12,53 +13,69 @@ type ResponseFlags = streaminfo.ResponseFlags
 
 // The core response flags, in Envoy's CoreResponseFlag order.
 const (
-	FlagFailedLocalHealthCheck           = streaminfo.FlagFailedLocalHealthCheck
-	FlagNoHealthyUpstream                = streaminfo.FlagNoHealthyUpstream
-	FlagUpstreamRequestTimeout           = streaminfo.FlagUpstreamRequestTimeout
-	FlagLocalReset                       = streaminfo.FlagLocalReset
-	FlagUpstreamRemoteReset              = streaminfo.FlagUpstreamRemoteReset
-	FlagUpstreamConnectionFailure        = streaminfo.FlagUpstreamConnectionFailure
-	FlagUpstreamConnectionTermination    = streaminfo.FlagUpstreamConnectionTermination
-	FlagUpstreamOverflow                 = streaminfo.FlagUpstreamOverflow
-	FlagNoRouteFound                     = streaminfo.FlagNoRouteFound
-	FlagDelayInjected                    = streaminfo.FlagDelayInjected
-	FlagFaultInjected                    = streaminfo.FlagFaultInjected
-	FlagRateLimited                      = streaminfo.FlagRateLimited
-	FlagUnauthorizedExternalService      = streaminfo.FlagUnauthorizedExternalService
-	FlagRateLimitServiceError            = streaminfo.FlagRateLimitServiceError
-	FlagDownstreamConnectionTermination  = streaminfo.FlagDownstreamConnectionTermination
-	FlagUpstreamRetryLimitExceeded       = streaminfo.FlagUpstreamRetryLimitExceeded
-	FlagStreamIdleTimeout                = streaminfo.FlagStreamIdleTimeout
-	FlagInvalidEnvoyRequestHeaders       = streaminfo.FlagInvalidEnvoyRequestHeaders
-	FlagDownstreamProtocolError          = streaminfo.FlagDownstreamProtocolError
-	FlagUpstreamMaxStreamDurationReached = streaminfo.FlagUpstreamMaxStreamDurationReached
-	FlagResponseFromCacheFilter          = streaminfo.FlagResponseFromCacheFilter
-	FlagNoFilterConfigFound              = streaminfo.FlagNoFilterConfigFound
-	FlagDurationTimeout                  = streaminfo.FlagDurationTimeout
-	FlagUpstreamProtocolError            = streaminfo.FlagUpstreamProtocolError
-	FlagNoClusterFound                   = streaminfo.FlagNoClusterFound
-	FlagOverloadManager                  = streaminfo.FlagOverloadManager
-	FlagDNSResolutionFailed              = streaminfo.FlagDNSResolutionFailed
-	FlagDropOverload                     = streaminfo.FlagDropOverload
-	FlagDownstreamRemoteReset            = streaminfo.FlagDownstreamRemoteReset
-	FlagUnconditionalDropOverload        = streaminfo.FlagUnconditionalDropOverload
+	FlagFailedLocalHealthCheck           = streaminfo.FlagFailedLocalHealthCheck           // LH
+	FlagNoHealthyUpstream                = streaminfo.FlagNoHealthyUpstream                // UH
+	FlagUpstreamRequestTimeout           = streaminfo.FlagUpstreamRequestTimeout           // UT
+	FlagLocalReset                       = streaminfo.FlagLocalReset                       // LR
+	FlagUpstreamRemoteReset              = streaminfo.FlagUpstreamRemoteReset              // UR
+	FlagUpstreamConnectionFailure        = streaminfo.FlagUpstreamConnectionFailure        // UF
+	FlagUpstreamConnectionTermination    = streaminfo.FlagUpstreamConnectionTermination    // UC
+	FlagUpstreamOverflow                 = streaminfo.FlagUpstreamOverflow                 // UO
+	FlagNoRouteFound                     = streaminfo.FlagNoRouteFound                     // NR
+	FlagDelayInjected                    = streaminfo.FlagDelayInjected                    // DI
+	FlagFaultInjected                    = streaminfo.FlagFaultInjected                    // FI
+	FlagRateLimited                      = streaminfo.FlagRateLimited                      // RL
+	FlagUnauthorizedExternalService      = streaminfo.FlagUnauthorizedExternalService      // UAEX
+	FlagRateLimitServiceError            = streaminfo.FlagRateLimitServiceError            // RLSE
+	FlagDownstreamConnectionTermination  = streaminfo.FlagDownstreamConnectionTermination  // DC
+	FlagUpstreamRetryLimitExceeded       = streaminfo.FlagUpstreamRetryLimitExceeded       // URX
+	FlagStreamIdleTimeout                = streaminfo.FlagStreamIdleTimeout                // SI
+	FlagInvalidEnvoyRequestHeaders       = streaminfo.FlagInvalidEnvoyRequestHeaders       // IH
+	FlagDownstreamProtocolError          = streaminfo.FlagDownstreamProtocolError          // DPE
+	FlagUpstreamMaxStreamDurationReached = streaminfo.FlagUpstreamMaxStreamDurationReached // UMSDR
+	FlagResponseFromCacheFilter          = streaminfo.FlagResponseFromCacheFilter          // RFCF
+	FlagNoFilterConfigFound              = streaminfo.FlagNoFilterConfigFound              // NFCF
+	FlagDurationTimeout                  = streaminfo.FlagDurationTimeout                  // DT
+	FlagUpstreamProtocolError            = streaminfo.FlagUpstreamProtocolError            // UPE
+	FlagNoClusterFound                   = streaminfo.FlagNoClusterFound                   // NC
+	FlagOverloadManager                  = streaminfo.FlagOverloadManager                  // OM
+	FlagDNSResolutionFailed              = streaminfo.FlagDNSResolutionFailed              // DF
+	FlagDropOverload                     = streaminfo.FlagDropOverload                     // DO
+	FlagDownstreamRemoteReset            = streaminfo.FlagDownstreamRemoteReset            // DR
+	FlagUnconditionalDropOverload        = streaminfo.FlagUnconditionalDropOverload        // UDO
 )
 
-// Response code details Envoy sets for the replies and resets hostsim models
-// (response.code_details).
+// Response code details Envoy sets for the replies and resets hostsim models, what
+// response.code_details holds (ResponseCodeDetailValues in envoy/stream_info/stream_info.h).
 const (
-	DetailsViaUpstream               = streaminfo.DetailsViaUpstream
-	DetailsClusterNotFound           = streaminfo.DetailsClusterNotFound
-	DetailsNoHealthyUpstream         = streaminfo.DetailsNoHealthyUpstream
-	DetailsResponseTimeout           = streaminfo.DetailsResponseTimeout
-	DetailsUpstreamPerTryIdleTimeout = streaminfo.DetailsUpstreamPerTryIdleTimeout
-	DetailsStreamIdleTimeout         = streaminfo.DetailsStreamIdleTimeout
-	DetailsRequestPayloadTooLarge    = streaminfo.DetailsRequestPayloadTooLarge
-	DetailsResponsePayloadTooLarge   = streaminfo.DetailsResponsePayloadTooLarge
-	DetailsWasmFailStream            = streaminfo.DetailsWasmFailStream
-	DetailsWasmCloseStream           = streaminfo.DetailsWasmCloseStream
-	DetailsEarlyUpstreamReset        = streaminfo.DetailsEarlyUpstreamReset
-	DetailsLateUpstreamReset         = streaminfo.DetailsLateUpstreamReset
+	// DetailsViaUpstream: the response came from the upstream (Router::Filter::onUpstreamHeaders
+	// sets it before encodeHeaders).
+	DetailsViaUpstream = "via_upstream"
+	// DetailsClusterNotFound: the route's cluster does not exist (router decodeHeaders).
+	DetailsClusterNotFound = "cluster_not_found"
+	// DetailsNoHealthyUpstream: the cluster has no host to send to (sendNoHealthyUpstreamResponse).
+	DetailsNoHealthyUpstream = "no_healthy_upstream"
+	// DetailsResponseTimeout: the route timeout fired (onResponseTimeout).
+	DetailsResponseTimeout = "response_timeout"
+	// DetailsUpstreamPerTryIdleTimeout: the upstream was idle too long (onPerTryIdleTimeout).
+	DetailsUpstreamPerTryIdleTimeout = "upstream_per_try_idle_timeout"
+	// DetailsStreamIdleTimeout: the connection manager's stream idle timer fired
+	// (ActiveStream::onIdleTimeout).
+	DetailsStreamIdleTimeout = "stream_idle_timeout"
+	// DetailsRequestPayloadTooLarge: a buffered request body passed the buffer limit.
+	DetailsRequestPayloadTooLarge = "request_payload_too_large"
+	// DetailsResponsePayloadTooLarge: a buffered response body passed the buffer limit.
+	DetailsResponsePayloadTooLarge = "response_payload_too_large"
+	// DetailsWasmFailStream: the VM failed and FAIL_CLOSED answers 503 (Context::failStream).
+	DetailsWasmFailStream = "wasm_fail_stream"
+	// DetailsWasmCloseStream: the plugin reset the stream with proxy_close_stream before
+	// anything else set the details (Context::closeStream, CloseStreamResponseDetails).
+	DetailsWasmCloseStream = "wasm_close_stream"
+	// DetailsEarlyUpstreamReset prefixes the details of an upstream reset before the response
+	// started: upstream_reset_before_response_started{reason|transport failure}.
+	DetailsEarlyUpstreamReset = "upstream_reset_before_response_started"
+	// DetailsLateUpstreamReset prefixes the details of an upstream reset after it started.
+	DetailsLateUpstreamReset = "upstream_reset_after_response_started"
 )
 
 // ResetReason is why an upstream stream ended in a reset (Http::StreamResetReason).

@@ -1,6 +1,6 @@
-// Package streaminfo is Envoy's stream info vocabulary as a plugin reads it: the legacy
-// response-flag bitmask (response.flags), the response code details Envoy sets
-// (response.code_details) and the reset reasons the router maps to flags.
+// Package streaminfo is Envoy's stream info as a plugin reads it: the legacy response-flag
+// bitmask (response.flags), the reset reasons the router maps to flags, and how Envoy
+// writes the details it is given (response.code_details).
 package streaminfo
 
 import "strings"
