@@ -10,13 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/spillwayproxy/spillway/internal/manualclock"
-
-	"github.com/spillwayproxy/spillway/hostsim/internal/metrics"
-
-	"github.com/spillwayproxy/spillway/hostsim/internal/sched"
-
 	"github.com/spillwayproxy/spillway/hostsim/internal/hostcalls"
+	"github.com/spillwayproxy/spillway/hostsim/internal/metrics"
+	"github.com/spillwayproxy/spillway/hostsim/internal/sched"
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 )
 
 // Host is one simulated Envoy process running one HTTP wasm filter: a base VM, a canary,

@@ -1,17 +1,12 @@
 package hostsim
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,9 +16,9 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
-	"github.com/spillwayproxy/spillway/hostsim/internal/wasi"
-
+	"github.com/spillwayproxy/spillway/hostsim/internal/cachedir"
 	"github.com/spillwayproxy/spillway/hostsim/internal/hostfn"
+	"github.com/spillwayproxy/spillway/hostsim/internal/wasi"
 )
 
 // envoyMaxMemoryPages is V8's --wasm_max_mem_pages in cpp-host (1 GiB).
@@ -86,7 +81,7 @@ func NewRuntime(opts ...RuntimeOption) (*Runtime, error) {
 		if err := os.MkdirAll(r.cfg.cacheDir, 0o755); err != nil {
 			return nil, fmt.Errorf("hostsim: compilation cache: %w", err)
 		}
-		pruneCache(r.cfg.cacheDir, r.cfg.cacheLimit, time.Now())
+		cachedir.Prune(r.cfg.cacheDir, r.cfg.cacheLimit, time.Now())
 		c, err := wazero.NewCompilationCacheWithDir(r.cfg.cacheDir)
 		if err != nil {
 			return nil, fmt.Errorf("hostsim: compilation cache: %w", err)
@@ -114,53 +109,9 @@ func (r *Runtime) Close() error {
 	}
 	errs = append(errs, r.cache.Close(context.Background()))
 	if r.cfg.cacheDir != "" {
-		pruneCache(r.cfg.cacheDir, r.cfg.cacheLimit, time.Now())
+		cachedir.Prune(r.cfg.cacheDir, r.cfg.cacheLimit, time.Now())
 	}
 	return errors.Join(errs...)
-}
-
-// tempGrace is how old a temporary file in the cache must be before pruning removes it:
-// wazero writes an entry to a temporary file and renames it into place, and another
-// process may be writing one now.
-const tempGrace = time.Hour
-
-// pruneCache removes the files written longest ago under dir until the rest take at most
-// limit bytes. Every file counts, whichever wazero version wrote it (a version's entries
-// live in a directory of their own, which an upgrade leaves behind). It is best effort:
-// other processes may use the directory at the same time, and an entry removed under a
-// reader is only compiled again.
-func pruneCache(dir string, limit int64, now time.Time) {
-	type entry struct {
-		path string
-		size int64
-		mod  time.Time
-	}
-	var entries []entry
-	var total int64
-	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		if strings.HasSuffix(d.Name(), ".tmp") && now.Sub(info.ModTime()) < tempGrace {
-			return nil // being written
-		}
-		entries = append(entries, entry{path, info.Size(), info.ModTime()})
-		total += info.Size()
-		return nil
-	})
-	slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.mod.UnixNano(), b.mod.UnixNano()) })
-	for _, e := range entries {
-		if total <= limit {
-			break
-		}
-		if err := os.Remove(e.path); err == nil || errors.Is(err, fs.ErrNotExist) {
-			total -= e.size
-		}
-	}
 }
 
 type engineKind int

@@ -8,7 +8,6 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
-
 	"github.com/spillwayproxy/spillway/hostsim/internal/streaminfo"
 )
 

@@ -12,7 +12,6 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
-
 	"github.com/spillwayproxy/spillway/hostsim/internal/hostcalls"
 )
 
