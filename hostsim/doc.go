@@ -22,8 +22,9 @@
 //     plugin's metric store) and internal/streaminfo (response flags, code details, reset
 //     reasons): pieces of Envoy's model that need no VM.
 //   - internal/sched (the event loop: posted events, timers in time order, virtual-time
-//     Advance, the real-clock dispatcher) and internal/hostcalls (the per-VM host-call
-//     counters): the host's machinery, which knows nothing of what it runs or counts.
+//     Advance, the real-clock dispatcher), internal/hostcalls (the per-VM host-call
+//     counters) and internal/cachedir (the compilation cache directory's size limit): the
+//     host's machinery, which knows nothing of what it runs, counts or caches.
 //
 // The model here implements those interfaces on the VM (guest.go, hostfn.go, wasi.go:
 // unexported methods, outside VM's API) and wraps every host function once (wrapHostFunc:
