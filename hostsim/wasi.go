@@ -36,7 +36,8 @@ func engineFor(m WASIMode) engineKind {
 	return engineEnvoy
 }
 
-// The VM as the WASI functions see it (wasi.Guest).
+// The VM as the WASI functions see it (wasi.Guest); Log and Now serve the env functions too
+// (hostfn.Logger, hostfn.Timers).
 
 func (g *guest) Log(level abi.LogLevel, msg string) { g.host.log(g.vm(), level, msg) }
 
