@@ -108,6 +108,17 @@ func TestBoundaries(t *testing.T) {
 		// shipped Envoy configuration does (it holds no filter code).
 		{"hostsim imports no package of plugin/ (but the stats contract)", isHostsim, true,
 			func(d string) bool { return within(d, own("plugin")) && !within(d, own("plugin/stats")) }},
+		// hostsim's internal packages are its layers under the Envoy model (hostsim/doc.go):
+		// each stands on abi at most, so none reaches sideways into another's ABI area.
+		// buildguests is the guests' build tool, which reads the build stamp.
+		{"hostsim's layers stand on hostsim/internal/abi alone",
+			func(p string) bool {
+				return within(p, own("hostsim/internal")) && !within(p, own("hostsim/internal/abi")) &&
+					!within(p, own("hostsim/internal/buildguests"))
+			}, false,
+			func(d string) bool {
+				return within(d, own("hostsim")) && !within(d, own("hostsim/internal/abi"))
+			}},
 		// internal/ holds what the engine and hostsim share (the manual clock of their virtual
 		// time): it stays neutral so that both may import it without meeting each other.
 		{"the shared ground (internal/) imports neither the filter nor the host",
