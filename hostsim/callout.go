@@ -54,30 +54,26 @@ type HttpCalloutAttribute struct {
 	Body      []byte
 }
 
-func (vm *VM) httpCall(s []uint64) Status {
-	h := vm.host
-	up, ok1 := vm.read(u32(s[0]), u32(s[1]))
-	hb, ok2 := vm.read(u32(s[2]), u32(s[3]))
-	body, ok3 := vm.read(u32(s[4]), u32(s[5]))
-	tb, ok4 := vm.read(u32(s[6]), u32(s[7]))
-	if !ok1 || !ok2 || !ok3 || !ok4 {
-		return StatusInvalidMemoryAccess
-	}
-	timeout := int32(u32(s[8]))
-	tokenPtr := u32(s[9])
-	headers, _ := DecodePairs(hb)
-	trailers, _ := DecodePairs(tb)
+// newCalloutToken allocates the next callout token (never 0).
+func (h *Host) newCalloutToken() uint32 {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.nextToken++
 	if h.nextToken == 0 {
 		h.nextToken = 1
 	}
-	token := h.nextToken
+	return h.nextToken
+}
+
+// httpCall validates a callout as Envoy's Context::httpCall does (source/extensions/
+// common/wasm/context.cc: a timeout that is not negative, a known cluster, :path, :method
+// and :authority) and sends it: the root context owns it, the handler is asked
+// asynchronously and its timeout is scheduled. up and body are views of guest memory.
+func (vm *VM) httpCall(token uint32, up []byte, headers, trailers [][2]string, body []byte, timeout int32) Status {
+	h := vm.host
+	h.mu.Lock()
 	clusters := h.cfg.clusters
 	h.mu.Unlock()
-	if !vm.mem.WriteUint32Le(tokenPtr, token) {
-		return StatusInvalidMemoryAccess
-	}
 	if len(clusters) > 0 && !clusters[string(up)] {
 		return StatusBadArgument
 	}

@@ -1,9 +1,6 @@
 package hostsim
 
-import (
-	"sync"
-	"time"
-)
+import "time"
 
 // Clock tells the host's time. It drives the guest's WASI clocks, ticks, callout timeouts
 // and scheduled deliveries.
@@ -11,34 +8,12 @@ type Clock interface {
 	Now() time.Time
 }
 
-// SettableClock is a virtual clock the host can move (Host.Advance). state.ManualClock
-// satisfies it, so engine tests and hostsim can share one clock.
+// SettableClock is a virtual clock the host can move (Host.Advance). The module's one
+// implementation is internal/manualclock's Clock, which the engine's tests use too, so a
+// test can share one clock between the engine and hostsim.
 type SettableClock interface {
 	Clock
 	Set(time.Time)
-}
-
-// VirtualClock is a SettableClock that moves only when told to.
-type VirtualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// NewVirtualClock returns a clock standing at start.
-func NewVirtualClock(start time.Time) *VirtualClock { return &VirtualClock{now: start} }
-
-// Now implements Clock.
-func (c *VirtualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Set implements SettableClock.
-func (c *VirtualClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
 }
 
 // realClock is the wall clock.

@@ -2,6 +2,46 @@
 // main-thread and canary VMs, the HTTP stream lifecycle, shared data and queues, ticks, HTTP
 // callouts, properties, metrics, logs, Envoy's WASI surface and its failure policies.
 //
+// # Layers
+//
+// The package is the Envoy model (its VMs and streams) and the public API over it. Below it
+// are internal packages that know neither a VM nor a stream, each citing its sources where
+// it models them:
+//
+//   - internal/abi: the proxy-wasm ABI's vocabulary — status codes, map/buffer/stream/log/
+//     metric enums, the pairs serialization, guest memory access (cpp-host's
+//     copyToPointerSize), and the shape of a host function and its restricted phases.
+//   - internal/wasi: the WASI surface per Envoy version (WASIMode): which functions exist
+//     and what each answers, over a small Guest interface.
+//   - internal/hostfn: the env module and which of its imports each ABI version links, one
+//     file per ABI area (logging, properties, header maps, buffers, stream control, shared
+//     data, queues, callouts, metrics, timers, foreign functions). Each function decodes its
+//     arguments from guest memory, asks the model through that area's interface, and
+//     encodes the answer.
+//   - internal/process (shared data and queues, process-wide), internal/metrics (the
+//     plugin's metric store) and internal/streaminfo (response flags, code details, reset
+//     reasons): pieces of Envoy's model that need no VM.
+//   - internal/sched (the event loop: posted events, timers in time order, virtual-time
+//     Advance, the real-clock dispatcher), internal/hostcalls (the per-VM host-call
+//     counters) and internal/cachedir (the compilation cache directory's size limit): the
+//     host's machinery, which knows nothing of what it runs, counts or caches.
+//
+// The model here implements those interfaces on the VM (guest.go, hostfn.go, wasi.go:
+// unexported methods, outside VM's API) and wraps every host function once (wrapHostFunc:
+// find the calling VM, count the call, enforce the restricted phases). It is the process
+// (Host, host.go: VMs, logs, what each event does), the VMs (vm.go: instances,
+// callbacks, failure), the HTTP stream (stream.go, property.go: the filter chain's
+// iteration, phases, deferred actions), the callouts (callout.go) and the router
+// (exchange.go, router.go, upstreamcall.go: whole requests, the upstream, the router's own
+// replies). The clock of virtual time is the module's internal/manualclock, which the
+// engine's tests share.
+//
+// The public API is what a test or a front end needs: New and the Options (options.go),
+// Host and VM with the proxytest-shaped calls (api.go) and the exchanges (Request,
+// Response, Upstream*, Exchange), Runtime and Module, the failure and WASI modes, the
+// errors, and the vocabulary those speak (Status, LogLevel, MetricType, ABIVersion,
+// ResponseFlags, the Details and Reset names), re-exported from the internal packages.
+//
 // # Fidelity
 //
 // The host follows Envoy (source/extensions/common/wasm/context.cc, the HTTP filter manager

@@ -2,15 +2,18 @@ package hostsim
 
 import (
 	"bytes"
-	"container/heap"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/hostcalls"
+	"github.com/spillwayproxy/spillway/hostsim/internal/metrics"
+	"github.com/spillwayproxy/spillway/hostsim/internal/sched"
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 )
 
 // Host is one simulated Envoy process running one HTTP wasm filter: a base VM, a canary,
@@ -35,23 +38,16 @@ type Host struct {
 
 	mu        sync.Mutex // guards everything below
 	logs      []LogEntry
-	metrics   []*metric
-	metricIDs map[string]uint32
-	timers    timerHeap
-	timerSeq  uint64
-	pending   []event
+	metrics   *metrics.Store // the plugin's metrics (locked on their own)
 	callouts  map[uint32]*Callout
 	nextToken uint32
-	asyncErrs []error
 	vmSeq     int
-	callCount []hostCallCounters // the host-call counters of every VM made (HostCalls)
+	callCount []hostcalls.Counters // the host-call counters of every VM made (HostCalls)
 	randMu    sync.Mutex
 
 	rr atomic.Uint64 // RunHTTP round-robin
 
-	wake chan struct{} // real clock: kicks the dispatcher
-	stop chan struct{}
-	done chan struct{}
+	loop *sched.Loop[event] // ticks, callouts, queue notifications, exchanges' timers
 }
 
 // LogEntry is one guest log line.
@@ -76,9 +72,10 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 		return nil, errors.New("hostsim: WithStreamingUpstream needs WithRealClock")
 	}
 	h := &Host{cfg: cfg, rt: cfg.runtime, clock: cfg.clock, realtime: cfg.realtime,
-		metricIDs: map[string]uint32{}, callouts: map[uint32]*Callout{}}
+		metrics: metrics.NewStore(), callouts: map[uint32]*Callout{}}
+	h.loop = sched.New(h.dispatch)
 	if h.clock == nil {
-		h.clock = NewVirtualClock(VirtualStart())
+		h.clock = manualclock.New(VirtualStart())
 	}
 	h.start = h.clock.Now()
 	if h.rt == nil {
@@ -104,10 +101,10 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 	if h.proc == nil {
 		h.proc = NewProcess()
 	}
-	h.proc.acquire(cfg.vmID)
+	h.proc.state.Acquire(cfg.vmID)
 	base := h.newVM(vmBase, 0)
 	if err := base.instantiate(); err != nil {
-		h.proc.release(cfg.vmID)
+		h.proc.state.Release(cfg.vmID)
 		h.closeRuntime()
 		return nil, err
 	}
@@ -275,15 +272,12 @@ func (h *Host) Close() error {
 		return nil
 	}
 	h.closed = true
-	if h.stop != nil {
-		close(h.stop)
-		<-h.done
-	}
+	h.loop.Stop()
 	var errs []error
 	for _, vm := range h.VMs() {
 		errs = append(errs, vm.shutdown())
 	}
-	h.proc.release(h.cfg.vmID)
+	h.proc.state.Release(h.cfg.vmID)
 	h.closeRuntime()
 	return errors.Join(errs...)
 }
@@ -301,7 +295,7 @@ func (h *Host) newVM(kind vmKind, index int) *VM {
 	h.mu.Lock()
 	h.vmSeq++
 	seq := h.vmSeq
-	vm := &VM{host: h, kind: kind, index: index, seq: seq, hostCalls: newHostCallCounters()}
+	vm := &VM{host: h, kind: kind, index: index, seq: seq, hostCalls: hostCallTable.NewCounters()}
 	h.callCount = append(h.callCount, vm.hostCalls)
 	h.mu.Unlock()
 	switch kind {
@@ -419,107 +413,16 @@ func (h *Host) ResetLogs() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Metrics. Ids carry the type in their low two bits, as Envoy's do; a name is one stat for
-// the whole process, whichever VM defines it.
+// Metrics (hostsim/internal/metrics): one store per Host, so a name is one stat for the
+// whole process, whichever VM defines it.
 
-type metric struct {
-	name  string
-	typ   MetricType
-	value uint64 // counter, gauge; last recorded value of a histogram
-	hist  []uint64
-}
-
-func (h *Host) defineMetric(t MetricType, name string) (uint32, Status) {
-	if t > MetricHistogram {
-		return 0, StatusBadArgument
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	key := t.String() + "\x00" + name
-	if id, ok := h.metricIDs[key]; ok {
-		return id, StatusOK
-	}
-	h.metrics = append(h.metrics, &metric{name: name, typ: t})
-	id := uint32(len(h.metrics))<<2 | uint32(t)
-	h.metricIDs[key] = id
-	return id, StatusOK
-}
-
-func (h *Host) metricByID(id uint32) *metric {
-	i := int(id >> 2)
-	if i < 1 || i > len(h.metrics) || uint32(h.metrics[i-1].typ) != id&3 {
-		return nil
-	}
-	return h.metrics[i-1]
-}
-
-func (h *Host) incrementMetric(id uint32, offset int64) Status {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := h.metricByID(id)
-	if m == nil {
-		return StatusNotFound
-	}
-	switch m.typ {
-	case MetricCounter:
-		if offset <= 0 {
-			return StatusBadArgument
-		}
-		m.value += uint64(offset)
-	case MetricGauge:
-		m.value += uint64(offset)
-	default:
-		return StatusBadArgument
-	}
-	return StatusOK
-}
-
-func (h *Host) recordMetric(id uint32, value uint64) Status {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := h.metricByID(id)
-	if m == nil {
-		return StatusNotFound
-	}
-	switch m.typ {
-	case MetricCounter:
-		m.value += value
-	case MetricGauge:
-		m.value = value
-	default:
-		m.value = value
-		m.hist = append(m.hist, value)
-	}
-	return StatusOK
-}
-
-func (h *Host) getMetric(id uint32) (uint64, Status) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := h.metricByID(id)
-	if m == nil {
-		return 0, StatusNotFound
-	}
-	if m.typ == MetricHistogram {
-		return 0, StatusBadArgument
-	}
-	return m.value, StatusOK
-}
-
+// metricValue reads a metric for the proxytest getters.
 func (h *Host) metricValue(name string, t MetricType) (uint64, []uint64, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	id, ok := h.metricIDs[t.String()+"\x00"+name]
-	if !ok {
-		for _, m := range h.metrics {
-			if m.name == name {
-				return 0, nil, fmt.Errorf("hostsim: metric %q is a %s, not a %s", name, m.typ, t)
-			}
-		}
-		return 0, nil, fmt.Errorf("hostsim: metric %q not found", name)
+	v, samples, err := h.metrics.Lookup(name, t)
+	if err != nil {
+		return 0, nil, fmt.Errorf("hostsim: %w", err)
 	}
-	m := h.metricByID(id)
-	return m.value, append([]uint64(nil), m.hist...), nil
+	return v, samples, nil
 }
 
 // GetCounterMetric returns a counter's value (proxytest).
@@ -546,56 +449,28 @@ func (h *Host) GetHistogramValues(name string) ([]uint64, error) {
 	return vs, err
 }
 
-// MetricValue is a snapshot of one metric the plugin defined.
-type MetricValue struct {
-	Name  string
-	Type  MetricType
-	Value uint64 // counter and gauge value; a histogram's last recorded value
-	// Samples are every value recorded in a histogram, oldest first.
-	Samples []uint64
-}
+// MetricValue is a snapshot of one metric the plugin defined: Name, Type, Value (a counter's
+// or gauge's value, a histogram's last recorded one) and a histogram's Samples, oldest first.
+type MetricValue = metrics.Value
 
 // Metrics returns every defined metric's current value, sorted by name and type (for an
 // admin endpoint such as hostsim serve's /stats/prometheus).
-func (h *Host) Metrics() []MetricValue {
-	h.mu.Lock()
-	out := make([]MetricValue, 0, len(h.metrics))
-	for _, m := range h.metrics {
-		out = append(out, MetricValue{Name: m.name, Type: m.typ, Value: m.value, Samples: append([]uint64(nil), m.hist...)})
-	}
-	h.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Name != out[j].Name {
-			return out[i].Name < out[j].Name
-		}
-		return out[i].Type < out[j].Type
-	})
-	return out
-}
+func (h *Host) Metrics() []MetricValue { return h.metrics.Values() }
 
 // MetricNames lists the defined metrics as "type:name", sorted.
-func (h *Host) MetricNames() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]string, 0, len(h.metrics))
-	for _, m := range h.metrics {
-		out = append(out, m.typ.String()+":"+m.name)
-	}
-	sort.Strings(out)
-	return out
-}
+func (h *Host) MetricNames() []string { return h.metrics.Names() }
 
 // ---------------------------------------------------------------------------------------
 // Shared data and queues, host side.
 
 // GetSharedData reads shared data in this host's vm_id namespace.
 func (h *Host) GetSharedData(key string) (value []byte, cas uint32, found bool) {
-	return h.proc.get(h.cfg.vmID, key)
+	return h.proc.GetSharedData(h.cfg.vmID, key)
 }
 
 // SetSharedData writes shared data as another worker would, with the guest's CAS rules.
 func (h *Host) SetSharedData(key string, value []byte, cas uint32) Status {
-	return h.proc.set(h.cfg.vmID, key, value, cas)
+	return h.proc.SetSharedData(h.cfg.vmID, key, value, cas)
 }
 
 // SharedDataKeys lists the keys in this host's vm_id namespace.
@@ -605,14 +480,11 @@ func (h *Host) SharedDataKeys() []string { return h.proc.SharedDataKeys(h.cfg.vm
 func (h *Host) GetQueueSize(queueID uint32) int { return h.proc.QueueSize(queueID) }
 
 // ResolveQueue returns the token of a registered queue in this host's vm_id namespace.
-func (h *Host) ResolveQueue(name string) (uint32, bool) { return h.proc.resolve(h.cfg.vmID, name) }
+func (h *Host) ResolveQueue(name string) (uint32, bool) { return h.proc.resolveQueue(h.cfg.vmID, name) }
 
 // EnqueueSharedQueue appends to a queue as another VM would, notifying its registrant.
 func (h *Host) EnqueueSharedQueue(token uint32, value []byte) (Status, error) {
-	target, gen, root, st := h.proc.enqueue(token, value)
-	if st == StatusOK && target != nil {
-		h.post(event{kind: evQueueReady, vm: target, gen: gen, root: root, token: token})
-	}
+	st := h.proc.enqueue(h, token, value)
 	return st, h.drain()
 }
 
@@ -688,84 +560,23 @@ type event struct {
 	exFn    func(*Exchange) error
 }
 
-type timer struct {
-	at  time.Time
-	seq uint64
-	ev  event
-}
+// schedule runs ev on the event loop once the clock reaches at.
+func (h *Host) schedule(at time.Time, ev event) { h.loop.Schedule(at, ev) }
 
-type timerHeap []timer
-
-func (t timerHeap) Len() int { return len(t) }
-func (t timerHeap) Less(i, j int) bool {
-	if t[i].at.Equal(t[j].at) {
-		return t[i].seq < t[j].seq
-	}
-	return t[i].at.Before(t[j].at)
-}
-func (t timerHeap) Swap(i, j int) { t[i], t[j] = t[j], t[i] }
-func (t *timerHeap) Push(x any)   { *t = append(*t, x.(timer)) }
-func (t *timerHeap) Pop() any {
-	old := *t
-	x := old[len(old)-1]
-	*t = old[:len(old)-1]
-	return x
-}
-
-func (h *Host) schedule(at time.Time, ev event) {
-	h.mu.Lock()
-	h.timerSeq++
-	heap.Push(&h.timers, timer{at: at, seq: h.timerSeq, ev: ev})
-	h.mu.Unlock()
-	h.kick()
-}
-
-func (h *Host) post(ev event) {
-	h.mu.Lock()
-	h.pending = append(h.pending, ev)
-	h.mu.Unlock()
-	h.kick()
-}
-
-func (h *Host) kick() {
-	if h.wake != nil {
-		select {
-		case h.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// maxDrain bounds how many events one drain runs (a guest that re-enqueues forever).
-const maxDrain = 100000
+// post runs ev on the event loop next, outside the VM that posts it.
+func (h *Host) post(ev event) { h.loop.Post(ev) }
 
 // drain runs pending events until none is left (virtual clock). With a real clock the
 // dispatcher does it.
 func (h *Host) drain() error {
-	if h.realtime && h.wake != nil {
+	if h.realtime && h.loop.Dispatching() {
 		return nil
 	}
-	return h.drainNow()
+	return h.loop.Drain()
 }
 
-func (h *Host) drainNow() error {
-	var errs []error
-	for i := 0; i < maxDrain; i++ {
-		h.mu.Lock()
-		if len(h.pending) == 0 {
-			h.mu.Unlock()
-			return errors.Join(errs...)
-		}
-		ev := h.pending[0]
-		h.pending[0] = event{}
-		h.pending = h.pending[1:]
-		h.mu.Unlock()
-		if err := h.dispatch(ev); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(append(errs, errors.New("hostsim: event storm: more than 100000 events in one drain"))...)
-}
+// drainNow runs pending events until none is left, whatever the clock.
+func (h *Host) drainNow() error { return h.loop.Drain() }
 
 // Advance moves a virtual clock forward by d, firing ticks, callout deliveries and
 // timeouts in time order on their VMs. Errors are guest traps in those callbacks.
@@ -774,108 +585,18 @@ func (h *Host) Advance(d time.Duration) error {
 	if !ok || h.realtime {
 		return errors.New("hostsim: Advance needs a virtual clock")
 	}
-	target := sc.Now().Add(d)
-	var errs []error
-	if err := h.drainNow(); err != nil {
-		errs = append(errs, err)
-	}
-	for {
-		h.mu.Lock()
-		if len(h.timers) == 0 || h.timers[0].at.After(target) {
-			h.mu.Unlock()
-			break
-		}
-		t := heap.Pop(&h.timers).(timer)
-		h.mu.Unlock()
-		if t.at.After(sc.Now()) {
-			sc.Set(t.at)
-		}
-		if err := h.dispatch(t.ev); err != nil {
-			errs = append(errs, err)
-		}
-		if err := h.drainNow(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if target.After(sc.Now()) {
-		sc.Set(target)
-	}
-	return errors.Join(errs...)
+	return h.loop.Advance(sc, d)
 }
 
 // NextTimer returns when the next timer fires (false if none is scheduled).
-func (h *Host) NextTimer() (time.Time, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.timers) == 0 {
-		return time.Time{}, false
-	}
-	return h.timers[0].at, true
-}
+func (h *Host) NextTimer() (time.Time, bool) { return h.loop.Next() }
 
 // AsyncErrors returns (and forgets) guest traps raised by events the dispatcher ran with a
 // real clock.
-func (h *Host) AsyncErrors() []error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	e := h.asyncErrs
-	h.asyncErrs = nil
-	return e
-}
+func (h *Host) AsyncErrors() []error { return h.loop.AsyncErrors() }
 
-func (h *Host) startDispatcher() {
-	h.wake = make(chan struct{}, 1)
-	h.stop = make(chan struct{})
-	h.done = make(chan struct{})
-	go h.dispatchLoop()
-}
-
-func (h *Host) dispatchLoop() {
-	defer close(h.done)
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
-		if err := h.drainNow(); err != nil {
-			h.mu.Lock()
-			h.asyncErrs = append(h.asyncErrs, err)
-			h.mu.Unlock()
-		}
-		now := time.Now()
-		wait := time.Hour
-		h.mu.Lock()
-		var due []timer
-		for len(h.timers) > 0 && !h.timers[0].at.After(now) {
-			due = append(due, heap.Pop(&h.timers).(timer))
-		}
-		if len(h.timers) > 0 {
-			wait = h.timers[0].at.Sub(now)
-		}
-		h.mu.Unlock()
-		for _, d := range due {
-			if err := h.dispatch(d.ev); err != nil {
-				h.mu.Lock()
-				h.asyncErrs = append(h.asyncErrs, err)
-				h.mu.Unlock()
-			}
-		}
-		if len(due) > 0 {
-			continue
-		}
-		t.Reset(wait)
-		select {
-		case <-h.stop:
-			return
-		case <-h.wake:
-			if !t.Stop() {
-				select {
-				case <-t.C:
-				default:
-				}
-			}
-		case <-t.C:
-		}
-	}
-}
+// startDispatcher runs the event loop on the wall clock (WithRealClock).
+func (h *Host) startDispatcher() { h.loop.Start() }
 
 // dispatch runs one event.
 func (h *Host) dispatch(ev event) error {
@@ -918,9 +639,27 @@ func (h *Host) dispatch(ev event) error {
 	return nil
 }
 
-func sortedStrings(s []string) []string {
-	sort.Strings(s)
-	return s
-}
-
 func joinPath(path []string) string { return strings.Join(path, "\x00") }
+
+// callForeign runs a foreign function registered with WithForeignFunction or
+// RegisterForeignFunction, or Envoy's built-in clear_route_cache (Envoy ≥ 1.33 registers
+// it), which answers nothing.
+func (vm *VM) callForeign(n string, args []byte) ([]byte, bool, Status) {
+	vm.host.mu.Lock()
+	f := vm.host.cfg.foreign[n]
+	vm.host.mu.Unlock()
+	if f == nil {
+		if n == "clear_route_cache" {
+			if fr := vm.frame; fr != nil && fr.stream != nil {
+				fr.stream.RouteCacheClears++
+			}
+			return nil, false, StatusOK
+		}
+		return nil, false, StatusNotFound
+	}
+	out, err := f(append([]byte(nil), args...))
+	if err != nil {
+		return nil, false, StatusInternalFailure
+	}
+	return out, true, StatusOK
+}

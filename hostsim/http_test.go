@@ -289,5 +289,3 @@ tick effective 99
 		"op close 0 -> Ok", "op set_property a b -> NotFound", "op continue 3 -> Unimplemented",
 		"op continue 7 -> BadArgument", "op effective 99 -> BadArgument")
 }
-
-var _ = hostsim.StatusOK

@@ -108,7 +108,7 @@ func WithProperty(path []string, value []byte) Option {
 func WithFailurePolicy(p FailurePolicy) Option { return func(c *config) { c.failurePolicy = p } }
 
 // WithClock sets the clock. A SettableClock is virtual: time moves only with Advance.
-// Without WithClock or WithRealClock the Host uses a VirtualClock at VirtualStart().
+// Without WithClock or WithRealClock the Host uses a manualclock.Clock at VirtualStart().
 func WithClock(clk SettableClock) Option {
 	return func(c *config) { c.clock, c.realtime = clk, false }
 }

@@ -3,6 +3,8 @@ package hostsim
 import (
 	"strconv"
 	"strings"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 )
 
 // streamProperty computes the request.* and response.* attributes Envoy derives from the
@@ -11,7 +13,7 @@ import (
 // integer and response.code_details the details string (see ResponseFlags and the Details*
 // constants for when hostsim sets which, modelled on Envoy's router and filter manager).
 func (s *httpStream) streamProperty(top, rest string) ([]byte, bool) {
-	name, sub, _ := cutNUL(rest)
+	name, sub, _ := abi.CutPath(rest)
 	switch top {
 	case "request":
 		h := s.req.headers
@@ -59,7 +61,7 @@ func (s *httpStream) streamProperty(top, rest string) ([]byte, bool) {
 		// (legacyResponseFlags, 0 when none), code_details only once something set it.
 		switch name {
 		case "flags":
-			return PropertyUint64(uint64(s.flags)), true
+			return abi.PropertyUint64(uint64(s.flags)), true
 		case "code_details":
 			if !s.hasDetails {
 				return nil, false
@@ -77,7 +79,7 @@ func (s *httpStream) streamProperty(top, rest string) ([]byte, bool) {
 			if !ok || err != nil {
 				return nil, false
 			}
-			return PropertyUint64(code), true
+			return abi.PropertyUint64(code), true
 		case "headers":
 			return mapProperty(h, sub)
 		case "trailers":
@@ -90,8 +92,73 @@ func (s *httpStream) streamProperty(top, rest string) ([]byte, bool) {
 // mapProperty serializes a header map, or one header's value when a key follows.
 func mapProperty(h [][2]string, key string) ([]byte, bool) {
 	if key == "" {
-		return EncodePairs(h), true
+		return abi.EncodePairs(h), true
 	}
-	v, ok := headerValue(h, lowerASCII(key))
+	v, ok := headerValue(h, abi.LowerASCII(key))
 	return []byte(v), ok
+}
+
+// getProperty resolves a property path the way Envoy ≥ 1.33 does.
+func (vm *VM) getProperty(path string) ([]byte, Status) {
+	h := vm.host
+	var s *httpStream
+	if fr := vm.frame; fr != nil {
+		s = fr.stream
+	}
+	top, rest, _ := abi.CutPath(path)
+	switch top {
+	case "plugin_name":
+		return []byte(h.cfg.pluginName), StatusOK
+	case "plugin_root_id":
+		return []byte(h.cfg.rootID), StatusOK
+	case "plugin_vm_id":
+		return []byte(h.cfg.vmID), StatusOK
+	case "node", "cluster_name", "cluster_metadata", "route_name", "route_metadata", "listener_direction",
+		"listener_metadata", "upstream_host_metadata":
+		// Removed from get_property in Envoy 1.33 (use xds.*), unless set as filter state.
+		if s != nil {
+			if v, ok := s.filterState[path]; ok {
+				return v, StatusOK
+			}
+		}
+		return nil, StatusNotFound
+	case "request", "response", "connection", "upstream", "source", "destination", "filter_state", "upstream_filter_state":
+		if s == nil {
+			return nil, StatusNotFound // no stream info in a root context
+		}
+		if v, ok := s.streamProperty(top, rest); ok {
+			return v, StatusOK
+		}
+		if v, ok := h.property(path); ok {
+			return v, StatusOK
+		}
+		return nil, StatusNotFound
+	case "xds", "metadata":
+		if v, ok := h.property(path); ok {
+			return v, StatusOK
+		}
+		return nil, StatusNotFound
+	}
+	if s != nil {
+		if v, ok := s.filterState[path]; ok {
+			return v, StatusOK
+		}
+	}
+	if v, ok := h.property(path); ok {
+		return v, StatusOK
+	}
+	return nil, StatusNotFound
+}
+
+// setProperty sets filter state; a root context has no stream info (NotFound).
+func (vm *VM) setProperty(path string, val []byte) Status {
+	fr := vm.frame
+	if fr == nil || fr.stream == nil {
+		return StatusNotFound // no stream info
+	}
+	if fr.stream.filterState == nil {
+		fr.stream.filterState = map[string][]byte{}
+	}
+	fr.stream.filterState[path] = append([]byte(nil), val...)
+	return StatusOK
 }

@@ -2,8 +2,9 @@ package hostsim
 
 import (
 	"errors"
-	"strconv"
 	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/streaminfo"
 )
 
 // This file is Envoy's router filter as far as an exchange needs it: what it answers itself
@@ -19,58 +20,6 @@ var ErrClusterNotFound = errors.New("hostsim: cluster not found")
 // (Router::Filter::sendNoHealthyUpstreamResponse): 503 "no healthy upstream", flag UH,
 // details no_healthy_upstream.
 var ErrNoHealthyUpstream = errors.New("hostsim: no healthy upstream")
-
-// ResetReason is why an upstream stream ended in a reset (Http::StreamResetReason).
-type ResetReason int
-
-// The reset reasons, as envoy/http/stream_reset_handler.h names them.
-const (
-	ResetLocalConnectionFailure ResetReason = iota
-	ResetRemoteConnectionFailure
-	ResetConnectionTimeout
-	ResetConnectionTermination
-	ResetLocalReset
-	ResetLocalRefusedStreamReset
-	ResetOverflow
-	ResetRemoteReset
-	ResetRemoteRefusedStreamReset
-	ResetConnectError
-	ResetProtocolError
-	ResetOverloadManager
-)
-
-var resetReasonNames = [...]string{"local connection failure", "remote connection failure", "connection timeout",
-	"connection termination", "local reset", "local refused stream reset", "overflow", "remote reset",
-	"remote refused stream reset", "remote error with CONNECT request", "protocol error", "overload manager reset"}
-
-// String is Http::Utility::resetReasonToString.
-func (r ResetReason) String() string {
-	if r >= 0 && int(r) < len(resetReasonNames) {
-		return resetReasonNames[r]
-	}
-	return "reset reason " + strconv.Itoa(int(r))
-}
-
-// flag is Router::Filter::streamResetReasonToResponseFlag.
-func (r ResetReason) flag() ResponseFlags {
-	switch r {
-	case ResetLocalConnectionFailure, ResetRemoteConnectionFailure, ResetConnectionTimeout:
-		return FlagUpstreamConnectionFailure
-	case ResetConnectionTermination:
-		return FlagUpstreamConnectionTermination
-	case ResetLocalReset, ResetLocalRefusedStreamReset:
-		return FlagLocalReset
-	case ResetOverflow:
-		return FlagUpstreamOverflow
-	case ResetRemoteReset, ResetRemoteRefusedStreamReset, ResetConnectError:
-		return FlagUpstreamRemoteReset
-	case ResetProtocolError:
-		return FlagUpstreamProtocolError
-	case ResetOverloadManager:
-		return FlagOverloadManager
-	}
-	return FlagUpstreamRemoteReset
-}
 
 // UpstreamReset is an upstream stream that ended in a reset. Returned (or wrapped) as an
 // UpstreamFunc's error, or passed to UpstreamCall.Fail, it is a reset before the response
@@ -144,7 +93,7 @@ func (ex *Exchange) upstreamReset(r *UpstreamReset) {
 	if ex.upHeaders {
 		basic = DetailsLateUpstreamReset
 	}
-	ex.routerReply(code, body, r.Reason.flag(), envoyDetails(basic+"{"+inner+"}"))
+	ex.routerReply(code, body, streaminfo.ResetFlag(r.Reason), streaminfo.ReplaceAllEmptySpace(basic+"{"+inner+"}"))
 }
 
 // routerTimeout is the route timeout (onResponseTimeout) or the per-try idle timeout

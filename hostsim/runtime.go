@@ -1,17 +1,12 @@
 package hostsim
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +14,11 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/cachedir"
+	"github.com/spillwayproxy/spillway/hostsim/internal/hostfn"
+	"github.com/spillwayproxy/spillway/hostsim/internal/wasi"
 )
 
 // envoyMaxMemoryPages is V8's --wasm_max_mem_pages in cpp-host (1 GiB).
@@ -81,7 +81,7 @@ func NewRuntime(opts ...RuntimeOption) (*Runtime, error) {
 		if err := os.MkdirAll(r.cfg.cacheDir, 0o755); err != nil {
 			return nil, fmt.Errorf("hostsim: compilation cache: %w", err)
 		}
-		pruneCache(r.cfg.cacheDir, r.cfg.cacheLimit, time.Now())
+		cachedir.Prune(r.cfg.cacheDir, r.cfg.cacheLimit, time.Now())
 		c, err := wazero.NewCompilationCacheWithDir(r.cfg.cacheDir)
 		if err != nil {
 			return nil, fmt.Errorf("hostsim: compilation cache: %w", err)
@@ -109,53 +109,9 @@ func (r *Runtime) Close() error {
 	}
 	errs = append(errs, r.cache.Close(context.Background()))
 	if r.cfg.cacheDir != "" {
-		pruneCache(r.cfg.cacheDir, r.cfg.cacheLimit, time.Now())
+		cachedir.Prune(r.cfg.cacheDir, r.cfg.cacheLimit, time.Now())
 	}
 	return errors.Join(errs...)
-}
-
-// tempGrace is how old a temporary file in the cache must be before pruning removes it:
-// wazero writes an entry to a temporary file and renames it into place, and another
-// process may be writing one now.
-const tempGrace = time.Hour
-
-// pruneCache removes the files written longest ago under dir until the rest take at most
-// limit bytes. Every file counts, whichever wazero version wrote it (a version's entries
-// live in a directory of their own, which an upgrade leaves behind). It is best effort:
-// other processes may use the directory at the same time, and an entry removed under a
-// reader is only compiled again.
-func pruneCache(dir string, limit int64, now time.Time) {
-	type entry struct {
-		path string
-		size int64
-		mod  time.Time
-	}
-	var entries []entry
-	var total int64
-	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		if strings.HasSuffix(d.Name(), ".tmp") && now.Sub(info.ModTime()) < tempGrace {
-			return nil // being written
-		}
-		entries = append(entries, entry{path, info.Size(), info.ModTime()})
-		total += info.Size()
-		return nil
-	})
-	slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.mod.UnixNano(), b.mod.UnixNano()) })
-	for _, e := range entries {
-		if total <= limit {
-			break
-		}
-		if err := os.Remove(e.path); err == nil || errors.Is(err, fs.ErrNotExist) {
-			total -= e.size
-		}
-	}
 }
 
 type engineKind int
@@ -196,13 +152,17 @@ func (r *Runtime) engine(kind engineKind) (*engine, error) {
 	}
 	var err error
 	if kind == engineWazero {
-		_, err = wasi_snapshot_preview1.Instantiate(ctx, e.rt)
+		if _, err = wasi_snapshot_preview1.Instantiate(ctx, e.rt); err != nil {
+			err = fmt.Errorf("wasi: %w", err)
+		}
 	} else {
-		err = instantiateEnvoyWASI(ctx, e.rt)
+		err = wasi.Instantiate(ctx, e.rt, func(module string, f abi.Func[wasi.Guest]) api.GoModuleFunction {
+			return wrapHostFunc(module, f, func(vm *VM) wasi.Guest { return (*guest)(vm) })
+		})
 	}
 	if err != nil {
 		e.rt.Close(ctx)
-		return nil, fmt.Errorf("hostsim: wasi: %w", err)
+		return nil, fmt.Errorf("hostsim: %w", err)
 	}
 	r.engines[kind] = e
 	return e, nil
@@ -228,7 +188,7 @@ type Module struct {
 
 // Compile compiles wasm for the given WASI mode's engine, once per distinct module.
 func (r *Runtime) Compile(wasm []byte, mode WASIMode) (*Module, error) {
-	e, err := r.engine(mode.engine())
+	e, err := r.engine(engineFor(mode))
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +223,7 @@ func (e *engine) compile(wasm []byte) (*Module, error) {
 	sort.Strings(m.Imports)
 	// cpp-host stops at the first marker in export order; wazero does not keep the order,
 	// so the oldest ABI wins when a module declares several (none of ours does).
-	for _, v := range []ABIVersion{ABI010, ABI020, ABI021} {
+	for _, v := range abi.ABIVersions {
 		if m.funcs[string(v)] {
 			m.ABI = v
 			break
@@ -312,9 +272,9 @@ func (m *Module) CheckImports(mode WASIMode) error {
 		ok := false
 		switch mod {
 		case "env":
-			ok = envImportAllowed(name, m.ABI)
+			ok = hostfn.ImportAllowed(name, m.ABI)
 		case wasi_snapshot_preview1.ModuleName, "wasi_unstable":
-			ok = mode.provides(name) && (mod == wasi_snapshot_preview1.ModuleName || mode != WASIWazero)
+			ok = mode.Provides(name) && (mod == wasi_snapshot_preview1.ModuleName || mode != WASIWazero)
 		}
 		if !ok {
 			missing = append(missing, mod+"."+name)

@@ -6,6 +6,9 @@ import (
 	"strconv"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/streaminfo"
 )
 
 // LocalResponse is a reply the plugin sent with proxy_send_local_response (field names as
@@ -84,7 +87,7 @@ const (
 
 type deferredOp struct {
 	kind  opKind
-	dir   StreamType
+	dir   abi.StreamType
 	local *LocalResponse
 }
 
@@ -561,7 +564,7 @@ func localReplyHeaders(lr *LocalResponse) [][2]string {
 	h := make([][2]string, 0, len(lr.Headers)+3)
 	h = append(h, [2]string{":status", strconv.FormatUint(uint64(lr.StatusCode), 10)})
 	for _, kv := range lr.Headers {
-		h = append(h, [2]string{lowerASCII(kv[0]), kv[1]})
+		h = append(h, [2]string{abi.LowerASCII(kv[0]), kv[1]})
 	}
 	if len(lr.Data) > 0 {
 		h = setHeader(h, "content-length", strconv.Itoa(len(lr.Data)))
@@ -614,7 +617,7 @@ func (vm *VM) afterCallback() {
 			switch op.kind {
 			case opContinue:
 				d := &s.req
-				if op.dir == StreamResponse {
+				if op.dir == abi.StreamResponse {
 					d = &s.resp
 				}
 				_ = s.resume(d)
@@ -638,7 +641,7 @@ func (vm *VM) afterCallback() {
 				}
 				// Context::sendLocalResponse passes the plugin's details through
 				// StringUtil::replaceAllEmptySpace.
-				s.sendLocalReply(op.local, envoyDetails(op.local.StatusCodeDetail))
+				s.sendLocalReply(op.local, streaminfo.ReplaceAllEmptySpace(op.local.StatusCodeDetail))
 			}
 		}
 		if s.ex != nil {
@@ -814,33 +817,26 @@ func (vm *VM) beginStream(s *httpStream) error {
 }
 
 // ---------------------------------------------------------------------------------------
-// Map and buffer access for host functions
-
-type mapOp int
-
-const (
-	mapAdd mapOp = iota
-	mapReplace
-	mapRemove
-)
+// Maps and buffers in their phase: what the env functions (hostsim/internal/hostfn) may
+// see and change now.
 
 // headerMap returns the map the guest may see now. Outside its phase: BadArgument; in
 // on_log the maps are read-only and a missing one is NotFound.
-func (vm *VM) headerMap(t MapType, mutable bool) (*[][2]string, Status) {
+func (vm *VM) headerMap(t abi.MapType, mutable bool) (*[][2]string, Status) {
 	fr := vm.frame
 	if fr == nil {
 		return nil, StatusBadArgument
 	}
 	switch t {
-	case MapHTTPCallResponseHeaders, MapHTTPCallResponseTrailers:
+	case abi.MapHTTPCallResponseHeaders, abi.MapHTTPCallResponseTrailers:
 		if fr.callout == nil || mutable {
 			return nil, StatusBadArgument
 		}
-		if t == MapHTTPCallResponseHeaders {
+		if t == abi.MapHTTPCallResponseHeaders {
 			return &fr.callout.Headers, StatusOK
 		}
 		return &fr.callout.Trailers, StatusOK
-	case MapRequestHeaders, MapRequestTrailers, MapResponseHeaders, MapResponseTrailers:
+	case abi.MapRequestHeaders, abi.MapRequestTrailers, abi.MapResponseHeaders, abi.MapResponseTrailers:
 	default:
 		return nil, StatusBadArgument
 	}
@@ -849,10 +845,10 @@ func (vm *VM) headerMap(t MapType, mutable bool) (*[][2]string, Status) {
 		return nil, StatusBadArgument
 	}
 	d := &s.req
-	if t == MapResponseHeaders || t == MapResponseTrailers {
+	if t == abi.MapResponseHeaders || t == abi.MapResponseTrailers {
 		d = &s.resp
 	}
-	trailers := t == MapRequestTrailers || t == MapResponseTrailers
+	trailers := t == abi.MapRequestTrailers || t == abi.MapResponseTrailers
 	if s.inLog {
 		if mutable {
 			return nil, StatusBadArgument
@@ -886,147 +882,33 @@ func (vm *VM) headerMap(t MapType, mutable bool) (*[][2]string, Status) {
 	return &d.headers, StatusOK
 }
 
-func (vm *VM) getHeaderMapValue(t MapType, kp, kl, vp, vs uint32) Status {
-	m, status := vm.headerMap(t, false)
-	if status != StatusOK {
-		return status
-	}
-	key, ok := vm.read(kp, kl)
-	if !ok {
-		return StatusInvalidMemoryAccess
-	}
-	for _, kv := range *m {
-		if equalLower(kv[0], key) {
-			return vm.copyOutString(kv[1], vp, vs)
-		}
-	}
-	return StatusNotFound
-}
-
-// equalLower reports whether key, lower-cased, equals the lower-case k.
-func equalLower(k string, key []byte) bool {
-	if len(k) != len(key) {
-		return false
-	}
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if k[i] != c {
-			return false
-		}
-	}
-	return true
-}
-
-func (vm *VM) mutateHeaderMap(op mapOp, t MapType, kp, kl, vp, vl uint32) Status {
-	m, status := vm.headerMap(t, true)
-	if status != StatusOK {
-		return status
-	}
-	key, ok1 := vm.read(kp, kl)
-	val, ok2 := vm.read(vp, vl)
-	if !ok1 || !ok2 {
-		return StatusInvalidMemoryAccess
-	}
-	k := lowerASCII(string(key))
-	switch op {
-	case mapAdd: // addCopy: appends a duplicate
-		*m = append(*m, [2]string{k, string(val)})
-	case mapReplace: // setCopy: first value replaced, the others removed
-		found := false
-		out := (*m)[:0]
-		for _, kv := range *m {
-			if kv[0] == k {
-				if found {
-					continue
-				}
-				found = true
-				kv[1] = string(val)
-			}
-			out = append(out, kv)
-		}
-		if !found {
-			out = append(out, [2]string{k, string(val)})
-		}
-		*m = out
-	case mapRemove: // removes every value
-		out := (*m)[:0]
-		for _, kv := range *m {
-			if kv[0] != k {
-				out = append(out, kv)
-			}
-		}
-		*m = out
-	}
-	return StatusOK
-}
-
-func (vm *VM) getHeaderMapPairs(t MapType, rp, rs uint32) Status {
-	m, status := vm.headerMap(t, false)
-	if status != StatusOK {
-		// An unavailable map reads as empty.
-		if !vm.mem.WriteUint32Le(rp, 0) || !vm.mem.WriteUint32Le(rs, 0) {
-			return StatusInvalidMemoryAccess
-		}
-		return StatusOK
-	}
-	if len(*m) == 0 { // cpp-host hands over nothing for an empty map
-		return vm.copyOut(nil, rp, rs)
-	}
-	vm.scratch = AppendPairs(vm.scratch[:0], *m)
-	return vm.copyOut(vm.scratch, rp, rs)
-}
-
-func (vm *VM) setHeaderMapPairs(t MapType, p, n uint32) Status {
-	m, status := vm.headerMap(t, true)
-	if status != StatusOK {
-		return status
-	}
-	b, ok := vm.read(p, n)
-	if !ok {
-		return StatusInvalidMemoryAccess
-	}
-	pairs, _ := DecodePairs(b)
-	*m = (*m)[:0]
-	for _, kv := range pairs {
-		*m = append(*m, [2]string{lowerASCII(kv[0]), kv[1]})
-	}
-	return StatusOK
-}
-
-// buffer returns the buffer of type t visible now; mutable reports whether it may be set.
-func (vm *VM) buffer(t BufferType) (*[]byte, bool) {
-	b, _, ok := vm.bufferRW(t)
-	return b, ok
-}
-
-func (vm *VM) bufferRW(t BufferType) (b *[]byte, mutable, ok bool) {
+// bufferRW returns the buffer of type t visible in the running callback; mutable reports
+// whether the guest may set it (a body), ok whether there is one.
+func (vm *VM) bufferRW(t abi.BufferType) (b *[]byte, mutable, ok bool) {
 	fr := vm.frame
 	if fr == nil {
 		return nil, false, false
 	}
 	switch t {
-	case BufferRequestBody, BufferResponseBody:
+	case abi.BufferRequestBody, abi.BufferResponseBody:
 		s := fr.stream
 		if s == nil {
 			return nil, false, false
 		}
 		d := &s.req
-		if t == BufferResponseBody {
+		if t == abi.BufferResponseBody {
 			d = &s.resp
 		}
 		if !d.bodyAvail {
 			return nil, false, false
 		}
 		return &d.body, true, true
-	case BufferHTTPCallResponseBody:
+	case abi.BufferHTTPCallResponseBody:
 		if fr.callout == nil {
 			return nil, false, false
 		}
 		return &fr.callout.Body, false, true
-	case BufferVMConfiguration, BufferPluginConfiguration:
+	case abi.BufferVMConfiguration, abi.BufferPluginConfiguration:
 		if fr.hasBuffer && fr.bufType == t {
 			return &fr.buffer, false, true
 		}
@@ -1034,70 +916,14 @@ func (vm *VM) bufferRW(t BufferType) (b *[]byte, mutable, ok bool) {
 	return nil, false, false
 }
 
-func (vm *VM) getBufferBytes(t BufferType, start, max, rp, rs uint32) Status {
-	if t > BufferCallData {
-		return StatusBadArgument
-	}
-	b, ok := vm.buffer(t)
-	if !ok {
-		return StatusNotFound
-	}
-	if uint64(start)+uint64(max) > 0xffffffff {
-		return StatusBadArgument
-	}
-	data := *b
-	if start >= uint32(len(data)) {
-		return vm.copyOut(nil, rp, rs)
-	}
-	end := start + max
-	if end > uint32(len(data)) {
-		end = uint32(len(data))
-	}
-	return vm.copyOut(data[start:end], rp, rs)
-}
-
-func (vm *VM) setBufferBytes(t BufferType, start, length, dp, dl uint32) Status {
-	if t > BufferCallData {
-		return StatusBadArgument
-	}
-	b, mutable, ok := vm.bufferRW(t)
-	if !ok {
-		return StatusNotFound
-	}
-	if !mutable {
-		return StatusBadArgument
-	}
-	data, okr := vm.read(dp, dl)
-	if !okr {
-		return StatusInvalidMemoryAccess
-	}
-	size := uint32(len(*b))
-	switch {
-	case start == 0: // drain length bytes, then prepend
-		n := length
-		if n > size {
-			n = size
-		}
-		rest := (*b)[n:]
-		nb := make([]byte, 0, len(data)+len(rest))
-		nb = append(append(nb, data...), rest...)
-		*b = nb
-	case start >= size:
-		*b = append(*b, data...)
-	default:
-		return StatusBadArgument
-	}
-	return StatusOK
-}
-
 // continueStream records a deferred continue; a no-op in a root context.
-func (vm *VM) continueStream(t StreamType) Status {
+func (vm *VM) continueStream(t abi.StreamType) Status {
 	switch {
-	case t == StreamUpstream:
+	case t == abi.StreamUpstream:
 		return StatusUnimplemented
-	case t > StreamUpstream:
+	case t > abi.StreamUpstream:
 		return StatusBadArgument
-	case t == StreamDownstream:
+	case t == abi.StreamDownstream:
 		return StatusOK
 	}
 	vm.deferOp(deferredOp{kind: opContinue, dir: t})
@@ -1105,8 +931,8 @@ func (vm *VM) continueStream(t StreamType) Status {
 }
 
 // closeStream records a deferred reset ("wasm_close_stream"); a no-op in a root context.
-func (vm *VM) closeStream(t StreamType) Status {
-	if t > StreamUpstream {
+func (vm *VM) closeStream(t abi.StreamType) Status {
+	if t > abi.StreamUpstream {
 		return StatusBadArgument
 	}
 	vm.deferOp(deferredOp{kind: opClose, dir: t})
@@ -1125,20 +951,10 @@ func (vm *VM) deferOp(op deferredOp) bool {
 	return true
 }
 
-// sendLocalResponse records a deferred local reply; it always answers Ok, and is a silent
-// no-op without a stream (envoy#39797).
-func (vm *VM) sendLocalResponse(s []uint64) Status {
-	details, ok1 := vm.read(u32(s[1]), u32(s[2]))
-	body, ok2 := vm.read(u32(s[3]), u32(s[4]))
-	hdrs, ok3 := vm.read(u32(s[5]), u32(s[6]))
-	if !ok1 || !ok2 || !ok3 {
-		return StatusInvalidMemoryAccess
-	}
-	pairs, _ := DecodePairs(hdrs)
-	lr := &LocalResponse{StatusCode: u32(s[0]), StatusCodeDetail: string(details),
-		Data: append([]byte(nil), body...), Headers: pairs, GRPCStatus: int32(u32(s[7]))}
+// sendLocalResponse records a deferred local reply; without a stream it is a silent no-op
+// (envoy#39797).
+func (vm *VM) sendLocalResponse(lr *LocalResponse) {
 	if vm.deferOp(deferredOp{kind: opLocalReply, local: lr}) {
 		vm.frame.forceStop = true // cpp-host overrides the callback's result to stop
 	}
-	return StatusOK
 }

@@ -1,74 +1,52 @@
 package hostsim
 
-import (
-	"strings"
-)
+import "github.com/spillwayproxy/spillway/hostsim/internal/streaminfo"
+
+// Envoy's stream info as the plugin reads it and hostsim sets it: the flags and reset
+// reasons are hostsim/internal/streaminfo's (with their sources), the details are defined
+// here.
 
 // ResponseFlags is Envoy's legacy response-flag bitmask, what the CEL attribute
-// response.flags holds (StreamInfoImpl::legacyResponseFlags in
-// source/common/stream_info/stream_info_impl.h): bit 1<<n for every core flag n that is set,
-// n being the flag's position in enum CoreResponseFlag (envoy/stream_info/stream_info.h).
-// proxy_get_property serializes it as an 8-byte little-endian integer.
-type ResponseFlags uint64
+// response.flags holds (8-byte little endian through proxy_get_property); String prints it
+// as %RESPONSE_FLAGS% does.
+type ResponseFlags = streaminfo.ResponseFlags
 
-// The core response flags, in CoreResponseFlag order (short names as %RESPONSE_FLAGS% prints
-// them, source/common/stream_info/utility.h).
+// The core response flags, in Envoy's CoreResponseFlag order.
 const (
-	FlagFailedLocalHealthCheck           ResponseFlags = 1 << iota // LH
-	FlagNoHealthyUpstream                                          // UH
-	FlagUpstreamRequestTimeout                                     // UT
-	FlagLocalReset                                                 // LR
-	FlagUpstreamRemoteReset                                        // UR
-	FlagUpstreamConnectionFailure                                  // UF
-	FlagUpstreamConnectionTermination                              // UC
-	FlagUpstreamOverflow                                           // UO
-	FlagNoRouteFound                                               // NR
-	FlagDelayInjected                                              // DI
-	FlagFaultInjected                                              // FI
-	FlagRateLimited                                                // RL
-	FlagUnauthorizedExternalService                                // UAEX
-	FlagRateLimitServiceError                                      // RLSE
-	FlagDownstreamConnectionTermination                            // DC
-	FlagUpstreamRetryLimitExceeded                                 // URX
-	FlagStreamIdleTimeout                                          // SI
-	FlagInvalidEnvoyRequestHeaders                                 // IH
-	FlagDownstreamProtocolError                                    // DPE
-	FlagUpstreamMaxStreamDurationReached                           // UMSDR
-	FlagResponseFromCacheFilter                                    // RFCF
-	FlagNoFilterConfigFound                                        // NFCF
-	FlagDurationTimeout                                            // DT
-	FlagUpstreamProtocolError                                      // UPE
-	FlagNoClusterFound                                             // NC
-	FlagOverloadManager                                            // OM
-	FlagDNSResolutionFailed                                        // DF
-	FlagDropOverload                                               // DO
-	FlagDownstreamRemoteReset                                      // DR
-	FlagUnconditionalDropOverload                                  // UDO
+	FlagFailedLocalHealthCheck           = streaminfo.FlagFailedLocalHealthCheck           // LH
+	FlagNoHealthyUpstream                = streaminfo.FlagNoHealthyUpstream                // UH
+	FlagUpstreamRequestTimeout           = streaminfo.FlagUpstreamRequestTimeout           // UT
+	FlagLocalReset                       = streaminfo.FlagLocalReset                       // LR
+	FlagUpstreamRemoteReset              = streaminfo.FlagUpstreamRemoteReset              // UR
+	FlagUpstreamConnectionFailure        = streaminfo.FlagUpstreamConnectionFailure        // UF
+	FlagUpstreamConnectionTermination    = streaminfo.FlagUpstreamConnectionTermination    // UC
+	FlagUpstreamOverflow                 = streaminfo.FlagUpstreamOverflow                 // UO
+	FlagNoRouteFound                     = streaminfo.FlagNoRouteFound                     // NR
+	FlagDelayInjected                    = streaminfo.FlagDelayInjected                    // DI
+	FlagFaultInjected                    = streaminfo.FlagFaultInjected                    // FI
+	FlagRateLimited                      = streaminfo.FlagRateLimited                      // RL
+	FlagUnauthorizedExternalService      = streaminfo.FlagUnauthorizedExternalService      // UAEX
+	FlagRateLimitServiceError            = streaminfo.FlagRateLimitServiceError            // RLSE
+	FlagDownstreamConnectionTermination  = streaminfo.FlagDownstreamConnectionTermination  // DC
+	FlagUpstreamRetryLimitExceeded       = streaminfo.FlagUpstreamRetryLimitExceeded       // URX
+	FlagStreamIdleTimeout                = streaminfo.FlagStreamIdleTimeout                // SI
+	FlagInvalidEnvoyRequestHeaders       = streaminfo.FlagInvalidEnvoyRequestHeaders       // IH
+	FlagDownstreamProtocolError          = streaminfo.FlagDownstreamProtocolError          // DPE
+	FlagUpstreamMaxStreamDurationReached = streaminfo.FlagUpstreamMaxStreamDurationReached // UMSDR
+	FlagResponseFromCacheFilter          = streaminfo.FlagResponseFromCacheFilter          // RFCF
+	FlagNoFilterConfigFound              = streaminfo.FlagNoFilterConfigFound              // NFCF
+	FlagDurationTimeout                  = streaminfo.FlagDurationTimeout                  // DT
+	FlagUpstreamProtocolError            = streaminfo.FlagUpstreamProtocolError            // UPE
+	FlagNoClusterFound                   = streaminfo.FlagNoClusterFound                   // NC
+	FlagOverloadManager                  = streaminfo.FlagOverloadManager                  // OM
+	FlagDNSResolutionFailed              = streaminfo.FlagDNSResolutionFailed              // DF
+	FlagDropOverload                     = streaminfo.FlagDropOverload                     // DO
+	FlagDownstreamRemoteReset            = streaminfo.FlagDownstreamRemoteReset            // DR
+	FlagUnconditionalDropOverload        = streaminfo.FlagUnconditionalDropOverload        // UDO
 )
 
-var flagNames = [...]string{"LH", "UH", "UT", "LR", "UR", "UF", "UC", "UO", "NR", "DI", "FI", "RL", "UAEX",
-	"RLSE", "DC", "URX", "SI", "IH", "DPE", "UMSDR", "RFCF", "NFCF", "DT", "UPE", "NC", "OM", "DF", "DO", "DR", "UDO"}
-
-// String is the flags as Envoy's %RESPONSE_FLAGS% prints them: short names joined by ",",
-// "-" when none is set (ResponseFlagUtils::toShortString).
-func (f ResponseFlags) String() string {
-	if f == 0 {
-		return "-"
-	}
-	var b strings.Builder
-	for i, name := range flagNames {
-		if f&(1<<i) != 0 {
-			if b.Len() > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(name)
-		}
-	}
-	return b.String()
-}
-
-// Response code details Envoy sets for the replies and resets hostsim models
-// (ResponseCodeDetailValues in envoy/stream_info/stream_info.h).
+// Response code details Envoy sets for the replies and resets hostsim models, what
+// response.code_details holds (ResponseCodeDetailValues in envoy/stream_info/stream_info.h).
 const (
 	// DetailsViaUpstream: the response came from the upstream (Router::Filter::onUpstreamHeaders
 	// sets it before encodeHeaders).
@@ -100,22 +78,24 @@ const (
 	DetailsLateUpstreamReset = "upstream_reset_after_response_started"
 )
 
-// envoyDetails is StringUtil::replaceAllEmptySpace, which Envoy applies to the details a
-// plugin gives proxy_send_local_response (Context::sendLocalResponse) and to the reset
-// details the router builds: every space, tab, form feed, vertical tab, newline and carriage
-// return becomes '_'.
-func envoyDetails(s string) string {
-	if !strings.ContainsAny(s, " \t\f\v\n\r") {
-		return s
-	}
-	return strings.Map(func(r rune) rune {
-		switch r {
-		case ' ', '\t', '\f', '\v', '\n', '\r':
-			return '_'
-		}
-		return r
-	}, s)
-}
+// ResetReason is why an upstream stream ended in a reset (Http::StreamResetReason).
+type ResetReason = streaminfo.ResetReason
+
+// The reset reasons, as envoy/http/stream_reset_handler.h names them.
+const (
+	ResetLocalConnectionFailure   = streaminfo.ResetLocalConnectionFailure
+	ResetRemoteConnectionFailure  = streaminfo.ResetRemoteConnectionFailure
+	ResetConnectionTimeout        = streaminfo.ResetConnectionTimeout
+	ResetConnectionTermination    = streaminfo.ResetConnectionTermination
+	ResetLocalReset               = streaminfo.ResetLocalReset
+	ResetLocalRefusedStreamReset  = streaminfo.ResetLocalRefusedStreamReset
+	ResetOverflow                 = streaminfo.ResetOverflow
+	ResetRemoteReset              = streaminfo.ResetRemoteReset
+	ResetRemoteRefusedStreamReset = streaminfo.ResetRemoteRefusedStreamReset
+	ResetConnectError             = streaminfo.ResetConnectError
+	ResetProtocolError            = streaminfo.ResetProtocolError
+	ResetOverloadManager          = streaminfo.ResetOverloadManager
+)
 
 // setDetails is StreamInfo::setResponseCodeDetails: the last writer wins.
 func (s *httpStream) setDetails(d string) {

@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/hostcalls"
 )
 
 type vmKind int
@@ -44,7 +46,7 @@ type VM struct {
 	mu  sync.Mutex
 	gen uint64 // bumped when FAIL_RELOAD replaces the instance
 
-	hostCalls hostCallCounters // calls per host function (hostcalls.go); atomic, read without mu
+	hostCalls hostcalls.Counters // calls per host function (hostcalls.go); atomic, read without mu
 
 	mod        api.Module
 	mem        api.Memory
@@ -93,7 +95,7 @@ type frame struct {
 	effective uint32      // proxy_set_effective_context
 	stream    *httpStream // stream of the effective context (nil: root)
 	buffer    []byte      // configuration buffer visible in this callback
-	bufType   BufferType
+	bufType   abi.BufferType
 	hasBuffer bool
 	callout   *CalloutResponse // response visible in on_http_call_response
 	forceStop bool             // a local reply overrides the callback's result
@@ -125,7 +127,7 @@ func (vm *VM) MemoryPages() uint32 {
 // start-up allow-list.
 func (vm *VM) instantiate() error {
 	h := vm.host
-	e, err := h.rt.engine(h.cfg.wasi.engine())
+	e, err := h.rt.engine(engineFor(h.cfg.wasi))
 	if err != nil {
 		return err
 	}
@@ -232,8 +234,6 @@ func (r lockedReader) Read(p []byte) (int, error) {
 	r.h.random(p)
 	return len(p), nil
 }
-
-var _ io.Writer = stdioWriter{}
 
 // callRaw calls f with vm.stack as its stack and turns a trap into a failed VM.
 func (vm *VM) callRaw(name string, f api.Function) error {
@@ -350,7 +350,7 @@ func (vm *VM) startRootLocked() (bool, error) {
 	}
 	vm.rootCreated = true
 	vmCfg := vm.host.cfg.vmConfig
-	fr = &frame{ctxID: vm.rootID, effective: vm.rootID, buffer: vmCfg, bufType: BufferVMConfiguration, hasBuffer: true}
+	fr = &frame{ctxID: vm.rootID, effective: vm.rootID, buffer: vmCfg, bufType: abi.BufferVMConfiguration, hasBuffer: true}
 	r, err := vm.call("proxy_on_vm_start", vm.fns.vmStart, fr, uint64(vm.rootID), uint64(len(vmCfg)))
 	if err != nil {
 		return false, err
@@ -394,7 +394,7 @@ func (vm *VM) configureRootLocked() (bool, error) {
 		return false, nil
 	}
 	cfg := vm.host.cfg.pluginConfig
-	fr := &frame{ctxID: vm.rootID, effective: vm.rootID, buffer: cfg, bufType: BufferPluginConfiguration, hasBuffer: true}
+	fr := &frame{ctxID: vm.rootID, effective: vm.rootID, buffer: cfg, bufType: abi.BufferPluginConfiguration, hasBuffer: true}
 	r, err := vm.call("proxy_on_configure", vm.fns.configure, fr, uint64(vm.rootID), uint64(len(cfg)))
 	if err != nil {
 		return false, err
@@ -522,47 +522,6 @@ func (vm *VM) place(n uint32) uint32 {
 	return addr + foreignOffset
 }
 
-// copyOut hands data to the guest like cpp-host's copyToPointerSize (include/proxy-wasm/
-// wasm.h): allocate in the guest, copy, write the address and size to the out-params. Empty
-// data gives (0, 0); an allocator that returns no memory (address 0) fails the call with
-// InvalidMemoryAccess, as allocMemory's nullptr does there.
-func (vm *VM) copyOut(data []byte, ptrPtr, sizePtr uint32) Status {
-	var addr uint32
-	if len(data) > 0 {
-		addr = vm.place(uint32(len(data)))
-		if addr == 0 || !vm.mem.Write(addr, data) {
-			return StatusInvalidMemoryAccess
-		}
-	}
-	if !vm.mem.WriteUint32Le(ptrPtr, addr) || !vm.mem.WriteUint32Le(sizePtr, uint32(len(data))) {
-		return StatusInvalidMemoryAccess
-	}
-	return StatusOK
-}
-
-// copyOutString is copyOut for a string, without converting it to a byte slice.
-func (vm *VM) copyOutString(data string, ptrPtr, sizePtr uint32) Status {
-	var addr uint32
-	if len(data) > 0 {
-		addr = vm.place(uint32(len(data)))
-		if addr == 0 || !vm.mem.WriteString(addr, data) {
-			return StatusInvalidMemoryAccess
-		}
-	}
-	if !vm.mem.WriteUint32Le(ptrPtr, addr) || !vm.mem.WriteUint32Le(sizePtr, uint32(len(data))) {
-		return StatusInvalidMemoryAccess
-	}
-	return StatusOK
-}
-
-// read returns a view of guest memory, valid until the guest runs again.
-func (vm *VM) read(p, n uint32) ([]byte, bool) {
-	if n == 0 {
-		return nil, true
-	}
-	return vm.mem.Read(p, n)
-}
-
 // ---------------------------------------------------------------------------------------
 // Ticks and queue notifications
 
@@ -630,4 +589,22 @@ func joinErr(a, b error) error {
 		return a
 	}
 	return errors.Join(a, b)
+}
+
+// setEffectiveContext makes the root or a live stream the context host calls act on.
+func (vm *VM) setEffectiveContext(id uint32) Status {
+	fr := vm.frame
+	if fr == nil {
+		return StatusBadArgument
+	}
+	if id == vm.rootID {
+		fr.effective, fr.stream = id, nil
+		return StatusOK
+	}
+	s := vm.streams[id]
+	if s == nil || !s.created || s.deleted {
+		return StatusBadArgument
+	}
+	fr.effective, fr.stream = id, s
+	return StatusOK
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
 	"github.com/spillwayproxy/spillway/plugin/internal/replies"
@@ -56,7 +57,7 @@ type fixture struct {
 	s     *Server
 	e     *engine.Engine
 	p     *policies.Policy
-	clock *state.ManualClock
+	clock *manualclock.Clock
 }
 
 func newFixture(t testing.TB, yaml string) *fixture {
@@ -65,7 +66,7 @@ func newFixture(t testing.TB, yaml string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{p: p, clock: state.NewManualClock(start)}
+	f := &fixture{p: p, clock: manualclock.New(start)}
 	if f.e, err = engine.New(p, state.NewCache(state.NewMemStore(), nil), f.clock, engine.Options{Random: rand.NewPCG(1, 2)}); err != nil {
 		t.Fatal(err)
 	}

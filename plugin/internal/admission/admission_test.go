@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
@@ -16,12 +17,12 @@ var t0 = testfixture.T0
 // Admitters.
 type world struct {
 	store   *state.MemStore
-	clock   *state.ManualClock
+	clock   *manualclock.Clock
 	workers []*Admitter
 }
 
 func newWorld(workers int) *world {
-	w := &world{store: state.NewMemStore(), clock: state.NewManualClock(t0)}
+	w := &world{store: state.NewMemStore(), clock: manualclock.New(t0)}
 	for range workers {
 		w.workers = append(w.workers, New(w.store, w.clock))
 	}
@@ -478,7 +479,7 @@ func TestLostRecordKeepsTicketsInPlace(t *testing.T) {
 }
 
 func TestZeroHandles(t *testing.T) {
-	a := New(state.NewMemStore(), state.NewManualClock(t0))
+	a := New(state.NewMemStore(), manualclock.New(t0))
 	if _, err := a.TryAdmit(Ticket{}); err == nil {
 		t.Error("TryAdmit on a zero ticket succeeded")
 	}
@@ -523,7 +524,7 @@ func TestTicketRemaining(t *testing.T) {
 
 func TestStoreErrorsAreWrapped(t *testing.T) {
 	g := mustGate(t, GateConfig{Provider: "p", Connection: "c", MaxConcurrent: 1})
-	a := New(failingStore{}, state.NewManualClock(t0))
+	a := New(failingStore{}, manualclock.New(t0))
 	_, err := a.Admit(g, "m")
 	if err == nil || !errors.Is(err, errStoreDown) || err.Error()[:len("admission: ")] != "admission: " {
 		t.Fatalf("err = %v", err)
@@ -542,7 +543,7 @@ func (failingStore) Set(string, []byte, uint32) error         { return errStoreD
 func (failingStore) CreateCAS() (uint32, error)               { return 1, nil }
 
 func ExampleAdmitter() {
-	store, clock := state.NewMemStore(), state.NewManualClock(t0)
+	store, clock := state.NewMemStore(), manualclock.New(t0)
 	gate, _ := NewGate(GateConfig{Provider: "zai", Connection: "glm-a", MaxConcurrent: 1, Queue: DefaultQueueConfig()})
 	worker1, worker2 := New(store, clock), New(store, clock)
 

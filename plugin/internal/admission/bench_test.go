@@ -3,6 +3,7 @@ package admission
 import (
 	"testing"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
@@ -47,7 +48,7 @@ func (s *benchStore) CreateCAS() (uint32, error) { return 1, nil }
 
 func benchAcquireRelease(b *testing.B, store state.Store, cfg GateConfig) {
 	g := mustGate(b, cfg)
-	a := New(store, state.NewManualClock(t0))
+	a := New(store, manualclock.New(t0))
 	// Two requests already in flight, so the record is not trivial.
 	for range 2 {
 		if r, err := a.Admit(g, "glm-4.7"); err != nil || !r.Granted {
@@ -86,7 +87,7 @@ func BenchmarkAcquireReleaseCompoundEngine(b *testing.B) {
 // A request no cap applies to: no shared data at all.
 func BenchmarkAdmitUnlimited(b *testing.B) {
 	g := mustGate(b, GateConfig{Provider: "p", Connection: "c"})
-	a := New(newBenchStore(), state.NewManualClock(t0))
+	a := New(newBenchStore(), manualclock.New(t0))
 	b.ReportAllocs()
 	for b.Loop() {
 		r, _ := a.Admit(g, "gpt-4o")

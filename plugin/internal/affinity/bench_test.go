@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
@@ -26,7 +27,7 @@ func BenchmarkKeyFromHeaders(b *testing.B) {
 // pinned across 1,000 connections, followed by the (rate-limited, so usually skipped)
 // refresh.
 func BenchmarkLookup(b *testing.B) {
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	tab, err := New(state.NewMemStore(), clock, Config{TTL: time.Hour})
 	if err != nil {
 		b.Fatal(err)

@@ -6,16 +6,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
 
 var t0 = testfixture.T0
 
-func newTable(t testing.TB, cfg Config) (*Table, *testfixture.Store, *state.ManualClock) {
+func newTable(t testing.TB, cfg Config) (*Table, *testfixture.Store, *manualclock.Clock) {
 	t.Helper()
 	store := testfixture.NewStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	tab, err := New(store, clock, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +34,7 @@ func mustKey(t testing.TB, id string) Key {
 }
 
 func TestNewValidates(t *testing.T) {
-	store, clock := state.NewMemStore(), state.NewManualClock(t0)
+	store, clock := state.NewMemStore(), manualclock.New(t0)
 	tests := []struct {
 		name string // what the config shows
 		cfg  Config // config to try
@@ -330,7 +331,7 @@ func (brokenStore) Set(string, []byte, uint32) error         { return errDown }
 func (brokenStore) CreateCAS() (uint32, error)               { return 0, errDown }
 
 func TestStoreFailuresAreReported(t *testing.T) {
-	tab, err := New(brokenStore{}, state.NewManualClock(t0), Config{TTL: time.Hour})
+	tab, err := New(brokenStore{}, manualclock.New(t0), Config{TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
 )
@@ -72,7 +73,7 @@ func BenchmarkRecordFailure(b *testing.B) {
 // the OPEN period passes, the probe is claimed and succeeds.
 func BenchmarkRecordFailureOpenCycle(b *testing.B) {
 	store := state.NewMemStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	br := New(store, clock)
 	p := provider(b, "prov", policies.ProfileAPIKey, nil)
 	b.ReportAllocs()

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
@@ -642,7 +643,7 @@ func TestDeadlinesBeyondTheConfigMeanTheClockMovedBack(t *testing.T) {
 
 func TestStoreErrorsFailOpenAndAreWrapped(t *testing.T) {
 	p := provider(t, "prov", policies.ProfileOAuth, nil)
-	b := New(failingStore{}, state.NewManualClock(t0))
+	b := New(failingStore{}, manualclock.New(t0))
 	d, err := b.Allow(p)
 	if err == nil || !d.Allowed || !bytes.HasPrefix([]byte(err.Error()), []byte("breaker: ")) {
 		t.Fatalf("Allow on a failing store: %+v, %v", d, err)

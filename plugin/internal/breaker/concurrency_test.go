@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
@@ -30,7 +31,7 @@ func TestInterleavedWritersLoseAndDoubleNothing(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := state.NewMemStore()
-			clock := state.NewManualClock(t0)
+			clock := manualclock.New(t0)
 			p := provider(t, "prov", policies.ProfileAPIKey, bigThresholds)
 			me, other := New(store, clock), New(store, clock)
 			intruders := testfixture.Interleave(store, tc.intruders, func() {
@@ -59,7 +60,7 @@ func TestInterleavedThresholdCrossingOpensOnce(t *testing.T) {
 	// oauth opens at 8. Seven failures recorded, then two workers race the 8th and 9th:
 	// the circuit must open once (cycle 1), and the late one is a straggler on OPEN.
 	store := state.NewMemStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	p := provider(t, "prov", policies.ProfileOAuth, nil)
 	a, b := New(store, clock), New(store, clock)
 	fail(t, a, p, 7, verdict503)
@@ -79,7 +80,7 @@ func TestInterleavedThresholdCrossingOpensOnce(t *testing.T) {
 
 func TestInterleavedProbeClaimsGrantOneProbe(t *testing.T) {
 	store := state.NewMemStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	p := provider(t, "prov", policies.ProfileLocal, nil)
 	workers := []*Breaker{New(store, clock), New(store, clock), New(store, clock), New(store, clock)}
 	fail(t, workers[0], p, 2, verdict503)
@@ -113,7 +114,7 @@ func TestInterleavedProbeClaimsGrantOneProbe(t *testing.T) {
 func TestGoroutinesHammeringOneStore(t *testing.T) {
 	const workers, perWorker = 8, 300
 	store := state.NewMemStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	p := provider(t, "prov", policies.ProfileAPIKey, func(c *Config) {
 		c.DegradationThreshold, c.FailureThreshold = 10, 1_000_000 // degrades early, never opens
 	})
@@ -153,7 +154,7 @@ func TestGoroutinesHammeringOneStore(t *testing.T) {
 func TestGoroutinesRacingForTheProbe(t *testing.T) {
 	const workers, rounds = 16, 20
 	store := state.NewMemStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	p := provider(t, "prov", policies.ProfileLocal, nil)
 	fail(t, New(store, clock), p, 2, verdict503)
 	for round := 0; round < rounds; round++ {

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
-	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
@@ -16,7 +16,7 @@ var t0 = testfixture.T0
 // env is one shared store and clock with a Breaker over them.
 type env struct {
 	store *testfixture.Store // counts the Sets
-	clock *state.ManualClock
+	clock *manualclock.Clock
 	b     *Breaker
 	tb    testing.TB
 }
@@ -26,7 +26,7 @@ func (e *env) t() testing.TB { return e.tb }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{store: testfixture.NewStore(), clock: state.NewManualClock(t0), tb: t}
+	e := &env{store: testfixture.NewStore(), clock: manualclock.New(t0), tb: t}
 	e.b = New(e.store, e.clock)
 	return e
 }

@@ -7,6 +7,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
@@ -47,7 +48,7 @@ func TestPropertyOpenGetsOnlyTheSingleProbe(t *testing.T) {
 			rt.Fatal(err)
 		}
 		store := state.NewMemStore()
-		clock := state.NewManualClock(t0)
+		clock := manualclock.New(t0)
 		workers := make([]*Breaker, rapid.IntRange(2, 8).Draw(rt, "workers"))
 		for i := range workers {
 			workers[i] = New(store, clock)
@@ -145,7 +146,7 @@ func TestPropertyOneProbePerHalfOpenPeriod(t *testing.T) {
 		cfg, _ := DefaultConfig(policies.ProfileAPIKey)
 		p, _ := NewProvider("prov", cfg)
 		store := state.NewMemStore()
-		clock := state.NewManualClock(t0)
+		clock := manualclock.New(t0)
 		workers := make([]*Breaker, rapid.IntRange(2, 32).Draw(rt, "workers"))
 		for i := range workers {
 			workers[i] = New(store, clock)

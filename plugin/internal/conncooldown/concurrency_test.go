@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
@@ -57,7 +58,7 @@ func TestInterleavedSuccessDoesNotEraseNewerFailure(t *testing.T) {
 
 func TestGoroutinesHerdCountsOnce(t *testing.T) {
 	store := state.NewMemStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	conn, _ := NewConn("openai", "openai-a", "fp")
 	const workers = 16
 	started := clock.Now()
@@ -95,7 +96,7 @@ func TestGoroutinesHerdCountsOnce(t *testing.T) {
 
 func TestGoroutinesTerminalNeverOverwritten(t *testing.T) {
 	store := state.NewMemStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	conn, _ := NewConn("openai", "openai-a", "fp")
 	verdicts := []failure.Verdict{vServer, vRateLimit, vConcurrency, vStall, vRejected, vExpired}
 	var wg sync.WaitGroup
@@ -132,7 +133,7 @@ func TestGoroutinesTerminalNeverOverwritten(t *testing.T) {
 // failures and successes and reads: no escalation is lost, none is doubled.
 func TestGoroutinesNoLostEscalation(t *testing.T) {
 	store := state.NewMemStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	conn, _ := NewConn("openai", "openai-a", "fp")
 	writer, _ := New(store, clock, apikey())
 	if out, _ := writer.RecordFailure(conn, Failure{Verdict: vServer, Started: clock.Now()}); !out.Counted {

@@ -3,6 +3,7 @@ package conncooldown
 import (
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
@@ -14,14 +15,14 @@ var t0 = testfixture.T0
 type fixture struct {
 	tr    *Tracker
 	store *state.MemStore
-	clock *state.ManualClock
+	clock *manualclock.Clock
 	conn  Conn
 }
 
 func newFixture(tb testfixture.TB, cfg Config) *fixture {
 	tb.Helper()
 	store := state.NewMemStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	tr, err := New(store, clock, cfg)
 	if err != nil {
 		tb.Fatalf("New: %v", err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
@@ -216,7 +217,7 @@ var errStore = errors.New("host said no")
 func (failingStore) Get(string) ([]byte, uint32, bool, error) { return nil, 0, false, errStore }
 
 func TestStoreErrorsFailOpen(t *testing.T) {
-	tr, err := New(failingStore{state.NewMemStore()}, state.NewManualClock(t0), apikey())
+	tr, err := New(failingStore{state.NewMemStore()}, manualclock.New(t0), apikey())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/conncooldown"
@@ -368,7 +369,7 @@ func TestClearModelLockout(t *testing.T) {
 // refresh, as the filter does before every routing decision) uses the connection again.
 func TestAdminCallsReachEveryWorker(t *testing.T) {
 	shared := state.NewMemStore()
-	clock := state.NewManualClock(start)
+	clock := manualclock.New(start)
 	w0 := newWorker(t, acmePolicy(""), shared, clock, 1)
 	w1 := newWorker(t, acmePolicy(""), shared, clock, 2)
 	plan := func(w *worker) []string {

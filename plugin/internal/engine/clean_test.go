@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
@@ -60,7 +61,7 @@ func newWorker(t testing.TB, yaml []byte, shared state.Store, clock state.Clock,
 // cache's generation key. A cold cache reads each of the plan's records once.
 func TestSuccessPathOnCleanStateCounts(t *testing.T) {
 	shared := &testfixture.Store{MemStore: state.NewMemStore(), Log: true}
-	w := newWorker(t, examples.Demo(), shared, state.NewManualClock(start), 1)
+	w := newWorker(t, examples.Demo(), shared, manualclock.New(start), 1)
 	type counts struct {
 		lookups    uint64 // state.Cache reads of remembered keys (hits and misses)
 		liveGets   uint64 // reads of live keys through the cache (admission)
@@ -107,7 +108,7 @@ func TestSuccessPathOnCleanStateCounts(t *testing.T) {
 
 // The warm success path allocates nothing in the engine, the cache or the mechanisms.
 func TestSuccessPathOnCleanStateAllocatesNothing(t *testing.T) {
-	w := newWorker(t, examples.Demo(), newQuietStore(), state.NewManualClock(start), 1)
+	w := newWorker(t, examples.Demo(), newQuietStore(), manualclock.New(start), 1)
 	request := func() {
 		if err := w.cache.Refresh(); err != nil {
 			t.Fatal(err)
@@ -179,7 +180,7 @@ func (s *quietStore) CreateCAS() (uint32, error) { return s.guard, nil }
 type world struct {
 	models  []string // the models its clients ask for
 	shared  *testfixture.Store
-	clock   *state.ManualClock
+	clock   *manualclock.Clock
 	workers [2]*worker
 	pending []*request // requests whose attempt waits for its outcome
 	held    []*request // requests whose outcome is recorded and whose slots are still held (streams)
@@ -198,7 +199,7 @@ type request struct {
 }
 
 func newWorld(t *testing.T, yaml []byte, models []string, memos bool) *world {
-	wd := &world{models: models, shared: &testfixture.Store{MemStore: state.NewMemStore(), Log: true}, clock: state.NewManualClock(start)}
+	wd := &world{models: models, shared: &testfixture.Store{MemStore: state.NewMemStore(), Log: true}, clock: manualclock.New(start)}
 	for i := range wd.workers {
 		wd.workers[i] = newWorker(t, yaml, wd.shared, wd.clock, uint64(i))
 		if !memos {
@@ -434,7 +435,7 @@ func TestCleanMemosSeeOtherWorkersAtRefresh(t *testing.T) {
 		{name: "credits gone is terminal", fail: creditsGone, times: 1, reason: combo.ReasonTerminal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			shared, clock := state.NewMemStore(), state.NewManualClock(start)
+			shared, clock := state.NewMemStore(), manualclock.New(start)
 			a, b := newWorker(t, examples.Demo(), shared, clock, 1), newWorker(t, examples.Demo(), shared, clock, 2)
 			// a serves a request on clean state: its memos vouch for openai-a.
 			if err := a.cache.Refresh(); err != nil {
@@ -489,7 +490,7 @@ func TestCleanMemosSeeOtherWorkersAtRefresh(t *testing.T) {
 // failover off that connection under every model.
 func TestCleanMemosSeeThisWorkersOwnDoings(t *testing.T) {
 	t.Run("another request's failure between dispatch and success", func(t *testing.T) {
-		shared, clock := state.NewMemStore(), state.NewManualClock(start)
+		shared, clock := state.NewMemStore(), manualclock.New(start)
 		w := newWorker(t, acmePolicy(""), shared, clock, 1)
 		var first, second Buffers
 		if err := w.cache.Refresh(); err != nil {
@@ -530,7 +531,7 @@ func TestCleanMemosSeeThisWorkersOwnDoings(t *testing.T) {
 	})
 	t.Run("a failure only the request keeps", func(t *testing.T) {
 		w := newWorker(t, acmePolicy("resilience: {modelLockout: {enabled: false}}"), state.NewMemStore(),
-			state.NewManualClock(start), 1)
+			manualclock.New(start), 1)
 		if err := w.cache.Refresh(); err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
@@ -468,7 +469,7 @@ func TestSuccessPathSharedDataBudget(t *testing.T) {
 			cache := state.NewCache(shared, func(key string) bool {
 				return len(key) > 9 && (key[:9] == "spw1:adm:" || key[:9] == "spw1:sel:" || key[:9] == "spw1:aff:")
 			})
-			clock := state.NewManualClock(start)
+			clock := manualclock.New(start)
 			e, err := New(p, cache, clock, Options{})
 			if err != nil {
 				t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
@@ -28,7 +29,7 @@ var start = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 type fixture struct {
 	e     *Engine
 	store *state.MemStore
-	clock *state.ManualClock
+	clock *manualclock.Clock
 	buf   Buffers
 }
 
@@ -46,7 +47,7 @@ func newFixture(t testing.TB, yaml []byte, edits ...func(*policies.Policy)) *fix
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{store: state.NewMemStore(), clock: state.NewManualClock(start)}
+	f := &fixture{store: state.NewMemStore(), clock: manualclock.New(start)}
 	if f.e, err = New(p, f.store, f.clock, Options{Random: rand.NewPCG(1, 2)}); err != nil {
 		t.Fatal(err)
 	}
@@ -476,7 +477,7 @@ func BenchmarkDispatchAndFinishSuccessCached(b *testing.B) {
 		b.Fatal(err)
 	}
 	cache := state.NewCache(state.NewMemStore(), nil)
-	e, err := New(p, cache, state.NewManualClock(start), Options{Random: rand.NewPCG(1, 2)})
+	e, err := New(p, cache, manualclock.New(start), Options{Random: rand.NewPCG(1, 2)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -509,7 +510,7 @@ func BenchmarkRequestSuccessCached(b *testing.B) {
 	cache := state.NewCache(state.NewMemStore(), func(key string) bool {
 		return strings.HasPrefix(key, state.KeyPrefix+"adm:") || strings.HasPrefix(key, state.KeyPrefix+"sel:")
 	})
-	e, err := New(p, cache, state.NewManualClock(start), Options{Random: rand.NewPCG(1, 2)})
+	e, err := New(p, cache, manualclock.New(start), Options{Random: rand.NewPCG(1, 2)})
 	if err != nil {
 		b.Fatal(err)
 	}

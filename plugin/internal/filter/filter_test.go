@@ -3,7 +3,6 @@ package filter
 import (
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 	"github.com/tidwall/gjson"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/policies/policyfile"
 )
 
@@ -54,24 +54,6 @@ func policyJSON(t testing.TB, yaml string) []byte {
 	return data
 }
 
-// testClock is a settable clock for the plugin under test.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // newHost starts a proxytest host with the given plugin configuration. proxytest keeps
 // package-level state, so these tests do not run in parallel.
 func newHost(t *testing.T, config []byte, hook func(string)) (proxytest.HostEmulator, types.OnPluginStartStatus) {
@@ -79,9 +61,9 @@ func newHost(t *testing.T, config []byte, hook func(string)) (proxytest.HostEmul
 	return h, st
 }
 
-func newClockedHost(t *testing.T, config []byte, hook func(string)) (proxytest.HostEmulator, *testClock, types.OnPluginStartStatus) {
+func newClockedHost(t *testing.T, config []byte, hook func(string)) (proxytest.HostEmulator, *manualclock.Clock, types.OnPluginStartStatus) {
 	t.Helper()
-	clk := &testClock{now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	clk := manualclock.New(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	opt := proxytest.NewEmulatorOption().WithVMContext(&vmContext{beforeCallback: hook, timeNow: clk.Now}).WithPluginConfiguration(config)
 	host, reset := proxytest.NewHostEmulator(opt)
 	t.Cleanup(reset)

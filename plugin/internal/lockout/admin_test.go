@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
@@ -185,7 +186,7 @@ var errStore = errors.New("host said no")
 func (failingStore) Get(string) ([]byte, uint32, bool, error) { return nil, 0, false, errStore }
 
 func TestStoreErrors(t *testing.T) {
-	tr, err := New(failingStore{state.NewMemStore()}, state.NewManualClock(t0), enabled())
+	tr, err := New(failingStore{state.NewMemStore()}, manualclock.New(t0), enabled())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ func TestStoreErrors(t *testing.T) {
 	}
 	bad := enabled()
 	bad.Family = func(string) string { return "" }
-	tr2, _ := New(state.NewMemStore(), state.NewManualClock(t0), bad)
+	tr2, _ := New(state.NewMemStore(), manualclock.New(t0), bad)
 	if _, err := tr2.RecordFailure(c, Failure{Model: "m", Verdict: v429}); err == nil {
 		t.Fatal("empty family name accepted")
 	}

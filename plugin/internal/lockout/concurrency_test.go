@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
@@ -52,7 +53,7 @@ func TestDecayRacingNewFailureKeepsIndexEntry(t *testing.T) {
 
 func TestGoroutinesHerdCountsOnce(t *testing.T) {
 	store := state.NewMemStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	conn, _ := NewConn("codex", "codex-a", "")
 	started := clock.Now()
 	const workers = 16
@@ -87,7 +88,7 @@ func TestGoroutinesHerdCountsOnce(t *testing.T) {
 // record is visible through the index (no lost index update) and listed.
 func TestGoroutinesIndexLosesNoActiveLock(t *testing.T) {
 	store := state.NewMemStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	const workers = 12
 	models := []string{"shared"}
 	for w := 0; w < workers; w++ {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
@@ -30,7 +31,7 @@ func TestInterleavedWindowWritersLoseAndDoubleNothing(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := state.NewMemStore()
-			clock := state.NewManualClock(t0)
+			clock := manualclock.New(t0)
 			p := providerEntry(t, "prov", enabled(t, policies.ProfileOAuth, wide))
 			me, other := New(store, clock), New(store, clock)
 			intruders := testfixture.Interleave(store, tc.intruders, func() {
@@ -59,7 +60,7 @@ func TestInterleavedConnectionFailuresEscalateOnce(t *testing.T) {
 	// Two in-flight requests on one connection fail at once: the second lands while the
 	// first one's cooldown is being written, retries, sees the cooldown and keeps it.
 	store := state.NewMemStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	c := connectionEntry(t, "prov", "conn", enabled(t, policies.ProfileAPIKey, nil))
 	me, other := New(store, clock), New(store, clock)
 	intruder := testfixture.Interleave(store, 1, func() {
@@ -79,7 +80,7 @@ func TestInterleavedConnectionFailuresEscalateOnce(t *testing.T) {
 func TestGoroutinesHammeringOneWindow(t *testing.T) {
 	const workers, perWorker = 8, 100
 	store := state.NewMemStore()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	p := providerEntry(t, "prov", enabled(t, policies.ProfileAPIKey, wide))
 	var recorded atomic.Int64
 	var wg sync.WaitGroup

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
@@ -460,7 +461,7 @@ func TestDeadlinesBeyondTheConfigMeanTheClockMovedBack(t *testing.T) {
 }
 
 func TestStoreErrorsAreWrapped(t *testing.T) {
-	g := New(failingStore{}, state.NewManualClock(t0))
+	g := New(failingStore{}, manualclock.New(t0))
 	p := providerEntry(t, "prov", enabled(t, policies.ProfileLocal, nil))
 	if s, err := g.Check(p); err == nil || s.Cooling || !errors.Is(err, errStore) || !strings.HasPrefix(err.Error(), "providercooldown: ") {
 		t.Fatalf("Check: %+v, %v", s, err)

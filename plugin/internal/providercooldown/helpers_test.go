@@ -3,8 +3,8 @@ package providercooldown
 import (
 	"testing"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
-	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
@@ -22,13 +22,13 @@ var (
 // env is one shared store and clock with a Gate over them.
 type env struct {
 	store *testfixture.Store // counts the Sets
-	clock *state.ManualClock
+	clock *manualclock.Clock
 	g     *Gate
 }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{store: testfixture.NewStore(), clock: state.NewManualClock(t0)}
+	e := &env{store: testfixture.NewStore(), clock: manualclock.New(t0)}
 	e.g = New(e.store, e.clock)
 	return e
 }

@@ -6,6 +6,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/policies"
 )
@@ -52,7 +53,7 @@ func TestPropertyWindowGateMatchesModel(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		clock := state.NewManualClock(t0)
+		clock := manualclock.New(t0)
 		g := New(state.NewMemStore(), clock)
 		model := &windowModel{cfg: cfg}
 		n := rapid.IntRange(1, 150).Draw(rt, "steps")
@@ -100,7 +101,7 @@ func TestPropertyConnectionCooldownStaysInBounds(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		clock := state.NewManualClock(t0)
+		clock := manualclock.New(t0)
 		g := New(state.NewMemStore(), clock)
 		n := rapid.IntRange(1, 100).Draw(rt, "steps")
 		for i := 0; i < n; i++ {

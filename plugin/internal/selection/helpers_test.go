@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/latency"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
@@ -16,13 +17,13 @@ var t0 = testfixture.T0
 // env is one simulated worker: its own Selector over a shared store.
 type env struct {
 	sel     *Selector
-	clock   *state.ManualClock
+	clock   *manualclock.Clock
 	tracker *latency.Tracker
 }
 
 func newEnv(t testing.TB, store state.Store, seed uint64, latencyWeight int) *env {
 	t.Helper()
-	clock := state.NewManualClock(t0)
+	clock := manualclock.New(t0)
 	tr, err := latency.NewTracker(latency.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)

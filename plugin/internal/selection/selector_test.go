@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/plugin/internal/latency"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
@@ -18,7 +19,7 @@ func TestNewValidates(t *testing.T) {
 		cfg  Config // config to try
 		ok   bool   // whether New accepts it
 	}{
-		{name: "complete", cfg: Config{Store: store, Random: src, Latency: tr, Clock: state.NewManualClock(t0)}, ok: true},
+		{name: "complete", cfg: Config{Store: store, Random: src, Latency: tr, Clock: manualclock.New(t0)}, ok: true},
 		{name: "no latency needs no clock", cfg: Config{Store: store, Random: src}, ok: true},
 		{name: "no store", cfg: Config{Random: src}},
 		{name: "no random", cfg: Config{Store: store}},

@@ -1,4 +1,4 @@
-package hostsim
+package abi
 
 import (
 	"encoding/binary"
@@ -61,8 +61,9 @@ func DecodePairs(b []byte) (pairs [][2]string, ok bool) {
 	return pairs, true
 }
 
-// pairsByteSize is Envoy's HeaderMap::byteSize: the sum of key and value lengths.
-func pairsByteSize(pairs [][2]string) int {
+// PairsByteSize is what proxy_get_header_map_size reports, Envoy's HeaderMap::byteSize:
+// the sum of key and value lengths.
+func PairsByteSize(pairs [][2]string) int {
 	n := 0
 	for _, kv := range pairs {
 		n += len(kv[0]) + len(kv[1])
@@ -70,28 +71,9 @@ func pairsByteSize(pairs [][2]string) int {
 	return n
 }
 
-// lowerKeys returns a copy of pairs with lower-cased keys (Envoy header maps are lower case).
-func lowerKeys(pairs [][2]string) [][2]string {
-	if pairs == nil {
-		return nil
-	}
-	out := make([][2]string, len(pairs))
-	for i, kv := range pairs {
-		out[i] = [2]string{lowerASCII(kv[0]), kv[1]}
-	}
-	return out
-}
-
-// appendLower appends pairs to dst with lower-cased keys.
-func appendLower(dst, pairs [][2]string) [][2]string {
-	for _, kv := range pairs {
-		dst = append(dst, [2]string{lowerASCII(kv[0]), kv[1]})
-	}
-	return dst
-}
-
-// lowerASCII lower-cases s without allocating when it is already lower case.
-func lowerASCII(s string) string {
+// LowerASCII lower-cases a header key (Envoy's header maps keep keys in lower case)
+// without allocating when it is already lower case.
+func LowerASCII(s string) string {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c >= 'A' && c <= 'Z' {
 			return strings.ToLower(s)
@@ -100,20 +82,19 @@ func lowerASCII(s string) string {
 	return s
 }
 
-// clonePairs copies pairs (nil stays nil).
-func clonePairs(pairs [][2]string) [][2]string {
-	if pairs == nil {
-		return nil
+// EqualLower reports whether key, lower-cased, equals the lower-case k.
+func EqualLower(k string, key []byte) bool {
+	if len(k) != len(key) {
+		return false
 	}
-	return append([][2]string(nil), pairs...)
-}
-
-// headerValue returns the first value of key in pairs.
-func headerValue(pairs [][2]string, key string) (string, bool) {
-	for _, kv := range pairs {
-		if kv[0] == key {
-			return kv[1], true
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if k[i] != c {
+			return false
 		}
 	}
-	return "", false
+	return true
 }

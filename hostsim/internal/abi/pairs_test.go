@@ -1,4 +1,4 @@
-package hostsim
+package abi
 
 import (
 	"bytes"

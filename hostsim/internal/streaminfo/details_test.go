@@ -1,8 +1,8 @@
-package hostsim
+package streaminfo
 
 import "testing"
 
-// envoyDetails replaces what StringUtil::replaceAllEmptySpace replaces, and nothing else.
+// ReplaceAllEmptySpace replaces what StringUtil::replaceAllEmptySpace replaces, and nothing else.
 func TestEnvoyDetails(t *testing.T) {
 	for in, want := range map[string]string{
 		"":                         "",
@@ -12,8 +12,8 @@ func TestEnvoyDetails(t *testing.T) {
 		"额度 不足":                    "额度_不足",
 		"{x|y:z}":                  "{x|y:z}",
 	} {
-		if got := envoyDetails(in); got != want {
-			t.Errorf("envoyDetails(%q) = %q, want %q", in, got, want)
+		if got := ReplaceAllEmptySpace(in); got != want {
+			t.Errorf("ReplaceAllEmptySpace(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
