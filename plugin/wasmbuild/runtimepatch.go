@@ -10,7 +10,7 @@ import (
 
 // The Envoy poll_oneoff fix.
 //
-// Envoy 1.33–1.36 answer WASI poll_oneoff with ENOSYS (proxy-wasm-cpp-host before #533).
+// Envoy 1.33–1.39 answer WASI poll_oneoff with ENOSYS (proxy-wasm-cpp-host before #533, which Envoy 1.40 pins first).
 // Once the Go runtime has armed any timer — its own background scavenger does so after a GC
 // that left memory to return — the network poller is initialised, and from then on every
 // start-the-world and every scheduler pass calls netpoll(0), a non-blocking poll with only
@@ -30,7 +30,7 @@ const runtimePatchAnchor = "\tif len(pollsubs) == 0 {\n\t\tunlock(&mtx)\n\t\tret
 
 // runtimePatchInsert is the early return for a non-blocking poll with no fd subscriptions.
 const runtimePatchInsert = "\t// spillway: a non-blocking poll with only the clock subscription has nothing to\n" +
-	"\t// report; do not call poll_oneoff, which Envoy 1.33-1.36 answer with ENOSYS.\n" +
+	"\t// report; do not call poll_oneoff, which Envoy 1.33-1.39 answer with ENOSYS.\n" +
 	"\tif delay == 0 && len(pollsubs) == 1 {\n\t\tunlock(&mtx)\n\t\treturn gList{}, 0\n\t}\n"
 
 // patchRuntime writes the patched netpoll_wasip1.go and returns (GOROOT file, patched file).
