@@ -473,6 +473,10 @@ func newClassifier(cfg *settings) (*classify.Classifier, error) {
 // Resolved returns the policy the engine runs.
 func (e *Engine) Resolved() *policies.Resolved { return e.res }
 
+// SamplesLatency reports whether Record reads a success's Outcome.TTFB: only when a route's
+// strategy reads latency samples. Otherwise a caller need not read the clock to measure it.
+func (e *Engine) SamplesLatency() bool { return e.sampleLatency }
+
 // ErrNoRoute reports a requested model that no route serves.
 var ErrNoRoute = errors.New("engine: no route serves the model")
 

@@ -60,7 +60,6 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action typ
 	h.respHdrs = hdrs
 	status, contentType := statusAndType(hdrs)
 	h.status = status
-	ttfb := p.clock().Sub(h.dispatchedAt)
 	if status >= 200 && status < 300 {
 		if isEventStream(contentType) && !endOfStream {
 			h.eventStream = true
@@ -68,6 +67,10 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action typ
 			h.bufs.respBody = h.bufs.respBody[:0] // what the hold reads (passed on if a tick ends it)
 			p.watch(h)
 			return types.ActionPause
+		}
+		var ttfb time.Duration // read only by latency sampling: no clock read (a host call) without it
+		if p.engine.SamplesLatency() {
+			ttfb = p.clock().Sub(h.dispatchedAt)
 		}
 		h.recordSuccess(ttfb)
 		h.setSpillwayHeaders()
