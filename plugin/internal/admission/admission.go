@@ -33,6 +33,7 @@
 package admission
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"time"
@@ -111,12 +112,17 @@ type Admitter struct {
 	store state.Store
 	clock state.Clock
 
-	conn    connRecord
-	pool    poolRecord
-	use     []modelUse
-	buf     []byte
-	op      operation
-	corrupt uint64
+	conn connRecord
+	// connBytes is the encoding of conn as the last write() left it, while connFresh says
+	// conn has not been touched since: a read that finds those very bytes (the common case:
+	// a request's release reads what its admit wrote) needs no decoding.
+	connBytes []byte
+	connFresh bool
+	pool      poolRecord
+	use       []modelUse
+	buf       []byte
+	op        operation
+	corrupt   uint64
 
 	// Bound once, so passing them to state.Update does not allocate a closure per call.
 	connFn, poolAcquireFn, poolReleaseFn, poolRenewFn state.UpdateFunc
@@ -400,9 +406,12 @@ func (a *Admitter) readConn(g *Gate, nowMs int64) error {
 // stored bytes must be rewritten (corrupt, or something expired).
 func (a *Admitter) loadConn(cur []byte, found bool, nowMs int64) (dirty bool) {
 	r := &a.conn
+	fresh := a.connFresh && bytes.Equal(cur, a.connBytes) // decoding cur would give r
+	a.connFresh = false                                   // r is the caller's to change from here
 	switch {
 	case !found:
 		r.reset(nowMs)
+	case fresh:
 	default:
 		if err := r.decode(cur); err != nil {
 			a.corrupt++
@@ -503,6 +512,7 @@ func (a *Admitter) connUpdate(cur []byte, found bool) ([]byte, state.Mutation, e
 // write encodes the connection record into the reusable buffer.
 func (a *Admitter) write() ([]byte, state.Mutation, error) {
 	a.buf = a.conn.encode(a.buf)
+	a.connBytes, a.connFresh = append(a.connBytes[:0], a.buf...), true
 	return a.buf, state.Write, nil
 }
 
