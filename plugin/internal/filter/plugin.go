@@ -80,6 +80,10 @@ type pluginContext struct {
 	// models interns the model names the policy knows, so a request's model (read out of
 	// its body) needs no copy when it is one of them.
 	models map[string]string
+	// reqHeaders finds the request headers the request path acts on; paths lists the
+	// policy's LLM API paths when they are few (see apiOf).
+	reqHeaders *reqHeaderTable
+	paths      []routedPath
 	// routeOf numbers the engine's routes (the index + 1 a stream keeps for its metrics).
 	routeOf map[*policies.ResolvedRoute]int
 	// logBuf is where the decision log builds its lines.
@@ -158,6 +162,8 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 	}
 	p.watchdog = watchdog.ConfigFrom(p.res.ThroughputWatchdog, p.res.ContentStall)
 	p.models = internTable(p.res)
+	p.reqHeaders = newReqHeaderTable(p.res.Routing.ClusterHeader)
+	p.paths = newRoutedPaths(&p.res.Routing)
 	// Reserve the creation CAS now (a shared-data write, not allowed during _initialize) so
 	// the first request that records state does not pay for it.
 	if _, err := p.store.CreateCAS(); err != nil {

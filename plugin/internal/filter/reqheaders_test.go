@@ -1,0 +1,76 @@
+package filter
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spillwayproxy/spillway/policies"
+)
+
+func TestRequestHeaderTable(t *testing.T) {
+	long := "x-" + strings.Repeat("c", maxIndexedName) // past the length index
+	cases := []struct {
+		cluster string        // the policy's cluster header
+		header  string        // a request header's name
+		kind    reqHeaderKind // what the request path does with it (0: nothing)
+		index   uint8         // its list position, for session and credential headers
+	}{
+		{"x-spillway-cluster", ":path", reqPath, 0},
+		{"x-spillway-cluster", ":method", reqMethod, 0},
+		{"x-spillway-cluster", "accept-encoding", reqAcceptEncoding, 0},
+		{"x-spillway-cluster", "content-length", reqContentLength, 0},
+		{"x-spillway-cluster", "x-request-id", reqRequestID, 0},
+		{"x-spillway-cluster", "x-spillway-cluster", reqCluster, 0},
+		{"x-spillway-cluster", "x-session-id", reqSession, 0},
+		{"x-spillway-cluster", "x-omniroute-session", reqSession, 2},
+		{"x-spillway-cluster", "authorization", reqCredential, 0},
+		{"x-spillway-cluster", "api-key", reqCredential, 2}, // the length of :method
+		{"x-spillway-cluster", "x-goog-api-key", reqCredential, 3},
+		{"x-spillway-cluster", ":authority", 0, 0},
+		{"x-spillway-cluster", "content-type", 0, 0}, // the length of x-request-id
+		{"x-spillway-cluster", "", 0, 0},
+		{"x-spillway-cluster", long, 0, 0},
+		// The cluster header takes precedence over the session and credential lists, as the
+		// switch it replaces did; the fixed names over it.
+		{"x-session-id", "x-session-id", reqCluster, 0},
+		{"content-length", "content-length", reqContentLength, 0},
+		{long, long, reqCluster, 0},
+		{long, long + "x", 0, 0},
+	}
+	for _, c := range cases {
+		tbl := newReqHeaderTable(c.cluster)
+		n := tbl.lookup(c.header)
+		var kind reqHeaderKind
+		var index uint8
+		if n != nil {
+			kind, index = n.kind, n.index
+		}
+		if kind != c.kind || index != c.index {
+			t.Errorf("cluster header %q: %q looks up as kind %d index %d, want %d %d", c.cluster, c.header, kind, index, c.kind, c.index)
+		}
+	}
+	if got := len(newReqHeaderTable("x-spillway-cluster").names); got != 6+len(policies.SessionAffinityHeaders)+4 {
+		t.Errorf("%d names, want every fixed, session and credential header once", got)
+	}
+}
+
+func TestAPIOfAgreesWithThePolicy(t *testing.T) {
+	res, err := policies.Parse(policyJSON(t, testPolicy), policies.ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Resolved()
+	p := &pluginContext{res: r, paths: newRoutedPaths(&r.Routing)}
+	if p.paths == nil {
+		t.Fatal("the default paths are not listed")
+	}
+	full := &pluginContext{res: r} // no list: the policy's own lookup
+	for _, path := range []string{"/v1/chat/completions", "/v1/chat/completions?x=1#y", "/v1/messages#f?g",
+		"/v1/embeddings?", "/v1/responses", "/v1/completions", "/v1/chat", "/", "", "?/v1/messages", "/V1/messages"} {
+		api, ok := p.apiOf(path)
+		wantAPI, wantOK := full.apiOf(path)
+		if api != wantAPI || ok != wantOK {
+			t.Errorf("apiOf(%q) = %q %v, the policy says %q %v", path, api, ok, wantAPI, wantOK)
+		}
+	}
+}
