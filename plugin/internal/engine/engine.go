@@ -174,6 +174,7 @@ type route struct {
 	clean      []cleanMemo  // per candidate
 	api        policies.API // the API every candidate's provider speaks ("" when they differ)
 	needsLoad  bool         // the strategy reads in-flight counts
+	inOrder    bool         // the strategy keeps the configured order (priority; see planInOrder)
 }
 
 // candidateRef is one configured candidate of a route.
@@ -417,6 +418,7 @@ func (e *Engine) prepareRoute(i int, cfg *routeSettings) error {
 	rt.candidates = cfg.candidates
 	rt.clean = make([]cleanMemo, len(cfg.candidates))
 	rt.needsLoad = cfg.needsLoad
+	rt.inOrder = cfg.combo.Strategy == selection.Priority && !cfg.needsLoad
 	for j, c := range cfg.candidates {
 		api := e.res.Providers[c.provider].API
 		switch {

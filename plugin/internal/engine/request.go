@@ -126,6 +126,9 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	// One comparison for a route whose providers all speak one API (the usual case).
 	routeAPI := rt.api != "" && rt.api == api
 	epoch := e.epoch()
+	if routeAPI && rt.inOrder && (session.IsZero() || !e.affinity.Enabled()) && e.planInOrder(rt, &plan, epoch) {
+		return plan, nil
+	}
 	for i, c := range rt.candidates {
 		model := c.model
 		if model == "" {
@@ -185,6 +188,36 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	buf.targets = targets
 	plan.Targets = targets
 	return plan, nil
+}
+
+// planInOrder is Plan for a route whose order is the configured one (priority, no session
+// pin) when every candidate's clean memo vouches for it at epoch: every candidate is
+// eligible, in the configured order, and the plan is that list with nothing excluded — what
+// the full path would find, without asking the selector or building its candidates. It
+// reports false, and plans nothing, when a memo does not vouch.
+func (e *Engine) planInOrder(rt *route, plan *Plan, epoch uint64) bool {
+	for i, c := range rt.candidates {
+		model := c.model
+		if model == "" {
+			model = plan.Model
+		}
+		if !rt.clean[i].vouches(epoch, c.model != "", model) {
+			return false
+		}
+	}
+	buf := plan.req
+	targets := buf.targets[:0]
+	for i, c := range rt.candidates {
+		model := c.model
+		if model == "" {
+			model = plan.Model
+		}
+		targets = append(targets, Target{Provider: c.provider, Connection: c.connection, Model: model, req: buf,
+			clean: rt.clean[i].at})
+	}
+	buf.targets, buf.excluded = targets, buf.excluded[:0]
+	plan.Targets, plan.Excluded = targets, buf.excluded
+	return true
 }
 
 // Route returns the route serving model, as policies.Resolved.Route does, remembering the
