@@ -224,14 +224,20 @@ func (e *Engine) planInOrder(rt *route, plan *Plan, epoch uint64) bool {
 // last answer: a model equal to the last one asked about (the same interned string, usually)
 // costs one comparison instead of a map lookup, and Plan for it then needs no lookup either.
 func (e *Engine) Route(model string) (*policies.ResolvedRoute, bool) {
+	rr, _, ok := e.RouteIndex(model)
+	return rr, ok
+}
+
+// RouteIndex is Route that also returns the route's index in Resolved().Routes.
+func (e *Engine) RouteIndex(model string) (*policies.ResolvedRoute, int, bool) {
 	if e.lastRoute >= 0 && model == e.lastModel {
-		return e.routes[e.lastRoute].res, true
+		return e.routes[e.lastRoute].res, e.lastRoute, true
 	}
 	ri, ok := e.route(model)
 	if !ok {
-		return nil, false
+		return nil, 0, false
 	}
-	return e.routes[ri].res, true
+	return e.routes[ri].res, ri, true
 }
 
 // route finds the route serving model and keeps the answer in lastModel and lastRoute: the

@@ -3,6 +3,7 @@ package filter
 import (
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/spillwayproxy/spillway/policies"
 )
@@ -71,6 +72,36 @@ func TestAPIOfAgreesWithThePolicy(t *testing.T) {
 		wantAPI, wantOK := full.apiOf(path)
 		if api != wantAPI || ok != wantOK {
 			t.Errorf("apiOf(%q) = %q %v, the policy says %q %v", path, api, ok, wantAPI, wantOK)
+		}
+	}
+}
+
+// intern hands back the policy's own copy of a model it names, and a copy of any other, with
+// the names listed or in the map alike.
+func TestInternKeepsNoBodyAlive(t *testing.T) {
+	res, err := policies.Parse(policyJSON(t, testPolicy), policies.ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := internTable(res.Resolved())
+	listed := &pluginContext{models: models}
+	for m := range models {
+		listed.modelList = append(listed.modelList, m)
+	}
+	for _, p := range []*pluginContext{listed, {models: models}} {
+		for _, name := range []string{"gpt-4o", "openai/gpt-4o-mini", "claude-*", "claude-3-opus", "gpt-4"} {
+			body := []byte(`{"model":"` + name + `"}`)
+			got := p.intern(unsafe.String(&body[10], len(name))) // aliases body, as a parsed model does
+			if got != name {
+				t.Fatalf("intern(%q) = %q", name, got)
+			}
+			body[10] = '#' // the body's memory is reused: the interned name must not change
+			if got != name {
+				t.Fatalf("intern(%q) aliases the body", name)
+			}
+			if own, ok := models[name]; ok && unsafe.StringData(own) != unsafe.StringData(got) {
+				t.Fatalf("intern(%q) is not the policy's copy", name)
+			}
 		}
 	}
 }

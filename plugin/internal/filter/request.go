@@ -194,12 +194,12 @@ func (h *httpContext) endOfRequest(bodySize int) step {
 // planAndDispatch plans the request's targets and dispatches the first one that can go.
 func (h *httpContext) planAndDispatch() step {
 	p := h.plugin
-	rr, ok := p.engine.Route(h.model)
+	rr, ri, ok := p.engine.RouteIndex(h.model)
 	if !ok {
 		h.reply(replies.ModelNotFound(h.model))
 		return stepAnswered
 	}
-	h.route = p.routeOf[rr]
+	h.route = ri + 1
 	var key affinity.Key
 	if h.session != "" && p.res.SessionAffinityTTL > 0 {
 		var err error
