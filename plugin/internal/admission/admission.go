@@ -188,7 +188,7 @@ func (a *Admitter) CorruptRecords() uint64 { return a.corrupt }
 // A newcomer never overtakes an older waiting ticket that fits.
 func (a *Admitter) Admit(g *Gate, model string) (Result, error) {
 	hash, modelCap := g.modelLimit(model)
-	if !g.Limited(model) {
+	if !g.limited(modelCap) {
 		return Result{Granted: true, Lease: Lease{gate: g}}, nil
 	}
 	now := a.clock.Now()
