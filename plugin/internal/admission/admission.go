@@ -307,6 +307,9 @@ func (a *Admitter) Release(l Lease) (waiters bool, err error) {
 		return false, fmt.Errorf("admission: release on %s: %w", g, err)
 	}
 	waiters = a.op.waiters
+	if l.providerID == 0 && l.globalID == 0 {
+		return waiters, nil // no global or provider slot: nothing more to hand back
+	}
 	upperWaiters := a.releaseUpper(g, nowMs, upperSlots{held: true, providerID: l.providerID, globalID: l.globalID})
 	return waiters || upperWaiters, nil
 }

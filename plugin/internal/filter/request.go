@@ -61,9 +61,11 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 	if h.present&hasClusterHeader != 0 {
 		removeRequestHeader(p.res.Routing.ClusterHeader) // a client never chooses a cluster
 	}
-	for i, name := range policies.SessionAffinityHeaders {
-		if h.present&sessionBit(i) != 0 {
-			removeRequestHeader(name) // correlation ids for Spillway only
+	if h.present&sessionHeaders != 0 {
+		for i, name := range policies.SessionAffinityHeaders {
+			if h.present&sessionBit(i) != 0 {
+				removeRequestHeader(name) // correlation ids for Spillway only
+			}
 		}
 	}
 	if h.adminRequest(hdrs, method, path, endOfStream) { // admin.go: answered or held for its body

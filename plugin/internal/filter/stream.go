@@ -168,6 +168,9 @@ const (
 
 const hasCredentialBase = hasSessionBase << 4 // + index in llmapi.CredentialHeaders
 
+// sessionHeaders are the bits of every session header.
+const sessionHeaders = hasCredentialBase - hasSessionBase
+
 func sessionBit(i int) headerSet    { return hasSessionBase << i }
 func credentialBit(i int) headerSet { return hasCredentialBase << i }
 
