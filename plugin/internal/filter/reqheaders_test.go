@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -102,6 +103,16 @@ func TestInternKeepsNoBodyAlive(t *testing.T) {
 			if own, ok := models[name]; ok && unsafe.StringData(own) != unsafe.StringData(got) {
 				t.Fatalf("intern(%q) is not the policy's copy", name)
 			}
+		}
+	}
+}
+
+// parseStatus reads what strconv.Atoi reads, three digits without it.
+func TestParseStatus(t *testing.T) {
+	for _, v := range []string{"200", "429", "099", "999", "000", "20", "2000", "+20", "-99", "2x0", "", " 200", "１２３"} {
+		want, _ := strconv.Atoi(v)
+		if got := parseStatus(v); got != want {
+			t.Errorf("parseStatus(%q) = %d, strconv reads %d", v, got, want)
 		}
 	}
 }
