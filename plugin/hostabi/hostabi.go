@@ -114,18 +114,25 @@ func (p *Pairs) setFrom(encoded []byte) {
 		return
 	}
 	sizes, data := b[4:4+8*n], b[4+8*n:]
-	for i := 0; i < n; i++ {
+	// The pairs are written in place, one slice header update for the map instead of one
+	// per pair (each costs a Go wasm module a write barrier check).
+	if cap(p.kv) < n {
+		p.kv = make([][2]string, 0, n)
+	}
+	kv := p.kv[:n]
+	off := 0
+	for i := range kv {
 		kl := int(binary.LittleEndian.Uint32(sizes[8*i:]))
 		vl := int(binary.LittleEndian.Uint32(sizes[8*i+4:]))
-		if kl < 0 || vl < 0 || kl+1+vl+1 > len(data) {
+		end := off + kl + 1 + vl + 1
+		if kl < 0 || vl < 0 || end > len(data) || end < off {
 			p.kv = p.kv[:0]
 			return
 		}
-		k := unsafeString(data[:kl])
-		v := unsafeString(data[kl+1 : kl+1+vl])
-		data = data[kl+1+vl+1:]
-		p.kv = append(p.kv, [2]string{k, v})
+		kv[i] = [2]string{unsafeString(data[off : off+kl]), unsafeString(data[off+kl+1 : end-1])}
+		off = end
 	}
+	p.kv = kv
 }
 
 // AppendPairs appends the ABI encoding of pairs to dst.

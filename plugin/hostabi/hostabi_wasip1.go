@@ -89,6 +89,7 @@ const pinSlots = 8
 var (
 	pins    [pinSlots][]byte
 	pinNext int
+	pinned  bool // some pin is set: claimPin has something to clear
 )
 
 // onMemoryAllocate answers the host's proxy_on_memory_allocate. A block that cannot be had
@@ -120,6 +121,7 @@ func onMemoryAllocate(size uint32) *byte {
 	buf := make([]byte, n)
 	pins[pinNext] = buf
 	pinNext = (pinNext + 1) % pinSlots
+	pinned = true
 	return &buf[0]
 }
 
@@ -127,6 +129,10 @@ func onMemoryAllocate(size uint32) *byte {
 // pin: once a host call has returned, no other buffer it allocated is still owed to the
 // guest. ok is false when addr is not the start of a pinned block with room for size.
 func claimPin(addr uint32, size int32) (b []byte, ok bool) {
+	if !pinned { // the usual case: the call's data came from the arena
+		return nil, false
+	}
+	pinned = false
 	for i := range pins {
 		if p := pins[i]; len(p) > 0 && uint32(uintptr(unsafe.Pointer(&p[0]))) == addr && size >= 0 && int(size) <= len(p) {
 			b, ok = p[:size], true

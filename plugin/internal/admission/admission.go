@@ -34,6 +34,7 @@
 package admission
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"time"
@@ -112,12 +113,17 @@ type Admitter struct {
 	store state.Store
 	clock state.Clock
 
-	conn    connRecord
-	pool    poolRecord
-	use     []modelUse
-	buf     []byte
-	op      operation
-	corrupt uint64
+	conn connRecord
+	// connBytes is the encoding of conn as the last write() left it, while connFresh says
+	// conn has not been touched since: a read that finds those very bytes (the common case:
+	// a request's release reads what its admit wrote) needs no decoding.
+	connBytes []byte
+	connFresh bool
+	pool      poolRecord
+	use       []modelUse
+	buf       []byte
+	op        operation
+	corrupt   uint64
 
 	// Bound once, so passing them to state.Update does not allocate a closure per call.
 	connFn, poolAcquireFn, poolReleaseFn, poolRenewFn state.UpdateFunc
@@ -183,7 +189,7 @@ func (a *Admitter) CorruptRecords() uint64 { return a.corrupt }
 // A newcomer never overtakes an older waiting ticket that fits.
 func (a *Admitter) Admit(g *Gate, model string) (Result, error) {
 	hash, modelCap := g.modelLimit(model)
-	if !g.Limited(model) {
+	if !g.limited(modelCap) {
 		return Result{Granted: true, Lease: Lease{gate: g}}, nil
 	}
 	now := a.clock.Now()
@@ -302,6 +308,9 @@ func (a *Admitter) Release(l Lease) (waiters bool, err error) {
 		return false, fmt.Errorf("admission: release on %s: %w", g, err)
 	}
 	waiters = a.op.waiters
+	if l.providerID == 0 && l.globalID == 0 {
+		return waiters, nil // no global or provider slot: nothing more to hand back
+	}
 	upperWaiters := a.releaseUpper(g, nowMs, upperSlots{held: true, providerID: l.providerID, globalID: l.globalID})
 	return waiters || upperWaiters, nil
 }
@@ -401,9 +410,12 @@ func (a *Admitter) readConn(g *Gate, nowMs int64) error {
 // stored bytes must be rewritten (corrupt, or something expired).
 func (a *Admitter) loadConn(cur []byte, found bool, nowMs int64) (dirty bool) {
 	r := &a.conn
+	fresh := a.connFresh && bytes.Equal(cur, a.connBytes) // decoding cur would give r
+	a.connFresh = false                                   // r is the caller's to change from here
 	switch {
 	case !found:
 		r.reset(nowMs)
+	case fresh:
 	default:
 		if err := r.decode(cur); err != nil {
 			a.corrupt++
@@ -504,6 +516,7 @@ func (a *Admitter) connUpdate(cur []byte, found bool) ([]byte, state.Mutation, e
 // write encodes the connection record into the reusable buffer.
 func (a *Admitter) write() ([]byte, state.Mutation, error) {
 	a.buf = a.conn.encode(a.buf)
+	a.connBytes, a.connFresh = append(a.connBytes[:0], a.buf...), true
 	return a.buf, state.Write, nil
 }
 

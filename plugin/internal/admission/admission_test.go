@@ -689,3 +689,45 @@ func TestRefusalsNameTheGateThatRefused(t *testing.T) {
 		})
 	}
 }
+
+// A worker skips decoding a connection record that holds the very bytes it last wrote; a
+// record another worker changed since, on the same connection or another, is read afresh.
+func TestOwnWriteIsReusedAndOthersAreRead(t *testing.T) {
+	w := newWorld(2)
+	a, b := w.workers[0], w.workers[1]
+	g := mustGate(t, GateConfig{Provider: "p", Connection: "c", MaxConcurrent: 2})
+	other := mustGate(t, GateConfig{Provider: "p", Connection: "d", MaxConcurrent: 2})
+	mine, err := a.Admit(g, "m")
+	if err != nil || !mine.Granted {
+		t.Fatal(mine, err)
+	}
+	// Another worker takes the second slot: the record is no longer what a wrote.
+	theirs, err := b.Admit(g, "m")
+	if err != nil || !theirs.Granted {
+		t.Fatal(theirs, err)
+	}
+	// a works on another connection meanwhile, then comes back.
+	if r, err := a.Admit(other, "m"); err != nil || !r.Granted {
+		t.Fatal(r, err)
+	}
+	if r, err := a.Admit(g, "m"); err != nil || r.Granted {
+		t.Fatalf("a third request took a slot of a full connection: %+v, %v", r, err)
+	} else if _, err := a.Cancel(r.Ticket); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Release(mine.Lease); err != nil {
+		t.Fatal(err)
+	}
+	u, err := b.Inspect(g, "m")
+	if err != nil || u.InFlight != 1 {
+		t.Fatalf("after a's release: %+v, %v; want b's lease alone in flight", u, err)
+	}
+	// Release reads back what it wrote: a's next admit takes the freed slot, and only it.
+	again, err := a.Admit(g, "m")
+	if err != nil || !again.Granted {
+		t.Fatal(again, err)
+	}
+	if u, err = b.Inspect(g, "m"); err != nil || u.InFlight != 2 {
+		t.Fatalf("after a's second admit: %+v, %v; want 2 in flight", u, err)
+	}
+}

@@ -116,8 +116,11 @@ func (g *Gate) ModelCap(model string) int {
 
 // Limited reports whether a request for model goes through admission at all. When no cap
 // applies it does not, and Admit touches no shared data.
-func (g *Gate) Limited(model string) bool {
-	return g.globalCap > 0 || g.providerCap > 0 || g.connCap > 0 || g.ModelCap(model) > 0
+func (g *Gate) Limited(model string) bool { return g.limited(g.ModelCap(model)) }
+
+// limited is Limited for a model whose cap on g is modelCap.
+func (g *Gate) limited(modelCap int) bool {
+	return g.globalCap > 0 || g.providerCap > 0 || g.connCap > 0 || modelCap > 0
 }
 
 // String names the gate in errors and logs.

@@ -118,6 +118,9 @@ func (r *connRecord) encode(buf []byte) []byte {
 
 // prune drops leases and tickets whose deadline has passed and reports whether any went.
 func (r *connRecord) prune(nowMs int64) bool {
+	if !r.anyExpired(nowMs) {
+		return false // the usual case: nothing to rewrite
+	}
 	nl, nt := len(r.leases), len(r.tickets)
 	r.leases = pruneLeases(r.leases, nowMs)
 	kept := r.tickets[:0]
@@ -128,6 +131,21 @@ func (r *connRecord) prune(nowMs int64) bool {
 	}
 	r.tickets = kept
 	return len(r.leases) != nl || len(r.tickets) != nt
+}
+
+// anyExpired reports whether a lease or ticket's deadline has passed.
+func (r *connRecord) anyExpired(nowMs int64) bool {
+	for i := range r.leases {
+		if r.leases[i].deadlineMs <= nowMs {
+			return true
+		}
+	}
+	for i := range r.tickets {
+		if r.tickets[i].deadlineMs <= nowMs {
+			return true
+		}
+	}
+	return false
 }
 
 // findTicket returns the index of ticket id, or -1.

@@ -622,3 +622,66 @@ func TestRouteAnswersAsThePolicy(t *testing.T) {
 		}
 	}
 }
+
+// A priority route whose candidates are all vouched clean is planned without the selector
+// (planInOrder); the plan is the one the full path makes, and a candidate that stops being
+// clean sends the route back to the full path.
+func TestInOrderPlanIsTheFullPlan(t *testing.T) {
+	clock := state.NewManualClock(start)
+	shared := state.NewMemStore()
+	fast := newWorker(t, examples.Demo(), shared, clock, 1)
+	full := newWorker(t, examples.Demo(), shared, clock, 1)
+	for i := range full.e.routes {
+		full.e.routes[i].inOrder = false
+	}
+	ri, _ := fast.e.route("gpt-4o")
+	if !fast.e.routes[ri].inOrder {
+		t.Fatal("the demo's gpt-4o route (priority) does not plan in order")
+	}
+	plan := func(w *worker) (Plan, bool) {
+		t.Helper()
+		if err := w.cache.Refresh(); err != nil {
+			t.Fatal(err)
+		}
+		inOrder := w.e.planInOrder(&w.e.routes[ri], &Plan{Model: "gpt-4o", req: &Buffers{}}, w.e.epoch())
+		p, err := w.e.Plan("gpt-4o", policies.APIOpenAI, affinity.Key{}, &w.buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, inOrder
+	}
+	same := func(step string) bool {
+		t.Helper()
+		pf, inOrder := plan(fast)
+		pu, _ := plan(full)
+		show := func(p Plan) string {
+			var b strings.Builder
+			for _, t := range p.Targets {
+				fmt.Fprintf(&b, "%d/%d/%s clean=%v ", t.Provider, t.Connection, t.Model, t.clean != 0)
+			}
+			return fmt.Sprint(b.String(), p.Excluded, p.Pinned, p.Degraded)
+		}
+		if got, want := show(pf), show(pu); got != want {
+			t.Fatalf("%s: in-order plan %s, full plan %s", step, got, want)
+		}
+		if len(pf.Targets) > 0 && pf.Targets[0].req != &fast.buf {
+			t.Fatalf("%s: the plan's targets do not carry the request's memory", step)
+		}
+		return inOrder
+	}
+	if same("cold cache") {
+		t.Fatal("planned in order before any memo vouched")
+	}
+	if !same("warm cache") {
+		t.Fatal("a clean route did not plan in order")
+	}
+	// openai-a's key fails: its connection cools down, the memos no longer vouch.
+	d, err := fast.e.Dispatch(Target{Provider: 0, Connection: 0, Model: "gpt-4o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast.e.Finish(d, Outcome{Status: 401, Body: []byte(`{"error":{"message":"bad key","type":"invalid_request_error","code":"invalid_api_key"}}`)}, nil)
+	if same("after a failure") {
+		t.Fatal("planned in order with a connection cooling down")
+	}
+}

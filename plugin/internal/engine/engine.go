@@ -174,6 +174,7 @@ type route struct {
 	clean      []cleanMemo  // per candidate
 	api        policies.API // the API every candidate's provider speaks ("" when they differ)
 	needsLoad  bool         // the strategy reads in-flight counts
+	inOrder    bool         // the strategy keeps the configured order (priority; see planInOrder)
 }
 
 // candidateRef is one configured candidate of a route.
@@ -417,6 +418,7 @@ func (e *Engine) prepareRoute(i int, cfg *routeSettings) error {
 	rt.candidates = cfg.candidates
 	rt.clean = make([]cleanMemo, len(cfg.candidates))
 	rt.needsLoad = cfg.needsLoad
+	rt.inOrder = cfg.combo.Strategy == selection.Priority && !cfg.needsLoad
 	for j, c := range cfg.candidates {
 		api := e.res.Providers[c.provider].API
 		switch {
@@ -472,6 +474,10 @@ func newClassifier(cfg *settings) (*classify.Classifier, error) {
 
 // Resolved returns the policy the engine runs.
 func (e *Engine) Resolved() *policies.Resolved { return e.res }
+
+// SamplesLatency reports whether Record reads a success's Outcome.TTFB: only when a route's
+// strategy reads latency samples. Otherwise a caller need not read the clock to measure it.
+func (e *Engine) SamplesLatency() bool { return e.sampleLatency }
 
 // ErrNoRoute reports a requested model that no route serves.
 var ErrNoRoute = errors.New("engine: no route serves the model")

@@ -126,6 +126,9 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	// One comparison for a route whose providers all speak one API (the usual case).
 	routeAPI := rt.api != "" && rt.api == api
 	epoch := e.epoch()
+	if routeAPI && rt.inOrder && (session.IsZero() || !e.affinity.Enabled()) && e.planInOrder(rt, &plan, epoch) {
+		return plan, nil
+	}
 	for i, c := range rt.candidates {
 		model := c.model
 		if model == "" {
@@ -187,18 +190,54 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	return plan, nil
 }
 
+// planInOrder is Plan for a route whose order is the configured one (priority, no session
+// pin) when every candidate's clean memo vouches for it at epoch: every candidate is
+// eligible, in the configured order, and the plan is that list with nothing excluded — what
+// the full path would find, without asking the selector or building its candidates. It
+// reports false, and plans nothing, when a memo does not vouch.
+func (e *Engine) planInOrder(rt *route, plan *Plan, epoch uint64) bool {
+	for i, c := range rt.candidates {
+		model := c.model
+		if model == "" {
+			model = plan.Model
+		}
+		if !rt.clean[i].vouches(epoch, c.model != "", model) {
+			return false
+		}
+	}
+	buf := plan.req
+	targets := buf.targets[:0]
+	for i, c := range rt.candidates {
+		model := c.model
+		if model == "" {
+			model = plan.Model
+		}
+		targets = append(targets, Target{Provider: c.provider, Connection: c.connection, Model: model, req: buf,
+			clean: rt.clean[i].at})
+	}
+	buf.targets, buf.excluded = targets, buf.excluded[:0]
+	plan.Targets, plan.Excluded = targets, buf.excluded
+	return true
+}
+
 // Route returns the route serving model, as policies.Resolved.Route does, remembering the
 // last answer: a model equal to the last one asked about (the same interned string, usually)
 // costs one comparison instead of a map lookup, and Plan for it then needs no lookup either.
 func (e *Engine) Route(model string) (*policies.ResolvedRoute, bool) {
+	rr, _, ok := e.RouteIndex(model)
+	return rr, ok
+}
+
+// RouteIndex is Route that also returns the route's index in Resolved().Routes.
+func (e *Engine) RouteIndex(model string) (*policies.ResolvedRoute, int, bool) {
 	if e.lastRoute >= 0 && model == e.lastModel {
-		return e.routes[e.lastRoute].res, true
+		return e.routes[e.lastRoute].res, e.lastRoute, true
 	}
 	ri, ok := e.route(model)
 	if !ok {
-		return nil, false
+		return nil, 0, false
 	}
-	return e.routes[ri].res, true
+	return e.routes[ri].res, ri, true
 }
 
 // route finds the route serving model and keeps the answer in lastModel and lastRoute: the

@@ -61,7 +61,7 @@ func newHost(t *testing.T, config []byte, hook func(string)) (proxytest.HostEmul
 	return h, st
 }
 
-func newClockedHost(t *testing.T, config []byte, hook func(string)) (proxytest.HostEmulator, *manualclock.Clock, types.OnPluginStartStatus) {
+func newClockedHost(t testing.TB, config []byte, hook func(string)) (proxytest.HostEmulator, *manualclock.Clock, types.OnPluginStartStatus) {
 	t.Helper()
 	clk := manualclock.New(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	opt := proxytest.NewEmulatorOption().WithVMContext(&vmContext{beforeCallback: hook, timeNow: clk.Now}).WithPluginConfiguration(config)

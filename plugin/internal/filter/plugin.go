@@ -78,10 +78,14 @@ type pluginContext struct {
 	misconfigLogged bool
 
 	// models interns the model names the policy knows, so a request's model (read out of
-	// its body) needs no copy when it is one of them.
-	models map[string]string
-	// routeOf numbers the engine's routes (the index + 1 a stream keeps for its metrics).
-	routeOf map[*policies.ResolvedRoute]int
+	// its body) needs no copy when it is one of them; modelList holds them too when they are
+	// few (compared one by one: hashing a string is slow in a Go wasm module).
+	models    map[string]string
+	modelList []string
+	// reqHeaders finds the request headers the request path acts on; paths lists the
+	// policy's LLM API paths when they are few (see apiOf).
+	reqHeaders *reqHeaderTable
+	paths      []routedPath
 	// logBuf is where the decision log builds its lines.
 	logBuf []byte
 	// gaugeEngine reads the gauges through gaugeCache (made when this VM first publishes).
@@ -152,12 +156,15 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 		proxywasm.LogInfof("spillway: admin API served under %s", p.admin.Prefix())
 	}
 	p.metrics.define(p.res)
-	p.routeOf = make(map[*policies.ResolvedRoute]int, len(p.res.Routes))
-	for i := range p.engine.Resolved().Routes {
-		p.routeOf[&p.engine.Resolved().Routes[i]] = i + 1
-	}
 	p.watchdog = watchdog.ConfigFrom(p.res.ThroughputWatchdog, p.res.ContentStall)
 	p.models = internTable(p.res)
+	if len(p.models) <= maxListedModels {
+		for m := range p.models {
+			p.modelList = append(p.modelList, m)
+		}
+	}
+	p.reqHeaders = newReqHeaderTable(p.res.Routing.ClusterHeader)
+	p.paths = newRoutedPaths(&p.res.Routing)
 	// Reserve the creation CAS now (a shared-data write, not allowed during _initialize) so
 	// the first request that records state does not pay for it.
 	if _, err := p.store.CreateCAS(); err != nil {
@@ -208,11 +215,22 @@ func internTable(res *policies.Resolved) map[string]string {
 // intern returns the policy's copy of a model name, or a copy of it: a request's model is
 // read out of its body, which must not be kept alive (or aliased) by the engine's tables.
 func (p *pluginContext) intern(model string) string {
+	if p.modelList != nil || len(p.models) == 0 {
+		for _, s := range p.modelList {
+			if s == model {
+				return s
+			}
+		}
+		return strings.Clone(model)
+	}
 	if s, ok := p.models[model]; ok {
 		return s
 	}
 	return strings.Clone(model)
 }
+
+// maxListedModels is the most model names intern compares one by one.
+const maxListedModels = 8
 
 // NewHttpContext implements types.PluginContext. Contexts of ended streams are reused, with
 // their buffers, so a request allocates nothing for its own state.

@@ -31,49 +31,47 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 	}
 	hdrs := h.bufs.reqPairs.All()
 	var path, method string
-	clusterHeader := p.res.Routing.ClusterHeader
 	for _, kv := range hdrs {
-		switch k := kv[0]; k {
-		case ":path":
+		n := p.reqHeaders.lookup(kv[0])
+		if n == nil {
+			continue
+		}
+		switch n.kind {
+		case reqPath:
 			path = kv[1]
-		case ":method":
+		case reqMethod:
 			method = kv[1]
-		case "accept-encoding":
+		case reqAcceptEncoding:
 			h.present |= hasAcceptEncoding
-		case "content-length":
+		case reqContentLength:
 			h.present |= hasContentLength
-		case "x-request-id":
+		case reqRequestID:
 			h.requestID = kv[1]
-		case clusterHeader:
+		case reqCluster:
 			h.present |= hasClusterHeader
-		default:
-			for i, name := range policies.SessionAffinityHeaders {
-				if k == name {
-					h.present |= sessionBit(i)
-					if h.session == "" {
-						h.session = kv[1]
-					}
-				}
+		case reqSession:
+			h.present |= sessionBit(int(n.index))
+			if h.session == "" {
+				h.session = kv[1]
 			}
-			for i, name := range llmapi.CredentialHeaders {
-				if k == name {
-					h.present |= credentialBit(i)
-				}
-			}
+		case reqCredential:
+			h.present |= credentialBit(int(n.index))
 		}
 	}
 	if h.present&hasClusterHeader != 0 {
-		removeRequestHeader(clusterHeader) // a client never chooses a cluster
+		removeRequestHeader(p.res.Routing.ClusterHeader) // a client never chooses a cluster
 	}
-	for i, name := range policies.SessionAffinityHeaders {
-		if h.present&sessionBit(i) != 0 {
-			removeRequestHeader(name) // correlation ids for Spillway only
+	if h.present&sessionHeaders != 0 {
+		for i, name := range policies.SessionAffinityHeaders {
+			if h.present&sessionBit(i) != 0 {
+				removeRequestHeader(name) // correlation ids for Spillway only
+			}
 		}
 	}
 	if h.adminRequest(hdrs, method, path, endOfStream) { // admin.go: answered or held for its body
 		return types.ActionPause
 	}
-	api, routed := p.res.Routing.APIOf(path)
+	api, routed := p.apiOf(path)
 	if !routed || method != "POST" {
 		return types.ActionContinue
 	}
@@ -198,12 +196,12 @@ func (h *httpContext) endOfRequest(bodySize int) step {
 // planAndDispatch plans the request's targets and dispatches the first one that can go.
 func (h *httpContext) planAndDispatch() step {
 	p := h.plugin
-	rr, ok := p.engine.Route(h.model)
+	rr, ri, ok := p.engine.RouteIndex(h.model)
 	if !ok {
 		h.reply(replies.ModelNotFound(h.model))
 		return stepAnswered
 	}
-	h.route = p.routeOf[rr]
+	h.route = ri + 1
 	var key affinity.Key
 	if h.session != "" && p.res.SessionAffinityTTL > 0 {
 		var err error

@@ -60,7 +60,6 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action typ
 	h.respHdrs = hdrs
 	status, contentType := statusAndType(hdrs)
 	h.status = status
-	ttfb := p.clock().Sub(h.dispatchedAt)
 	if status >= 200 && status < 300 {
 		if isEventStream(contentType) && !endOfStream {
 			h.eventStream = true
@@ -68,6 +67,10 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action typ
 			h.bufs.respBody = h.bufs.respBody[:0] // what the hold reads (passed on if a tick ends it)
 			p.watch(h)
 			return types.ActionPause
+		}
+		var ttfb time.Duration // read only by latency sampling: no clock read (a host call) without it
+		if p.engine.SamplesLatency() {
+			ttfb = p.clock().Sub(h.dispatchedAt)
 		}
 		h.recordSuccess(ttfb)
 		h.setSpillwayHeaders()
@@ -379,12 +382,22 @@ func statusAndType(hdrs [][2]string) (status int, contentType string) {
 	for _, kv := range hdrs {
 		switch kv[0] {
 		case ":status":
-			status, _ = strconv.Atoi(kv[1])
+			status = parseStatus(kv[1])
 		case "content-type":
 			contentType = kv[1]
 		}
 	}
 	return status, contentType
+}
+
+// parseStatus reads a :status value: three digits, as Envoy sends it, without strconv's
+// generality; anything else as strconv.Atoi reads it (0 when it is not a number).
+func parseStatus(v string) int {
+	if len(v) == 3 && v[0] >= '0' && v[0] <= '9' && v[1] >= '0' && v[1] <= '9' && v[2] >= '0' && v[2] <= '9' {
+		return int(v[0]-'0')*100 + int(v[1]-'0')*10 + int(v[2]-'0')
+	}
+	n, _ := strconv.Atoi(v)
+	return n
 }
 
 // isEventStream reports a text/event-stream content type (parameters ignored).

@@ -168,6 +168,9 @@ const (
 
 const hasCredentialBase = hasSessionBase << 4 // + index in llmapi.CredentialHeaders
 
+// sessionHeaders are the bits of every session header.
+const sessionHeaders = hasCredentialBase - hasSessionBase
+
 func sessionBit(i int) headerSet    { return hasSessionBase << i }
 func credentialBit(i int) headerSet { return hasCredentialBase << i }
 
@@ -351,7 +354,14 @@ func (h *httpContext) targetName() string {
 // whose response the client gets (the last attempt's, or the failed attempt whose answer is
 // the final one), the requested model before any target was chosen.
 func (h *httpContext) spillwayHeaders() [4][2]string {
-	provider, connection, model := unrouted, unrouted, unrouted
+	provider, connection, model := h.spillwayValues()
+	return [4][2]string{{HeaderProvider, provider}, {HeaderConnection, connection}, {HeaderModel, model},
+		{HeaderAttempts, attemptsValue(h.attempts)}}
+}
+
+// spillwayValues are the provider, connection and model values of spillwayHeaders.
+func (h *httpContext) spillwayValues() (provider, connection, model string) {
+	provider, connection, model = unrouted, unrouted, unrouted
 	switch {
 	case h.answeredBy != nil:
 		t := h.answeredBy
@@ -363,15 +373,17 @@ func (h *httpContext) spillwayHeaders() [4][2]string {
 	case h.model != "":
 		model = h.model
 	}
-	return [4][2]string{{HeaderProvider, provider}, {HeaderConnection, connection}, {HeaderModel, model},
-		{HeaderAttempts, attemptsValue(h.attempts)}}
+	return provider, connection, model
 }
 
-// setSpillwayHeaders writes them on the response headers the filter holds.
+// setSpillwayHeaders writes them on the response headers the filter holds (without building
+// the array: the response path runs it on every routed response).
 func (h *httpContext) setSpillwayHeaders() {
-	for _, kv := range h.spillwayHeaders() {
-		replaceResponseHeader(kv[0], kv[1])
-	}
+	provider, connection, model := h.spillwayValues()
+	replaceResponseHeader(HeaderProvider, provider)
+	replaceResponseHeader(HeaderConnection, connection)
+	replaceResponseHeader(HeaderModel, model)
+	replaceResponseHeader(HeaderAttempts, attemptsValue(h.attempts))
 }
 
 // attemptCounts are the x-spillway-attempts values without a conversion per response.

@@ -123,3 +123,83 @@ func TestValidModelAgreesWithParseRequest(t *testing.T) {
 		})
 	}
 }
+
+// scanRequestCases are bodies the fast scan must read as gjson does, or leave to it.
+var scanRequestCases = []string{
+	`{"model":"gpt-4o","stream":false,"messages":[{"role":"user","content":"hello"}]}`,
+	`{"messages":[{"role":"user","content":"{\"model\":\"x\"}"}],"model":"gpt-4o","stream":true}`,
+	` { "model" : "m" , "stream" : true } `,
+	`{"model":"m"}`,
+	`{"model":"m"} `,
+	`{"model":"m"}{"stream":true}`,
+	`{"model":"m"} "stream":true`,
+	`{"stream":true}`,
+	`{"model":"m","stream":1}`,
+	`{"model":"m","stream":"true"}`,
+	`{"model":"m","stream":tru}`,
+	`{"model":"m","stream":truex}`,
+	`{"model":"m","stream":null,"stream":true}`,
+	`{"stream":true,"stream":false,"model":"m"}`,
+	`{"model":"a","model":"b"}`,
+	`{"model":null,"model":"b"}`,
+	`{"model":"claude-\u0033-opus"}`,
+	`{"mod\u0065l":"m"}`,
+	`{"a":"\\","model":"m"}`,
+	`{"a":"\\\"","model":"m"}`,
+	`{"a":"\"","model":"m"}`,
+	`{"a":[1,{"b":[]}],"model":"m"}`,
+	`{"a":[}],"model":"m"}`,
+	`{"a":(1),"model":"m"}`,
+	`{"a":-1.5e+3,"model":"m"}`,
+	`{"a":1x,"model":"m"}`,
+	`{"a":true,"b":false,"c":null,"model":"m"}`,
+	`{"model":"m","messages":[}`,
+	`{"model":"m",`,
+	`{"model":"m"`,
+	`{"model":"`,
+	`{"model":""}`,
+	`{"model":"a` + "\r\n" + `b"}`,
+	`{"model":"` + strings.Repeat("m", MaxModelLength+1) + `"}`,
+	`{"model":4}`,
+	"{\"model\":\"m\"\x01}",
+	"\x01{\"model\":\"m\"}",
+	`[{"model":"m"}]`,
+	``,
+	`{`,
+	`{}`,
+	`{"metadata":{"model":"x"}}`,
+	`{"model":"m","x":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `,"stream":true}`,
+}
+
+func TestScanRequestAgreesWithGJSON(t *testing.T) {
+	for _, body := range scanRequestCases {
+		checkScanRequest(t, []byte(body))
+	}
+	// The bodies the scan must not leave to gjson: plain, well-formed requests.
+	for _, body := range scanRequestCases[:5] {
+		if _, ok := scanRequest([]byte(body)); !ok {
+			t.Errorf("scanRequest(%q) left a plain body to gjson", body)
+		}
+	}
+}
+
+func FuzzScanRequestAgreesWithGJSON(f *testing.F) {
+	for _, body := range scanRequestCases {
+		f.Add([]byte(body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { checkScanRequest(t, body) })
+}
+
+// checkScanRequest fails when the fast scan reads body and gjson reads it otherwise (or
+// refuses it).
+func checkScanRequest(t *testing.T, body []byte) {
+	t.Helper()
+	got, ok := scanRequest(body)
+	if !ok {
+		return
+	}
+	want, err := parseRequestGJSON(body)
+	if err != nil || got != want {
+		t.Fatalf("scanRequest(%q) = %+v; gjson reads %+v, %v", body, got, want, err)
+	}
+}

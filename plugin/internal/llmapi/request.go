@@ -42,6 +42,15 @@ var (
 // 400 (a client error that counts against nothing). The returned Model aliases body; body
 // must not be modified while it is in use.
 func ParseRequest(body []byte) (Request, error) {
+	if req, ok := scanRequest(body); ok {
+		return req, nil
+	}
+	return parseRequestGJSON(body)
+}
+
+// parseRequestGJSON is ParseRequest with gjson: every body the fast scan leaves, and the
+// reference the scan must agree with.
+func parseRequestGJSON(body []byte) (Request, error) {
 	s := unsafeString(body)
 	root := gjson.Parse(s)
 	if !root.IsObject() {
