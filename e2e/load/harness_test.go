@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,8 +46,9 @@ const idParam = "load"
 // proxy is a started serve with its access log and guest log.
 type proxy struct {
 	*serve.Instance
-	access *accessLog
-	guest  *guestLog
+	access     *accessLog
+	guest      *guestLog
+	adminCalls atomic.Int64 // admin API calls made: streams the filter sees too
 }
 
 // startProxy starts serve in-process on the load policy with module (a path under build/,
@@ -116,6 +118,7 @@ func (p *proxy) admin(c *http.Client, path string) (gjson.Result, error) {
 		return gjson.Result{}, err
 	}
 	req.Header.Set("authorization", "Bearer "+adminToken)
+	p.adminCalls.Add(1)
 	resp, err := c.Do(req)
 	if err != nil {
 		return gjson.Result{}, fmt.Errorf("admin %s: %w", path, err)
@@ -373,10 +376,4 @@ func (g *guestLog) report() (map[string]int, []string) {
 		levels[k] = v
 	}
 	return levels, append([]string(nil), g.serious...)
-}
-
-// String summarises the counts per level.
-func (g *guestLog) String() string {
-	levels, _ := g.report()
-	return fmt.Sprint(levels)
 }
