@@ -33,10 +33,10 @@ const (
 	abortAfterSend
 )
 
-// answerLimit bounds the wait for one answer. Under the load policy no answer can take
-// half of it: the longest wait is a connection's queue (requestQueue.maxWaitMs, 30 s), the
-// fakes answer at once unless asked for a delay (at most 1 s here), a stream lasts under a
-// second, and a rate-limited request waits out Retry-After: 1 at most once per attempt
+// answerLimit bounds the wait for one answer, well past the slowest the load policy allows:
+// the longest wait is a connection's queue (requestQueue.maxWaitMs, 30 s), the fakes answer
+// at once unless asked for a delay (at most 1 s here), a stream lasts under a second, and a
+// rate-limited request waits out Retry-After: 1 at most once per attempt
 // (failover.maxAttempts, 3). A request without an answer by then is stuck in the proxy.
 const answerLimit = time.Minute
 
