@@ -26,7 +26,7 @@ import (
 // memGrowthPages, whichever is more: 4 MiB, the Go GC's minimum heap goal, which a heap
 // fills before its first collection however slowly it allocates (the main-thread VM takes
 // no requests and allocates about once per two, draining wake-ups; it still grew late in
-// a ten-minute soak, by 24 pages over its second half). Shared data may gain at most sharedKeyGrowth keys over the second
+// a ten-minute soak, by 16 pages over its second half). Shared data may gain at most sharedKeyGrowth keys over the second
 // half: its state is per provider and connection, bounded by the policy, and Envoy's shared
 // data never deletes a key, so a key per request would be a leak.
 const (
