@@ -63,10 +63,18 @@ bench-smoke: build ## Every benchmark once (-benchtime=1x): they keep compiling 
 BENCHTIME ?= 500ms
 
 .PHONY: bench
-bench: build ## Benchmarks: the filter's request paths vs noop.wasm in hostsim, hostsim, the engine's hot paths.
-	{ $(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count=3 ./hostsim/... ./plugin/... 2>&1; \
+bench: build ## Benchmarks: the filter's request paths vs noop.wasm in hostsim, hostsim, the engine's hot paths, serve under load.
+	{ $(GO) test -p 1 -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count=3 ./hostsim/... ./plugin/... ./e2e/load/... 2>&1; \
 	  echo $$? > $(BUILD)/bench.status; } | tee $(BUILD)/bench.txt
 	@exit $$(cat $(BUILD)/bench.status)
+
+# How long `make soak` drives the load test, and the go test timeout around it.
+SOAK_DURATION ?= 3m
+SOAK_TIMEOUT  ?= 30m
+
+.PHONY: soak
+soak: build ## Opt-in soak, not in make test: the load test (e2e/load) for SOAK_DURATION (default 3m), same checks.
+	$(GO) test -count=1 -v -run '^TestLoad$$' -timeout $(SOAK_TIMEOUT) ./e2e/load -load.duration $(SOAK_DURATION)
 
 .PHONY: serve
 serve: build ## Run the main job: hostsim serve on the embedded demo policy (http://127.0.0.1:10000, admin :9901).

@@ -1221,3 +1221,53 @@ routes:
 		})
 	}
 }
+
+// A failover dispatched from the answer of a callout that was pinned to its stream (sent
+// from the tick that ended a wait after a rate limit) is pinned in turn: its answer, the
+// final 429, reaches the client. Before, the SDK filed that failover under the root, its
+// answer ran with the root effective, the local reply did nothing and the request hung
+// (found by e2e/load).
+func TestScenarioAFailoverFromAPinnedCalloutAnswerIsAnsweredToo(t *testing.T) {
+	policy := `
+providers:
+  - id: openai
+    cluster: openai
+    connections:
+      - {id: key-a, credential: {header: authorization, value: "Bearer sk-a"}}
+      - {id: key-b, credential: {header: authorization, value: "Bearer sk-b"}}
+routes:
+  - model: gpt-4o
+    strategy: priority
+    targets:
+      - {provider: openai}
+`
+	w := newWorld(t, policy, 1)
+	limited := func(upstreamCall) *hostsim.UpstreamResponse {
+		return jsonError(429, `{"error":{"message":"Rate limit reached for requests","type":"requests"}}`,
+			[2]string{"retry-after", "2"})
+	}
+	w.fakes.set("sk-a", limited)
+	var b int
+	w.fakes.set("sk-b", func(c upstreamCall) *hostsim.UpstreamResponse {
+		if b++; b == 1 {
+			return chatOK(c)
+		}
+		return limited(c)
+	})
+	// Key A cools down for 2 s; key B answers.
+	expect(t, "first request", w.run(0, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/2")
+	before := len(w.fakes.received())
+	// Key B fails too, with key A still cooling: the failed response stays held until the
+	// rate limits run out; then key A is tried from the tick (a pinned callout), fails, and
+	// the request fails over from that answer to key B, whose 429 is the answer.
+	resp := w.run(0, chatReq("gpt-4o"))
+	expect(t, "second request", resp, 429, "openai/key-b/gpt-4o/3")
+	var got []string
+	for _, c := range w.fakes.received()[before:] {
+		got = append(got, fmt.Sprintf("%s callout=%v", c.credential, c.viaCallout))
+	}
+	if want := []string{"sk-b callout=false", "sk-a callout=true", "sk-b callout=true"}; strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Fatalf("the second request's attempts: %v, want %v", got, want)
+	}
+	w.noStreamsLeft()
+}

@@ -130,7 +130,11 @@ func (h *httpContext) pinnedCalloutAnswer() func(numHeaders, bodySize, numTraile
 			return // the stream ended: its context is recycled or serves another stream
 		}
 		h.effective()
+		// The answer runs in a root callback as well: a failover attempt it dispatches is
+		// filed under the root too, so that attempt's answer must be pinned in turn.
+		h.onRoot = true
 		h.onCalloutResponse(numHeaders, bodySize, numTrailers)
+		h.onRoot = false
 	}
 }
 
