@@ -627,7 +627,7 @@ func TestRouteAnswersAsThePolicy(t *testing.T) {
 // (planInOrder); the plan is the one the full path makes, and a candidate that stops being
 // clean sends the route back to the full path.
 func TestInOrderPlanIsTheFullPlan(t *testing.T) {
-	clock := state.NewManualClock(start)
+	clock := manualclock.New(start)
 	shared := state.NewMemStore()
 	fast := newWorker(t, examples.Demo(), shared, clock, 1)
 	full := newWorker(t, examples.Demo(), shared, clock, 1)
