@@ -119,8 +119,8 @@ func TestBoundaries(t *testing.T) {
 			func(d string) bool {
 				return within(d, own("hostsim")) && !within(d, own("hostsim/internal/abi"))
 			}},
-		// internal/ holds the module's neutral helpers (modroot, manualclock), which the build
-		// tools, the engine's tests and hostsim share: importing no other package of the module
+		// internal/ holds the module's neutral helpers (modroot, manualclock, pairs), which the
+		// build tools, the engine's tests, the filter's hostabi and hostsim share: importing no other package of the module
 		// and nothing wasm-specific keeps them usable by each without joining the layers up.
 		{"the neutral helpers under internal/ import no other package of the module",
 			func(p string) bool { return within(p, own("internal")) }, true,
