@@ -7,6 +7,8 @@ import (
 	"io"
 	"strconv"
 	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
 )
 
 // Request is a whole downstream request for StartHTTP and RunHTTP.
@@ -169,10 +171,8 @@ type Exchange struct {
 	upStarted bool             // the upstream was called
 	upCtx     context.Context
 	upCancel  context.CancelFunc
-	call      *UpstreamCall // streaming upstream
-	upHeaders bool          // upstream response headers arrived (the router's downstream_response_started_)
-	upDone    bool          // the upstream finished, failed, or was abandoned
-	idleGen   uint64
+	call      *UpstreamCall   // streaming upstream
+	up        router.Upstream // the router's upstream request
 
 	// A buffered upstream response being played.
 	play       *UpstreamResponse
@@ -306,6 +306,7 @@ func (vm *VM) newExchange(ctx context.Context, record bool) (*Exchange, error) {
 		start: vm.host.clock.Now()}
 	ex.ctx, ex.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	ex.upCtx, ex.upCancel = context.WithCancel(ex.ctx)
+	ex.up = router.New((*routerStream)(ex), vm.host.cfg.upstreamIdleTimeout)
 	s.ex = ex
 	ex.touchStreamIdle() // armed when the connection manager creates the stream
 	if err := vm.beginStream(s); err != nil {
@@ -562,18 +563,18 @@ func (ex *Exchange) stepRequest() {
 		ex.upReq = &UpstreamRequest{Headers: clonePairs(d.headers)}
 		if resolve := h.cfg.routeResolver; resolve != nil {
 			if err := resolve(ex.upReq.Headers); err != nil {
-				ex.upstreamFailed(err)
+				ex.up.Failed(err)
 				return
 			}
 		}
 	}
-	if ex.upDone {
+	if ex.up.Done() {
 		return // the router answered or gave up
 	}
 	if h.cfg.streamUpstream != nil && !ex.upStarted {
 		ex.upStarted = true
 		ex.call = &UpstreamCall{ex: ex, ctx: ex.upCtx, headers: clonePairs(d.headers)}
-		ex.touchIdle()
+		ex.up.Activity()
 		go h.cfg.streamUpstream(ex.call)
 	}
 	if len(d.fwdBody) > ex.reqSent {
@@ -584,7 +585,7 @@ func (ex *Exchange) stepRequest() {
 		}
 		if ex.call != nil {
 			ex.call.push(chunk)
-			ex.touchIdle()
+			ex.up.Activity()
 		}
 		ex.reqSent = len(d.fwdBody)
 		if !ex.record {
@@ -599,18 +600,10 @@ func (ex *Exchange) stepRequest() {
 		}
 		if !ex.upStarted {
 			ex.upStarted = true
-			ex.touchIdle()
+			ex.up.Activity()
 			h.post(event{kind: evUpstreamInvoke, ex: ex})
 		}
-		// Router::Filter::onRequestComplete arms the route timeout.
-		if rt := h.cfg.routeTimeout; rt > 0 {
-			ex.after(rt, func(ex *Exchange) error {
-				if !ex.upDone {
-					ex.routerTimeout(DetailsResponseTimeout)
-				}
-				return nil
-			})
-		}
+		ex.up.RequestComplete(h.cfg.routeTimeout)
 	}
 }
 
@@ -699,31 +692,13 @@ func (ex *Exchange) finish() {
 // abandonUpstream stops taking the upstream's answer and cancels its context, as the
 // router resets its upstream request (VM locked).
 func (ex *Exchange) abandonUpstream() {
-	if !ex.upDone {
-		ex.upDone = true
+	if ex.up.Abandon() {
 		ex.upCancel()
 	}
 	ex.play = nil
 	if ex.call != nil {
 		ex.call.abandon()
 	}
-}
-
-// touchIdle re-arms the upstream idle timeout (the per-try idle timeout) after upstream
-// activity (VM locked).
-func (ex *Exchange) touchIdle() {
-	idle := ex.vm.host.cfg.upstreamIdleTimeout
-	if idle <= 0 || ex.upDone {
-		return
-	}
-	ex.idleGen++
-	gen := ex.idleGen
-	ex.after(idle, func(ex *Exchange) error {
-		if ex.idleGen == gen && !ex.upDone {
-			ex.routerTimeout(DetailsUpstreamPerTryIdleTimeout)
-		}
-		return nil
-	})
 }
 
 // fromClient notes a request part the client sent (VM locked): it re-arms the stream idle
@@ -860,12 +835,12 @@ func (h *Host) invokeUpstream(ex *Exchange) {
 // headers now, each body chunk at its delay, then trailers, end of stream or a reset. An
 // upstream error becomes the router's own reply.
 func (ex *Exchange) deliverUpstream(resp *UpstreamResponse, upErr error) error {
-	if ex.done || ex.upDone {
+	if ex.done || ex.up.Done() {
 		return nil
 	}
 	n := len(ex.errs)
 	if upErr != nil {
-		ex.upstreamFailed(upErr)
+		ex.up.Failed(upErr)
 	} else {
 		ex.play, ex.playChunks, ex.playNext = resp, chunksOf(resp.Body, resp.BodyChunks), 0
 		ex.responseHeaders(resp.Headers, len(ex.playChunks) == 0 && resp.Trailers == nil && resp.Reset == nil)
@@ -900,7 +875,7 @@ func (ex *Exchange) playUpstream() {
 			return
 		}
 		ex.playDue, ex.play = false, nil
-		ex.upstreamReset(r)
+		ex.up.Reset(r)
 		return
 	}
 	if p.Trailers != nil {
@@ -913,12 +888,8 @@ func (ex *Exchange) playUpstream() {
 // filter's encodeHeaders (VM locked).
 func (ex *Exchange) responseHeaders(headers [][2]string, eos bool) {
 	s := ex.s
-	ex.upHeaders = true
-	ex.touchIdle()
+	ex.up.Headers(eos)
 	ex.touchStreamIdle() // FilterManager::encodeHeaders
-	if eos {
-		ex.upDone = true
-	}
 	if s.resp.halted || s.resp.gotHeaders {
 		return
 	}
@@ -929,11 +900,8 @@ func (ex *Exchange) responseHeaders(headers [][2]string, eos bool) {
 
 // responseData passes an upstream body chunk to the filter (VM locked).
 func (ex *Exchange) responseData(chunk []byte, eos bool) {
-	ex.touchIdle()
+	ex.up.Data(eos)
 	ex.touchStreamIdle() // FilterManager::encodeData
-	if eos {
-		ex.upDone = true
-	}
 	if s := ex.s; !s.resp.halted {
 		_, err := s.onBody(&s.resp, chunk, eos)
 		ex.note(err)
@@ -942,7 +910,7 @@ func (ex *Exchange) responseData(chunk []byte, eos bool) {
 
 // responseTrailers passes the upstream's trailers to the filter (VM locked).
 func (ex *Exchange) responseTrailers(trailers [][2]string) {
-	ex.upDone = true
+	ex.up.Trailers()
 	ex.touchStreamIdle() // FilterManager::encodeTrailers
 	if s := ex.s; !s.resp.halted {
 		_, err := s.onTrailers(&s.resp, trailers)

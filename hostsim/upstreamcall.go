@@ -113,7 +113,7 @@ func (c *UpstreamCall) deliver(flow bool, f func(ex *Exchange)) error {
 	vm := ex.vm
 	for {
 		vm.mu.Lock()
-		if c.gone || !ex.live() || ex.upDone {
+		if c.gone || !ex.live() || ex.up.Done() {
 			vm.mu.Unlock()
 			return ErrUpstreamGone
 		}
@@ -164,14 +164,9 @@ func (c *UpstreamCall) RespondTrailers(trailers [][2]string) error {
 func (c *UpstreamCall) Fail(err error) error {
 	return c.deliver(false, func(ex *Exchange) {
 		if !c.responded {
-			ex.upstreamFailed(err)
+			ex.up.Failed(err)
 			return
 		}
-		var reset *UpstreamReset
-		if !errors.As(err, &reset) {
-			ex.vm.host.log(ex.vm, LogDebug, "upstream failed after its headers: "+err.Error())
-			reset = &UpstreamReset{Reason: ResetConnectionTermination}
-		}
-		ex.upstreamReset(reset)
+		ex.up.FailedAfterHeaders(err)
 	})
 }
