@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
 )
 
@@ -560,7 +561,7 @@ func (ex *Exchange) stepRequest() {
 		return
 	}
 	if ex.upReq == nil {
-		ex.upReq = &UpstreamRequest{Headers: clonePairs(d.headers)}
+		ex.upReq = &UpstreamRequest{Headers: abi.ClonePairs(d.headers)}
 		if resolve := h.cfg.routeResolver; resolve != nil {
 			if err := resolve(ex.upReq.Headers); err != nil {
 				ex.up.Failed(err)
@@ -573,7 +574,7 @@ func (ex *Exchange) stepRequest() {
 	}
 	if h.cfg.streamUpstream != nil && !ex.upStarted {
 		ex.upStarted = true
-		ex.call = &UpstreamCall{ex: ex, ctx: ex.upCtx, headers: clonePairs(d.headers)}
+		ex.call = &UpstreamCall{ex: ex, ctx: ex.upCtx, headers: abi.ClonePairs(d.headers)}
 		ex.up.Activity()
 		go h.cfg.streamUpstream(ex.call)
 	}
@@ -594,7 +595,7 @@ func (ex *Exchange) stepRequest() {
 	}
 	if d.complete && !ex.reqEnded {
 		ex.reqEnded = true
-		ex.upReq.Trailers = clonePairs(d.fwdTrailers)
+		ex.upReq.Trailers = abi.ClonePairs(d.fwdTrailers)
 		if ex.call != nil {
 			ex.call.end(ex.upReq.Trailers)
 		}
@@ -631,7 +632,7 @@ func (ex *Exchange) stepClient() {
 	d := &s.resp
 	if d.fwdHeaders && !ex.cliHeaders {
 		ex.cliHeaders = true
-		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: clonePairs(d.headers)})
+		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: abi.ClonePairs(d.headers)})
 	}
 	if ex.cliHeaders && len(d.fwdBody) > ex.cliSent {
 		ex.emit(ClientEvent{Kind: ClientData, Data: append([]byte(nil), d.fwdBody[ex.cliSent:]...)})
@@ -642,7 +643,7 @@ func (ex *Exchange) stepClient() {
 	}
 	if d.complete && ex.cliHeaders {
 		if d.fwdTrailers != nil {
-			ex.emit(ClientEvent{Kind: ClientTrailers, Headers: clonePairs(d.fwdTrailers)})
+			ex.emit(ClientEvent{Kind: ClientTrailers, Headers: abi.ClonePairs(d.fwdTrailers)})
 		}
 		ex.emit(ClientEvent{Kind: ClientEnd})
 		ex.finish()
@@ -676,7 +677,7 @@ func (ex *Exchange) finish() {
 	if r.Headers == nil {
 		r.Headers = ex.sentHdrs // stream mode: the events were handed out
 	}
-	if v, ok := headerValue(r.Headers, ":status"); ok {
+	if v, ok := abi.HeaderValue(r.Headers, ":status"); ok {
 		r.StatusCode, _ = strconv.Atoi(v)
 	}
 	s.req.halted, s.resp.halted = true, true

@@ -18,20 +18,20 @@ func (s *httpStream) streamProperty(top, rest string) ([]byte, bool) {
 	case "request":
 		h := s.req.headers
 		get := func(k string) ([]byte, bool) {
-			v, ok := headerValue(h, k)
+			v, ok := abi.HeaderValue(h, k)
 			return []byte(v), ok
 		}
 		switch name {
 		case "path":
 			return get(":path")
 		case "url_path":
-			p, ok := headerValue(h, ":path")
+			p, ok := abi.HeaderValue(h, ":path")
 			if i := strings.IndexByte(p, '?'); i >= 0 {
 				p = p[:i]
 			}
 			return []byte(p), ok
 		case "query":
-			p, ok := headerValue(h, ":path")
+			p, ok := abi.HeaderValue(h, ":path")
 			if i := strings.IndexByte(p, '?'); i >= 0 {
 				return []byte(p[i+1:]), ok
 			}
@@ -74,7 +74,7 @@ func (s *httpStream) streamProperty(top, rest string) ([]byte, bool) {
 		h := s.resp.headers
 		switch name {
 		case "code":
-			v, ok := headerValue(h, ":status")
+			v, ok := abi.HeaderValue(h, ":status")
 			code, err := strconv.ParseUint(v, 10, 64)
 			if !ok || err != nil {
 				return nil, false
@@ -94,7 +94,7 @@ func mapProperty(h [][2]string, key string) ([]byte, bool) {
 	if key == "" {
 		return abi.EncodePairs(h), true
 	}
-	v, ok := headerValue(h, abi.LowerASCII(key))
+	v, ok := abi.HeaderValue(h, abi.LowerASCII(key))
 	return []byte(v), ok
 }
 

@@ -185,7 +185,7 @@ func (s *httpStream) onHeaders(d *direction, headers [][2]string, eos bool) (typ
 		}
 		return types.ActionPause, nil
 	}
-	d.headers, d.gotHeaders, d.endStream = appendLower(d.headers[:0], headers), true, eos
+	d.headers, d.gotHeaders, d.endStream = abi.AppendLower(d.headers[:0], headers), true, eos
 	if s.skip {
 		s.forwardHeaders(d)
 		return types.ActionContinue, nil
@@ -319,10 +319,10 @@ func (s *httpStream) onTrailers(d *direction, trailers [][2]string) (types.Actio
 		return types.ActionPause, fmt.Errorf("hostsim: stream %d: trailers before headers", s.id)
 	}
 	if d.stopAll {
-		d.pendTrailers, d.havePendTrl = lowerKeys(trailers), true
+		d.pendTrailers, d.havePendTrl = abi.LowerKeys(trailers), true
 		return types.ActionPause, nil
 	}
-	d.trailers, d.hasTrailers = appendLower(d.trailers[:0], trailers), true
+	d.trailers, d.hasTrailers = abi.AppendLower(d.trailers[:0], trailers), true
 	if s.skip {
 		s.forwardTrailers(d)
 		return types.ActionContinue, nil
@@ -567,22 +567,12 @@ func localReplyHeaders(lr *LocalResponse) [][2]string {
 		h = append(h, [2]string{abi.LowerASCII(kv[0]), kv[1]})
 	}
 	if len(lr.Data) > 0 {
-		h = setHeader(h, "content-length", strconv.Itoa(len(lr.Data)))
-		if _, ok := headerValue(h, "content-type"); !ok {
+		h = abi.SetHeader(h, "content-length", strconv.Itoa(len(lr.Data)))
+		if _, ok := abi.HeaderValue(h, "content-type"); !ok {
 			h = append(h, [2]string{"content-type", "text/plain"})
 		}
 	}
 	return h
-}
-
-func setHeader(h [][2]string, k, v string) [][2]string {
-	for i := range h {
-		if h[i][0] == k {
-			h[i][1] = v
-			return h
-		}
-	}
-	return append(h, [2]string{k, v})
 }
 
 // touch records that the stream has deferred work or changed state.
