@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
@@ -101,7 +102,7 @@ func (vm *VM) ResetStream(contextID uint32, details string) error {
 	if details == "" {
 		details = ResetDownstreamRemoteDisconnect
 	}
-	r := downstreamResetFor(details)
+	r := filtermanager.DownstreamResetFor(details)
 	_, err := vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return 0, s.resetDownstream(r) })
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
 )
 
@@ -621,7 +622,7 @@ func (ex *Exchange) stepClient() {
 		return
 	case s.final != nil && !ex.cliHeaders:
 		ex.cliHeaders = true
-		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: localReplyHeaders(s.final)})
+		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: filtermanager.ReplyHeaders(s.final)})
 		if len(s.final.Data) > 0 {
 			ex.emit(ClientEvent{Kind: ClientData, Data: append([]byte(nil), s.final.Data...)})
 		}
@@ -766,7 +767,9 @@ func (ex *Exchange) Context() context.Context { return ex.ctx }
 // details downstream_remote_disconnect); other details are recorded as given, without a flag.
 // The response then has Reset set. The error wraps ErrNoStream if the exchange had already
 // ended, and otherwise joins guest traps in the lifecycle callbacks.
-func (ex *Exchange) Reset(details string) error { return ex.ResetBy(downstreamResetFor(details)) }
+func (ex *Exchange) Reset(details string) error {
+	return ex.ResetBy(filtermanager.DownstreamResetFor(details))
+}
 
 // ResetBy is Reset with the flag and details to record, e.g. DownstreamStreamReset for an
 // HTTP/2 client's RST_STREAM.

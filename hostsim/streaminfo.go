@@ -1,6 +1,7 @@
 package hostsim
 
 import (
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
 	"github.com/spillwayproxy/spillway/hostsim/internal/streaminfo"
 )
@@ -66,11 +67,11 @@ const (
 	// (ActiveStream::onIdleTimeout).
 	DetailsStreamIdleTimeout = "stream_idle_timeout"
 	// DetailsRequestPayloadTooLarge: a buffered request body passed the buffer limit.
-	DetailsRequestPayloadTooLarge = "request_payload_too_large"
+	DetailsRequestPayloadTooLarge = filtermanager.DetailsRequestPayloadTooLarge
 	// DetailsResponsePayloadTooLarge: a buffered response body passed the buffer limit.
-	DetailsResponsePayloadTooLarge = "response_payload_too_large"
+	DetailsResponsePayloadTooLarge = filtermanager.DetailsResponsePayloadTooLarge
 	// DetailsWasmFailStream: the VM failed and FAIL_CLOSED answers 503 (Context::failStream).
-	DetailsWasmFailStream = "wasm_fail_stream"
+	DetailsWasmFailStream = filtermanager.DetailsWasmFailStream
 	// DetailsWasmCloseStream: the plugin reset the stream with proxy_close_stream before
 	// anything else set the details (Context::closeStream, CloseStreamResponseDetails).
 	DetailsWasmCloseStream = "wasm_close_stream"
