@@ -431,7 +431,7 @@ func (ex *Exchange) waitBelow(ctx context.Context, held func(*Exchange) int) err
 func (ex *Exchange) requestHeld() int {
 	n := len(ex.s.req.pendBody)
 	if ex.call != nil {
-		n += ex.call.queued
+		n += ex.call.body.Queued()
 	}
 	return n
 }
@@ -586,7 +586,7 @@ func (ex *Exchange) stepRequest() {
 			ex.upReq.Body = append(ex.upReq.Body, chunk...)
 		}
 		if ex.call != nil {
-			ex.call.push(chunk)
+			ex.call.body.Push(chunk)
 			ex.up.Activity()
 		}
 		ex.reqSent = len(d.fwdBody)
@@ -598,7 +598,7 @@ func (ex *Exchange) stepRequest() {
 		ex.reqEnded = true
 		ex.upReq.Trailers = abi.ClonePairs(d.fwdTrailers)
 		if ex.call != nil {
-			ex.call.end(ex.upReq.Trailers)
+			ex.call.body.End(ex.upReq.Trailers)
 		}
 		if !ex.upStarted {
 			ex.upStarted = true
@@ -699,7 +699,7 @@ func (ex *Exchange) abandonUpstream() {
 	}
 	ex.play = nil
 	if ex.call != nil {
-		ex.call.abandon()
+		ex.call.body.Abandon()
 	}
 }
 
