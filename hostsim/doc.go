@@ -31,7 +31,8 @@
 // tested without wazero and citing the Envoy source it models:
 //
 //   - internal/envoy/router: the router's upstream request (response started, done or
-//     abandoned), its per-try idle and route timeouts, and the replies it makes itself when
+//     abandoned, the request body a streaming upstream has not read), its per-try idle and
+//     route timeouts, and the replies it makes itself when
 //     the upstream cannot answer (NC, UH, resets, UT), seeing the stream only through a
 //     Stream interface (Reply, After, Debug). Every way the upstream request ends badly goes
 //     through it: the seam for a retry policy.
