@@ -42,14 +42,18 @@
 //   - internal/envoy/callout: what proxy_http_call accepts and sends (Context::httpCall),
 //     the calls pending by token, what the plugin reads of an answer, and the async
 //     client's 504 for a timeout.
+//   - internal/envoy/attributes: what proxy_get_property answers (Context::getProperty):
+//     plugin_*, the request.* and response.* attributes over a snapshot of the stream,
+//     filter state, the host's properties.
 //
 // The package itself implements the lower layers' interfaces on the VM (guest.go,
 // hostfn.go, wasi.go: unexported methods, outside VM's API) and wraps every host function
 // once (wrapHostFunc: find the calling VM, count the call, enforce the restricted phases).
 // It is the rest of the model, where the VM and the stream meet: the process (Host,
 // host.go: VMs, logs, what each event does), the VMs (vm.go: instances, callbacks,
-// failure), the HTTP stream's state machine (stream.go, property.go: the filter chain's
-// iteration, phases, buffering, deferred actions, applying filtermanager's rules), the
+// failure), the HTTP stream's state machine (stream.go: the filter chain's iteration,
+// phases, buffering, deferred actions, applying filtermanager's rules; property.go, its
+// snapshot for attributes and its filter state), the
 // callouts' scheduling and delivery (callout.go), and the exchanges that drive a stream
 // from a client to an upstream (exchange.go, upstreamcall.go; router.go is the exchange's
 // side of the router's Stream). The clock of virtual time is the module's
