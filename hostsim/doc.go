@@ -36,6 +36,8 @@
 //     the upstream cannot answer (NC, UH, resets, UT), seeing the stream only through a
 //     Stream interface (Reply, After, Debug). Every way the upstream request ends badly goes
 //     through it: the seam for a retry policy.
+//   - internal/envoy/connmgr: the connection manager's stream idle timer (ActiveStream::
+//     resetIdleTimer, onIdleTimeout) and its 408/504 "stream timeout".
 //   - internal/envoy/filtermanager: how the filter manager reads a callback's status, the
 //     local replies it makes itself (FAIL_CLOSED's 503, 413/500 past the buffer limit), the
 //     headers of a local reply, and what it records for a downstream reset.
@@ -56,7 +58,7 @@
 // snapshot for attributes and its filter state), the
 // callouts' scheduling and delivery (callout.go), and the exchanges that drive a stream
 // from a client to an upstream (exchange.go, upstreamcall.go; router.go is the exchange's
-// side of the router's Stream). The clock of virtual time is the module's
+// side of the router's and the connection manager's Stream). The clock of virtual time is the module's
 // internal/manualclock, which the engine's tests share; the pairs serialization is the
 // module's internal/pairs, which the filter's hostabi shares.
 //

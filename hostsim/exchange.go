@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/connmgr"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
 )
@@ -161,10 +162,8 @@ type Exchange struct {
 	// remoteDecodeComplete), whatever the filter made of it.
 	clientEnded bool
 
-	// The connection manager's stream idle timer (WithStreamIdleTimeout): idleAt is when it
-	// fires; one check is scheduled at a time and moves itself on to a later idleAt.
-	idleAt    time.Time
-	idleArmed bool
+	// The connection manager's stream idle timer (WithStreamIdleTimeout).
+	idle connmgr.IdleTimer
 
 	// The request as it passed the filter, and the upstream.
 	upReq     *UpstreamRequest // what passed the filter so far (nil until the headers did)
@@ -308,7 +307,8 @@ func (vm *VM) newExchange(ctx context.Context, record bool) (*Exchange, error) {
 		start: vm.host.clock.Now()}
 	ex.ctx, ex.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	ex.upCtx, ex.upCancel = context.WithCancel(ex.ctx)
-	ex.up = router.New((*routerStream)(ex), vm.host.cfg.upstreamIdleTimeout)
+	ex.up = router.New((*modelStream)(ex), vm.host.cfg.upstreamIdleTimeout)
+	ex.idle = connmgr.NewIdleTimer((*modelStream)(ex), vm.host.cfg.streamIdleTimeout)
 	s.ex = ex
 	ex.touchStreamIdle() // armed when the connection manager creates the stream
 	if err := vm.beginStream(s); err != nil {
@@ -713,43 +713,19 @@ func (ex *Exchange) fromClient(eos bool) {
 	}
 }
 
-// touchStreamIdle re-arms the connection manager's stream idle timer (ActiveStream::
-// resetIdleTimer) after a headers, data or trailers event either way (VM locked). Rather
-// than a timer per event (Envoy re-enables one timer), it moves the deadline and keeps one
-// check scheduled, which moves itself on while the deadline is later.
+// touchStreamIdle re-arms the connection manager's stream idle timer after a headers, data
+// or trailers event either way (VM locked).
 func (ex *Exchange) touchStreamIdle() {
-	d := ex.vm.host.cfg.streamIdleTimeout
-	if d <= 0 || ex.done {
-		return
-	}
-	ex.idleAt = ex.vm.host.clock.Now().Add(d)
-	if !ex.idleArmed {
-		ex.idleArmed = true
-		ex.after(d, (*Exchange).checkStreamIdle)
+	if !ex.done {
+		ex.idle.Touch()
 	}
 }
 
-// checkStreamIdle fires the stream idle timeout once its deadline has passed (VM locked).
-func (ex *Exchange) checkStreamIdle() error {
-	if now := ex.vm.host.clock.Now(); now.Before(ex.idleAt) {
-		ex.after(ex.idleAt.Sub(now), (*Exchange).checkStreamIdle)
-		return nil
-	}
-	ex.idleArmed = false
-	ex.streamIdleTimeout()
-	return nil
-}
-
-// streamIdleTimeout is ActiveStream::onIdleTimeout: flag SI, then sendLocalReply with
-// "stream timeout" and details stream_idle_timeout, 408 or, once the client's request was
-// complete, 504 (Http::Utility::maybeRequestTimeoutCode(remoteDecodeComplete)). Its
-// upstream request is reset with the stream (VM locked).
+// streamIdleTimeout is ActiveStream::onIdleTimeout (connmgr.TimeoutReply). Its upstream
+// request is reset with the stream (VM locked).
 func (ex *Exchange) streamIdleTimeout() {
-	code := 408
-	if ex.clientEnded {
-		code = 504
-	}
-	ex.envoyReply(code, streamTimeoutBody, FlagStreamIdleTimeout, DetailsStreamIdleTimeout)
+	r := connmgr.TimeoutReply(ex.clientEnded)
+	ex.envoyReply(r.Code, r.Body, r.Flag, r.Details)
 }
 
 // Context returns the exchange's context: it carries the values of the context the

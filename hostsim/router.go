@@ -7,8 +7,9 @@ import (
 )
 
 // The router's model is hostsim/internal/envoy/router: the upstream request's state, its
-// timers and the replies the router makes itself. This file is the exchange's side of that
-// seam and the router's public names.
+// timers and the replies the router makes itself; the stream idle timer is
+// hostsim/internal/envoy/connmgr's. This file is the exchange's side of those seams and the
+// router's public names.
 
 // ErrClusterNotFound, returned by an upstream, is the router finding no cluster for the
 // route (Router::Filter::decodeHeaders): 503 with an empty body, flag NC, details
@@ -30,26 +31,26 @@ var ErrNoHealthyUpstream = router.ErrNoHealthyUpstream
 // downstream stream.
 type UpstreamReset = router.Reset
 
-// streamTimeoutBody is the connection manager's stream idle timeout reply
-// (ActiveStream::onIdleTimeout).
-const streamTimeoutBody = "stream timeout"
+// modelStream is the exchange as the Envoy model's packages see it (VM locked): the
+// router's Stream and the connection manager's, methods kept off Exchange's API.
+type modelStream Exchange
 
-// routerStream is the exchange as the router's Stream (VM locked): the methods stay off
-// Exchange's API.
-type routerStream Exchange
-
-func (rs *routerStream) Reply(r router.Reply) {
-	(*Exchange)(rs).envoyReply(r.Code, r.Body, r.Flag, r.Details)
+func (ms *modelStream) Reply(r router.Reply) {
+	(*Exchange)(ms).envoyReply(r.Code, r.Body, r.Flag, r.Details)
 }
 
-func (rs *routerStream) After(d time.Duration, f func()) {
-	(*Exchange)(rs).after(d, func(*Exchange) error { f(); return nil })
+func (ms *modelStream) After(d time.Duration, f func()) {
+	(*Exchange)(ms).after(d, func(*Exchange) error { f(); return nil })
 }
 
-func (rs *routerStream) Debug(msg string) {
-	ex := (*Exchange)(rs)
+func (ms *modelStream) Debug(msg string) {
+	ex := (*Exchange)(ms)
 	ex.vm.host.log(ex.vm, LogDebug, msg)
 }
+
+func (ms *modelStream) Now() time.Time { return ms.vm.host.clock.Now() }
+
+func (ms *modelStream) IdleTimeout() { (*Exchange)(ms).streamIdleTimeout() }
 
 // envoyReply is Envoy answering the stream itself, the router or the connection manager:
 // it sets the flag, abandons the upstream call (cancelling its context), and calls

@@ -1,6 +1,7 @@
 package hostsim
 
 import (
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/connmgr"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
 	"github.com/spillwayproxy/spillway/hostsim/internal/streaminfo"
@@ -65,7 +66,7 @@ const (
 	DetailsUpstreamPerTryIdleTimeout = router.DetailsUpstreamPerTryIdleTimeout
 	// DetailsStreamIdleTimeout: the connection manager's stream idle timer fired
 	// (ActiveStream::onIdleTimeout).
-	DetailsStreamIdleTimeout = "stream_idle_timeout"
+	DetailsStreamIdleTimeout = connmgr.DetailsStreamIdleTimeout
 	// DetailsRequestPayloadTooLarge: a buffered request body passed the buffer limit.
 	DetailsRequestPayloadTooLarge = filtermanager.DetailsRequestPayloadTooLarge
 	// DetailsResponsePayloadTooLarge: a buffered response body passed the buffer limit.
