@@ -3,6 +3,8 @@ package hostsim
 import (
 	"errors"
 
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
@@ -100,7 +102,7 @@ func (vm *VM) ResetStream(contextID uint32, details string) error {
 	if details == "" {
 		details = ResetDownstreamRemoteDisconnect
 	}
-	r := downstreamResetFor(details)
+	r := filtermanager.DownstreamResetFor(details)
 	_, err := vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return 0, s.resetDownstream(r) })
 	return err
 }
@@ -136,25 +138,25 @@ func (vm *VM) GetCurrentHttpStreamAction(contextID uint32) (a types.Action) {
 
 // GetCurrentRequestHeaders returns the request headers as the plugin left them.
 func (vm *VM) GetCurrentRequestHeaders(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *httpStream) { h = clonePairs(s.req.headers) })
+	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.req.headers) })
 	return h
 }
 
 // GetCurrentResponseHeaders returns the response headers as the plugin left them.
 func (vm *VM) GetCurrentResponseHeaders(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *httpStream) { h = clonePairs(s.resp.headers) })
+	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.resp.headers) })
 	return h
 }
 
 // GetCurrentRequestTrailers returns the request trailers as the plugin left them.
 func (vm *VM) GetCurrentRequestTrailers(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *httpStream) { h = clonePairs(s.req.trailers) })
+	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.req.trailers) })
 	return h
 }
 
 // GetCurrentResponseTrailers returns the response trailers as the plugin left them.
 func (vm *VM) GetCurrentResponseTrailers(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *httpStream) { h = clonePairs(s.resp.trailers) })
+	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.resp.trailers) })
 	return h
 }
 

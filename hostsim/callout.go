@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/callout"
 )
 
 // Callout is an HTTP callout a plugin dispatched with proxy_http_call. It belongs to the
@@ -34,16 +35,7 @@ type Callout struct {
 }
 
 // CalloutResponse answers a callout.
-type CalloutResponse struct {
-	// Headers must include ":status".
-	Headers, Trailers [][2]string
-	Body              []byte
-	// Delay is how long after the call the response arrives (virtual time with a virtual clock).
-	Delay time.Duration
-	// Fail makes the callout fail (stream reset): the plugin gets zero counts and
-	// proxy_get_status answers BrokenConnection, "reset".
-	Fail bool
-}
+type CalloutResponse = callout.Response
 
 // HttpCalloutAttribute is proxytest's view of a pending callout.
 type HttpCalloutAttribute struct {
@@ -58,45 +50,30 @@ type HttpCalloutAttribute struct {
 func (h *Host) newCalloutToken() uint32 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.nextToken++
-	if h.nextToken == 0 {
-		h.nextToken = 1
-	}
-	return h.nextToken
+	return h.callouts.NewToken()
 }
 
 // httpCall validates a callout as Envoy's Context::httpCall does (source/extensions/
-// common/wasm/context.cc: a timeout that is not negative, a known cluster, :path, :method
-// and :authority) and sends it: the root context owns it, the handler is asked
-// asynchronously and its timeout is scheduled. up and body are views of guest memory.
+// common/wasm/context.cc; callout.Check) and sends it: the root context owns it, the
+// handler is asked asynchronously and its timeout is scheduled. up and body are views of
+// guest memory.
 func (vm *VM) httpCall(token uint32, up []byte, headers, trailers [][2]string, body []byte, timeout int32) Status {
 	h := vm.host
 	h.mu.Lock()
 	clusters := h.cfg.clusters
 	h.mu.Unlock()
-	if len(clusters) > 0 && !clusters[string(up)] {
-		return StatusBadArgument
+	if st := callout.Check(up, clusters, headers, timeout); st != StatusOK {
+		return st
 	}
-	for _, k := range []string{":path", ":method", ":authority"} {
-		if v, ok := headerValue(headers, k); !ok || v == "" {
-			return StatusBadArgument
-		}
-	}
-	if timeout < 0 {
-		return StatusBadArgument
-	}
+	headers, body, d := callout.Request(headers, body, timeout)
 	c := &Callout{Token: token, VM: vm.name, RootID: vm.rootID, ContextID: vm.rootID, Upstream: string(up),
-		Headers: headers, Trailers: trailers, Body: append([]byte(nil), body...),
-		Timeout: time.Duration(timeout) * time.Millisecond, Sent: h.clock.Now(), vm: vm, gen: vm.gen}
-	if len(c.Body) > 0 {
-		c.Headers = setHeader(c.Headers, "content-length", fmt.Sprint(len(c.Body)))
-	}
+		Headers: headers, Trailers: trailers, Body: body, Timeout: d, Sent: h.clock.Now(), vm: vm, gen: vm.gen}
 	if fr := vm.frame; fr != nil && fr.stream != nil {
 		c.ContextID = fr.stream.id
 		fr.stream.callouts = append(fr.stream.callouts, c)
 	}
 	h.mu.Lock()
-	h.callouts[token] = c
+	h.callouts.Add(token, c)
 	handler := h.cfg.calloutHandler
 	h.mu.Unlock()
 	if handler != nil {
@@ -138,27 +115,19 @@ func (vm *VM) deliverCallout(c *Callout, resp *CalloutResponse, timedOut bool) e
 		return nil
 	}
 	c.done = true
-	delete(h.callouts, c.Token)
+	h.callouts.Remove(c.Token)
 	h.mu.Unlock()
 	if timedOut {
-		// The async client's router answers a timeout with a local 504.
-		resp = &CalloutResponse{Headers: [][2]string{{":status", "504"}, {"content-length", "24"},
-			{"content-type", "text/plain"}}, Body: []byte("upstream request timeout")}
+		resp = callout.TimeoutResponse()
 	}
 	fr := vm.rootFrame()
 	var nh, nb, nt int
-	if resp == nil || resp.Fail {
-		vm.status, vm.statusMsg = StatusBrokenConnection, "reset"
-	} else {
-		cr := &CalloutResponse{Headers: lowerKeys(resp.Headers), Trailers: lowerKeys(resp.Trailers),
-			Body: append([]byte(nil), resp.Body...)}
-		if cr.Headers == nil {
-			cr.Headers = [][2]string{}
-		}
+	cr, st, msg := callout.Received(resp)
+	if cr != nil {
 		fr.callout = cr
 		nh, nb, nt = len(cr.Headers), len(cr.Body), len(cr.Trailers)
-		vm.status, vm.statusMsg = StatusOK, ""
 	}
+	vm.status, vm.statusMsg = st, msg
 	_, err := vm.call("proxy_on_http_call_response", vm.fns.httpCallResponse, fr,
 		uint64(c.RootID), uint64(c.Token), uint64(nh), uint64(nb), uint64(nt))
 	if err != nil {
@@ -180,7 +149,7 @@ func (h *Host) FailHttpCall(calloutID uint32) error {
 
 func (h *Host) answer(token uint32, resp *CalloutResponse) error {
 	h.mu.Lock()
-	c := h.callouts[token]
+	c, _ := h.callouts.Get(token)
 	h.mu.Unlock()
 	if c == nil {
 		return fmt.Errorf("hostsim: no pending callout %d", token)
@@ -201,12 +170,7 @@ func (h *Host) answer(token uint32, resp *CalloutResponse) error {
 func (h *Host) PendingCallouts() []*Callout {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]*Callout, 0, len(h.callouts))
-	for _, c := range h.callouts {
-		out = append(out, c)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Token < out[j].Token })
-	return out
+	return h.callouts.All()
 }
 
 // GetCalloutAttributesFromContext returns the callouts a stream made (proxytest).

@@ -9,8 +9,9 @@
 // it models them:
 //
 //   - internal/abi: the proxy-wasm ABI's vocabulary — status codes, map/buffer/stream/log/
-//     metric enums, the pairs serialization, guest memory access (cpp-host's
-//     copyToPointerSize), and the shape of a host function and its restricted phases.
+//     metric enums, the pairs serialization with cpp-host's limits (over internal/pairs)
+//     and the header-list helpers, guest memory access (cpp-host's copyToPointerSize), and
+//     the shape of a host function and its restricted phases.
 //   - internal/wasi: the WASI surface per Envoy version (WASIMode): which functions exist
 //     and what each answers, over a small Guest interface.
 //   - internal/hostfn: the env module and which of its imports each ABI version links, one
@@ -26,15 +27,40 @@
 //     counters) and internal/cachedir (the compilation cache directory's size limit): the
 //     host's machinery, which knows nothing of what it runs, counts or caches.
 //
-// The model here implements those interfaces on the VM (guest.go, hostfn.go, wasi.go:
-// unexported methods, outside VM's API) and wraps every host function once (wrapHostFunc:
-// find the calling VM, count the call, enforce the restricted phases). It is the process
-// (Host, host.go: VMs, logs, what each event does), the VMs (vm.go: instances,
-// callbacks, failure), the HTTP stream (stream.go, property.go: the filter chain's
-// iteration, phases, deferred actions), the callouts (callout.go) and the router
-// (exchange.go, router.go, upstreamcall.go: whole requests, the upstream, the router's own
-// replies). The clock of virtual time is the module's internal/manualclock, which the
-// engine's tests share.
+// Above them, internal/envoy holds the parts of the Envoy model that need no VM, each
+// tested without wazero and citing the Envoy source it models:
+//
+//   - internal/envoy/router: the router's upstream request (response started, done or
+//     abandoned, the request body a streaming upstream has not read), its per-try idle and
+//     route timeouts, and the replies it makes itself when
+//     the upstream cannot answer (NC, UH, resets, UT), seeing the stream only through a
+//     Stream interface (Reply, After, Debug). Every way the upstream request ends badly goes
+//     through it: the seam for a retry policy.
+//   - internal/envoy/connmgr: the connection manager's stream idle timer (ActiveStream::
+//     resetIdleTimer, onIdleTimeout) and its 408/504 "stream timeout".
+//   - internal/envoy/filtermanager: how the filter manager reads a callback's status, the
+//     local replies it makes itself (FAIL_CLOSED's 503, 413/500 past the buffer limit), the
+//     headers of a local reply, and what it records for a downstream reset.
+//   - internal/envoy/callout: what proxy_http_call accepts and sends (Context::httpCall),
+//     the calls pending by token, what the plugin reads of an answer, and the async
+//     client's 504 for a timeout.
+//   - internal/envoy/attributes: what proxy_get_property answers (Context::getProperty):
+//     plugin_*, the request.* and response.* attributes over a snapshot of the stream,
+//     filter state, the host's properties.
+//
+// The package itself implements the lower layers' interfaces on the VM (guest.go,
+// hostfn.go, wasi.go: unexported methods, outside VM's API) and wraps every host function
+// once (wrapHostFunc: find the calling VM, count the call, enforce the restricted phases).
+// It is the rest of the model, where the VM and the stream meet: the process (Host,
+// host.go: VMs, logs, what each event does), the VMs (vm.go: instances, callbacks,
+// failure), the HTTP stream's state machine (stream.go: the filter chain's iteration,
+// phases, buffering, deferred actions, applying filtermanager's rules; property.go, its
+// snapshot for attributes and its filter state), the
+// callouts' scheduling and delivery (callout.go), and the exchanges that drive a stream
+// from a client to an upstream (exchange.go, upstreamcall.go; router.go is the exchange's
+// side of the router's and the connection manager's Stream). The clock of virtual time is the module's
+// internal/manualclock, which the engine's tests share; the pairs serialization is the
+// module's internal/pairs, which the filter's hostabi shares.
 //
 // The public API is what a test or a front end needs: New and the Options (options.go),
 // Host and VM with the proxytest-shaped calls (api.go) and the exchanges (Request,

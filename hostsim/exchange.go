@@ -7,6 +7,11 @@ import (
 	"io"
 	"strconv"
 	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/connmgr"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
 )
 
 // Request is a whole downstream request for StartHTTP and RunHTTP.
@@ -157,10 +162,8 @@ type Exchange struct {
 	// remoteDecodeComplete), whatever the filter made of it.
 	clientEnded bool
 
-	// The connection manager's stream idle timer (WithStreamIdleTimeout): idleAt is when it
-	// fires; one check is scheduled at a time and moves itself on to a later idleAt.
-	idleAt    time.Time
-	idleArmed bool
+	// The connection manager's stream idle timer (WithStreamIdleTimeout).
+	idle connmgr.IdleTimer
 
 	// The request as it passed the filter, and the upstream.
 	upReq     *UpstreamRequest // what passed the filter so far (nil until the headers did)
@@ -169,10 +172,8 @@ type Exchange struct {
 	upStarted bool             // the upstream was called
 	upCtx     context.Context
 	upCancel  context.CancelFunc
-	call      *UpstreamCall // streaming upstream
-	upHeaders bool          // upstream response headers arrived (the router's downstream_response_started_)
-	upDone    bool          // the upstream finished, failed, or was abandoned
-	idleGen   uint64
+	call      *UpstreamCall   // streaming upstream
+	up        router.Upstream // the router's upstream request
 
 	// A buffered upstream response being played.
 	play       *UpstreamResponse
@@ -306,6 +307,8 @@ func (vm *VM) newExchange(ctx context.Context, record bool) (*Exchange, error) {
 		start: vm.host.clock.Now()}
 	ex.ctx, ex.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	ex.upCtx, ex.upCancel = context.WithCancel(ex.ctx)
+	ex.up = router.New((*modelStream)(ex), vm.host.cfg.upstreamIdleTimeout)
+	ex.idle = connmgr.NewIdleTimer((*modelStream)(ex), vm.host.cfg.streamIdleTimeout)
 	s.ex = ex
 	ex.touchStreamIdle() // armed when the connection manager creates the stream
 	if err := vm.beginStream(s); err != nil {
@@ -428,7 +431,7 @@ func (ex *Exchange) waitBelow(ctx context.Context, held func(*Exchange) int) err
 func (ex *Exchange) requestHeld() int {
 	n := len(ex.s.req.pendBody)
 	if ex.call != nil {
-		n += ex.call.queued
+		n += ex.call.body.Queued()
 	}
 	return n
 }
@@ -559,21 +562,21 @@ func (ex *Exchange) stepRequest() {
 		return
 	}
 	if ex.upReq == nil {
-		ex.upReq = &UpstreamRequest{Headers: clonePairs(d.headers)}
+		ex.upReq = &UpstreamRequest{Headers: abi.ClonePairs(d.headers)}
 		if resolve := h.cfg.routeResolver; resolve != nil {
 			if err := resolve(ex.upReq.Headers); err != nil {
-				ex.upstreamFailed(err)
+				ex.up.Failed(err)
 				return
 			}
 		}
 	}
-	if ex.upDone {
+	if ex.up.Done() {
 		return // the router answered or gave up
 	}
 	if h.cfg.streamUpstream != nil && !ex.upStarted {
 		ex.upStarted = true
-		ex.call = &UpstreamCall{ex: ex, ctx: ex.upCtx, headers: clonePairs(d.headers)}
-		ex.touchIdle()
+		ex.call = &UpstreamCall{ex: ex, ctx: ex.upCtx, headers: abi.ClonePairs(d.headers)}
+		ex.up.Activity()
 		go h.cfg.streamUpstream(ex.call)
 	}
 	if len(d.fwdBody) > ex.reqSent {
@@ -583,8 +586,8 @@ func (ex *Exchange) stepRequest() {
 			ex.upReq.Body = append(ex.upReq.Body, chunk...)
 		}
 		if ex.call != nil {
-			ex.call.push(chunk)
-			ex.touchIdle()
+			ex.call.body.Push(chunk)
+			ex.up.Activity()
 		}
 		ex.reqSent = len(d.fwdBody)
 		if !ex.record {
@@ -593,24 +596,16 @@ func (ex *Exchange) stepRequest() {
 	}
 	if d.complete && !ex.reqEnded {
 		ex.reqEnded = true
-		ex.upReq.Trailers = clonePairs(d.fwdTrailers)
+		ex.upReq.Trailers = abi.ClonePairs(d.fwdTrailers)
 		if ex.call != nil {
-			ex.call.end(ex.upReq.Trailers)
+			ex.call.body.End(ex.upReq.Trailers)
 		}
 		if !ex.upStarted {
 			ex.upStarted = true
-			ex.touchIdle()
+			ex.up.Activity()
 			h.post(event{kind: evUpstreamInvoke, ex: ex})
 		}
-		// Router::Filter::onRequestComplete arms the route timeout.
-		if rt := h.cfg.routeTimeout; rt > 0 {
-			ex.after(rt, func(ex *Exchange) error {
-				if !ex.upDone {
-					ex.routerTimeout(DetailsResponseTimeout)
-				}
-				return nil
-			})
-		}
+		ex.up.RequestComplete(h.cfg.routeTimeout)
 	}
 }
 
@@ -627,7 +622,7 @@ func (ex *Exchange) stepClient() {
 		return
 	case s.final != nil && !ex.cliHeaders:
 		ex.cliHeaders = true
-		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: localReplyHeaders(s.final)})
+		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: filtermanager.ReplyHeaders(s.final)})
 		if len(s.final.Data) > 0 {
 			ex.emit(ClientEvent{Kind: ClientData, Data: append([]byte(nil), s.final.Data...)})
 		}
@@ -638,7 +633,7 @@ func (ex *Exchange) stepClient() {
 	d := &s.resp
 	if d.fwdHeaders && !ex.cliHeaders {
 		ex.cliHeaders = true
-		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: clonePairs(d.headers)})
+		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: abi.ClonePairs(d.headers)})
 	}
 	if ex.cliHeaders && len(d.fwdBody) > ex.cliSent {
 		ex.emit(ClientEvent{Kind: ClientData, Data: append([]byte(nil), d.fwdBody[ex.cliSent:]...)})
@@ -649,7 +644,7 @@ func (ex *Exchange) stepClient() {
 	}
 	if d.complete && ex.cliHeaders {
 		if d.fwdTrailers != nil {
-			ex.emit(ClientEvent{Kind: ClientTrailers, Headers: clonePairs(d.fwdTrailers)})
+			ex.emit(ClientEvent{Kind: ClientTrailers, Headers: abi.ClonePairs(d.fwdTrailers)})
 		}
 		ex.emit(ClientEvent{Kind: ClientEnd})
 		ex.finish()
@@ -683,7 +678,7 @@ func (ex *Exchange) finish() {
 	if r.Headers == nil {
 		r.Headers = ex.sentHdrs // stream mode: the events were handed out
 	}
-	if v, ok := headerValue(r.Headers, ":status"); ok {
+	if v, ok := abi.HeaderValue(r.Headers, ":status"); ok {
 		r.StatusCode, _ = strconv.Atoi(v)
 	}
 	s.req.halted, s.resp.halted = true, true
@@ -699,31 +694,13 @@ func (ex *Exchange) finish() {
 // abandonUpstream stops taking the upstream's answer and cancels its context, as the
 // router resets its upstream request (VM locked).
 func (ex *Exchange) abandonUpstream() {
-	if !ex.upDone {
-		ex.upDone = true
+	if ex.up.Abandon() {
 		ex.upCancel()
 	}
 	ex.play = nil
 	if ex.call != nil {
-		ex.call.abandon()
+		ex.call.body.Abandon()
 	}
-}
-
-// touchIdle re-arms the upstream idle timeout (the per-try idle timeout) after upstream
-// activity (VM locked).
-func (ex *Exchange) touchIdle() {
-	idle := ex.vm.host.cfg.upstreamIdleTimeout
-	if idle <= 0 || ex.upDone {
-		return
-	}
-	ex.idleGen++
-	gen := ex.idleGen
-	ex.after(idle, func(ex *Exchange) error {
-		if ex.idleGen == gen && !ex.upDone {
-			ex.routerTimeout(DetailsUpstreamPerTryIdleTimeout)
-		}
-		return nil
-	})
 }
 
 // fromClient notes a request part the client sent (VM locked): it re-arms the stream idle
@@ -736,43 +713,19 @@ func (ex *Exchange) fromClient(eos bool) {
 	}
 }
 
-// touchStreamIdle re-arms the connection manager's stream idle timer (ActiveStream::
-// resetIdleTimer) after a headers, data or trailers event either way (VM locked). Rather
-// than a timer per event (Envoy re-enables one timer), it moves the deadline and keeps one
-// check scheduled, which moves itself on while the deadline is later.
+// touchStreamIdle re-arms the connection manager's stream idle timer after a headers, data
+// or trailers event either way (VM locked).
 func (ex *Exchange) touchStreamIdle() {
-	d := ex.vm.host.cfg.streamIdleTimeout
-	if d <= 0 || ex.done {
-		return
-	}
-	ex.idleAt = ex.vm.host.clock.Now().Add(d)
-	if !ex.idleArmed {
-		ex.idleArmed = true
-		ex.after(d, (*Exchange).checkStreamIdle)
+	if !ex.done {
+		ex.idle.Touch()
 	}
 }
 
-// checkStreamIdle fires the stream idle timeout once its deadline has passed (VM locked).
-func (ex *Exchange) checkStreamIdle() error {
-	if now := ex.vm.host.clock.Now(); now.Before(ex.idleAt) {
-		ex.after(ex.idleAt.Sub(now), (*Exchange).checkStreamIdle)
-		return nil
-	}
-	ex.idleArmed = false
-	ex.streamIdleTimeout()
-	return nil
-}
-
-// streamIdleTimeout is ActiveStream::onIdleTimeout: flag SI, then sendLocalReply with
-// "stream timeout" and details stream_idle_timeout, 408 or, once the client's request was
-// complete, 504 (Http::Utility::maybeRequestTimeoutCode(remoteDecodeComplete)). Its
-// upstream request is reset with the stream (VM locked).
+// streamIdleTimeout is ActiveStream::onIdleTimeout (connmgr.TimeoutReply). Its upstream
+// request is reset with the stream (VM locked).
 func (ex *Exchange) streamIdleTimeout() {
-	code := 408
-	if ex.clientEnded {
-		code = 504
-	}
-	ex.envoyReply(code, streamTimeoutBody, FlagStreamIdleTimeout, DetailsStreamIdleTimeout)
+	r := connmgr.TimeoutReply(ex.clientEnded)
+	ex.envoyReply(r.Code, r.Body, r.Flag, r.Details)
 }
 
 // Context returns the exchange's context: it carries the values of the context the
@@ -790,7 +743,9 @@ func (ex *Exchange) Context() context.Context { return ex.ctx }
 // details downstream_remote_disconnect); other details are recorded as given, without a flag.
 // The response then has Reset set. The error wraps ErrNoStream if the exchange had already
 // ended, and otherwise joins guest traps in the lifecycle callbacks.
-func (ex *Exchange) Reset(details string) error { return ex.ResetBy(downstreamResetFor(details)) }
+func (ex *Exchange) Reset(details string) error {
+	return ex.ResetBy(filtermanager.DownstreamResetFor(details))
+}
 
 // ResetBy is Reset with the flag and details to record, e.g. DownstreamStreamReset for an
 // HTTP/2 client's RST_STREAM.
@@ -860,12 +815,12 @@ func (h *Host) invokeUpstream(ex *Exchange) {
 // headers now, each body chunk at its delay, then trailers, end of stream or a reset. An
 // upstream error becomes the router's own reply.
 func (ex *Exchange) deliverUpstream(resp *UpstreamResponse, upErr error) error {
-	if ex.done || ex.upDone {
+	if ex.done || ex.up.Done() {
 		return nil
 	}
 	n := len(ex.errs)
 	if upErr != nil {
-		ex.upstreamFailed(upErr)
+		ex.up.Failed(upErr)
 	} else {
 		ex.play, ex.playChunks, ex.playNext = resp, chunksOf(resp.Body, resp.BodyChunks), 0
 		ex.responseHeaders(resp.Headers, len(ex.playChunks) == 0 && resp.Trailers == nil && resp.Reset == nil)
@@ -900,7 +855,7 @@ func (ex *Exchange) playUpstream() {
 			return
 		}
 		ex.playDue, ex.play = false, nil
-		ex.upstreamReset(r)
+		ex.up.Reset(r)
 		return
 	}
 	if p.Trailers != nil {
@@ -913,12 +868,8 @@ func (ex *Exchange) playUpstream() {
 // filter's encodeHeaders (VM locked).
 func (ex *Exchange) responseHeaders(headers [][2]string, eos bool) {
 	s := ex.s
-	ex.upHeaders = true
-	ex.touchIdle()
+	ex.up.Headers(eos)
 	ex.touchStreamIdle() // FilterManager::encodeHeaders
-	if eos {
-		ex.upDone = true
-	}
 	if s.resp.halted || s.resp.gotHeaders {
 		return
 	}
@@ -929,11 +880,8 @@ func (ex *Exchange) responseHeaders(headers [][2]string, eos bool) {
 
 // responseData passes an upstream body chunk to the filter (VM locked).
 func (ex *Exchange) responseData(chunk []byte, eos bool) {
-	ex.touchIdle()
+	ex.up.Data(eos)
 	ex.touchStreamIdle() // FilterManager::encodeData
-	if eos {
-		ex.upDone = true
-	}
 	if s := ex.s; !s.resp.halted {
 		_, err := s.onBody(&s.resp, chunk, eos)
 		ex.note(err)
@@ -942,7 +890,7 @@ func (ex *Exchange) responseData(chunk []byte, eos bool) {
 
 // responseTrailers passes the upstream's trailers to the filter (VM locked).
 func (ex *Exchange) responseTrailers(trailers [][2]string) {
-	ex.upDone = true
+	ex.up.Trailers()
 	ex.touchStreamIdle() // FilterManager::encodeTrailers
 	if s := ex.s; !s.resp.halted {
 		_, err := s.onTrailers(&s.resp, trailers)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/callout"
 	"github.com/spillwayproxy/spillway/hostsim/internal/hostcalls"
 	"github.com/spillwayproxy/spillway/hostsim/internal/metrics"
 	"github.com/spillwayproxy/spillway/hostsim/internal/sched"
@@ -39,8 +40,7 @@ type Host struct {
 	mu        sync.Mutex // guards everything below
 	logs      []LogEntry
 	metrics   *metrics.Store // the plugin's metrics (locked on their own)
-	callouts  map[uint32]*Callout
-	nextToken uint32
+	callouts  callout.Pending[*Callout]
 	vmSeq     int
 	callCount []hostcalls.Counters // the host-call counters of every VM made (HostCalls)
 	randMu    sync.Mutex
@@ -72,7 +72,7 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 		return nil, errors.New("hostsim: WithStreamingUpstream needs WithRealClock")
 	}
 	h := &Host{cfg: cfg, rt: cfg.runtime, clock: cfg.clock, realtime: cfg.realtime,
-		metrics: metrics.NewStore(), callouts: map[uint32]*Callout{}}
+		metrics: metrics.NewStore()}
 	h.loop = sched.New(h.dispatch)
 	if h.clock == nil {
 		h.clock = manualclock.New(VirtualStart())

@@ -3,23 +3,17 @@ package hostsim
 import (
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
 	"github.com/spillwayproxy/spillway/hostsim/internal/streaminfo"
 )
 
-// LocalResponse is a reply the plugin sent with proxy_send_local_response (field names as
-// in proxytest's LocalHttpResponse).
-type LocalResponse struct {
-	StatusCode       uint32
-	StatusCodeDetail string
-	Data             []byte
-	Headers          [][2]string
-	GRPCStatus       int32
-}
+// LocalResponse is a reply the plugin sent with proxy_send_local_response, or one of
+// Envoy's own (field names as in proxytest's LocalHttpResponse).
+type LocalResponse = filtermanager.LocalReply
 
 // httpStream is one HTTP stream's filter context in a VM.
 type httpStream struct {
@@ -185,7 +179,7 @@ func (s *httpStream) onHeaders(d *direction, headers [][2]string, eos bool) (typ
 		}
 		return types.ActionPause, nil
 	}
-	d.headers, d.gotHeaders, d.endStream = appendLower(d.headers[:0], headers), true, eos
+	d.headers, d.gotHeaders, d.endStream = abi.AppendLower(d.headers[:0], headers), true, eos
 	if s.skip {
 		s.forwardHeaders(d)
 		return types.ActionContinue, nil
@@ -203,16 +197,13 @@ func (s *httpStream) onHeaders(d *direction, headers [][2]string, eos bool) (typ
 	if err != nil {
 		return types.ActionPause, s.failed(err)
 	}
-	// Envoy: 0 and 2 (ContinueAndEndStream, unknown to its converter) continue; anything
-	// else stops all iteration. A local reply from this callback forces stop.
-	stop := (raw != 0 && raw != 2) || fr.forceStop
-	switch {
-	case stop && raw == 1 && vm.host.cfg.allowHeadersStopIteration && !fr.forceStop:
+	switch filtermanager.Headers(raw, fr.forceStop, vm.host.cfg.allowHeadersStopIteration) {
+	case filtermanager.HeadersStopIteration:
 		// Envoy ≥ 1.35 with allow_on_headers_stop_iteration: true StopIteration, body
 		// callbacks still reach the filter.
 		d.stopHdrs = true
 		s.action = types.ActionPause
-	case stop:
+	case filtermanager.HeadersStopAll:
 		d.stopAll = true
 		s.action = types.ActionPause
 	default:
@@ -282,8 +273,8 @@ func (s *httpStream) onBody(d *direction, chunk []byte, eos bool) (types.Action,
 	if err != nil {
 		return types.ActionPause, s.failed(err)
 	}
-	switch {
-	case raw == 0 && !fr.forceStop:
+	switch filtermanager.Data(raw, fr.forceStop) {
+	case filtermanager.DataContinue:
 		if d.stopHdrs { // a Continue from data resumes the headers too
 			d.stopHdrs, d.hdrAvail, d.fwdHeaders = false, false, true
 		}
@@ -294,12 +285,12 @@ func (s *httpStream) onBody(d *direction, chunk []byte, eos bool) (types.Action,
 		if eos {
 			s.completeDir(d)
 		}
-	case raw >= 3 && !fr.forceStop: // StopIterationNoBuffer: nobody keeps the data
+	case filtermanager.DataStopNoBuffer: // nobody keeps the data
 		d.bodyAvail = false
 		d.body = d.body[:0]
 		d.buffering = false
 		s.action = types.ActionPause
-	default: // StopIterationAndBuffer / Watermark: keep accumulating
+	default: // DataStopAndBuffer: keep accumulating
 		d.buffering = true
 		s.action = types.ActionPause
 	}
@@ -319,10 +310,10 @@ func (s *httpStream) onTrailers(d *direction, trailers [][2]string) (types.Actio
 		return types.ActionPause, fmt.Errorf("hostsim: stream %d: trailers before headers", s.id)
 	}
 	if d.stopAll {
-		d.pendTrailers, d.havePendTrl = lowerKeys(trailers), true
+		d.pendTrailers, d.havePendTrl = abi.LowerKeys(trailers), true
 		return types.ActionPause, nil
 	}
-	d.trailers, d.hasTrailers = appendLower(d.trailers[:0], trailers), true
+	d.trailers, d.hasTrailers = abi.AppendLower(d.trailers[:0], trailers), true
 	if s.skip {
 		s.forwardTrailers(d)
 		return types.ActionContinue, nil
@@ -337,7 +328,7 @@ func (s *httpStream) onTrailers(d *direction, trailers [][2]string) (types.Actio
 	if err != nil {
 		return types.ActionPause, s.failed(err)
 	}
-	if raw == 0 && !fr.forceStop {
+	if filtermanager.Trailers(raw, fr.forceStop) {
 		if d.stopHdrs {
 			d.stopHdrs, d.hdrAvail, d.fwdHeaders = false, false, true
 		}
@@ -475,14 +466,10 @@ func (s *httpStream) failed(err error) error {
 		}
 	default:
 		s.setDetails(DetailsWasmFailStream)
-		s.replaceResponse(failStreamReply())
+		s.replaceResponse(filtermanager.FailStream())
 	}
 	s.vm.settle()
 	return err
-}
-
-func failStreamReply() *LocalResponse {
-	return &LocalResponse{StatusCode: 503, StatusCodeDetail: DetailsWasmFailStream, GRPCStatus: -1}
 }
 
 // replaceResponse ends the stream with a reply that bypasses this filter: Envoy's
@@ -515,13 +502,11 @@ func (s *httpStream) bufferLimit() int {
 // through sendLocalReply: a direct reply, or a reset once headers went downstream).
 func (s *httpStream) overLimit(d *direction) {
 	if d == &s.req {
-		s.sendLocalReply(&LocalResponse{StatusCode: 413, StatusCodeDetail: DetailsRequestPayloadTooLarge,
-			Data: []byte("Payload Too Large"), GRPCStatus: -1}, DetailsRequestPayloadTooLarge)
+		s.sendLocalReply(filtermanager.RequestTooLarge(), DetailsRequestPayloadTooLarge)
 		return
 	}
 	s.setDetails(DetailsResponsePayloadTooLarge)
-	s.replaceResponse(&LocalResponse{StatusCode: 500, StatusCodeDetail: DetailsResponsePayloadTooLarge,
-		Data: []byte("Internal Server Error"), GRPCStatus: -1})
+	s.replaceResponse(filtermanager.ResponseTooLarge())
 }
 
 // sendLocalReply is DownstreamFilterManager::sendLocalReply: it sets the response code
@@ -548,7 +533,7 @@ func (s *httpStream) sendLocalReply(lr *LocalResponse, details string) {
 		if s.ex != nil {
 			s.ex.touchStreamIdle() // the reply's FilterManager::encodeHeaders
 		}
-		hdrs := localReplyHeaders(lr)
+		hdrs := filtermanager.ReplyHeaders(lr)
 		eos := len(lr.Data) == 0
 		if _, err := s.onHeaders(&s.resp, hdrs, eos); err != nil {
 			return
@@ -557,32 +542,6 @@ func (s *httpStream) sendLocalReply(lr *LocalResponse, details string) {
 			_, _ = s.onBody(&s.resp, lr.Data, true)
 		}
 	}
-}
-
-// localReplyHeaders builds the headers of Envoy's local reply.
-func localReplyHeaders(lr *LocalResponse) [][2]string {
-	h := make([][2]string, 0, len(lr.Headers)+3)
-	h = append(h, [2]string{":status", strconv.FormatUint(uint64(lr.StatusCode), 10)})
-	for _, kv := range lr.Headers {
-		h = append(h, [2]string{abi.LowerASCII(kv[0]), kv[1]})
-	}
-	if len(lr.Data) > 0 {
-		h = setHeader(h, "content-length", strconv.Itoa(len(lr.Data)))
-		if _, ok := headerValue(h, "content-type"); !ok {
-			h = append(h, [2]string{"content-type", "text/plain"})
-		}
-	}
-	return h
-}
-
-func setHeader(h [][2]string, k, v string) [][2]string {
-	for i := range h {
-		if h[i][0] == k {
-			h[i][1] = v
-			return h
-		}
-	}
-	return append(h, [2]string{k, v})
 }
 
 // touch records that the stream has deferred work or changed state.
@@ -696,45 +655,24 @@ func (s *httpStream) forget() {
 	vm.remember(s)
 }
 
-// ResetDownstreamRemoteDisconnect is Envoy's response-code details for a client that went
+// ResetDownstreamRemoteDisconnect is the details Envoy records for a client that went
 // away; ResetStream and Exchange.Reset use it when given no details.
-const ResetDownstreamRemoteDisconnect = "downstream_remote_disconnect"
+const ResetDownstreamRemoteDisconnect = filtermanager.ResetDownstreamRemoteDisconnect
 
 // DownstreamReset is how the client side ended a stream early: the response flag and code
 // details Envoy's connection manager records for it.
-type DownstreamReset struct {
-	Flags   ResponseFlags
-	Details string // "" keeps the details the stream had
-}
+type DownstreamReset = filtermanager.DownstreamReset
 
 var (
 	// DownstreamDisconnect is a client that closed its connection (HTTP/1.1):
 	// ConnectionManagerImpl::resetAllStreams sets DC (DownstreamConnectionTermination) and
 	// the details downstream_remote_disconnect before onResetStream, so on_log sees both.
-	DownstreamDisconnect = DownstreamReset{FlagDownstreamConnectionTermination, ResetDownstreamRemoteDisconnect}
+	DownstreamDisconnect = filtermanager.DownstreamDisconnect
 	// DownstreamStreamReset is a client that reset one stream (HTTP/2 RST_STREAM): flag DR
-	// (DownstreamRemoteReset, "Downstream remote codec level reset was received on the
-	// stream"). That Envoy keeps the stream's details is inferred, not read in its source.
-	DownstreamStreamReset = DownstreamReset{Flags: FlagDownstreamRemoteReset}
+	// (DownstreamRemoteReset). That Envoy keeps the stream's details is inferred, not read
+	// in its source.
+	DownstreamStreamReset = filtermanager.DownstreamStreamReset
 )
-
-// downstreamResetFor maps the details a caller gave ResetStream or Exchange.Reset to the
-// reset Envoy would record: "" and downstream_remote_disconnect are a disconnect (DC); any
-// other string is the caller's own details without a flag.
-func downstreamResetFor(details string) DownstreamReset {
-	if details == "" || details == ResetDownstreamRemoteDisconnect {
-		return DownstreamDisconnect
-	}
-	return DownstreamReset{Details: details}
-}
-
-// resetLabel is what StreamState.Reset and Response.Reset report for a downstream reset.
-func (r DownstreamReset) resetLabel() string {
-	if r.Details != "" {
-		return r.Details
-	}
-	return "downstream_remote_reset"
-}
 
 // resetDownstream ends the stream the way Envoy's connection manager does when the
 // downstream resets it (VM locked). ActiveStream::onResetStream ends in
@@ -760,7 +698,7 @@ func (s *httpStream) resetDownstream(r DownstreamReset) error {
 		s.setDetails(r.Details)
 	}
 	if s.reset == "" {
-		s.reset = r.resetLabel()
+		s.reset = filtermanager.ResetLabel(r)
 	}
 	if ex := s.ex; ex != nil {
 		n := len(ex.errs)
@@ -801,7 +739,7 @@ func (vm *VM) beginStream(s *httpStream) error {
 	case FailReload:
 		if err := vm.reload(); err != nil {
 			s.skip = false
-			s.replaceResponse(failStreamReply())
+			s.replaceResponse(filtermanager.FailStream())
 			return err
 		}
 		// The stream was allocated on the old instance; keep its id on the new one.
@@ -811,7 +749,7 @@ func (vm *VM) beginStream(s *httpStream) error {
 			vm.nextID = s.id + 1
 		}
 	default:
-		s.replaceResponse(failStreamReply())
+		s.replaceResponse(filtermanager.FailStream())
 	}
 	return nil
 }

@@ -1,6 +1,11 @@
 package hostsim
 
-import "github.com/spillwayproxy/spillway/hostsim/internal/streaminfo"
+import (
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/connmgr"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
+	"github.com/spillwayproxy/spillway/hostsim/internal/streaminfo"
+)
 
 // Envoy's stream info as the plugin reads it and hostsim sets it: the flags and reset
 // reasons are hostsim/internal/streaminfo's (with their sources), the details are defined
@@ -50,32 +55,32 @@ const (
 const (
 	// DetailsViaUpstream: the response came from the upstream (Router::Filter::onUpstreamHeaders
 	// sets it before encodeHeaders).
-	DetailsViaUpstream = "via_upstream"
+	DetailsViaUpstream = router.DetailsViaUpstream
 	// DetailsClusterNotFound: the route's cluster does not exist (router decodeHeaders).
-	DetailsClusterNotFound = "cluster_not_found"
+	DetailsClusterNotFound = router.DetailsClusterNotFound
 	// DetailsNoHealthyUpstream: the cluster has no host to send to (sendNoHealthyUpstreamResponse).
-	DetailsNoHealthyUpstream = "no_healthy_upstream"
+	DetailsNoHealthyUpstream = router.DetailsNoHealthyUpstream
 	// DetailsResponseTimeout: the route timeout fired (onResponseTimeout).
-	DetailsResponseTimeout = "response_timeout"
+	DetailsResponseTimeout = router.DetailsResponseTimeout
 	// DetailsUpstreamPerTryIdleTimeout: the upstream was idle too long (onPerTryIdleTimeout).
-	DetailsUpstreamPerTryIdleTimeout = "upstream_per_try_idle_timeout"
+	DetailsUpstreamPerTryIdleTimeout = router.DetailsUpstreamPerTryIdleTimeout
 	// DetailsStreamIdleTimeout: the connection manager's stream idle timer fired
 	// (ActiveStream::onIdleTimeout).
-	DetailsStreamIdleTimeout = "stream_idle_timeout"
+	DetailsStreamIdleTimeout = connmgr.DetailsStreamIdleTimeout
 	// DetailsRequestPayloadTooLarge: a buffered request body passed the buffer limit.
-	DetailsRequestPayloadTooLarge = "request_payload_too_large"
+	DetailsRequestPayloadTooLarge = filtermanager.DetailsRequestPayloadTooLarge
 	// DetailsResponsePayloadTooLarge: a buffered response body passed the buffer limit.
-	DetailsResponsePayloadTooLarge = "response_payload_too_large"
+	DetailsResponsePayloadTooLarge = filtermanager.DetailsResponsePayloadTooLarge
 	// DetailsWasmFailStream: the VM failed and FAIL_CLOSED answers 503 (Context::failStream).
-	DetailsWasmFailStream = "wasm_fail_stream"
+	DetailsWasmFailStream = filtermanager.DetailsWasmFailStream
 	// DetailsWasmCloseStream: the plugin reset the stream with proxy_close_stream before
 	// anything else set the details (Context::closeStream, CloseStreamResponseDetails).
 	DetailsWasmCloseStream = "wasm_close_stream"
 	// DetailsEarlyUpstreamReset prefixes the details of an upstream reset before the response
 	// started: upstream_reset_before_response_started{reason|transport failure}.
-	DetailsEarlyUpstreamReset = "upstream_reset_before_response_started"
+	DetailsEarlyUpstreamReset = router.DetailsEarlyUpstreamReset
 	// DetailsLateUpstreamReset prefixes the details of an upstream reset after it started.
-	DetailsLateUpstreamReset = "upstream_reset_after_response_started"
+	DetailsLateUpstreamReset = router.DetailsLateUpstreamReset
 )
 
 // ResetReason is why an upstream stream ended in a reset (Http::StreamResetReason).

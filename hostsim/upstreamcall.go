@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
 )
 
 // UpstreamStreamFunc is an upstream that streams both ways (WithStreamingUpstream). hostsim
@@ -21,12 +23,7 @@ type UpstreamCall struct {
 	ctx     context.Context
 	headers [][2]string
 
-	// The request body, guarded by the VM's lock.
-	body      [][]byte
-	queued    int // bytes in body, not yet read
-	ended     bool
-	trailers  [][2]string
-	gone      bool
+	body      router.RequestBody // guarded by the VM's lock
 	responded bool
 }
 
@@ -46,7 +43,7 @@ func (c *UpstreamCall) Trailers() [][2]string {
 	vm := c.ex.vm
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
-	return c.trailers
+	return c.body.Trailers()
 }
 
 type upstreamBody struct{ c *UpstreamCall }
@@ -57,24 +54,16 @@ func (b upstreamBody) Read(p []byte) (int, error) {
 	vm := ex.vm
 	for {
 		vm.mu.Lock()
-		if c.gone {
+		n, st := c.body.Read(p)
+		switch st {
+		case router.ReadGone:
 			vm.mu.Unlock()
 			return 0, ErrUpstreamGone
-		}
-		if len(c.body) > 0 {
-			n := copy(p, c.body[0])
-			if n == len(c.body[0]) {
-				c.body[0] = nil
-				c.body = c.body[1:]
-			} else {
-				c.body[0] = c.body[0][n:]
-			}
-			c.queued -= n
+		case router.ReadData:
 			ex.signal() // the client may send more now
 			vm.mu.Unlock()
 			return n, nil
-		}
-		if c.ended {
+		case router.ReadEOF:
 			vm.mu.Unlock()
 			return 0, io.EOF
 		}
@@ -88,23 +77,6 @@ func (b upstreamBody) Read(p []byte) (int, error) {
 	}
 }
 
-// push queues request body for the upstream (VM locked).
-func (c *UpstreamCall) push(chunk []byte) {
-	if c.gone || len(chunk) == 0 {
-		return
-	}
-	c.body = append(c.body, chunk)
-	c.queued += len(chunk)
-}
-
-// end marks the end of the request body (VM locked).
-func (c *UpstreamCall) end(trailers [][2]string) { c.ended, c.trailers = true, trailers }
-
-// abandon drops what the upstream has not read (VM locked).
-func (c *UpstreamCall) abandon() {
-	c.gone, c.body, c.queued = true, nil, 0
-}
-
 // deliver runs f on the live exchange with the VM locked, first waiting (flow) while the
 // stream holds a buffer limit's worth of response data the client has not taken: Envoy's
 // watermarks stop reading the upstream then (readDisable on the upstream connection).
@@ -113,7 +85,7 @@ func (c *UpstreamCall) deliver(flow bool, f func(ex *Exchange)) error {
 	vm := ex.vm
 	for {
 		vm.mu.Lock()
-		if c.gone || !ex.live() || ex.upDone {
+		if c.body.Gone() || !ex.live() || ex.up.Done() {
 			vm.mu.Unlock()
 			return ErrUpstreamGone
 		}
@@ -164,14 +136,9 @@ func (c *UpstreamCall) RespondTrailers(trailers [][2]string) error {
 func (c *UpstreamCall) Fail(err error) error {
 	return c.deliver(false, func(ex *Exchange) {
 		if !c.responded {
-			ex.upstreamFailed(err)
+			ex.up.Failed(err)
 			return
 		}
-		var reset *UpstreamReset
-		if !errors.As(err, &reset) {
-			ex.vm.host.log(ex.vm, LogDebug, "upstream failed after its headers: "+err.Error())
-			reset = &UpstreamReset{Reason: ResetConnectionTermination}
-		}
-		ex.upstreamReset(reset)
+		ex.up.FailedAfterHeaders(err)
 	})
 }

@@ -16,9 +16,10 @@
 package hostabi
 
 import (
-	"encoding/binary"
 	"errors"
 	"unsafe"
+
+	"github.com/spillwayproxy/spillway/internal/pairs"
 )
 
 // MapType is a header map of the ABI.
@@ -99,56 +100,11 @@ func (p *Pairs) Clone() [][2]string {
 	return out
 }
 
-// setFrom copies an encoded map into p and parses it: u32 count, count × (u32 key length,
-// u32 value length), then each key and value followed by a NUL (proxy-wasm spec, "Map
-// serialization"). A malformed encoding reads as an empty map.
+// setFrom copies an encoded map into p and parses it (internal/pairs), the pairs aliasing
+// p's copy. A malformed encoding reads as an empty map.
 func (p *Pairs) setFrom(encoded []byte) {
 	p.buf = append(p.buf[:0], encoded...)
-	p.kv = p.kv[:0]
-	b := p.buf
-	if len(b) < 4 {
-		return
-	}
-	n := int(binary.LittleEndian.Uint32(b))
-	if n < 0 || n > (len(b)-4)/8 {
-		return
-	}
-	sizes, data := b[4:4+8*n], b[4+8*n:]
-	// The pairs are written in place, one slice header update for the map instead of one
-	// per pair (each costs a Go wasm module a write barrier check).
-	if cap(p.kv) < n {
-		p.kv = make([][2]string, 0, n)
-	}
-	kv := p.kv[:n]
-	off := 0
-	for i := range kv {
-		kl := int(binary.LittleEndian.Uint32(sizes[8*i:]))
-		vl := int(binary.LittleEndian.Uint32(sizes[8*i+4:]))
-		end := off + kl + 1 + vl + 1
-		if kl < 0 || vl < 0 || end > len(data) || end < off {
-			p.kv = p.kv[:0]
-			return
-		}
-		kv[i] = [2]string{unsafeString(data[off : off+kl]), unsafeString(data[off+kl+1 : end-1])}
-		off = end
-	}
-	p.kv = kv
-}
-
-// AppendPairs appends the ABI encoding of pairs to dst.
-func AppendPairs(dst []byte, pairs [][2]string) []byte {
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(pairs)))
-	for _, kv := range pairs {
-		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(kv[0])))
-		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(kv[1])))
-	}
-	for _, kv := range pairs {
-		dst = append(dst, kv[0]...)
-		dst = append(dst, 0)
-		dst = append(dst, kv[1]...)
-		dst = append(dst, 0)
-	}
-	return dst
+	p.kv, _ = pairs.Decode(p.kv[:0], p.buf, unsafeString)
 }
 
 func unsafeString(b []byte) string {

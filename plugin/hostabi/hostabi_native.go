@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spillwayproxy/spillway/internal/pairs"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 )
 
@@ -38,7 +39,7 @@ func ReadPairs(m MapType, p *Pairs) error {
 	for i := range kv {
 		kv[i][0] = strings.ToLower(kv[i][0])
 	}
-	p.setFrom(AppendPairs(nil, kv))
+	p.setFrom(pairs.Append(nil, kv))
 	return nil
 }
 

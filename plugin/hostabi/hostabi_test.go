@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"reflect"
 	"testing"
+
+	"github.com/spillwayproxy/spillway/internal/pairs"
 )
 
 func TestPairsRoundTrip(t *testing.T) {
@@ -19,7 +21,7 @@ func TestPairsRoundTrip(t *testing.T) {
 	var p Pairs
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p.setFrom(AppendPairs(nil, c.pairs))
+			p.setFrom(pairs.Append(nil, c.pairs))
 			got := p.All()
 			if len(got) == 0 && len(c.pairs) == 0 {
 				return
@@ -35,7 +37,7 @@ func TestPairsRoundTrip(t *testing.T) {
 }
 
 func TestMalformedPairsReadAsEmpty(t *testing.T) {
-	good := AppendPairs(nil, [][2]string{{"a", "1"}, {"b", "2"}})
+	good := pairs.Append(nil, [][2]string{{"a", "1"}, {"b", "2"}})
 	huge := append([]byte(nil), good...)
 	binary.LittleEndian.PutUint32(huge, 1<<30) // more pairs than bytes
 	long := append([]byte(nil), good...)
@@ -52,14 +54,14 @@ func TestMalformedPairsReadAsEmpty(t *testing.T) {
 }
 
 func TestReadingIntoPairsReusesItsMemory(t *testing.T) {
-	enc := AppendPairs(nil, [][2]string{{":status", "200"}, {"content-type", "application/json"}})
+	enc := pairs.Append(nil, [][2]string{{":status", "200"}, {"content-type", "application/json"}})
 	var p Pairs
 	p.setFrom(enc)
 	if n := testing.AllocsPerRun(100, func() { p.setFrom(enc) }); n != 0 {
 		t.Fatalf("a read into a used Pairs allocates %.0f times", n)
 	}
 	c := p.Clone()
-	p.setFrom(AppendPairs(nil, [][2]string{{":status", "500"}, {"content-type", "text/plain......"}}))
+	p.setFrom(pairs.Append(nil, [][2]string{{":status", "500"}, {"content-type", "text/plain......"}}))
 	if c[0][1] != "200" || c[1][1] != "application/json" {
 		t.Fatalf("Clone aliases the Pairs: %q", c)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/spillwayproxy/spillway/internal/pairs"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
@@ -360,7 +361,7 @@ func GetProperty(path []byte, dst []byte) ([]byte, error) {
 
 // SendLocalResponse sends a local reply; headers are encoded into *scratch.
 func SendLocalResponse(status uint32, details string, body []byte, headers [][2]string, scratch *[]byte) error {
-	*scratch = AppendPairs((*scratch)[:0], headers)
+	*scratch = pairs.Append((*scratch)[:0], headers)
 	return statusErr(hostSendLocalResponse(status, ptr(details), int32(len(details)), bptr(body), int32(len(body)),
 		bptr(*scratch), int32(len(*scratch)), -1))
 }
