@@ -62,8 +62,9 @@ func TestPacedStreamReachesTheClientEventByEvent(t *testing.T) {
 	requireTrace(t, h.Host, "worker-0", "cb response_body ctx=2 15 0", "cb response_body ctx=2 15 0", "cb response_body ctx=2 14 1")
 }
 
-// A filter that holds the response headers and buffers until the first event (the routing
-// design's hold-first-event) delays the client's first byte to that event, then streams.
+// A filter that holds the response headers and buffers until the first event (the filter's
+// first-event hold, README "How Spillway handles a request") delays the client's first byte
+// to that event, then streams.
 func TestHeldFirstEventThenStreams(t *testing.T) {
 	delays := []time.Duration{200 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}
 	h := probe(t, `

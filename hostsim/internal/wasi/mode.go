@@ -15,9 +15,10 @@ type Mode int
 
 // WASI modes. The zero value is Envoy 1.33's, the default.
 const (
-	// Envoy133 is proxy-wasm-cpp-host as shipped in Envoy 1.33–1.36 (c4d7bb0): only the
-	// functions it registers exist (any other import fails instantiation), poll_oneoff and
-	// fd_fdstat_set_flags answer ENOSYS (52), fd_write goes to the log.
+	// Envoy133 is proxy-wasm-cpp-host from c4d7bb0 (Envoy 1.33) until #533 (first pinned
+	// by Envoy 1.40): only the functions it registers exist (any other import fails
+	// instantiation), poll_oneoff and fd_fdstat_set_flags answer ENOSYS (52), fd_write goes
+	// to the log.
 	Envoy133 Mode = iota
 	// Envoy132 is cpp-host before #427 (Envoy ≤ 1.32): no poll_oneoff, sched_yield or
 	// fd_fdstat_set_flags, so a Go module fails to load.
