@@ -25,7 +25,7 @@ type httpStream struct {
 	inLog   bool
 	skip    bool // FAIL_OPEN: the filter is bypassed
 
-	req, resp direction
+	req, resp filtermanager.Direction
 
 	action      types.Action
 	local       *LocalResponse // first local reply the plugin sent
@@ -41,34 +41,6 @@ type httpStream struct {
 
 	// RouteCacheClears counts clear_route_cache foreign calls.
 	RouteCacheClears int
-}
-
-// direction is one side of the stream as Envoy's filter manager drives this filter.
-type direction struct {
-	headers, trailers [][2]string
-	body              []byte
-	hasTrailers       bool
-
-	hdrAvail, bodyAvail, trlAvail bool // Envoy's request_headers_ etc. pointers
-
-	gotHeaders bool
-	endStream  bool
-	stopAll    bool // headers paused: StopAllIterationAndWatermark
-	stopHdrs   bool // headers paused with true StopIteration (allow_on_headers_stop_iteration)
-	buffering  bool // body paused: StopIterationAndBuffer
-	trlStopped bool
-	halted     bool // no more callbacks (local reply, reset, failure)
-
-	pendBody     []byte // data held back while stopped at headers
-	pendEOS      bool
-	havePendBody bool
-	pendTrailers [][2]string
-	havePendTrl  bool
-
-	fwdHeaders  bool
-	fwdBody     []byte
-	fwdTrailers [][2]string
-	complete    bool
 }
 
 type opKind int
@@ -103,14 +75,9 @@ func (vm *VM) newStream() *httpStream {
 
 // reset clears a recycled stream, keeping the capacity of its buffers.
 func (s *httpStream) clear() {
-	req, resp := s.req.recycle(), s.resp.recycle()
+	req, resp := s.req.Recycle(), s.resp.Recycle()
 	callouts := s.callouts[:0]
 	*s = httpStream{req: req, resp: resp, callouts: callouts}
-}
-
-func (d *direction) recycle() direction {
-	return direction{headers: d.headers[:0], trailers: d.trailers[:0], body: d.body[:0],
-		pendBody: d.pendBody[:0], fwdBody: d.fwdBody[:0]}
 }
 
 // ErrNoStream is wrapped by the errors of calls on a stream that does not exist: never
@@ -156,7 +123,7 @@ var (
 	respCallbacks = dirCallbacks{"proxy_on_response_headers", "proxy_on_response_body", "proxy_on_response_trailers"}
 )
 
-func (s *httpStream) names(d *direction) dirCallbacks {
+func (s *httpStream) names(d *filtermanager.Direction) dirCallbacks {
 	if d == &s.req {
 		return reqCallbacks
 	}
@@ -171,15 +138,15 @@ func b2u(b bool) uint64 {
 }
 
 // onHeaders delivers headers to the filter (decodeHeaders / encodeHeaders).
-func (s *httpStream) onHeaders(d *direction, headers [][2]string, eos bool) (types.Action, error) {
+func (s *httpStream) onHeaders(d *filtermanager.Direction, headers [][2]string, eos bool) (types.Action, error) {
 	vm := s.vm
-	if d.halted || d.gotHeaders {
-		if d.gotHeaders && !d.halted {
+	if d.Halted || d.GotHeaders {
+		if d.GotHeaders && !d.Halted {
 			return types.ActionPause, fmt.Errorf("hostsim: stream %d: headers delivered twice", s.id)
 		}
 		return types.ActionPause, nil
 	}
-	d.headers, d.gotHeaders, d.endStream = abi.AppendLower(d.headers[:0], headers), true, eos
+	d.Headers, d.GotHeaders, d.EndStream = abi.AppendLower(d.Headers[:0], headers), true, eos
 	if s.skip {
 		s.forwardHeaders(d)
 		return types.ActionContinue, nil
@@ -187,7 +154,7 @@ func (s *httpStream) onHeaders(d *direction, headers [][2]string, eos bool) (typ
 	if err := s.ensureCreated(); err != nil {
 		return types.ActionPause, s.failed(err)
 	}
-	d.hdrAvail = true
+	d.HeadersAvail = true
 	fr := s.frame()
 	name, fn := s.names(d).headers, vm.fns.requestHeaders
 	if d == &s.resp {
@@ -201,13 +168,13 @@ func (s *httpStream) onHeaders(d *direction, headers [][2]string, eos bool) (typ
 	case filtermanager.HeadersStopIteration:
 		// Envoy ≥ 1.35 with allow_on_headers_stop_iteration: true StopIteration, body
 		// callbacks still reach the filter.
-		d.stopHdrs = true
+		d.StoppedHeaders = true
 		s.action = types.ActionPause
 	case filtermanager.HeadersStopAll:
-		d.stopAll = true
+		d.StoppedAll = true
 		s.action = types.ActionPause
 	default:
-		d.hdrAvail = false
+		d.HeadersAvail = false
 		s.action = types.ActionContinue
 		s.forwardHeaders(d)
 	}
@@ -217,81 +184,81 @@ func (s *httpStream) onHeaders(d *direction, headers [][2]string, eos bool) (typ
 	return a, nil
 }
 
-func (s *httpStream) forwardHeaders(d *direction) {
-	d.fwdHeaders = true
-	if d.endStream {
+func (s *httpStream) forwardHeaders(d *filtermanager.Direction) {
+	d.ForwardedHeaders = true
+	if d.EndStream {
 		s.completeDir(d)
 	}
 }
 
 // onBody delivers a data chunk (decodeData / encodeData).
-func (s *httpStream) onBody(d *direction, chunk []byte, eos bool) (types.Action, error) {
+func (s *httpStream) onBody(d *filtermanager.Direction, chunk []byte, eos bool) (types.Action, error) {
 	vm := s.vm
-	if d.halted || d.complete {
+	if d.Halted || d.Complete {
 		return types.ActionPause, nil
 	}
-	if !d.gotHeaders {
+	if !d.GotHeaders {
 		return types.ActionPause, fmt.Errorf("hostsim: stream %d: body before headers", s.id)
 	}
-	if d.stopAll {
+	if d.StoppedAll {
 		// Stopped at headers: the filter manager buffers without calling the filter
 		// (FilterManager::handleDataIfStopAll, source/common/http/filter_manager.cc). No
 		// buffer limit applies here: a StopAllIterationAndWatermark filter is streaming, so
 		// the limit is a watermark that stops reading (ActiveStreamDecoderFilter::
 		// requestDataTooLarge, ActiveStreamEncoderFilter::responseDataTooLarge), never a 413
 		// or 500; SendData and UpstreamCall.Data model the watermark.
-		d.pendBody = append(d.pendBody, chunk...)
-		d.pendEOS = d.pendEOS || eos
-		d.havePendBody = true
+		d.HeldBody = append(d.HeldBody, chunk...)
+		d.HeldEndStream = d.HeldEndStream || eos
+		d.HasHeldBody = true
 		return types.ActionPause, nil
 	}
-	d.endStream = eos
+	d.EndStream = eos
 	if s.skip {
-		d.fwdBody = append(d.fwdBody, chunk...)
+		d.ForwardedBody = append(d.ForwardedBody, chunk...)
 		if eos {
 			s.completeDir(d)
 		}
 		return types.ActionContinue, nil
 	}
-	if d.buffering {
-		d.body = append(d.body, chunk...)
+	if d.Buffering {
+		d.Body = append(d.Body, chunk...)
 	} else {
-		d.body = append(d.body[:0], chunk...)
+		d.Body = append(d.Body[:0], chunk...)
 	}
-	if d.buffering && len(d.body) > s.bufferLimit() {
+	if d.Buffering && len(d.Body) > s.bufferLimit() {
 		s.overLimit(d)
 		vm.afterCallback()
 		return types.ActionPause, nil
 	}
-	d.bodyAvail = true
+	d.BodyAvail = true
 	fr := s.frame()
 	fn := vm.fns.requestBody
 	if d == &s.resp {
 		fn = vm.fns.responseBody
 	}
-	raw, err := vm.call(s.names(d).body, fn, fr, uint64(s.id), uint64(len(d.body)), b2u(eos))
+	raw, err := vm.call(s.names(d).body, fn, fr, uint64(s.id), uint64(len(d.Body)), b2u(eos))
 	if err != nil {
 		return types.ActionPause, s.failed(err)
 	}
 	switch filtermanager.Data(raw, fr.forceStop) {
 	case filtermanager.DataContinue:
-		if d.stopHdrs { // a Continue from data resumes the headers too
-			d.stopHdrs, d.hdrAvail, d.fwdHeaders = false, false, true
+		if d.StoppedHeaders { // a Continue from data resumes the headers too
+			d.StoppedHeaders, d.HeadersAvail, d.ForwardedHeaders = false, false, true
 		}
-		d.bodyAvail = false
-		d.fwdBody = append(d.fwdBody, d.body...)
-		d.buffering = false
+		d.BodyAvail = false
+		d.ForwardedBody = append(d.ForwardedBody, d.Body...)
+		d.Buffering = false
 		s.action = types.ActionContinue
 		if eos {
 			s.completeDir(d)
 		}
 	case filtermanager.DataStopNoBuffer: // nobody keeps the data
-		d.bodyAvail = false
-		d.body = d.body[:0]
-		d.buffering = false
+		d.BodyAvail = false
+		d.Body = d.Body[:0]
+		d.Buffering = false
 		s.action = types.ActionPause
 	default: // DataStopAndBuffer: keep accumulating
-		d.buffering = true
+		d.Buffering = true
 		s.action = types.ActionPause
 	}
 	a := s.action
@@ -301,24 +268,24 @@ func (s *httpStream) onBody(d *direction, chunk []byte, eos bool) (types.Action,
 }
 
 // onTrailers delivers trailers (decodeTrailers / encodeTrailers).
-func (s *httpStream) onTrailers(d *direction, trailers [][2]string) (types.Action, error) {
+func (s *httpStream) onTrailers(d *filtermanager.Direction, trailers [][2]string) (types.Action, error) {
 	vm := s.vm
-	if d.halted || d.complete {
+	if d.Halted || d.Complete {
 		return types.ActionPause, nil
 	}
-	if !d.gotHeaders {
+	if !d.GotHeaders {
 		return types.ActionPause, fmt.Errorf("hostsim: stream %d: trailers before headers", s.id)
 	}
-	if d.stopAll {
-		d.pendTrailers, d.havePendTrl = abi.LowerKeys(trailers), true
+	if d.StoppedAll {
+		d.HeldTrailers, d.HasHeldTrailers = abi.LowerKeys(trailers), true
 		return types.ActionPause, nil
 	}
-	d.trailers, d.hasTrailers = abi.AppendLower(d.trailers[:0], trailers), true
+	d.Trailers, d.HasTrailers = abi.AppendLower(d.Trailers[:0], trailers), true
 	if s.skip {
 		s.forwardTrailers(d)
 		return types.ActionContinue, nil
 	}
-	d.trlAvail = true
+	d.TrailersAvail = true
 	fr := s.frame()
 	fn := vm.fns.requestTrailers
 	if d == &s.resp {
@@ -329,14 +296,14 @@ func (s *httpStream) onTrailers(d *direction, trailers [][2]string) (types.Actio
 		return types.ActionPause, s.failed(err)
 	}
 	if filtermanager.Trailers(raw, fr.forceStop) {
-		if d.stopHdrs {
-			d.stopHdrs, d.hdrAvail, d.fwdHeaders = false, false, true
+		if d.StoppedHeaders {
+			d.StoppedHeaders, d.HeadersAvail, d.ForwardedHeaders = false, false, true
 		}
-		d.trlAvail = false
+		d.TrailersAvail = false
 		s.action = types.ActionContinue
 		s.forwardTrailers(d)
 	} else {
-		d.trlStopped = true
+		d.StoppedTrailers = true
 		s.action = types.ActionPause
 	}
 	a := s.action
@@ -345,22 +312,22 @@ func (s *httpStream) onTrailers(d *direction, trailers [][2]string) (types.Actio
 	return a, nil
 }
 
-func (s *httpStream) forwardTrailers(d *direction) {
-	if d.buffering {
-		d.fwdBody = append(d.fwdBody, d.body...)
-		d.buffering = false
+func (s *httpStream) forwardTrailers(d *filtermanager.Direction) {
+	if d.Buffering {
+		d.ForwardedBody = append(d.ForwardedBody, d.Body...)
+		d.Buffering = false
 	}
-	d.fwdTrailers = d.trailers
+	d.ForwardedTrailers = d.Trailers
 	s.completeDir(d)
 }
 
-func (s *httpStream) completeDir(d *direction) {
-	if d.complete {
+func (s *httpStream) completeDir(d *filtermanager.Direction) {
+	if d.Complete {
 		return
 	}
-	d.complete = true
-	if d.hasTrailers && d.fwdTrailers == nil { // added from the last body callback
-		d.fwdTrailers = d.trailers
+	d.Complete = true
+	if d.HasTrailers && d.ForwardedTrailers == nil { // added from the last body callback
+		d.ForwardedTrailers = d.Trailers
 	}
 	s.vm.touch(s)
 }
@@ -371,59 +338,59 @@ func (s *httpStream) completeDir(d *direction) {
 // (iterate_from_current_filter_, source/common/http/filter_manager.cc): the headers go on,
 // then the data and trailers the filter manager held reach this filter's own callbacks, the
 // data in one cumulative body callback.
-func (s *httpStream) resume(d *direction) error {
+func (s *httpStream) resume(d *filtermanager.Direction) error {
 	// Context::continueStream clears the header, body and trailer pointers.
-	d.hdrAvail, d.bodyAvail, d.trlAvail = false, false, false
-	if d.halted || d.complete || !d.gotHeaders {
+	d.HeadersAvail, d.BodyAvail, d.TrailersAvail = false, false, false
+	if d.Halted || d.Complete || !d.GotHeaders {
 		return nil
 	}
-	if ex := s.ex; ex != nil && (d == &s.resp || d.buffering || d.havePendBody) {
+	if ex := s.ex; ex != nil && (d == &s.resp || d.Buffering || d.HasHeldBody) {
 		// commonContinue encodes what the response side held (FilterManager::encodeHeaders/
 		// encodeData/encodeTrailers) or decodes the request data it held (decodeData): both
 		// re-arm the stream idle timer.
 		ex.touchStreamIdle()
 	}
 	switch {
-	case d.stopAll:
-		d.stopAll = false
+	case d.StoppedAll:
+		d.StoppedAll = false
 		s.forwardHeaders(d)
-		if d.havePendBody {
-			chunk, eos := d.pendBody, d.pendEOS
-			d.pendBody, d.pendEOS, d.havePendBody = nil, false, false
+		if d.HasHeldBody {
+			chunk, eos := d.HeldBody, d.HeldEndStream
+			d.HeldBody, d.HeldEndStream, d.HasHeldBody = nil, false, false
 			if _, err := s.onBody(d, chunk, eos); err != nil {
 				return err
 			}
 		}
-		if d.havePendTrl && !d.stopAll {
-			tr := d.pendTrailers
-			d.pendTrailers, d.havePendTrl = nil, false
+		if d.HasHeldTrailers && !d.StoppedAll {
+			tr := d.HeldTrailers
+			d.HeldTrailers, d.HasHeldTrailers = nil, false
 			if _, err := s.onTrailers(d, tr); err != nil {
 				return err
 			}
 		}
-	case d.stopHdrs:
-		d.stopHdrs = false
-		d.fwdHeaders = true
+	case d.StoppedHeaders:
+		d.StoppedHeaders = false
+		d.ForwardedHeaders = true
 		switch {
-		case d.trlStopped:
-			d.trlStopped = false
+		case d.StoppedTrailers:
+			d.StoppedTrailers = false
 			s.forwardTrailers(d)
-		case d.buffering:
-			d.buffering = false
-			d.fwdBody = append(d.fwdBody, d.body...)
-			if d.endStream {
+		case d.Buffering:
+			d.Buffering = false
+			d.ForwardedBody = append(d.ForwardedBody, d.Body...)
+			if d.EndStream {
 				s.completeDir(d)
 			}
-		case d.endStream:
+		case d.EndStream:
 			s.completeDir(d)
 		}
-	case d.trlStopped:
-		d.trlStopped = false
+	case d.StoppedTrailers:
+		d.StoppedTrailers = false
 		s.forwardTrailers(d)
-	case d.buffering:
-		d.buffering = false
-		d.fwdBody = append(d.fwdBody, d.body...)
-		if d.endStream {
+	case d.Buffering:
+		d.Buffering = false
+		d.ForwardedBody = append(d.ForwardedBody, d.Body...)
+		if d.EndStream {
 			s.completeDir(d)
 		}
 	}
@@ -436,31 +403,31 @@ func (s *httpStream) failed(err error) error {
 	switch s.vm.host.cfg.failurePolicy {
 	case FailOpen:
 		s.skip = true
-		for _, d := range []*direction{&s.req, &s.resp} {
-			if d.stopAll || d.trlStopped || d.buffering {
-				d.stopAll, d.trlStopped = false, false
-				if !d.fwdHeaders && d.gotHeaders {
-					d.fwdHeaders = true
+		for _, d := range []*filtermanager.Direction{&s.req, &s.resp} {
+			if d.StoppedAll || d.StoppedTrailers || d.Buffering {
+				d.StoppedAll, d.StoppedTrailers = false, false
+				if !d.ForwardedHeaders && d.GotHeaders {
+					d.ForwardedHeaders = true
 				}
-				if d.havePendBody {
-					d.body = append(d.body, d.pendBody...)
-					d.havePendBody = false
-					d.buffering = true
+				if d.HasHeldBody {
+					d.Body = append(d.Body, d.HeldBody...)
+					d.HasHeldBody = false
+					d.Buffering = true
 				}
-				if d.havePendTrl {
-					d.trailers, d.hasTrailers, d.havePendTrl = d.pendTrailers, true, false
+				if d.HasHeldTrailers {
+					d.Trailers, d.HasTrailers, d.HasHeldTrailers = d.HeldTrailers, true, false
 				}
-				if d.buffering {
-					d.fwdBody = append(d.fwdBody, d.body...)
-					d.buffering = false
+				if d.Buffering {
+					d.ForwardedBody = append(d.ForwardedBody, d.Body...)
+					d.Buffering = false
 				}
-				if d.hasTrailers {
-					d.fwdTrailers = d.trailers
+				if d.HasTrailers {
+					d.ForwardedTrailers = d.Trailers
 				}
-				if d.endStream || d.hasTrailers {
+				if d.EndStream || d.HasTrailers {
 					s.completeDir(d)
 				}
-			} else if d.gotHeaders && !d.fwdHeaders {
+			} else if d.GotHeaders && !d.ForwardedHeaders {
 				s.forwardHeaders(d)
 			}
 		}
@@ -475,14 +442,14 @@ func (s *httpStream) failed(err error) error {
 // replaceResponse ends the stream with a reply that bypasses this filter: Envoy's
 // sendDirectLocalReply, or a reset when response headers already went downstream.
 func (s *httpStream) replaceResponse(lr *LocalResponse) {
-	s.req.halted = true
-	if s.resp.fwdHeaders {
+	s.req.Halted = true
+	if s.resp.ForwardedHeaders {
 		s.reset = "response headers already sent: " + lr.StatusCodeDetail
 	} else if s.final == nil {
 		s.final = lr
 	}
-	s.resp.halted = true
-	s.resp.complete = true
+	s.resp.Halted = true
+	s.resp.Complete = true
 	s.vm.touch(s)
 }
 
@@ -491,7 +458,7 @@ func (s *httpStream) replaceResponse(lr *LocalResponse) {
 // Envoy applies it (see WithRequestBodyBufferLimit and WithRouteBufferLimitAtRouter).
 func (s *httpStream) bufferLimit() int {
 	c := &s.vm.host.cfg
-	if c.routeBufferLimitAtRouter && !s.req.fwdHeaders {
+	if c.routeBufferLimitAtRouter && !s.req.ForwardedHeaders {
 		return c.bufferLimit // the router has not seen the request headers yet
 	}
 	return c.routeBufferLimit()
@@ -500,7 +467,7 @@ func (s *httpStream) bufferLimit() int {
 // overLimit is Envoy's buffer overflow: 413 for a request (ActiveStreamDecoderFilter::
 // requestDataTooLarge), 500 for a response (ActiveStreamEncoderFilter::responseDataTooLarge,
 // through sendLocalReply: a direct reply, or a reset once headers went downstream).
-func (s *httpStream) overLimit(d *direction) {
+func (s *httpStream) overLimit(d *filtermanager.Direction) {
 	if d == &s.req {
 		s.sendLocalReply(filtermanager.RequestTooLarge(), DetailsRequestPayloadTooLarge)
 		return
@@ -516,20 +483,20 @@ func (s *httpStream) overLimit(d *direction) {
 func (s *httpStream) sendLocalReply(lr *LocalResponse, details string) {
 	s.setDetails(details)
 	switch {
-	case s.resp.fwdHeaders:
-		s.req.halted, s.resp.halted = true, true
+	case s.resp.ForwardedHeaders:
+		s.req.Halted, s.resp.Halted = true, true
 		s.reset = details
-		s.resp.complete = true
+		s.resp.Complete = true
 		s.vm.touch(s)
-	case s.resp.gotHeaders:
+	case s.resp.GotHeaders:
 		// Response headers exist but have not gone downstream: the reply replaces the
 		// response and bypasses the remaining encoder filters, this one included.
 		s.replaceResponse(lr)
 	default:
 		// Request phase: stop decoding and encode the reply through the filter chain, so
 		// this plugin's own response callbacks see it.
-		s.req.halted = true
-		s.req.stopAll, s.req.buffering = false, false
+		s.req.Halted = true
+		s.req.StoppedAll, s.req.Buffering = false, false
 		if s.ex != nil {
 			s.ex.touchStreamIdle() // the reply's FilterManager::encodeHeaders
 		}
@@ -588,12 +555,12 @@ func (vm *VM) afterCallback() {
 				// runs the deferred reset in DeferAfterCallActions at the end of the
 				// callback, inside Envoy's encodeData); what earlier callbacks let
 				// through has reached the client already.
-				s.req.halted, s.resp.halted = true, true
+				s.req.Halted, s.resp.Halted = true, true
 				s.reset = DetailsWasmCloseStream
 				if !s.hasDetails {
 					s.setDetails(s.reset)
 				}
-				s.resp.complete = true
+				s.resp.Complete = true
 			case opLocalReply:
 				if s.local == nil {
 					s.local = op.local
@@ -690,9 +657,9 @@ var (
 // the callback of a deleted stream).
 func (s *httpStream) resetDownstream(r DownstreamReset) error {
 	s.deferred = s.deferred[:0]
-	s.req.halted, s.resp.halted = true, true
-	s.req.hdrAvail, s.req.bodyAvail, s.req.trlAvail = false, false, false
-	s.resp.hdrAvail, s.resp.bodyAvail, s.resp.trlAvail = false, false, false
+	s.req.Halted, s.resp.Halted = true, true
+	s.req.HeadersAvail, s.req.BodyAvail, s.req.TrailersAvail = false, false, false
+	s.resp.HeadersAvail, s.resp.BodyAvail, s.resp.TrailersAvail = false, false, false
 	s.flags |= r.Flags
 	if r.Details != "" {
 		s.setDetails(r.Details)
@@ -706,7 +673,7 @@ func (s *httpStream) resetDownstream(r DownstreamReset) error {
 		ex.finish()
 		return errors.Join(ex.errs[n:]...)
 	}
-	if !s.created && !s.req.gotHeaders {
+	if !s.created && !s.req.GotHeaders {
 		s.forget()
 		return nil
 	}
@@ -792,32 +759,32 @@ func (vm *VM) headerMap(t abi.MapType, mutable bool) (*[][2]string, Status) {
 			return nil, StatusBadArgument
 		}
 		if trailers {
-			if !d.hasTrailers {
+			if !d.HasTrailers {
 				return nil, StatusNotFound
 			}
-			return &d.trailers, StatusOK
+			return &d.Trailers, StatusOK
 		}
-		if !d.gotHeaders {
+		if !d.GotHeaders {
 			return nil, StatusNotFound
 		}
-		return &d.headers, StatusOK
+		return &d.Headers, StatusOK
 	}
 	if trailers {
-		if d.trlAvail {
-			return &d.trailers, StatusOK
+		if d.TrailersAvail {
+			return &d.Trailers, StatusOK
 		}
 		// Trailers can be added from the last body callback (addDecodedTrailers).
-		if mutable && d.bodyAvail && d.endStream && !d.hasTrailers {
-			d.hasTrailers = true
-			d.trailers = [][2]string{}
-			return &d.trailers, StatusOK
+		if mutable && d.BodyAvail && d.EndStream && !d.HasTrailers {
+			d.HasTrailers = true
+			d.Trailers = [][2]string{}
+			return &d.Trailers, StatusOK
 		}
 		return nil, StatusBadArgument
 	}
-	if !d.hdrAvail {
+	if !d.HeadersAvail {
 		return nil, StatusBadArgument
 	}
-	return &d.headers, StatusOK
+	return &d.Headers, StatusOK
 }
 
 // bufferRW returns the buffer of type t visible in the running callback; mutable reports
@@ -837,10 +804,10 @@ func (vm *VM) bufferRW(t abi.BufferType) (b *[]byte, mutable, ok bool) {
 		if t == abi.BufferResponseBody {
 			d = &s.resp
 		}
-		if !d.bodyAvail {
+		if !d.BodyAvail {
 			return nil, false, false
 		}
-		return &d.body, true, true
+		return &d.Body, true, true
 	case abi.BufferHTTPCallResponseBody:
 		if fr.callout == nil {
 			return nil, false, false
