@@ -137,6 +137,36 @@ func b2u(b bool) uint64 {
 	return 0
 }
 
+// streamFilter is the stream as its directions' transitions see it (filtermanager.Filter):
+// the filter's body and trailers callbacks, and a completed direction marks the stream
+// changed.
+type streamFilter httpStream
+
+func (f *streamFilter) Body(d *filtermanager.Direction, chunk []byte, eos bool) error {
+	_, err := (*httpStream)(f).onBody(d, chunk, eos)
+	return err
+}
+
+func (f *streamFilter) Trailers(d *filtermanager.Direction, trailers [][2]string) error {
+	_, err := (*httpStream)(f).onTrailers(d, trailers)
+	return err
+}
+
+func (f *streamFilter) Completed(*filtermanager.Direction) {
+	s := (*httpStream)(f)
+	s.vm.touch(s)
+}
+
+func (s *httpStream) filter() *streamFilter { return (*streamFilter)(s) }
+
+// paused is the action a direction's transition leaves the stream with.
+func paused(p bool) types.Action {
+	if p {
+		return types.ActionPause
+	}
+	return types.ActionContinue
+}
+
 // onHeaders delivers headers to the filter (decodeHeaders / encodeHeaders).
 func (s *httpStream) onHeaders(d *filtermanager.Direction, headers [][2]string, eos bool) (types.Action, error) {
 	vm := s.vm
@@ -148,7 +178,7 @@ func (s *httpStream) onHeaders(d *filtermanager.Direction, headers [][2]string, 
 	}
 	d.Headers, d.GotHeaders, d.EndStream = abi.AppendLower(d.Headers[:0], headers), true, eos
 	if s.skip {
-		s.forwardHeaders(d)
+		d.ForwardHeaders(s.filter())
 		return types.ActionContinue, nil
 	}
 	if err := s.ensureCreated(); err != nil {
@@ -164,31 +194,12 @@ func (s *httpStream) onHeaders(d *filtermanager.Direction, headers [][2]string, 
 	if err != nil {
 		return types.ActionPause, s.failed(err)
 	}
-	switch filtermanager.Headers(raw, fr.forceStop, vm.host.cfg.allowHeadersStopIteration) {
-	case filtermanager.HeadersStopIteration:
-		// Envoy ≥ 1.35 with allow_on_headers_stop_iteration: true StopIteration, body
-		// callbacks still reach the filter.
-		d.StoppedHeaders = true
-		s.action = types.ActionPause
-	case filtermanager.HeadersStopAll:
-		d.StoppedAll = true
-		s.action = types.ActionPause
-	default:
-		d.HeadersAvail = false
-		s.action = types.ActionContinue
-		s.forwardHeaders(d)
-	}
+	v := filtermanager.Headers(raw, fr.forceStop, vm.host.cfg.allowHeadersStopIteration)
+	s.action = paused(d.AfterHeaders(v, s.filter()))
 	a := s.action
 	vm.touch(s)
 	vm.afterCallback()
 	return a, nil
-}
-
-func (s *httpStream) forwardHeaders(d *filtermanager.Direction) {
-	d.ForwardedHeaders = true
-	if d.EndStream {
-		s.completeDir(d)
-	}
 }
 
 // onBody delivers a data chunk (decodeData / encodeData).
@@ -201,30 +212,17 @@ func (s *httpStream) onBody(d *filtermanager.Direction, chunk []byte, eos bool) 
 		return types.ActionPause, fmt.Errorf("hostsim: stream %d: body before headers", s.id)
 	}
 	if d.StoppedAll {
-		// Stopped at headers: the filter manager buffers without calling the filter
-		// (FilterManager::handleDataIfStopAll, source/common/http/filter_manager.cc). No
-		// buffer limit applies here: a StopAllIterationAndWatermark filter is streaming, so
-		// the limit is a watermark that stops reading (ActiveStreamDecoderFilter::
-		// requestDataTooLarge, ActiveStreamEncoderFilter::responseDataTooLarge), never a 413
-		// or 500; SendData and UpstreamCall.Data model the watermark.
-		d.HeldBody = append(d.HeldBody, chunk...)
-		d.HeldEndStream = d.HeldEndStream || eos
-		d.HasHeldBody = true
+		// Stopped at headers: held without calling the filter and without a buffer limit
+		// (Direction.Hold); SendData and UpstreamCall.Data model the watermark.
+		d.Hold(chunk, eos)
 		return types.ActionPause, nil
 	}
 	d.EndStream = eos
 	if s.skip {
-		d.ForwardedBody = append(d.ForwardedBody, chunk...)
-		if eos {
-			s.completeDir(d)
-		}
+		d.ForwardBody(chunk, eos, s.filter())
 		return types.ActionContinue, nil
 	}
-	if d.Buffering {
-		d.Body = append(d.Body, chunk...)
-	} else {
-		d.Body = append(d.Body[:0], chunk...)
-	}
+	d.Receive(chunk)
 	if d.Buffering && len(d.Body) > s.bufferLimit() {
 		s.overLimit(d)
 		vm.afterCallback()
@@ -240,27 +238,7 @@ func (s *httpStream) onBody(d *filtermanager.Direction, chunk []byte, eos bool) 
 	if err != nil {
 		return types.ActionPause, s.failed(err)
 	}
-	switch filtermanager.Data(raw, fr.forceStop) {
-	case filtermanager.DataContinue:
-		if d.StoppedHeaders { // a Continue from data resumes the headers too
-			d.StoppedHeaders, d.HeadersAvail, d.ForwardedHeaders = false, false, true
-		}
-		d.BodyAvail = false
-		d.ForwardedBody = append(d.ForwardedBody, d.Body...)
-		d.Buffering = false
-		s.action = types.ActionContinue
-		if eos {
-			s.completeDir(d)
-		}
-	case filtermanager.DataStopNoBuffer: // nobody keeps the data
-		d.BodyAvail = false
-		d.Body = d.Body[:0]
-		d.Buffering = false
-		s.action = types.ActionPause
-	default: // DataStopAndBuffer: keep accumulating
-		d.Buffering = true
-		s.action = types.ActionPause
-	}
+	s.action = paused(d.AfterData(filtermanager.Data(raw, fr.forceStop), eos, s.filter()))
 	a := s.action
 	vm.touch(s)
 	vm.afterCallback()
@@ -277,12 +255,12 @@ func (s *httpStream) onTrailers(d *filtermanager.Direction, trailers [][2]string
 		return types.ActionPause, fmt.Errorf("hostsim: stream %d: trailers before headers", s.id)
 	}
 	if d.StoppedAll {
-		d.HeldTrailers, d.HasHeldTrailers = abi.LowerKeys(trailers), true
+		d.HoldTrailers(abi.LowerKeys(trailers))
 		return types.ActionPause, nil
 	}
 	d.Trailers, d.HasTrailers = abi.AppendLower(d.Trailers[:0], trailers), true
 	if s.skip {
-		s.forwardTrailers(d)
+		d.ForwardTrailers(s.filter())
 		return types.ActionContinue, nil
 	}
 	d.TrailersAvail = true
@@ -295,53 +273,17 @@ func (s *httpStream) onTrailers(d *filtermanager.Direction, trailers [][2]string
 	if err != nil {
 		return types.ActionPause, s.failed(err)
 	}
-	if filtermanager.Trailers(raw, fr.forceStop) {
-		if d.StoppedHeaders {
-			d.StoppedHeaders, d.HeadersAvail, d.ForwardedHeaders = false, false, true
-		}
-		d.TrailersAvail = false
-		s.action = types.ActionContinue
-		s.forwardTrailers(d)
-	} else {
-		d.StoppedTrailers = true
-		s.action = types.ActionPause
-	}
+	s.action = paused(d.AfterTrailers(filtermanager.Trailers(raw, fr.forceStop), s.filter()))
 	a := s.action
 	vm.touch(s)
 	vm.afterCallback()
 	return a, nil
 }
 
-func (s *httpStream) forwardTrailers(d *filtermanager.Direction) {
-	if d.Buffering {
-		d.ForwardedBody = append(d.ForwardedBody, d.Body...)
-		d.Buffering = false
-	}
-	d.ForwardedTrailers = d.Trailers
-	s.completeDir(d)
-}
-
-func (s *httpStream) completeDir(d *filtermanager.Direction) {
-	if d.Complete {
-		return
-	}
-	d.Complete = true
-	if d.HasTrailers && d.ForwardedTrailers == nil { // added from the last body callback
-		d.ForwardedTrailers = d.Trailers
-	}
-	s.vm.touch(s)
-}
-
-// resume is Envoy's continueDecoding/continueEncoding after proxy_continue_stream. A
-// direction stopped all (a headers Pause without allow_on_headers_stop_iteration) resumes
-// from this filter, as ActiveStreamFilterBase::commonContinue does for a StopAll filter
-// (iterate_from_current_filter_, source/common/http/filter_manager.cc): the headers go on,
-// then the data and trailers the filter manager held reach this filter's own callbacks, the
-// data in one cumulative body callback.
+// resume is proxy_continue_stream's continueDecoding/continueEncoding (Direction.Resume).
 func (s *httpStream) resume(d *filtermanager.Direction) error {
-	// Context::continueStream clears the header, body and trailer pointers.
-	d.HeadersAvail, d.BodyAvail, d.TrailersAvail = false, false, false
-	if d.Halted || d.Complete || !d.GotHeaders {
+	d.Unavailable() // Context::continueStream clears the header, body and trailer pointers
+	if !d.Resumable() {
 		return nil
 	}
 	if ex := s.ex; ex != nil && (d == &s.resp || d.Buffering || d.HasHeldBody) {
@@ -350,51 +292,7 @@ func (s *httpStream) resume(d *filtermanager.Direction) error {
 		// re-arm the stream idle timer.
 		ex.touchStreamIdle()
 	}
-	switch {
-	case d.StoppedAll:
-		d.StoppedAll = false
-		s.forwardHeaders(d)
-		if d.HasHeldBody {
-			chunk, eos := d.HeldBody, d.HeldEndStream
-			d.HeldBody, d.HeldEndStream, d.HasHeldBody = nil, false, false
-			if _, err := s.onBody(d, chunk, eos); err != nil {
-				return err
-			}
-		}
-		if d.HasHeldTrailers && !d.StoppedAll {
-			tr := d.HeldTrailers
-			d.HeldTrailers, d.HasHeldTrailers = nil, false
-			if _, err := s.onTrailers(d, tr); err != nil {
-				return err
-			}
-		}
-	case d.StoppedHeaders:
-		d.StoppedHeaders = false
-		d.ForwardedHeaders = true
-		switch {
-		case d.StoppedTrailers:
-			d.StoppedTrailers = false
-			s.forwardTrailers(d)
-		case d.Buffering:
-			d.Buffering = false
-			d.ForwardedBody = append(d.ForwardedBody, d.Body...)
-			if d.EndStream {
-				s.completeDir(d)
-			}
-		case d.EndStream:
-			s.completeDir(d)
-		}
-	case d.StoppedTrailers:
-		d.StoppedTrailers = false
-		s.forwardTrailers(d)
-	case d.Buffering:
-		d.Buffering = false
-		d.ForwardedBody = append(d.ForwardedBody, d.Body...)
-		if d.EndStream {
-			s.completeDir(d)
-		}
-	}
-	return nil
+	return d.Resume(s.filter())
 }
 
 // failed applies the failure policy to a stream whose callback trapped.
@@ -403,34 +301,8 @@ func (s *httpStream) failed(err error) error {
 	switch s.vm.host.cfg.failurePolicy {
 	case FailOpen:
 		s.skip = true
-		for _, d := range []*filtermanager.Direction{&s.req, &s.resp} {
-			if d.StoppedAll || d.StoppedTrailers || d.Buffering {
-				d.StoppedAll, d.StoppedTrailers = false, false
-				if !d.ForwardedHeaders && d.GotHeaders {
-					d.ForwardedHeaders = true
-				}
-				if d.HasHeldBody {
-					d.Body = append(d.Body, d.HeldBody...)
-					d.HasHeldBody = false
-					d.Buffering = true
-				}
-				if d.HasHeldTrailers {
-					d.Trailers, d.HasTrailers, d.HasHeldTrailers = d.HeldTrailers, true, false
-				}
-				if d.Buffering {
-					d.ForwardedBody = append(d.ForwardedBody, d.Body...)
-					d.Buffering = false
-				}
-				if d.HasTrailers {
-					d.ForwardedTrailers = d.Trailers
-				}
-				if d.EndStream || d.HasTrailers {
-					s.completeDir(d)
-				}
-			} else if d.GotHeaders && !d.ForwardedHeaders {
-				s.forwardHeaders(d)
-			}
-		}
+		s.req.Bypass(s.filter())
+		s.resp.Bypass(s.filter())
 	default:
 		s.setDetails(DetailsWasmFailStream)
 		s.replaceResponse(filtermanager.FailStream())
@@ -658,8 +530,8 @@ var (
 func (s *httpStream) resetDownstream(r DownstreamReset) error {
 	s.deferred = s.deferred[:0]
 	s.req.Halted, s.resp.Halted = true, true
-	s.req.HeadersAvail, s.req.BodyAvail, s.req.TrailersAvail = false, false, false
-	s.resp.HeadersAvail, s.resp.BodyAvail, s.resp.TrailersAvail = false, false, false
+	s.req.Unavailable()
+	s.resp.Unavailable()
 	s.flags |= r.Flags
 	if r.Details != "" {
 		s.setDetails(r.Details)
