@@ -44,7 +44,7 @@ func (vm *VM) CallOnRequestHeaders(contextID uint32, headers [][2]string, endOfS
 			return types.ActionPause, err
 		}
 		if s.final != nil && !s.created {
-			s.req.gotHeaders = true
+			s.req.GotHeaders = true
 			return types.ActionPause, nil
 		}
 		return s.onHeaders(&s.req, headers, endOfStream)
@@ -65,7 +65,7 @@ func (vm *VM) CallOnRequestTrailers(contextID uint32, trailers [][2]string) (typ
 // CallOnResponseHeaders delivers upstream response headers.
 func (vm *VM) CallOnResponseHeaders(contextID uint32, headers [][2]string, endOfStream bool) (types.Action, error) {
 	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) {
-		if s.resp.halted {
+		if s.resp.Halted {
 			return types.ActionPause, nil
 		}
 		// The router records that the response came from the upstream before encodeHeaders.
@@ -138,38 +138,38 @@ func (vm *VM) GetCurrentHttpStreamAction(contextID uint32) (a types.Action) {
 
 // GetCurrentRequestHeaders returns the request headers as the plugin left them.
 func (vm *VM) GetCurrentRequestHeaders(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.req.headers) })
+	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.req.Headers) })
 	return h
 }
 
 // GetCurrentResponseHeaders returns the response headers as the plugin left them.
 func (vm *VM) GetCurrentResponseHeaders(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.resp.headers) })
+	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.resp.Headers) })
 	return h
 }
 
 // GetCurrentRequestTrailers returns the request trailers as the plugin left them.
 func (vm *VM) GetCurrentRequestTrailers(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.req.trailers) })
+	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.req.Trailers) })
 	return h
 }
 
 // GetCurrentResponseTrailers returns the response trailers as the plugin left them.
 func (vm *VM) GetCurrentResponseTrailers(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.resp.trailers) })
+	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.resp.Trailers) })
 	return h
 }
 
 // GetCurrentRequestBody returns the request body the plugin last saw (the whole buffered
 // body while it buffers).
 func (vm *VM) GetCurrentRequestBody(contextID uint32) (b []byte) {
-	vm.streamView(contextID, func(s *httpStream) { b = append([]byte(nil), s.req.body...) })
+	vm.streamView(contextID, func(s *httpStream) { b = append([]byte(nil), s.req.Body...) })
 	return b
 }
 
 // GetCurrentResponseBody returns the response body the plugin last saw.
 func (vm *VM) GetCurrentResponseBody(contextID uint32) (b []byte) {
-	vm.streamView(contextID, func(s *httpStream) { b = append([]byte(nil), s.resp.body...) })
+	vm.streamView(contextID, func(s *httpStream) { b = append([]byte(nil), s.resp.Body...) })
 	return b
 }
 
@@ -203,10 +203,10 @@ type StreamState struct {
 func (vm *VM) StreamState(contextID uint32) (st StreamState, ok bool) {
 	vm.streamView(contextID, func(s *httpStream) {
 		ok = true
-		st = StreamState{Created: s.created, RequestHeadersForwarded: s.req.fwdHeaders, RequestComplete: s.req.complete,
-			ResponseHeadersForwarded: s.resp.fwdHeaders, ResponseComplete: s.resp.complete,
-			ForwardedRequestBody: append([]byte(nil), s.req.fwdBody...), ForwardedResponseBody: append([]byte(nil), s.resp.fwdBody...),
-			HeldRequestBody: len(s.req.pendBody), HeldResponseBody: len(s.resp.pendBody),
+		st = StreamState{Created: s.created, RequestHeadersForwarded: s.req.ForwardedHeaders, RequestComplete: s.req.Complete,
+			ResponseHeadersForwarded: s.resp.ForwardedHeaders, ResponseComplete: s.resp.Complete,
+			ForwardedRequestBody: append([]byte(nil), s.req.ForwardedBody...), ForwardedResponseBody: append([]byte(nil), s.resp.ForwardedBody...),
+			HeldRequestBody: len(s.req.HeldBody), HeldResponseBody: len(s.resp.HeldBody),
 			Reset: s.reset, Replaced: s.final, FilterSkipped: s.skip}
 	})
 	return st, ok

@@ -38,9 +38,14 @@
 //     through it: the seam for a retry policy.
 //   - internal/envoy/connmgr: the connection manager's stream idle timer (ActiveStream::
 //     resetIdleTimer, onIdleTimeout) and its 408/504 "stream timeout".
-//   - internal/envoy/filtermanager: how the filter manager reads a callback's status, the
-//     local replies it makes itself (FAIL_CLOSED's 503, 413/500 past the buffer limit), the
-//     headers of a local reply, and what it records for a downstream reset.
+//   - internal/envoy/filtermanager: how the filter manager reads a callback's status; one
+//     direction of a stream (Direction: headers, body, trailers, where the iteration
+//     stopped, what the filter manager holds while stopped at headers, what went on) and
+//     its transitions — a verdict applied, continue (ActiveStreamFilterBase::
+//     commonContinue), FAIL_OPEN's bypass — which call the filter's body and trailers
+//     callbacks through a Filter interface; the local replies it makes itself
+//     (FAIL_CLOSED's 503, 413/500 past the buffer limit), the headers of a local reply, and
+//     what it records for a downstream reset.
 //   - internal/envoy/callout: what proxy_http_call accepts and sends (Context::httpCall),
 //     the calls pending by token, what the plugin reads of an answer, and the async
 //     client's 504 for a timeout.
@@ -53,8 +58,10 @@
 // once (wrapHostFunc: find the calling VM, count the call, enforce the restricted phases).
 // It is the rest of the model, where the VM and the stream meet: the process (Host,
 // host.go: VMs, logs, what each event does), the VMs (vm.go: instances, callbacks,
-// failure), the HTTP stream's state machine (stream.go: the filter chain's iteration,
-// phases, buffering, deferred actions, applying filtermanager's rules; property.go, its
+// failure), the HTTP stream around its two filtermanager.Directions (stream.go: the guest's
+// callbacks and the frame they run in, the buffer limit, local replies and resets that
+// end both directions, the deferred continue/close/local-reply queue run after a callback,
+// the maps and buffers visible in each phase, the end of a stream; property.go, its
 // snapshot for attributes and its filter state), the
 // callouts' scheduling and delivery (callout.go), and the exchanges that drive a stream
 // from a client to an upstream (exchange.go, upstreamcall.go; router.go is the exchange's

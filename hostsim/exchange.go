@@ -429,7 +429,7 @@ func (ex *Exchange) waitBelow(ctx context.Context, held func(*Exchange) int) err
 // requestHeld is the request data the stream holds without passing it on: held back at
 // paused headers (stop-all) and waiting for the upstream to read it.
 func (ex *Exchange) requestHeld() int {
-	n := len(ex.s.req.pendBody)
+	n := len(ex.s.req.HeldBody)
 	if ex.call != nil {
 		n += ex.call.body.Queued()
 	}
@@ -439,7 +439,7 @@ func (ex *Exchange) requestHeld() int {
 // responseHeld is the response data the stream holds without the client having it: held
 // back at paused headers (stop-all) and not yet read by the client (Next).
 func (ex *Exchange) responseHeld() int {
-	n := len(ex.s.resp.pendBody)
+	n := len(ex.s.resp.HeldBody)
 	if !ex.record {
 		n += ex.queued
 	}
@@ -558,11 +558,11 @@ func (ex *Exchange) stepRequest() {
 		return
 	}
 	d := &s.req
-	if !d.fwdHeaders || d.halted {
+	if !d.ForwardedHeaders || d.Halted {
 		return
 	}
 	if ex.upReq == nil {
-		ex.upReq = &UpstreamRequest{Headers: abi.ClonePairs(d.headers)}
+		ex.upReq = &UpstreamRequest{Headers: abi.ClonePairs(d.Headers)}
 		if resolve := h.cfg.routeResolver; resolve != nil {
 			if err := resolve(ex.upReq.Headers); err != nil {
 				ex.up.Failed(err)
@@ -575,12 +575,12 @@ func (ex *Exchange) stepRequest() {
 	}
 	if h.cfg.streamUpstream != nil && !ex.upStarted {
 		ex.upStarted = true
-		ex.call = &UpstreamCall{ex: ex, ctx: ex.upCtx, headers: abi.ClonePairs(d.headers)}
+		ex.call = &UpstreamCall{ex: ex, ctx: ex.upCtx, headers: abi.ClonePairs(d.Headers)}
 		ex.up.Activity()
 		go h.cfg.streamUpstream(ex.call)
 	}
-	if len(d.fwdBody) > ex.reqSent {
-		chunk := append([]byte(nil), d.fwdBody[ex.reqSent:]...)
+	if len(d.ForwardedBody) > ex.reqSent {
+		chunk := append([]byte(nil), d.ForwardedBody[ex.reqSent:]...)
 		ex.upReq.BodyChunks = append(ex.upReq.BodyChunks, chunk)
 		if ex.record || ex.call == nil {
 			ex.upReq.Body = append(ex.upReq.Body, chunk...)
@@ -589,14 +589,14 @@ func (ex *Exchange) stepRequest() {
 			ex.call.body.Push(chunk)
 			ex.up.Activity()
 		}
-		ex.reqSent = len(d.fwdBody)
+		ex.reqSent = len(d.ForwardedBody)
 		if !ex.record {
-			d.fwdBody, ex.reqSent = d.fwdBody[:0], 0
+			d.ForwardedBody, ex.reqSent = d.ForwardedBody[:0], 0
 		}
 	}
-	if d.complete && !ex.reqEnded {
+	if d.Complete && !ex.reqEnded {
 		ex.reqEnded = true
-		ex.upReq.Trailers = abi.ClonePairs(d.fwdTrailers)
+		ex.upReq.Trailers = abi.ClonePairs(d.ForwardedTrailers)
 		if ex.call != nil {
 			ex.call.body.End(ex.upReq.Trailers)
 		}
@@ -631,20 +631,20 @@ func (ex *Exchange) stepClient() {
 		return
 	}
 	d := &s.resp
-	if d.fwdHeaders && !ex.cliHeaders {
+	if d.ForwardedHeaders && !ex.cliHeaders {
 		ex.cliHeaders = true
-		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: abi.ClonePairs(d.headers)})
+		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: abi.ClonePairs(d.Headers)})
 	}
-	if ex.cliHeaders && len(d.fwdBody) > ex.cliSent {
-		ex.emit(ClientEvent{Kind: ClientData, Data: append([]byte(nil), d.fwdBody[ex.cliSent:]...)})
-		ex.cliSent = len(d.fwdBody)
+	if ex.cliHeaders && len(d.ForwardedBody) > ex.cliSent {
+		ex.emit(ClientEvent{Kind: ClientData, Data: append([]byte(nil), d.ForwardedBody[ex.cliSent:]...)})
+		ex.cliSent = len(d.ForwardedBody)
 		if !ex.record {
-			d.fwdBody, ex.cliSent = d.fwdBody[:0], 0
+			d.ForwardedBody, ex.cliSent = d.ForwardedBody[:0], 0
 		}
 	}
-	if d.complete && ex.cliHeaders {
-		if d.fwdTrailers != nil {
-			ex.emit(ClientEvent{Kind: ClientTrailers, Headers: abi.ClonePairs(d.fwdTrailers)})
+	if d.Complete && ex.cliHeaders {
+		if d.ForwardedTrailers != nil {
+			ex.emit(ClientEvent{Kind: ClientTrailers, Headers: abi.ClonePairs(d.ForwardedTrailers)})
 		}
 		ex.emit(ClientEvent{Kind: ClientEnd})
 		ex.finish()
@@ -681,7 +681,7 @@ func (ex *Exchange) finish() {
 	if v, ok := abi.HeaderValue(r.Headers, ":status"); ok {
 		r.StatusCode, _ = strconv.Atoi(v)
 	}
-	s.req.halted, s.resp.halted = true, true
+	s.req.Halted, s.resp.Halted = true, true
 	ex.abandonUpstream()
 	ex.note(s.complete())
 	r.Flags, r.Details = s.flags, s.details
@@ -870,7 +870,7 @@ func (ex *Exchange) responseHeaders(headers [][2]string, eos bool) {
 	s := ex.s
 	ex.up.Headers(eos)
 	ex.touchStreamIdle() // FilterManager::encodeHeaders
-	if s.resp.halted || s.resp.gotHeaders {
+	if s.resp.Halted || s.resp.GotHeaders {
 		return
 	}
 	s.setDetails(DetailsViaUpstream)
@@ -882,7 +882,7 @@ func (ex *Exchange) responseHeaders(headers [][2]string, eos bool) {
 func (ex *Exchange) responseData(chunk []byte, eos bool) {
 	ex.up.Data(eos)
 	ex.touchStreamIdle() // FilterManager::encodeData
-	if s := ex.s; !s.resp.halted {
+	if s := ex.s; !s.resp.Halted {
 		_, err := s.onBody(&s.resp, chunk, eos)
 		ex.note(err)
 	}
@@ -892,7 +892,7 @@ func (ex *Exchange) responseData(chunk []byte, eos bool) {
 func (ex *Exchange) responseTrailers(trailers [][2]string) {
 	ex.up.Trailers()
 	ex.touchStreamIdle() // FilterManager::encodeTrailers
-	if s := ex.s; !s.resp.halted {
+	if s := ex.s; !s.resp.Halted {
 		_, err := s.onTrailers(&s.resp, trailers)
 		ex.note(err)
 	}

@@ -10,8 +10,8 @@ func (vm *VM) getProperty(path string) ([]byte, Status) {
 	var sp *attributes.Stream
 	if fr := vm.frame; fr != nil && fr.stream != nil {
 		s := fr.stream
-		sp = &attributes.Stream{RequestHeaders: s.req.headers, RequestTrailers: s.req.trailers,
-			ResponseHeaders: s.resp.headers, ResponseTrailers: s.resp.trailers, ResponseStarted: s.resp.gotHeaders,
+		sp = &attributes.Stream{RequestHeaders: s.req.Headers, RequestTrailers: s.req.Trailers,
+			ResponseHeaders: s.resp.Headers, ResponseTrailers: s.resp.Trailers, ResponseStarted: s.resp.GotHeaders,
 			Flags: s.flags, Details: s.details, HasDetails: s.hasDetails, FilterState: s.filterState}
 	}
 	return attributes.Get(path, p, sp, h.property)

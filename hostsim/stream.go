@@ -25,7 +25,7 @@ type httpStream struct {
 	inLog   bool
 	skip    bool // FAIL_OPEN: the filter is bypassed
 
-	req, resp direction
+	req, resp filtermanager.Direction
 
 	action      types.Action
 	local       *LocalResponse // first local reply the plugin sent
@@ -41,34 +41,6 @@ type httpStream struct {
 
 	// RouteCacheClears counts clear_route_cache foreign calls.
 	RouteCacheClears int
-}
-
-// direction is one side of the stream as Envoy's filter manager drives this filter.
-type direction struct {
-	headers, trailers [][2]string
-	body              []byte
-	hasTrailers       bool
-
-	hdrAvail, bodyAvail, trlAvail bool // Envoy's request_headers_ etc. pointers
-
-	gotHeaders bool
-	endStream  bool
-	stopAll    bool // headers paused: StopAllIterationAndWatermark
-	stopHdrs   bool // headers paused with true StopIteration (allow_on_headers_stop_iteration)
-	buffering  bool // body paused: StopIterationAndBuffer
-	trlStopped bool
-	halted     bool // no more callbacks (local reply, reset, failure)
-
-	pendBody     []byte // data held back while stopped at headers
-	pendEOS      bool
-	havePendBody bool
-	pendTrailers [][2]string
-	havePendTrl  bool
-
-	fwdHeaders  bool
-	fwdBody     []byte
-	fwdTrailers [][2]string
-	complete    bool
 }
 
 type opKind int
@@ -103,14 +75,9 @@ func (vm *VM) newStream() *httpStream {
 
 // reset clears a recycled stream, keeping the capacity of its buffers.
 func (s *httpStream) clear() {
-	req, resp := s.req.recycle(), s.resp.recycle()
+	req, resp := s.req.Recycle(), s.resp.Recycle()
 	callouts := s.callouts[:0]
 	*s = httpStream{req: req, resp: resp, callouts: callouts}
-}
-
-func (d *direction) recycle() direction {
-	return direction{headers: d.headers[:0], trailers: d.trailers[:0], body: d.body[:0],
-		pendBody: d.pendBody[:0], fwdBody: d.fwdBody[:0]}
 }
 
 // ErrNoStream is wrapped by the errors of calls on a stream that does not exist: never
@@ -156,7 +123,7 @@ var (
 	respCallbacks = dirCallbacks{"proxy_on_response_headers", "proxy_on_response_body", "proxy_on_response_trailers"}
 )
 
-func (s *httpStream) names(d *direction) dirCallbacks {
+func (s *httpStream) names(d *filtermanager.Direction) dirCallbacks {
 	if d == &s.req {
 		return reqCallbacks
 	}
@@ -170,24 +137,54 @@ func b2u(b bool) uint64 {
 	return 0
 }
 
+// streamFilter is the stream as its directions' transitions see it (filtermanager.Filter):
+// the filter's body and trailers callbacks, and a completed direction marks the stream
+// changed.
+type streamFilter httpStream
+
+func (f *streamFilter) Body(d *filtermanager.Direction, chunk []byte, eos bool) error {
+	_, err := (*httpStream)(f).onBody(d, chunk, eos)
+	return err
+}
+
+func (f *streamFilter) Trailers(d *filtermanager.Direction, trailers [][2]string) error {
+	_, err := (*httpStream)(f).onTrailers(d, trailers)
+	return err
+}
+
+func (f *streamFilter) Completed(*filtermanager.Direction) {
+	s := (*httpStream)(f)
+	s.vm.touch(s)
+}
+
+func (s *httpStream) filter() *streamFilter { return (*streamFilter)(s) }
+
+// paused is the action a direction's transition leaves the stream with.
+func paused(p bool) types.Action {
+	if p {
+		return types.ActionPause
+	}
+	return types.ActionContinue
+}
+
 // onHeaders delivers headers to the filter (decodeHeaders / encodeHeaders).
-func (s *httpStream) onHeaders(d *direction, headers [][2]string, eos bool) (types.Action, error) {
+func (s *httpStream) onHeaders(d *filtermanager.Direction, headers [][2]string, eos bool) (types.Action, error) {
 	vm := s.vm
-	if d.halted || d.gotHeaders {
-		if d.gotHeaders && !d.halted {
+	if d.Halted || d.GotHeaders {
+		if d.GotHeaders && !d.Halted {
 			return types.ActionPause, fmt.Errorf("hostsim: stream %d: headers delivered twice", s.id)
 		}
 		return types.ActionPause, nil
 	}
-	d.headers, d.gotHeaders, d.endStream = abi.AppendLower(d.headers[:0], headers), true, eos
+	d.Headers, d.GotHeaders, d.EndStream = abi.AppendLower(d.Headers[:0], headers), true, eos
 	if s.skip {
-		s.forwardHeaders(d)
+		d.ForwardHeaders(s.filter())
 		return types.ActionContinue, nil
 	}
 	if err := s.ensureCreated(); err != nil {
 		return types.ActionPause, s.failed(err)
 	}
-	d.hdrAvail = true
+	d.HeadersAvail = true
 	fr := s.frame()
 	name, fn := s.names(d).headers, vm.fns.requestHeaders
 	if d == &s.resp {
@@ -197,103 +194,51 @@ func (s *httpStream) onHeaders(d *direction, headers [][2]string, eos bool) (typ
 	if err != nil {
 		return types.ActionPause, s.failed(err)
 	}
-	switch filtermanager.Headers(raw, fr.forceStop, vm.host.cfg.allowHeadersStopIteration) {
-	case filtermanager.HeadersStopIteration:
-		// Envoy ≥ 1.35 with allow_on_headers_stop_iteration: true StopIteration, body
-		// callbacks still reach the filter.
-		d.stopHdrs = true
-		s.action = types.ActionPause
-	case filtermanager.HeadersStopAll:
-		d.stopAll = true
-		s.action = types.ActionPause
-	default:
-		d.hdrAvail = false
-		s.action = types.ActionContinue
-		s.forwardHeaders(d)
-	}
+	v := filtermanager.Headers(raw, fr.forceStop, vm.host.cfg.allowHeadersStopIteration)
+	s.action = paused(d.AfterHeaders(v, s.filter()))
 	a := s.action
 	vm.touch(s)
 	vm.afterCallback()
 	return a, nil
 }
 
-func (s *httpStream) forwardHeaders(d *direction) {
-	d.fwdHeaders = true
-	if d.endStream {
-		s.completeDir(d)
-	}
-}
-
 // onBody delivers a data chunk (decodeData / encodeData).
-func (s *httpStream) onBody(d *direction, chunk []byte, eos bool) (types.Action, error) {
+func (s *httpStream) onBody(d *filtermanager.Direction, chunk []byte, eos bool) (types.Action, error) {
 	vm := s.vm
-	if d.halted || d.complete {
+	if d.Halted || d.Complete {
 		return types.ActionPause, nil
 	}
-	if !d.gotHeaders {
+	if !d.GotHeaders {
 		return types.ActionPause, fmt.Errorf("hostsim: stream %d: body before headers", s.id)
 	}
-	if d.stopAll {
-		// Stopped at headers: the filter manager buffers without calling the filter
-		// (FilterManager::handleDataIfStopAll, source/common/http/filter_manager.cc). No
-		// buffer limit applies here: a StopAllIterationAndWatermark filter is streaming, so
-		// the limit is a watermark that stops reading (ActiveStreamDecoderFilter::
-		// requestDataTooLarge, ActiveStreamEncoderFilter::responseDataTooLarge), never a 413
-		// or 500; SendData and UpstreamCall.Data model the watermark.
-		d.pendBody = append(d.pendBody, chunk...)
-		d.pendEOS = d.pendEOS || eos
-		d.havePendBody = true
+	if d.StoppedAll {
+		// Stopped at headers: held without calling the filter and without a buffer limit
+		// (Direction.Hold); SendData and UpstreamCall.Data model the watermark.
+		d.Hold(chunk, eos)
 		return types.ActionPause, nil
 	}
-	d.endStream = eos
+	d.EndStream = eos
 	if s.skip {
-		d.fwdBody = append(d.fwdBody, chunk...)
-		if eos {
-			s.completeDir(d)
-		}
+		d.ForwardBody(chunk, eos, s.filter())
 		return types.ActionContinue, nil
 	}
-	if d.buffering {
-		d.body = append(d.body, chunk...)
-	} else {
-		d.body = append(d.body[:0], chunk...)
-	}
-	if d.buffering && len(d.body) > s.bufferLimit() {
+	d.Receive(chunk)
+	if d.Buffering && len(d.Body) > s.bufferLimit() {
 		s.overLimit(d)
 		vm.afterCallback()
 		return types.ActionPause, nil
 	}
-	d.bodyAvail = true
+	d.BodyAvail = true
 	fr := s.frame()
 	fn := vm.fns.requestBody
 	if d == &s.resp {
 		fn = vm.fns.responseBody
 	}
-	raw, err := vm.call(s.names(d).body, fn, fr, uint64(s.id), uint64(len(d.body)), b2u(eos))
+	raw, err := vm.call(s.names(d).body, fn, fr, uint64(s.id), uint64(len(d.Body)), b2u(eos))
 	if err != nil {
 		return types.ActionPause, s.failed(err)
 	}
-	switch filtermanager.Data(raw, fr.forceStop) {
-	case filtermanager.DataContinue:
-		if d.stopHdrs { // a Continue from data resumes the headers too
-			d.stopHdrs, d.hdrAvail, d.fwdHeaders = false, false, true
-		}
-		d.bodyAvail = false
-		d.fwdBody = append(d.fwdBody, d.body...)
-		d.buffering = false
-		s.action = types.ActionContinue
-		if eos {
-			s.completeDir(d)
-		}
-	case filtermanager.DataStopNoBuffer: // nobody keeps the data
-		d.bodyAvail = false
-		d.body = d.body[:0]
-		d.buffering = false
-		s.action = types.ActionPause
-	default: // DataStopAndBuffer: keep accumulating
-		d.buffering = true
-		s.action = types.ActionPause
-	}
+	s.action = paused(d.AfterData(filtermanager.Data(raw, fr.forceStop), eos, s.filter()))
 	a := s.action
 	vm.touch(s)
 	vm.afterCallback()
@@ -301,24 +246,24 @@ func (s *httpStream) onBody(d *direction, chunk []byte, eos bool) (types.Action,
 }
 
 // onTrailers delivers trailers (decodeTrailers / encodeTrailers).
-func (s *httpStream) onTrailers(d *direction, trailers [][2]string) (types.Action, error) {
+func (s *httpStream) onTrailers(d *filtermanager.Direction, trailers [][2]string) (types.Action, error) {
 	vm := s.vm
-	if d.halted || d.complete {
+	if d.Halted || d.Complete {
 		return types.ActionPause, nil
 	}
-	if !d.gotHeaders {
+	if !d.GotHeaders {
 		return types.ActionPause, fmt.Errorf("hostsim: stream %d: trailers before headers", s.id)
 	}
-	if d.stopAll {
-		d.pendTrailers, d.havePendTrl = abi.LowerKeys(trailers), true
+	if d.StoppedAll {
+		d.HoldTrailers(abi.LowerKeys(trailers))
 		return types.ActionPause, nil
 	}
-	d.trailers, d.hasTrailers = abi.AppendLower(d.trailers[:0], trailers), true
+	d.Trailers, d.HasTrailers = abi.AppendLower(d.Trailers[:0], trailers), true
 	if s.skip {
-		s.forwardTrailers(d)
+		d.ForwardTrailers(s.filter())
 		return types.ActionContinue, nil
 	}
-	d.trlAvail = true
+	d.TrailersAvail = true
 	fr := s.frame()
 	fn := vm.fns.requestTrailers
 	if d == &s.resp {
@@ -328,106 +273,26 @@ func (s *httpStream) onTrailers(d *direction, trailers [][2]string) (types.Actio
 	if err != nil {
 		return types.ActionPause, s.failed(err)
 	}
-	if filtermanager.Trailers(raw, fr.forceStop) {
-		if d.stopHdrs {
-			d.stopHdrs, d.hdrAvail, d.fwdHeaders = false, false, true
-		}
-		d.trlAvail = false
-		s.action = types.ActionContinue
-		s.forwardTrailers(d)
-	} else {
-		d.trlStopped = true
-		s.action = types.ActionPause
-	}
+	s.action = paused(d.AfterTrailers(filtermanager.Trailers(raw, fr.forceStop), s.filter()))
 	a := s.action
 	vm.touch(s)
 	vm.afterCallback()
 	return a, nil
 }
 
-func (s *httpStream) forwardTrailers(d *direction) {
-	if d.buffering {
-		d.fwdBody = append(d.fwdBody, d.body...)
-		d.buffering = false
-	}
-	d.fwdTrailers = d.trailers
-	s.completeDir(d)
-}
-
-func (s *httpStream) completeDir(d *direction) {
-	if d.complete {
-		return
-	}
-	d.complete = true
-	if d.hasTrailers && d.fwdTrailers == nil { // added from the last body callback
-		d.fwdTrailers = d.trailers
-	}
-	s.vm.touch(s)
-}
-
-// resume is Envoy's continueDecoding/continueEncoding after proxy_continue_stream. A
-// direction stopped all (a headers Pause without allow_on_headers_stop_iteration) resumes
-// from this filter, as ActiveStreamFilterBase::commonContinue does for a StopAll filter
-// (iterate_from_current_filter_, source/common/http/filter_manager.cc): the headers go on,
-// then the data and trailers the filter manager held reach this filter's own callbacks, the
-// data in one cumulative body callback.
-func (s *httpStream) resume(d *direction) error {
-	// Context::continueStream clears the header, body and trailer pointers.
-	d.hdrAvail, d.bodyAvail, d.trlAvail = false, false, false
-	if d.halted || d.complete || !d.gotHeaders {
+// resume is proxy_continue_stream's continueDecoding/continueEncoding (Direction.Resume).
+func (s *httpStream) resume(d *filtermanager.Direction) error {
+	d.Unavailable() // Context::continueStream clears the header, body and trailer pointers
+	if !d.Resumable() {
 		return nil
 	}
-	if ex := s.ex; ex != nil && (d == &s.resp || d.buffering || d.havePendBody) {
+	if ex := s.ex; ex != nil && (d == &s.resp || d.Buffering || d.HasHeldBody) {
 		// commonContinue encodes what the response side held (FilterManager::encodeHeaders/
 		// encodeData/encodeTrailers) or decodes the request data it held (decodeData): both
 		// re-arm the stream idle timer.
 		ex.touchStreamIdle()
 	}
-	switch {
-	case d.stopAll:
-		d.stopAll = false
-		s.forwardHeaders(d)
-		if d.havePendBody {
-			chunk, eos := d.pendBody, d.pendEOS
-			d.pendBody, d.pendEOS, d.havePendBody = nil, false, false
-			if _, err := s.onBody(d, chunk, eos); err != nil {
-				return err
-			}
-		}
-		if d.havePendTrl && !d.stopAll {
-			tr := d.pendTrailers
-			d.pendTrailers, d.havePendTrl = nil, false
-			if _, err := s.onTrailers(d, tr); err != nil {
-				return err
-			}
-		}
-	case d.stopHdrs:
-		d.stopHdrs = false
-		d.fwdHeaders = true
-		switch {
-		case d.trlStopped:
-			d.trlStopped = false
-			s.forwardTrailers(d)
-		case d.buffering:
-			d.buffering = false
-			d.fwdBody = append(d.fwdBody, d.body...)
-			if d.endStream {
-				s.completeDir(d)
-			}
-		case d.endStream:
-			s.completeDir(d)
-		}
-	case d.trlStopped:
-		d.trlStopped = false
-		s.forwardTrailers(d)
-	case d.buffering:
-		d.buffering = false
-		d.fwdBody = append(d.fwdBody, d.body...)
-		if d.endStream {
-			s.completeDir(d)
-		}
-	}
-	return nil
+	return d.Resume(s.filter())
 }
 
 // failed applies the failure policy to a stream whose callback trapped.
@@ -436,34 +301,8 @@ func (s *httpStream) failed(err error) error {
 	switch s.vm.host.cfg.failurePolicy {
 	case FailOpen:
 		s.skip = true
-		for _, d := range []*direction{&s.req, &s.resp} {
-			if d.stopAll || d.trlStopped || d.buffering {
-				d.stopAll, d.trlStopped = false, false
-				if !d.fwdHeaders && d.gotHeaders {
-					d.fwdHeaders = true
-				}
-				if d.havePendBody {
-					d.body = append(d.body, d.pendBody...)
-					d.havePendBody = false
-					d.buffering = true
-				}
-				if d.havePendTrl {
-					d.trailers, d.hasTrailers, d.havePendTrl = d.pendTrailers, true, false
-				}
-				if d.buffering {
-					d.fwdBody = append(d.fwdBody, d.body...)
-					d.buffering = false
-				}
-				if d.hasTrailers {
-					d.fwdTrailers = d.trailers
-				}
-				if d.endStream || d.hasTrailers {
-					s.completeDir(d)
-				}
-			} else if d.gotHeaders && !d.fwdHeaders {
-				s.forwardHeaders(d)
-			}
-		}
+		s.req.Bypass(s.filter())
+		s.resp.Bypass(s.filter())
 	default:
 		s.setDetails(DetailsWasmFailStream)
 		s.replaceResponse(filtermanager.FailStream())
@@ -475,14 +314,14 @@ func (s *httpStream) failed(err error) error {
 // replaceResponse ends the stream with a reply that bypasses this filter: Envoy's
 // sendDirectLocalReply, or a reset when response headers already went downstream.
 func (s *httpStream) replaceResponse(lr *LocalResponse) {
-	s.req.halted = true
-	if s.resp.fwdHeaders {
+	s.req.Halted = true
+	if s.resp.ForwardedHeaders {
 		s.reset = "response headers already sent: " + lr.StatusCodeDetail
 	} else if s.final == nil {
 		s.final = lr
 	}
-	s.resp.halted = true
-	s.resp.complete = true
+	s.resp.Halted = true
+	s.resp.Complete = true
 	s.vm.touch(s)
 }
 
@@ -491,7 +330,7 @@ func (s *httpStream) replaceResponse(lr *LocalResponse) {
 // Envoy applies it (see WithRequestBodyBufferLimit and WithRouteBufferLimitAtRouter).
 func (s *httpStream) bufferLimit() int {
 	c := &s.vm.host.cfg
-	if c.routeBufferLimitAtRouter && !s.req.fwdHeaders {
+	if c.routeBufferLimitAtRouter && !s.req.ForwardedHeaders {
 		return c.bufferLimit // the router has not seen the request headers yet
 	}
 	return c.routeBufferLimit()
@@ -500,7 +339,7 @@ func (s *httpStream) bufferLimit() int {
 // overLimit is Envoy's buffer overflow: 413 for a request (ActiveStreamDecoderFilter::
 // requestDataTooLarge), 500 for a response (ActiveStreamEncoderFilter::responseDataTooLarge,
 // through sendLocalReply: a direct reply, or a reset once headers went downstream).
-func (s *httpStream) overLimit(d *direction) {
+func (s *httpStream) overLimit(d *filtermanager.Direction) {
 	if d == &s.req {
 		s.sendLocalReply(filtermanager.RequestTooLarge(), DetailsRequestPayloadTooLarge)
 		return
@@ -516,20 +355,20 @@ func (s *httpStream) overLimit(d *direction) {
 func (s *httpStream) sendLocalReply(lr *LocalResponse, details string) {
 	s.setDetails(details)
 	switch {
-	case s.resp.fwdHeaders:
-		s.req.halted, s.resp.halted = true, true
+	case s.resp.ForwardedHeaders:
+		s.req.Halted, s.resp.Halted = true, true
 		s.reset = details
-		s.resp.complete = true
+		s.resp.Complete = true
 		s.vm.touch(s)
-	case s.resp.gotHeaders:
+	case s.resp.GotHeaders:
 		// Response headers exist but have not gone downstream: the reply replaces the
 		// response and bypasses the remaining encoder filters, this one included.
 		s.replaceResponse(lr)
 	default:
 		// Request phase: stop decoding and encode the reply through the filter chain, so
 		// this plugin's own response callbacks see it.
-		s.req.halted = true
-		s.req.stopAll, s.req.buffering = false, false
+		s.req.Halted = true
+		s.req.StoppedAll, s.req.Buffering = false, false
 		if s.ex != nil {
 			s.ex.touchStreamIdle() // the reply's FilterManager::encodeHeaders
 		}
@@ -588,12 +427,12 @@ func (vm *VM) afterCallback() {
 				// runs the deferred reset in DeferAfterCallActions at the end of the
 				// callback, inside Envoy's encodeData); what earlier callbacks let
 				// through has reached the client already.
-				s.req.halted, s.resp.halted = true, true
+				s.req.Halted, s.resp.Halted = true, true
 				s.reset = DetailsWasmCloseStream
 				if !s.hasDetails {
 					s.setDetails(s.reset)
 				}
-				s.resp.complete = true
+				s.resp.Complete = true
 			case opLocalReply:
 				if s.local == nil {
 					s.local = op.local
@@ -690,9 +529,9 @@ var (
 // the callback of a deleted stream).
 func (s *httpStream) resetDownstream(r DownstreamReset) error {
 	s.deferred = s.deferred[:0]
-	s.req.halted, s.resp.halted = true, true
-	s.req.hdrAvail, s.req.bodyAvail, s.req.trlAvail = false, false, false
-	s.resp.hdrAvail, s.resp.bodyAvail, s.resp.trlAvail = false, false, false
+	s.req.Halted, s.resp.Halted = true, true
+	s.req.Unavailable()
+	s.resp.Unavailable()
 	s.flags |= r.Flags
 	if r.Details != "" {
 		s.setDetails(r.Details)
@@ -706,7 +545,7 @@ func (s *httpStream) resetDownstream(r DownstreamReset) error {
 		ex.finish()
 		return errors.Join(ex.errs[n:]...)
 	}
-	if !s.created && !s.req.gotHeaders {
+	if !s.created && !s.req.GotHeaders {
 		s.forget()
 		return nil
 	}
@@ -792,32 +631,32 @@ func (vm *VM) headerMap(t abi.MapType, mutable bool) (*[][2]string, Status) {
 			return nil, StatusBadArgument
 		}
 		if trailers {
-			if !d.hasTrailers {
+			if !d.HasTrailers {
 				return nil, StatusNotFound
 			}
-			return &d.trailers, StatusOK
+			return &d.Trailers, StatusOK
 		}
-		if !d.gotHeaders {
+		if !d.GotHeaders {
 			return nil, StatusNotFound
 		}
-		return &d.headers, StatusOK
+		return &d.Headers, StatusOK
 	}
 	if trailers {
-		if d.trlAvail {
-			return &d.trailers, StatusOK
+		if d.TrailersAvail {
+			return &d.Trailers, StatusOK
 		}
 		// Trailers can be added from the last body callback (addDecodedTrailers).
-		if mutable && d.bodyAvail && d.endStream && !d.hasTrailers {
-			d.hasTrailers = true
-			d.trailers = [][2]string{}
-			return &d.trailers, StatusOK
+		if mutable && d.BodyAvail && d.EndStream && !d.HasTrailers {
+			d.HasTrailers = true
+			d.Trailers = [][2]string{}
+			return &d.Trailers, StatusOK
 		}
 		return nil, StatusBadArgument
 	}
-	if !d.hdrAvail {
+	if !d.HeadersAvail {
 		return nil, StatusBadArgument
 	}
-	return &d.headers, StatusOK
+	return &d.Headers, StatusOK
 }
 
 // bufferRW returns the buffer of type t visible in the running callback; mutable reports
@@ -837,10 +676,10 @@ func (vm *VM) bufferRW(t abi.BufferType) (b *[]byte, mutable, ok bool) {
 		if t == abi.BufferResponseBody {
 			d = &s.resp
 		}
-		if !d.bodyAvail {
+		if !d.BodyAvail {
 			return nil, false, false
 		}
-		return &d.body, true, true
+		return &d.Body, true, true
 	case abi.BufferHTTPCallResponseBody:
 		if fr.callout == nil {
 			return nil, false, false

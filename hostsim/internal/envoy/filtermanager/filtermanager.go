@@ -1,9 +1,10 @@
-// Package filtermanager is the rules Envoy's HTTP filter manager applies to a proxy-wasm
-// filter, apart from the state machine that follows them: how it reads the status a
-// callback returns (source/extensions/common/wasm/context.cc, the convertFilter*Status
-// helpers, and the filter manager's iteration in source/common/http/filter_manager.cc),
-// the local replies it makes itself and the headers of any local reply, and what it records
-// for a downstream reset. It knows no VM and no stream.
+// Package filtermanager is Envoy's HTTP filter manager as it drives a proxy-wasm filter,
+// apart from the VM: how it reads the status a callback returns (source/extensions/common/
+// wasm/context.cc, the convertFilter*Status helpers, and the filter manager's iteration in
+// source/common/http/filter_manager.cc), one direction of a stream and its transitions
+// (Direction: pause and continue, buffering, what it holds while stopped, FAIL_OPEN's
+// bypass), which call the filter through the Filter interface, the local replies it makes
+// itself and the headers of any local reply, and what it records for a downstream reset.
 package filtermanager
 
 import (
