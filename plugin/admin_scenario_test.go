@@ -58,10 +58,7 @@ func (w *world) admin(worker int, method, path, body string) (*hostsim.Response,
 
 // rateLimitKeyA makes key A answer 429 with Retry-After: 120.
 func (w *world) rateLimitKeyA() {
-	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
-		return jsonError(429, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`,
-			[2]string{"retry-after", "120"})
-	})
+	w.fakes.set("sk-a", rateLimited("120"))
 }
 
 func TestAdminScenarioAuth(t *testing.T) {

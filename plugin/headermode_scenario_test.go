@@ -315,9 +315,7 @@ func TestHeaderModeQueueFullAndTimeout(t *testing.T) {
 
 func TestHeaderModeWaitsOutAShortRateLimitAtTheHeaders(t *testing.T) {
 	w := newWorld(t, singleKeyPolicy, 2, noOption)
-	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
-		return jsonError(429, `{"error":{"message":"Rate limit reached","type":"requests"}}`, [2]string{"retry-after", "2"})
-	})
+	w.fakes.set("sk-a", rateLimited("2"))
 	if first := w.run(0, headerChat("gpt-4o", "gpt-4o")); first.StatusCode != 429 {
 		t.Fatalf("first: %d", first.StatusCode)
 	}
@@ -338,10 +336,7 @@ func TestHeaderModeWaitsOutAShortRateLimitAtTheHeaders(t *testing.T) {
 
 func TestHeaderModeFailsOverFromARetryAfter429(t *testing.T) {
 	w := newWorld(t, headerPolicy, 2, noOption)
-	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
-		return jsonError(429, `{"error":{"message":"Rate limit reached for requests","type":"requests"}}`,
-			[2]string{"retry-after", "120"})
-	})
+	w.fakes.set("sk-a", rateLimited("120"))
 	// Key A's 429 is decided from its status and Retry-After, held while the callout to key
 	// B runs, and replaced by key B's answer.
 	resp := w.run(0, headerChat("gpt-4o", "gpt-4o"))

@@ -129,13 +129,6 @@ func (w *world) wantGauge(what string, want uint64, f *stats.Family, values ...s
 	}
 }
 
-func rateLimited(retryAfter string) func(upstreamCall) *hostsim.UpstreamResponse {
-	return func(upstreamCall) *hostsim.UpstreamResponse {
-		return jsonError(429, `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`,
-			[2]string{"retry-after", retryAfter})
-	}
-}
-
 // metricScenarios are the scenarios; each asserts the metrics it concerns.
 var metricScenarios = []struct {
 	name    string

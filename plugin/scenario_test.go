@@ -123,6 +123,14 @@ func chatOK(call upstreamCall) *hostsim.UpstreamResponse {
 }
 
 // jsonError is a provider's error response.
+// rateLimited answers OpenAI's 429 for a request-rate limit with the given Retry-After.
+func rateLimited(retryAfter string) func(upstreamCall) *hostsim.UpstreamResponse {
+	return func(upstreamCall) *hostsim.UpstreamResponse {
+		return jsonError(429, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`,
+			[2]string{"retry-after", retryAfter})
+	}
+}
+
 func jsonError(status int, body string, extra ...[2]string) *hostsim.UpstreamResponse {
 	hs := append([][2]string{{":status", strconv.Itoa(status)}, {"content-type", "application/json"}}, extra...)
 	return &hostsim.UpstreamResponse{Headers: hs, Body: []byte(body)}
@@ -328,10 +336,7 @@ func TestScenarioRoutesWithTheConnectionsCredential(t *testing.T) {
 
 func TestScenarioRetryAfterMovesTrafficToTheOtherKeyForItsDuration(t *testing.T) {
 	w := newWorld(t, scenarioPolicy, 2)
-	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
-		return jsonError(429, `{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`,
-			[2]string{"retry-after", "120"})
-	})
+	w.fakes.set("sk-a", rateLimited("120"))
 	// Key A answers 429 with Retry-After: 120: the same request is answered by key B.
 	expect(t, "first", w.run(0, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/2")
 	// For the next 120 s every worker sends straight to key B.
@@ -690,9 +695,7 @@ resilience:
   failover: {maxAttempts: 1}
 `
 	w := newWorld(t, policy, 2)
-	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
-		return jsonError(429, `{"error":{"message":"Rate limit reached","type":"requests"}}`, [2]string{"retry-after", "2"})
-	})
+	w.fakes.set("sk-a", rateLimited("2"))
 	first := w.run(0, chatReq("gpt-4o"))
 	if first.StatusCode != 429 {
 		t.Fatalf("first: %d", first.StatusCode)
@@ -1242,10 +1245,7 @@ routes:
       - {provider: openai}
 `
 	w := newWorld(t, policy, 1)
-	limited := func(upstreamCall) *hostsim.UpstreamResponse {
-		return jsonError(429, `{"error":{"message":"Rate limit reached for requests","type":"requests"}}`,
-			[2]string{"retry-after", "2"})
-	}
+	limited := rateLimited("2")
 	w.fakes.set("sk-a", limited)
 	var b int
 	w.fakes.set("sk-b", func(c upstreamCall) *hostsim.UpstreamResponse {
