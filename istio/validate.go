@@ -610,23 +610,9 @@ func (v *validator) wasmModule(path, url, sha string) {
 // wasmPlugin follows ValidateWasmPlugin.
 func (v *validator) wasmPlugin(wp *extensionsapi.WasmPlugin) {
 	v.selectorOrTargetRefs(wp.Selector, wp.TargetRef, wp.TargetRefs)
-	v.wasmModule("spec", wp.Url, wp.Sha256)
-	if len(wp.ImagePullSecret) > 253 {
-		v.fail("spec.imagePullSecret", "must be at most 253 characters")
-	}
-	if len(wp.PluginName) > 256 {
-		v.fail("spec.pluginName", "must be at most 256 characters")
-	}
-	for i, m := range wp.Match {
-		for j, p := range m.GetPorts() {
-			v.port(fmt.Sprintf("spec.match[%d].ports[%d].number", i, j), p.GetNumber())
-		}
-	}
-	if wp.Type == extensionsapi.PluginType_NETWORK {
-		v.fail("spec.type", "Spillway is an HTTP filter")
-	}
-	env := v.wasmEnv("spec.vmConfig.env", wp.VmConfig)
-	v.pluginConfigStruct("spec.pluginConfig", wp.PluginConfig, env)
+	v.wasmFields("spec", wasmFields{url: wp.Url, sha: wp.Sha256, pullSecret: wp.ImagePullSecret,
+		pluginName: wp.PluginName, typ: wp.Type, vm: wp.VmConfig, config: wp.PluginConfig,
+		matchPorts: portsOf(wp.Match)})
 }
 
 // trafficExtension follows ValidateTrafficExtension.
@@ -637,23 +623,52 @@ func (v *validator) trafficExtension(te *extensionsapi.TrafficExtension) {
 		v.fail("spec.wasm", "required: exactly one of wasm or lua must be set, and Spillway is Wasm")
 		return
 	}
-	v.wasmModule("spec.wasm", wasm.Url, wasm.Sha256)
-	if len(wasm.ImagePullSecret) > 253 {
-		v.fail("spec.wasm.imagePullSecret", "must be at most 253 characters")
+	v.wasmFields("spec.wasm", wasmFields{url: wasm.Url, sha: wasm.Sha256, pullSecret: wasm.ImagePullSecret,
+		pluginName: wasm.PluginName, typ: wasm.Type, vm: wasm.VmConfig, config: wasm.PluginConfig,
+		matchPorts: portsOf(te.Match)})
+}
+
+// wasmFields are the module fields WasmPlugin's spec and TrafficExtension's spec.wasm share.
+type wasmFields struct {
+	url, sha, pullSecret, pluginName string
+	typ                              extensionsapi.PluginType
+	vm                               *extensionsapi.VmConfig
+	config                           *structpb.Struct
+	matchPorts                       [][]*typeapi.PortSelector // spec.match[i].ports, outside base
+}
+
+// wasmFields checks the module fields under base as both validations do, in their order:
+// the module and its digest, the name limits, spec.match's ports, the filter type, the VM
+// environment and the policy.
+func (v *validator) wasmFields(base string, f wasmFields) {
+	v.wasmModule(base, f.url, f.sha)
+	if len(f.pullSecret) > 253 {
+		v.fail(base+".imagePullSecret", "must be at most 253 characters")
 	}
-	if len(wasm.PluginName) > 256 {
-		v.fail("spec.wasm.pluginName", "must be at most 256 characters")
+	if len(f.pluginName) > 256 {
+		v.fail(base+".pluginName", "must be at most 256 characters")
 	}
-	for i, m := range te.Match {
-		for j, p := range m.GetPorts() {
+	for i, ports := range f.matchPorts {
+		for j, p := range ports {
 			v.port(fmt.Sprintf("spec.match[%d].ports[%d].number", i, j), p.GetNumber())
 		}
 	}
-	if wasm.Type == extensionsapi.PluginType_NETWORK {
-		v.fail("spec.wasm.type", "Spillway is an HTTP filter")
+	if f.typ == extensionsapi.PluginType_NETWORK {
+		v.fail(base+".type", "Spillway is an HTTP filter")
 	}
-	env := v.wasmEnv("spec.wasm.vmConfig.env", wasm.VmConfig)
-	v.pluginConfigStruct("spec.wasm.pluginConfig", wasm.PluginConfig, env)
+	env := v.wasmEnv(base+".vmConfig.env", f.vm)
+	v.pluginConfigStruct(base+".pluginConfig", f.config, env)
+}
+
+// portsOf lists the ports of each of a WasmPlugin's or TrafficExtension's spec.match.
+func portsOf[S interface {
+	GetPorts() []*typeapi.PortSelector
+}](match []S) [][]*typeapi.PortSelector {
+	ports := make([][]*typeapi.PortSelector, len(match))
+	for i, m := range match {
+		ports[i] = m.GetPorts()
+	}
+	return ports
 }
 
 // pluginConfigStruct checks a WasmPlugin's pluginConfig as istiod hands it to the filter:

@@ -305,6 +305,25 @@ func TestValidateRules(t *testing.T) {
 		{"traffic extension without wasm", 3, func(t *testing.T, o []Object) {
 			spec[*extensionsapi.TrafficExtension](t, o, "spillway").FilterConfig = &extensionsapi.TrafficExtension_Lua{Lua: &extensionsapi.LuaConfig{InlineCode: "x"}}
 		}, "exactly one of wasm or lua"},
+		{"plugin image pull secret too long", 2, func(t *testing.T, o []Object) {
+			spec[*extensionsapi.WasmPlugin](t, o, "spillway").ImagePullSecret = strings.Repeat("s", 254)
+		}, "spec.imagePullSecret: must be at most 253 characters"},
+		{"plugin name too long", 2, func(t *testing.T, o []Object) {
+			spec[*extensionsapi.WasmPlugin](t, o, "spillway").PluginName = strings.Repeat("p", 257)
+		}, "spec.pluginName: must be at most 256 characters"},
+		{"plugin match port", 2, func(t *testing.T, o []Object) {
+			spec[*extensionsapi.WasmPlugin](t, o, "spillway").Match = []*extensionsapi.WasmPlugin_TrafficSelector{
+				{Ports: []*typeapi.PortSelector{{Number: 8080}, {Number: 70000}}}}
+		}, "spec.match[0].ports[1].number"},
+		{"network plugin", 2, func(t *testing.T, o []Object) {
+			spec[*extensionsapi.WasmPlugin](t, o, "spillway").Type = extensionsapi.PluginType_NETWORK
+		}, "spec.type: Spillway is an HTTP filter"},
+		{"traffic extension name too long", 3, func(t *testing.T, o []Object) {
+			spec[*extensionsapi.TrafficExtension](t, o, "spillway").GetWasm().PluginName = strings.Repeat("p", 257)
+		}, "spec.wasm.pluginName: must be at most 256 characters"},
+		{"traffic extension without a policy", 3, func(t *testing.T, o []Object) {
+			spec[*extensionsapi.TrafficExtension](t, o, "spillway").GetWasm().PluginConfig = nil
+		}, "spec.wasm.pluginConfig"},
 		{"traffic extension match port", 3, func(t *testing.T, o []Object) {
 			spec[*extensionsapi.TrafficExtension](t, o, "spillway").Match[0].Ports = []*typeapi.PortSelector{{Number: 0}}
 		}, "must be 1-65535"},
