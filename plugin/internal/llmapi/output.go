@@ -199,23 +199,8 @@ func (s *OutputScanner) event(raw []byte) Output {
 	var name, data []byte
 	lines := 0
 	for len(raw) > 0 {
-		line := raw
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		line = bytes.TrimSuffix(line, []byte{'\r'})
-		if len(line) == 0 || line[0] == ':' {
-			continue // a comment (a heartbeat)
-		}
-		field, value := line, []byte(nil)
-		if i := bytes.IndexByte(line, ':'); i >= 0 {
-			field, value = line[:i], line[i+1:]
-			if len(value) > 0 && value[0] == ' ' {
-				value = value[1:]
-			}
-		}
+		var field, value []byte
+		field, value, raw = nextField(raw) // a comment (a heartbeat) has no field
 		switch string(field) {
 		case "event":
 			name = value

@@ -105,24 +105,33 @@ type event struct {
 	data []byte
 }
 
+// nextField cuts the first line off an event's raw lines and splits it as the SSE spec
+// does: the field before the first colon, the value after it without one leading space (a
+// line without a colon is a field with an empty value). A comment (a line starting with a
+// colon, a heartbeat) has the empty field, as has an empty line. rest is what follows the
+// line.
+func nextField(raw []byte) (field, value, rest []byte) {
+	line := raw
+	if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+		line, rest = raw[:i], raw[i+1:]
+	}
+	line = bytes.TrimSuffix(line, []byte{'\r'})
+	field = line
+	if i := bytes.IndexByte(line, ':'); i >= 0 {
+		field, value = line[:i], line[i+1:]
+		if len(value) > 0 && value[0] == ' ' {
+			value = value[1:]
+		}
+	}
+	return field, value, rest
+}
+
 func parseEvent(raw []byte) event {
 	var ev event
 	multi := false
 	for len(raw) > 0 {
-		line := raw
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-			line, raw = raw[:i], raw[i+1:]
-		} else {
-			raw = nil
-		}
-		line = bytes.TrimSuffix(line, []byte{'\r'})
-		field, value := line, []byte(nil)
-		if i := bytes.IndexByte(line, ':'); i >= 0 {
-			field, value = line[:i], line[i+1:]
-			if len(value) > 0 && value[0] == ' ' {
-				value = value[1:]
-			}
-		}
+		var field, value []byte
+		field, value, raw = nextField(raw)
 		switch string(field) {
 		case "event":
 			ev.name = value
