@@ -39,7 +39,14 @@ func TestFaultAimedAtOneKeyFailsOver(t *testing.T) {
 // post sends a JSON POST to the front end and returns the status, headers and body.
 func post(t *testing.T, url, body string, header map[string]string) (int, http.Header, string) {
 	t.Helper()
-	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	resp, b := postJSON(t, url, strings.NewReader(body), header)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// postJSON posts body as JSON with header and returns the answer, read whole.
+func postJSON(t *testing.T, url string, body io.Reader, header map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +59,11 @@ func post(t *testing.T, url, body string, header map[string]string) (int, http.H
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read the answer: %v", err)
+	}
+	return resp, b
 }
 
 const chatBody = `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}]}`

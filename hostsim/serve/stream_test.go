@@ -198,21 +198,7 @@ func chunkedPost(t *testing.T, url string, parts []string, header map[string]str
 		}
 		pw.Close()
 	}()
-	req, _ := http.NewRequest("POST", url, pr)
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("read the answer: %v", err)
-	}
-	return resp, b
+	return postJSON(t, url, pr, header)
 }
 
 // Request and response bodies of many chunks arrive byte for byte, whether the filter
