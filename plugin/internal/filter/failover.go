@@ -26,12 +26,15 @@ import (
 // startFailover dispatches the next candidate that can go now as a callout. It reports
 // false when there is none (or the attempt count or time budget is spent).
 func (h *httpContext) startFailover() bool {
+	// The dispatch re-checks every layer against what other workers recorded meanwhile.
+	h.plugin.refreshCache()
+	return h.dispatchFailover()
+}
+
+// dispatchFailover is startFailover on a cache refreshed already.
+func (h *httpContext) dispatchFailover() bool {
 	p := h.plugin
 	budget := p.res.Failover
-	// The dispatch re-checks every layer against what other workers recorded meanwhile.
-	if err := p.cache.Refresh(); err != nil {
-		proxywasm.LogWarnf("spillway: shared data: %v", err)
-	}
 	for h.next < len(h.plan.Targets) {
 		if h.attempts >= budget.MaxAttempts || p.clock().Sub(h.started) >= budget.Budget {
 			return false
@@ -79,16 +82,10 @@ func (h *httpContext) afterRateLimit() step {
 	if h.attempts >= budget.MaxAttempts || p.clock().Sub(h.started) >= budget.Budget {
 		return stepProceed
 	}
-	if err := p.cache.Refresh(); err != nil {
-		proxywasm.LogWarnf("spillway: shared data: %v", err)
-	}
-	plan, err := p.engine.Plan(h.model, h.api, h.sessionKey, &h.bufs.plan)
-	if err != nil && !errors.Is(err, engine.ErrNoRoute) {
-		proxywasm.LogWarnf("spillway: plan %q: %v", h.model, err)
-	}
-	h.plan, h.next = plan, 0
-	if len(plan.Targets) > 0 {
-		if h.startFailover() {
+	p.refreshCache()
+	h.planTargets()
+	if len(h.plan.Targets) > 0 {
+		if h.dispatchFailover() {
 			return stepWait
 		}
 		return stepProceed

@@ -101,6 +101,15 @@ type pluginContext struct {
 // clock is the time of the callback being run, the engine's clock too: read at most once
 // per callback, and only by a callback that needs it (each read of the WASI clock is two
 // host calls).
+// refreshCache brings the VM's shared-data cache up to date with the generation key before a
+// decision that must see other workers' writes; a failure is logged and the decision goes on
+// with what the cache holds.
+func (p *pluginContext) refreshCache() {
+	if err := p.cache.Refresh(); err != nil {
+		proxywasm.LogWarnf("spillway: shared data: %v", err)
+	}
+}
+
 func (p *pluginContext) clock() time.Time {
 	if !p.nowValid {
 		if p.timeNow != nil {

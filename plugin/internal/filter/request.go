@@ -209,19 +209,24 @@ func (h *httpContext) planAndDispatch() step {
 			proxywasm.LogDebugf("spillway: session id ignored: %v", err)
 		}
 	}
-	if err := p.cache.Refresh(); err != nil {
-		proxywasm.LogWarnf("spillway: shared data: %v", err)
-	}
+	p.refreshCache()
 	h.sessionKey = key
-	plan, err := p.engine.Plan(h.model, h.api, key, &h.bufs.plan)
+	h.planTargets()
+	h.refusal = nil
+	return h.dispatchRequest()
+}
+
+// planTargets plans the request's model (its API and session key) on the cache as it
+// stands, and starts over at the plan's first target.
+func (h *httpContext) planTargets() {
+	plan, err := h.plugin.engine.Plan(h.model, h.api, h.sessionKey, &h.bufs.plan)
 	if err != nil && !errors.Is(err, engine.ErrNoRoute) {
 		proxywasm.LogWarnf("spillway: plan %q: %v", h.model, err)
 	}
 	if plan.Degraded != nil {
 		proxywasm.LogDebugf("spillway: plan %q degraded: %v", h.model, plan.Degraded)
 	}
-	h.plan, h.next, h.refusal = plan, 0, nil
-	return h.dispatchRequest()
+	h.plan, h.next = plan, 0
 }
 
 // dispatchRequest tries the plan's targets in order and sends the request to the first one
@@ -349,9 +354,7 @@ func (h *httpContext) onWake() {
 // every layer, so the cache is refreshed first: the wait may have outlived what it read.
 func (h *httpContext) retryAdmission() {
 	p := h.plugin
-	if err := p.cache.Refresh(); err != nil {
-		proxywasm.LogWarnf("spillway: shared data: %v", err)
-	}
+	p.refreshCache()
 	d, err := p.engine.TryDispatch(h.d)
 	if d.Wake {
 		p.peers.wakeAll(p)
