@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/spillwayproxy/spillway/e2e/internal/e2etest"
+	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
 )
 
 // capsPolicy has three keys of one slot each (maxConcurrent: 1), each serving its own
@@ -28,24 +29,26 @@ resilience:
 admin: {token: "${SPILLWAY_ADMIN_TOKEN}"}
 `
 
-// hang is the fake's fault header that holds the answer until the client goes away.
-var hang = map[string]string{"x-fake-scenario": "timeout"}
-
 // holdSlot sends a request for model that the fake holds, and waits until it holds the
-// key's slot (the fake has it in flight); release goes away, giving the slot back.
+// key's slot (the fake has it in flight); release has the fake answer it, giving the slot
+// back. The fake counts the request out before its answer ends, so the provider's
+// MaxInFlight measures the filter's cap, not how soon a fake notices a client that left.
 func holdSlot(t *testing.T, tg *e2etest.Target, model, key string) (release func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = e2etest.Send(ctx, "POST", tg.URL+"/v1/chat/completions", e2etest.ChatBody(model, false), hang)
-	}()
 	fake := tg.Fake(t, "fake-openai")
+	held := make(chan struct{})
+	fake.ScriptFor(key, fakeprovider.Fault{Until: held})
+	answered := make(chan *e2etest.Response, 1)
+	go func() {
+		r, _ := e2etest.Send(context.Background(), "POST", tg.URL+"/v1/chat/completions", e2etest.ChatBody(model, false), nil)
+		answered <- r
+	}()
 	e2etest.WaitFor(t, key+"'s slot to be held", func() bool { return fake.StatsFor(key).InFlight == 1 })
 	return func() {
-		cancel()
-		<-done
+		close(held)
+		if r := <-answered; r == nil || r.Status != 200 {
+			t.Errorf("the request holding %s's slot: %+v, want 200 once released", key, r)
+		}
 	}
 }
 

@@ -302,7 +302,7 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	model, stream := peekModel(body)
 	c.fault = fault.resolve(p.kind, model, stream, start)
-	if !c.wait(c.fault.Delay) {
+	if !c.wait(c.fault.Delay) || !c.waitFor(c.fault.Until) {
 		return
 	}
 	switch f := c.fault; {
@@ -338,6 +338,20 @@ func (c *call) wait(d time.Duration) bool {
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return true
+	case <-c.r.Context().Done():
+		return false
+	}
+}
+
+// waitFor waits until ch is closed (at once for nil), unless the client goes away first
+// (false then).
+func (c *call) waitFor(ch <-chan struct{}) bool {
+	if ch == nil {
+		return c.r.Context().Err() == nil
+	}
+	select {
+	case <-ch:
 		return true
 	case <-c.r.Context().Done():
 		return false

@@ -1,6 +1,7 @@
 package fakeprovider
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -336,4 +337,70 @@ func TestDelayHonoured(t *testing.T) {
 	if got := p.Requests()[0].Header.Get(HeaderDelayMs); got != "150" {
 		t.Errorf("recorded header %q", got)
 	}
+}
+
+// A scripted Until holds the answer until the test closes it; the answer then comes as
+// the rest of the fault says, and the request is counted out before its last byte reaches
+// the client (so a proxy that frees a slot on the answer's end can never make the fake
+// see two at once). A client that gives up first gets nothing and is counted out too.
+func TestUntilHoldsTheAnswerUntilReleased(t *testing.T) {
+	p := mustNew(t, OpenAI)
+	srv, err := Start(p, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	chat := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+	send := func(ctx context.Context) (int, error) {
+		req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v1/chat/completions", strings.NewReader(chat))
+		req.Header.Set("Authorization", "Bearer key-h")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		_, err = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, err
+	}
+
+	release := make(chan struct{})
+	p.ScriptFor("key-h", Fault{Until: release}, Fault{Until: release, Status: 429, RetryAfter: "3"})
+	answered := make(chan int, 2)
+	for range 2 {
+		go func() {
+			status, err := send(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			answered <- status
+		}()
+	}
+	waitFor(t, func() bool { return p.StatsFor("key-h").InFlight == 2 })
+	select {
+	case s := <-answered:
+		t.Fatalf("answered %d before the release", s)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	got := map[int]int{}
+	for i := range 2 {
+		got[<-answered]++
+		if n := p.StatsFor("key-h").InFlight; n > 1-i {
+			t.Errorf("an answer ended with %d still counted in flight, want it counted out first", n)
+		}
+	}
+	if got[200] != 1 || got[429] != 1 {
+		t.Errorf("after the release: statuses %v, want one 200 and one 429", got)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	p.ScriptFor("key-h", Fault{Until: make(chan struct{})}) // never released
+	gaveUp := make(chan error, 1)
+	go func() { _, err := send(ctx); gaveUp <- err }()
+	waitFor(t, func() bool { return p.StatsFor("key-h").InFlight == 1 })
+	cancel()
+	if err := <-gaveUp; err == nil {
+		t.Error("a client that gave up got an answer")
+	}
+	waitFor(t, func() bool { return p.StatsFor("key-h").InFlight == 0 })
 }

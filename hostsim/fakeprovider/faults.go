@@ -110,6 +110,12 @@ type Fault struct {
 	Delay time.Duration
 	// Hang never answers: the request is held until the client goes away (a timeout).
 	Hang bool
+	// Until, when set, holds the answer until the channel is closed (after Delay), then
+	// answers as the rest of the fault says; a client that goes away first gets nothing.
+	// Only a script can set it: a test holds a connection's slot and releases it by the
+	// provider answering, so the provider has counted the request out before the answer
+	// ends (a client that gives up instead is counted out whenever the fake notices).
+	Until <-chan struct{}
 	// Reset resets the connection (TCP RST) instead of answering.
 	Reset bool
 	// Stream is how a "stream": true answer goes wrong.
