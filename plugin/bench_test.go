@@ -25,6 +25,12 @@ package main
 //     noop's). allocs/op and B/op are replaced by the host side's (hostsim's) allocations per
 //     spillway request, measured the same way: the framework's own figures would mix both
 //     modules and the checks.
+//   - The success paths add a third module, build/guests/floor.wasm (plugin/floor): a
+//     filter that makes spillway's host calls and nothing else, checked call for call
+//     against spillway's counting pass before anything is timed. floor-x-noop-median is
+//     its per-round ratio over noop (what the host calls alone cost in hostsim),
+//     x-floor-median spillway's over it (what spillway's own work adds); the three take
+//     turns going first.
 //   - Every request is checked: status, actions, the x-spillway-connection and
 //     x-spillway-attempts headers, the callout or queue it must have gone through, so a
 //     filter that took another path fails the benchmark instead of looking fast.
@@ -90,6 +96,10 @@ type benchPath struct {
 	idle func(tb testing.TB, s *benchSide)
 	// perRound, when set, checks the spillway side's counters after n requests.
 	perRound func(tb testing.TB, s *benchSide, before map[string]uint64, n int)
+	// floor, when set, adds build/guests/floor.wasm (plugin/floor) with this plugin
+	// configuration as a third module: it makes the host calls spillway's success path
+	// makes and nothing else, which the benchmark checks before it measures.
+	floor []byte
 }
 
 // benchSide is one module on its own Host.
@@ -130,9 +140,13 @@ func benchHeader(hs [][2]string, name string) string {
 func newBenchSide(tb testing.TB, name string, p benchPath) *benchSide {
 	tb.Helper()
 	s := &benchSide{name: name, spillway: name == "spillway", callouts: &benchCallouts{}}
-	opts := []hostsim.Option{hostsim.WithPluginConfiguration(p.policy),
+	config, module := p.policy, "build/"+name+".wasm"
+	if name == "floor" {
+		config, module = p.floor, "build/guests/floor.wasm"
+	}
+	opts := []hostsim.Option{hostsim.WithPluginConfiguration(config),
 		hostsim.WithCalloutHandler(s.callouts.handler()), hostsim.WithCluster("fake-openai", "fake-anthropic")}
-	s.host = hostsimtest.New(tb, hostsimtest.ReadModule(tb, "build/"+name+".wasm"), opts...)
+	s.host = hostsimtest.New(tb, hostsimtest.ReadModule(tb, module), opts...)
 	if s.host.StartPlugin() != types.OnPluginStartStatusOK {
 		tb.Fatalf("%s did not start: %v", name, s.host.GetCriticalLogs())
 	}
@@ -293,8 +307,11 @@ func runRequests(tb testing.TB, p benchPath, s *benchSide, m *benchMeter, n int)
 
 // runBenchPath measures one path (see the file comment).
 func runBenchPath(b *testing.B, p benchPath) {
-	sides := [2]*benchSide{newBenchSide(b, "noop", p), newBenchSide(b, "spillway", p)}
-	var counted [2]*benchMeter
+	sides := []*benchSide{newBenchSide(b, "noop", p), newBenchSide(b, "spillway", p)}
+	if p.floor != nil {
+		sides = append(sides, newBenchSide(b, "floor", p))
+	}
+	counted := make([]*benchMeter, len(sides))
 	for i, s := range sides {
 		if p.prepare != nil {
 			p.prepare(b, s)
@@ -303,18 +320,19 @@ func runBenchPath(b *testing.B, p benchPath) {
 		counted[i] = &benchMeter{s: s, counting: true}
 		runRequests(b, p, s, counted[i], benchCounted)
 	}
+	if p.floor != nil {
+		requireSameCalls(b, counted[1], counted[2])
+	}
 
 	rounds := min(b.N, benchRounds)
 	perRound := (b.N + rounds - 1) / rounds
-	var ratios, noopNs, spillwayNs []float64 // per round
+	nsPerReq := make([][]float64, len(sides)) // per side, per round
+	var ratios, floorRatios, overFloor []float64
 	b.ResetTimer()
 	for r := 0; r < rounds; r++ {
-		order := [2]int{0, 1}
-		if r%2 == 1 {
-			order = [2]int{1, 0}
-		}
-		var elapsed [2]time.Duration
-		for _, i := range order {
+		elapsed := make([]time.Duration, len(sides))
+		for k := range sides {
+			i := (r + k) % len(sides) // each side goes first in turn
 			s := sides[i]
 			runRequests(b, p, s, &benchMeter{s: s}, benchRoundWarmup)
 			var before map[string]uint64
@@ -327,17 +345,25 @@ func runBenchPath(b *testing.B, p benchPath) {
 				p.perRound(b, s, before, perRound)
 			}
 			elapsed[i] = m.elapsed
+			nsPerReq[i] = append(nsPerReq[i], float64(m.elapsed.Nanoseconds())/float64(perRound))
 		}
 		ratios = append(ratios, float64(elapsed[1])/float64(elapsed[0]))
-		noopNs = append(noopNs, float64(elapsed[0].Nanoseconds())/float64(perRound))
-		spillwayNs = append(spillwayNs, float64(elapsed[1].Nanoseconds())/float64(perRound))
+		if p.floor != nil {
+			floorRatios = append(floorRatios, float64(elapsed[2])/float64(elapsed[0]))
+			overFloor = append(overFloor, float64(elapsed[1])/float64(elapsed[2]))
+		}
 	}
 	b.StopTimer()
 
 	noop, spw := counted[0], counted[1]
-	b.ReportMetric(median(spillwayNs), "ns/op")
-	b.ReportMetric(median(noopNs), "noop-ns/op")
+	b.ReportMetric(median(nsPerReq[1]), "ns/op")
+	b.ReportMetric(median(nsPerReq[0]), "noop-ns/op")
 	b.ReportMetric(median(ratios), "x-noop-median")
+	if p.floor != nil {
+		b.ReportMetric(median(nsPerReq[2]), "floor-ns/op")
+		b.ReportMetric(median(floorRatios), "floor-x-noop-median")
+		b.ReportMetric(median(overFloor), "x-floor-median")
+	}
 	calls, noopCalls := spw.perRequest(spw.calls.Total()), noop.perRequest(noop.calls.Total())
 	shared, noopShared := spw.perRequest(spw.calls.SharedData()), noop.perRequest(noop.calls.SharedData())
 	allocs, noopAllocs := spw.perRequest(spw.guestAllocs), noop.perRequest(noop.guestAllocs)
@@ -361,6 +387,20 @@ func runBenchPath(b *testing.B, p benchPath) {
 			spw.perRequest(spw.hostAllocs), noop.perRequest(noop.hostAllocs))
 		b.Logf("spillway host calls per request: %s", perRequestCalls(spw))
 		b.Logf("noop host calls per request:     %s", perRequestCalls(noop))
+	}
+}
+
+// requireSameCalls fails unless the floor made, per request, the very host calls spillway
+// made (each function as often): a floor that drifted from spillway's success path would
+// measure something else.
+func requireSameCalls(tb testing.TB, spw, floor *benchMeter) {
+	tb.Helper()
+	if a, b := perRequestCalls(spw), perRequestCalls(floor); a != b {
+		tb.Fatalf("floor.wasm no longer makes spillway's host calls (plugin/floor mirrors the success path):\n"+
+			"  spillway: %s\n  floor:    %s", a, b)
+	}
+	if g := floor.perRequest(floor.guestAllocs); g != 0 {
+		tb.Fatalf("floor.wasm allocates %.1f times per request in the guest, want 0", g)
 	}
 }
 
@@ -459,18 +499,22 @@ func (e benchErrs) check(tb testing.TB, s *benchSide) {
 // BenchmarkSuccessPath is the goal's success path: the demo policy, one chat completion for
 // gpt-4o routed to openai-a (capped, so it takes and frees a concurrency lease), a 200.
 func BenchmarkSuccessPath(b *testing.B) {
-	runBenchPath(b, successPath(benchPolicy(b, examples.Demo(), nil)))
+	p := successPath(benchPolicy(b, examples.Demo(), nil))
+	p.floor = []byte("capped")
+	runBenchPath(b, p)
 }
 
 // BenchmarkSuccessPathUncapped is the success path on a connection without a concurrency
 // cap (the demo's openai-a with its caps removed): no lease to take and give back, so the
 // one shared-data operation left is the per-VM cache's generation read.
 func BenchmarkSuccessPathUncapped(b *testing.B) {
-	runBenchPath(b, successPath(benchPolicy(b, examples.Demo(), func(p map[string]any) {
+	p := successPath(benchPolicy(b, examples.Demo(), func(p map[string]any) {
 		conn := p["providers"].([]any)[0].(map[string]any)["connections"].([]any)[0].(map[string]any)
 		delete(conn, "maxConcurrent")
 		delete(conn, "modelConcurrency")
-	})))
+	}))
+	p.floor = []byte("uncapped")
+	runBenchPath(b, p)
 }
 
 // successPath is the demo's gpt-4o request answered 200 by openai-a.
