@@ -199,7 +199,7 @@ var (
 	ErrNoTry         = errors.New("retry: no try in flight (a retry is waiting for StartRetry)")
 	ErrHeadersTwice  = errors.New("retry: the try already had its response headers")
 	ErrNotWaiting    = errors.New("retry: StartRetry without a retry decided")
-	ErrUnknownResult = errors.New("retry: unknown outcome kind")
+	ErrUnknownOutcome = errors.New("retry: unknown outcome kind")
 )
 
 // State is one request's retry state: RetryStateImpl with the router's flags around it
@@ -363,7 +363,7 @@ func (s *State) Decide(o Outcome) (Decision, error) {
 		}
 		return s.onReset(streaminfo.ResetLocalReset, o.Sent), nil
 	}
-	return Decision{}, ErrUnknownResult
+	return Decision{}, ErrUnknownOutcome
 }
 
 // onHeaders is Filter::onUpstreamHeaders' retry half.

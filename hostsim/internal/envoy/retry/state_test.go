@@ -493,7 +493,7 @@ func TestOutOfOrderOutcomes(t *testing.T) {
 	if _, err := s.Decide(Headers(status("200"))); !errors.Is(err, ErrHeadersTwice) {
 		t.Fatalf("headers twice: %v", err)
 	}
-	if _, err := s.Decide(Outcome{}); !errors.Is(err, ErrUnknownResult) {
+	if _, err := s.Decide(Outcome{}); !errors.Is(err, ErrUnknownOutcome) {
 		t.Fatalf("zero outcome: %v", err)
 	}
 	s.Decide(LocalReply())
