@@ -195,10 +195,10 @@ type Stats struct {
 
 // Errors for outcomes that cannot happen in the order given: a caller's bug.
 var (
-	ErrOver          = errors.New("retry: the request is over")
-	ErrNoTry         = errors.New("retry: no try in flight (a retry is waiting for StartRetry)")
-	ErrHeadersTwice  = errors.New("retry: the try already had its response headers")
-	ErrNotWaiting    = errors.New("retry: StartRetry without a retry decided")
+	ErrOver           = errors.New("retry: the request is over")
+	ErrNoTry          = errors.New("retry: no try in flight (a retry is waiting for StartRetry)")
+	ErrHeadersTwice   = errors.New("retry: the try already had its response headers")
+	ErrNotWaiting     = errors.New("retry: StartRetry without a retry decided")
 	ErrUnknownOutcome = errors.New("retry: unknown outcome kind")
 )
 
