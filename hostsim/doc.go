@@ -36,6 +36,13 @@
 //     the upstream cannot answer (NC, UH, resets, UT), seeing the stream only through a
 //     Stream interface (Reply, After, Debug). Every way the upstream request ends badly goes
 //     through it: the seam for a retry policy.
+//   - internal/envoy/retry: the router's retry decision (RetryStateImpl; Filter::
+//     onUpstreamHeaders, onUpstreamReset, doRetry): a route's Policy and the x-envoy-*
+//     request headers that override it, and per request the answer to each try's outcome
+//     after the upstream filters — retry after a jittered back-off, pass the response
+//     through, or let the router answer (URX, UO) — with the cluster's max_retries breaker,
+//     the attempt count and the retry buffer limit. A pure model, not yet wired into the
+//     exchanges.
 //   - internal/envoy/connmgr: the connection manager's stream idle timer (ActiveStream::
 //     resetIdleTimer, onIdleTimeout) and its 408/504 "stream timeout".
 //   - internal/envoy/filtermanager: how the filter manager reads a callback's status; one
@@ -148,7 +155,8 @@
 // FAIL_RELOAD has no backoff; guest stdout/stderr are logged line by line (cpp-host logs each
 // fd_write as it comes); a buffered upstream (WithUpstream) is called once the whole request
 // has passed the filter (a streaming one, WithStreamingUpstream, as soon as the headers did,
-// like Envoy's router); no retries, hedging or shadowing.
+// like Envoy's router); no retries (internal/envoy/retry decides them, the exchanges do not
+// ask it yet), hedging or shadowing.
 //
 // # Differences from the SDK's proxytest
 //

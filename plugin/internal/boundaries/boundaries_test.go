@@ -127,6 +127,16 @@ func TestBoundaries(t *testing.T) {
 			func(d string) bool {
 				return within(d, own("hostsim")) && !within(d, own("hostsim/internal"))
 			}},
+		// hostsim/internal/envoy/retry is the router's retry decision as a pure model of
+		// Envoy's source: it links no VM (wazero), no ABI (the SDK, or internal/abi, which
+		// speaks wazero's types) and of hostsim only the stream info's vocabulary.
+		{"hostsim's retry model links no VM and no ABI",
+			func(p string) bool { return within(p, own("hostsim/internal/envoy/retry")) }, true,
+			func(d string) bool {
+				d, _, _ = strings.Cut(d, " ") // "p [p.test]": p recompiled for its own tests
+				return within(d, wazero) || within(d, sdk) || (within(d, own("hostsim")) &&
+					!within(d, own("hostsim/internal/streaminfo")) && !within(d, own("hostsim/internal/envoy/retry")))
+			}},
 		// internal/ holds the module's neutral helpers (modroot, manualclock, pairs), which the
 		// build tools, the engine's tests, the filter's hostabi and hostsim share: importing no other package of the module
 		// and nothing wasm-specific keeps them usable by each without joining the layers up.
