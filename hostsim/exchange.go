@@ -167,7 +167,7 @@ type Exchange struct {
 
 	// The request as it passed the filter, and the upstream.
 	upReq     *UpstreamRequest // what passed the filter so far (nil until the headers did)
-	reqSent   int              // bytes of s.req.fwdBody already taken into upReq
+	reqSent   int              // bytes of s.Req.ForwardedBody already taken into upReq
 	reqEnded  bool             // the end of the request passed the filter
 	upStarted bool             // the upstream was called
 	upCtx     context.Context
@@ -184,7 +184,7 @@ type Exchange struct {
 	// The client side.
 	cliHeaders bool
 	sentHdrs   [][2]string // the response headers the client got (for Response in stream mode)
-	cliSent    int         // bytes of s.resp.fwdBody already emitted
+	cliSent    int         // bytes of s.Resp.ForwardedBody already emitted
 	events     []ClientEvent
 	nextEvent  int // Next's position in events (record mode)
 	queued     int // bytes emitted and not read by Next (stream mode: flow control)
@@ -254,17 +254,17 @@ func (vm *VM) StartHTTPContext(ctx context.Context, req *Request) (*Exchange, er
 		return nil, err
 	}
 	s := ex.s
-	if s.final == nil {
+	if s.Final == nil {
 		ex.reqChunks = chunksOf(req.Body, req.BodyChunks)
 		ex.reqDelays, ex.reqTrailers = req.ChunkDelays, req.Trailers
 		eos := len(ex.reqChunks) == 0 && req.Trailers == nil
 		ex.fromClient(eos)
-		_, err := s.onHeaders(&s.req, req.Headers, eos)
+		_, err := s.OnHeaders(&s.Req, req.Headers, eos)
 		ex.note(err)
 		ex.feedRequest()
 	}
 	if req.ResetAfter > 0 {
-		ex.after(req.ResetAfter, func(ex *Exchange) error { return ex.s.resetDownstream(DownstreamDisconnect) })
+		ex.after(req.ResetAfter, func(ex *Exchange) error { return ex.s.ResetDownstream(DownstreamDisconnect) })
 	}
 	ex.step()
 	vm.mu.Unlock()
@@ -286,9 +286,9 @@ func (vm *VM) StartStream(ctx context.Context, headers [][2]string, endOfStream 
 		return nil, err
 	}
 	n := len(ex.errs)
-	if s := ex.s; s.final == nil {
+	if s := ex.s; s.Final == nil {
 		ex.fromClient(endOfStream)
-		_, err := s.onHeaders(&s.req, headers, endOfStream)
+		_, err := s.OnHeaders(&s.Req, headers, endOfStream)
 		ex.note(err)
 	}
 	ex.step()
@@ -303,13 +303,14 @@ func (vm *VM) newExchange(ctx context.Context, record bool) (*Exchange, error) {
 		return nil, errNotStarted
 	}
 	s := vm.newStream()
-	ex := &Exchange{vm: vm, s: s, id: s.id, gen: vm.gen, doneCh: make(chan struct{}), record: record,
+	ex := &Exchange{vm: vm, s: s, id: s.ID, gen: vm.gen, doneCh: make(chan struct{}), record: record,
 		start: vm.host.clock.Now()}
 	ex.ctx, ex.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	ex.upCtx, ex.upCancel = context.WithCancel(ex.ctx)
 	ex.up = router.New((*modelStream)(ex), vm.host.cfg.upstreamIdleTimeout)
 	ex.idle = connmgr.NewIdleTimer((*modelStream)(ex), vm.host.cfg.streamIdleTimeout)
 	s.ex = ex
+	s.SetDriver((*modelStream)(ex))
 	ex.touchStreamIdle() // armed when the connection manager creates the stream
 	if err := vm.beginStream(s); err != nil {
 		ex.errs = append(ex.errs, err)
@@ -355,13 +356,13 @@ func (ex *Exchange) feedRequest() {
 		ex.reqNext++
 		last := i == len(ex.reqChunks)-1
 		ex.fromClient(last && ex.reqTrailers == nil)
-		_, err := s.onBody(&s.req, ex.reqChunks[i], last && ex.reqTrailers == nil)
+		_, err := s.OnBody(&s.Req, ex.reqChunks[i], last && ex.reqTrailers == nil)
 		ex.note(err)
 	}
 	if !ex.done && ex.reqTrailers != nil && !ex.reqTrlSent {
 		ex.reqTrlSent = true
 		ex.fromClient(true)
-		_, err := s.onTrailers(&s.req, ex.reqTrailers)
+		_, err := s.OnTrailers(&s.Req, ex.reqTrailers)
 		ex.note(err)
 	}
 }
@@ -381,7 +382,7 @@ func (ex *Exchange) SendData(ctx context.Context, chunk []byte, endOfStream bool
 	}
 	s := ex.s
 	ex.fromClient(endOfStream)
-	_, err := s.onBody(&s.req, chunk, endOfStream)
+	_, err := s.OnBody(&s.Req, chunk, endOfStream)
 	ex.note(err)
 	ex.step()
 	vm.mu.Unlock()
@@ -396,7 +397,7 @@ func (ex *Exchange) SendTrailers(trailers [][2]string) error {
 	}
 	s := ex.s
 	ex.fromClient(true)
-	_, err := s.onTrailers(&s.req, trailers)
+	_, err := s.OnTrailers(&s.Req, trailers)
 	ex.note(err)
 	ex.step()
 	vm.mu.Unlock()
@@ -413,7 +414,7 @@ func (ex *Exchange) waitBelow(ctx context.Context, held func(*Exchange) int) err
 			vm.mu.Unlock()
 			return fmt.Errorf("%w: %s: stream %d already ended", ErrNoStream, vm.name, ex.id)
 		}
-		if held == nil || !vm.host.realtime || held(ex) < ex.s.bufferLimit() {
+		if held == nil || !vm.host.realtime || held(ex) < ex.s.BufferLimit() {
 			return nil
 		}
 		ch := ex.waitCh()
@@ -429,7 +430,7 @@ func (ex *Exchange) waitBelow(ctx context.Context, held func(*Exchange) int) err
 // requestHeld is the request data the stream holds without passing it on: held back at
 // paused headers (stop-all) and waiting for the upstream to read it.
 func (ex *Exchange) requestHeld() int {
-	n := len(ex.s.req.HeldBody)
+	n := len(ex.s.Req.HeldBody)
 	if ex.call != nil {
 		n += ex.call.body.Queued()
 	}
@@ -439,7 +440,7 @@ func (ex *Exchange) requestHeld() int {
 // responseHeld is the response data the stream holds without the client having it: held
 // back at paused headers (stop-all) and not yet read by the client (Next).
 func (ex *Exchange) responseHeld() int {
-	n := len(ex.s.resp.HeldBody)
+	n := len(ex.s.Resp.HeldBody)
 	if !ex.record {
 		n += ex.queued
 	}
@@ -552,12 +553,12 @@ func (ex *Exchange) step() {
 // decodeHeaders opens the upstream request), a buffered one once the whole request did.
 func (ex *Exchange) stepRequest() {
 	s, h := ex.s, ex.vm.host
-	if s.local != nil || s.final != nil || s.reset != "" {
+	if s.Local != nil || s.Final != nil || s.ResetDetails != "" {
 		// The stream is answered (or gone): Envoy's router never proceeds, or is reset.
 		ex.abandonUpstream()
 		return
 	}
-	d := &s.req
+	d := &s.Req
 	if !d.ForwardedHeaders || d.Halted {
 		return
 	}
@@ -614,23 +615,23 @@ func (ex *Exchange) stepRequest() {
 func (ex *Exchange) stepClient() {
 	s := ex.s
 	switch {
-	case s.reset != "":
+	case s.ResetDetails != "":
 		if !ex.clientGone {
-			ex.emit(ClientEvent{Kind: ClientReset, Reset: s.reset})
+			ex.emit(ClientEvent{Kind: ClientReset, Reset: s.ResetDetails})
 		}
 		ex.finish()
 		return
-	case s.final != nil && !ex.cliHeaders:
+	case s.Final != nil && !ex.cliHeaders:
 		ex.cliHeaders = true
-		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: filtermanager.ReplyHeaders(s.final)})
-		if len(s.final.Data) > 0 {
-			ex.emit(ClientEvent{Kind: ClientData, Data: append([]byte(nil), s.final.Data...)})
+		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: filtermanager.ReplyHeaders(s.Final)})
+		if len(s.Final.Data) > 0 {
+			ex.emit(ClientEvent{Kind: ClientData, Data: append([]byte(nil), s.Final.Data...)})
 		}
 		ex.emit(ClientEvent{Kind: ClientEnd})
 		ex.finish()
 		return
 	}
-	d := &s.resp
+	d := &s.Resp
 	if d.ForwardedHeaders && !ex.cliHeaders {
 		ex.cliHeaders = true
 		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: abi.ClonePairs(d.Headers)})
@@ -658,7 +659,7 @@ func (ex *Exchange) finish() {
 	}
 	ex.done = true
 	s := ex.s
-	r := &Response{LocalReply: s.local, Reset: s.reset, VM: ex.vm.name, ContextID: s.id, Start: ex.start}
+	r := &Response{LocalReply: s.Local, Reset: s.ResetDetails, VM: ex.vm.name, ContextID: s.ID, Start: ex.start}
 	if ex.upStarted {
 		r.Upstream = ex.upReq
 	}
@@ -681,10 +682,10 @@ func (ex *Exchange) finish() {
 	if v, ok := abi.HeaderValue(r.Headers, ":status"); ok {
 		r.StatusCode, _ = strconv.Atoi(v)
 	}
-	s.req.Halted, s.resp.Halted = true, true
+	s.Req.Halted, s.Resp.Halted = true, true
 	ex.abandonUpstream()
-	ex.note(s.complete())
-	r.Flags, r.Details = s.flags, s.details
+	ex.note(s.Complete())
+	r.Flags, r.Details = s.Flags, s.Details
 	ex.resp = r
 	ex.cancel()
 	close(ex.doneCh)
@@ -756,7 +757,7 @@ func (ex *Exchange) ResetBy(r DownstreamReset) error {
 		vm.mu.Unlock()
 		return fmt.Errorf("%w: %s: stream %d already ended", ErrNoStream, vm.name, ex.id)
 	}
-	err := ex.s.resetDownstream(r)
+	err := ex.s.ResetDownstream(r)
 	vm.mu.Unlock()
 	return joinErr(err, vm.host.drain())
 }
@@ -772,8 +773,8 @@ func (ex *Exchange) live() bool {
 
 // vmGone ends an exchange whose VM instance is gone: the client's stream is reset.
 func (ex *Exchange) vmGone() {
-	ex.s.reset = "VM gone"
-	ex.emit(ClientEvent{Kind: ClientReset, Reset: ex.s.reset})
+	ex.s.ResetDetails = "VM gone"
+	ex.emit(ClientEvent{Kind: ClientReset, Reset: ex.s.ResetDetails})
 	ex.finish()
 }
 
@@ -870,11 +871,11 @@ func (ex *Exchange) responseHeaders(headers [][2]string, eos bool) {
 	s := ex.s
 	ex.up.Headers(eos)
 	ex.touchStreamIdle() // FilterManager::encodeHeaders
-	if s.resp.Halted || s.resp.GotHeaders {
+	if s.Resp.Halted || s.Resp.GotHeaders {
 		return
 	}
-	s.setDetails(DetailsViaUpstream)
-	_, err := s.onHeaders(&s.resp, headers, eos)
+	s.SetDetails(DetailsViaUpstream)
+	_, err := s.OnHeaders(&s.Resp, headers, eos)
 	ex.note(err)
 }
 
@@ -882,8 +883,8 @@ func (ex *Exchange) responseHeaders(headers [][2]string, eos bool) {
 func (ex *Exchange) responseData(chunk []byte, eos bool) {
 	ex.up.Data(eos)
 	ex.touchStreamIdle() // FilterManager::encodeData
-	if s := ex.s; !s.resp.Halted {
-		_, err := s.onBody(&s.resp, chunk, eos)
+	if s := ex.s; !s.Resp.Halted {
+		_, err := s.OnBody(&s.Resp, chunk, eos)
 		ex.note(err)
 	}
 }
@@ -892,8 +893,8 @@ func (ex *Exchange) responseData(chunk []byte, eos bool) {
 func (ex *Exchange) responseTrailers(trailers [][2]string) {
 	ex.up.Trailers()
 	ex.touchStreamIdle() // FilterManager::encodeTrailers
-	if s := ex.s; !s.resp.Halted {
-		_, err := s.onTrailers(&s.resp, trailers)
+	if s := ex.s; !s.Resp.Halted {
+		_, err := s.OnTrailers(&s.Resp, trailers)
 		ex.note(err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/callout"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/stream"
 	"github.com/spillwayproxy/spillway/hostsim/internal/hostcalls"
 	"github.com/spillwayproxy/spillway/hostsim/internal/metrics"
 	"github.com/spillwayproxy/spillway/hostsim/internal/sched"
@@ -295,7 +296,8 @@ func (h *Host) newVM(kind vmKind, index int) *VM {
 	h.mu.Lock()
 	h.vmSeq++
 	seq := h.vmSeq
-	vm := &VM{host: h, kind: kind, index: index, seq: seq, hostCalls: hostCallTable.NewCounters()}
+	vm := &VM{host: h, kind: kind, index: index, seq: seq, hostCalls: hostCallTable.NewCounters(),
+		thread: stream.NewThread(h.cfg.streamConfig())}
 	h.callCount = append(h.callCount, vm.hostCalls)
 	h.mu.Unlock()
 	switch kind {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/stream"
 )
 
 // Option configures a Host.
@@ -226,6 +228,13 @@ func WithRequestBodyBufferLimit(n int) Option {
 // Responses come after the router, so they get the raised limit either way.
 func WithRouteBufferLimitAtRouter() Option {
 	return func(c *config) { c.routeBufferLimitAtRouter = true }
+}
+
+// streamConfig is the filter manager's options for a VM's streams.
+func (c *config) streamConfig() stream.Config {
+	return stream.Config{AllowHeadersStopIteration: c.allowHeadersStopIteration,
+		FailOpen: c.failurePolicy == FailOpen, BufferLimit: c.bufferLimit,
+		RouteBufferLimit: c.routeBufferLimit(), RouteBufferLimitAtRouter: c.routeBufferLimitAtRouter}
 }
 
 // routeBufferLimit is the stream's buffer limit once the route's request_body_buffer_limit

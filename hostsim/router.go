@@ -1,6 +1,7 @@
 package hostsim
 
 import (
+	"errors"
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
@@ -32,7 +33,8 @@ var ErrNoHealthyUpstream = router.ErrNoHealthyUpstream
 type UpstreamReset = router.Reset
 
 // modelStream is the exchange as the Envoy model's packages see it (VM locked): the
-// router's Stream and the connection manager's, methods kept off Exchange's API.
+// router's Stream, the connection manager's and the HTTP stream's Driver, methods kept
+// off Exchange's API.
 type modelStream Exchange
 
 func (ms *modelStream) Reply(r router.Reply) {
@@ -52,6 +54,23 @@ func (ms *modelStream) Now() time.Time { return ms.vm.host.clock.Now() }
 
 func (ms *modelStream) IdleTimeout() { (*Exchange)(ms).streamIdleTimeout() }
 
+// Activity is the stream's stream.Driver hearing of an event either way: it re-arms the
+// connection manager's stream idle timer.
+func (ms *modelStream) Activity() { (*Exchange)(ms).touchStreamIdle() }
+
+// Settled moves the exchange on once the stream's deferred actions ran.
+func (ms *modelStream) Settled() { (*Exchange)(ms).step() }
+
+// ClientReset finishes the exchange of a stream the client reset (stream.Stream.
+// ResetDownstream); finishing completes the stream.
+func (ms *modelStream) ClientReset() error {
+	ex := (*Exchange)(ms)
+	n := len(ex.errs)
+	ex.clientGone = true
+	ex.finish()
+	return errors.Join(ex.errs[n:]...)
+}
+
 // envoyReply is Envoy answering the stream itself, the router or the connection manager:
 // it sets the flag, abandons the upstream call (cancelling its context), and calls
 // sendLocalReply, which goes through the filter when no response has started, replaces
@@ -62,10 +81,10 @@ func (ex *Exchange) envoyReply(code int, body string, flag ResponseFlags, detail
 		return
 	}
 	s := ex.s
-	s.flags |= flag
+	s.Flags |= flag
 	ex.abandonUpstream()
 	lr := &LocalResponse{StatusCode: uint32(code), StatusCodeDetail: details, Data: []byte(body), GRPCStatus: -1}
-	s.sendLocalReply(lr, details)
+	s.SendLocalReply(lr, details)
 	ex.vm.settle()
 	ex.step()
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/connmgr"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/stream"
 	"github.com/spillwayproxy/spillway/hostsim/internal/streaminfo"
 )
 
@@ -75,7 +76,7 @@ const (
 	DetailsWasmFailStream = filtermanager.DetailsWasmFailStream
 	// DetailsWasmCloseStream: the plugin reset the stream with proxy_close_stream before
 	// anything else set the details (Context::closeStream, CloseStreamResponseDetails).
-	DetailsWasmCloseStream = "wasm_close_stream"
+	DetailsWasmCloseStream = stream.DetailsWasmCloseStream
 	// DetailsEarlyUpstreamReset prefixes the details of an upstream reset before the response
 	// started: upstream_reset_before_response_started{reason|transport failure}.
 	DetailsEarlyUpstreamReset = router.DetailsEarlyUpstreamReset
@@ -101,8 +102,3 @@ const (
 	ResetProtocolError            = streaminfo.ResetProtocolError
 	ResetOverloadManager          = streaminfo.ResetOverloadManager
 )
-
-// setDetails is StreamInfo::setResponseCodeDetails: the last writer wins.
-func (s *httpStream) setDetails(d string) {
-	s.details, s.hasDetails = d, true
-}
