@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/callout"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/stream"
 	"github.com/spillwayproxy/spillway/hostsim/internal/hostcalls"
@@ -661,7 +662,7 @@ func (vm *VM) callForeign(n string, args []byte) ([]byte, bool, Status) {
 	}
 	out, err := f(append([]byte(nil), args...))
 	if err != nil {
-		return nil, false, StatusInternalFailure
+		return nil, false, abi.StatusInternalFailure
 	}
 	return out, true, StatusOK
 }

@@ -101,7 +101,7 @@ func WithEnv(key, value string) Option {
 }
 
 // WithProperty sets a property the guest can read with proxy_get_property. Integers must
-// be 8-byte little endian (see PropertyUint64), as Envoy serializes them.
+// be 8-byte little endian (binary.LittleEndian.AppendUint64), as Envoy serializes them.
 func WithProperty(path []string, value []byte) Option {
 	return func(c *config) { c.properties[joinPath(path)] = value }
 }

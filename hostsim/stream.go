@@ -194,12 +194,12 @@ func (vm *VM) effectiveStream() *stream.Stream {
 func (vm *VM) headerMap(t abi.MapType, mutable bool) (*[][2]string, Status) {
 	fr := vm.frame
 	if fr == nil {
-		return nil, StatusBadArgument
+		return nil, abi.StatusBadArgument
 	}
 	switch t {
 	case abi.MapHTTPCallResponseHeaders, abi.MapHTTPCallResponseTrailers:
 		if fr.callout == nil || mutable {
-			return nil, StatusBadArgument
+			return nil, abi.StatusBadArgument
 		}
 		if t == abi.MapHTTPCallResponseHeaders {
 			return &fr.callout.Headers, StatusOK
@@ -207,7 +207,7 @@ func (vm *VM) headerMap(t abi.MapType, mutable bool) (*[][2]string, Status) {
 		return &fr.callout.Trailers, StatusOK
 	}
 	if fr.stream == nil {
-		return nil, StatusBadArgument
+		return nil, abi.StatusBadArgument
 	}
 	return fr.stream.HeaderMap(t, mutable)
 }

@@ -594,7 +594,7 @@ func joinErr(a, b error) error {
 func (vm *VM) setEffectiveContext(id uint32) Status {
 	fr := vm.frame
 	if fr == nil {
-		return StatusBadArgument
+		return abi.StatusBadArgument
 	}
 	if id == vm.rootID {
 		fr.effective, fr.stream = id, nil
@@ -602,7 +602,7 @@ func (vm *VM) setEffectiveContext(id uint32) Status {
 	}
 	s := vm.streams[id]
 	if s == nil || !s.Created || s.Deleted() {
-		return StatusBadArgument
+		return abi.StatusBadArgument
 	}
 	fr.effective, fr.stream = id, s
 	return StatusOK
