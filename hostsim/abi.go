@@ -12,27 +12,17 @@ import (
 // Host.EnqueueSharedQueue answer.
 type Status = abi.Status
 
-// Status codes returned by the host functions.
+// The status codes Host.SetSharedData and Host.EnqueueSharedQueue answer.
 const (
-	StatusOK                   = abi.StatusOK
-	StatusNotFound             = abi.StatusNotFound
-	StatusBadArgument          = abi.StatusBadArgument
-	StatusSerializationFailure = abi.StatusSerializationFailure
-	StatusParseFailure         = abi.StatusParseFailure
-	StatusBadExpression        = abi.StatusBadExpression
-	StatusInvalidMemoryAccess  = abi.StatusInvalidMemoryAccess
-	StatusEmpty                = abi.StatusEmpty
-	StatusCasMismatch          = abi.StatusCasMismatch
-	StatusResultMismatch       = abi.StatusResultMismatch
-	StatusInternalFailure      = abi.StatusInternalFailure
-	StatusBrokenConnection     = abi.StatusBrokenConnection
-	StatusUnimplemented        = abi.StatusUnimplemented
+	StatusOK          = abi.StatusOK
+	StatusNotFound    = abi.StatusNotFound
+	StatusCasMismatch = abi.StatusCasMismatch
 )
 
 // LogLevel is a proxy_log level (LogEntry.Level, WithLogLevel, Host.LogsAt).
 type LogLevel = abi.LogLevel
 
-// Log levels, trace to critical as Envoy maps them.
+// Log levels, trace to critical as Envoy maps them: all of them, as WithLogLevel takes any.
 const (
 	LogTrace    = abi.LogTrace
 	LogDebug    = abi.LogDebug
@@ -55,7 +45,7 @@ const (
 // ABIVersion is the proxy-wasm ABI a module declares with its marker export (Module.ABI).
 type ABIVersion = abi.ABIVersion
 
-// ABI versions cpp-host recognises, by their marker exports.
+// ABI versions cpp-host recognises, by their marker exports: what Module.ABI can be.
 const (
 	ABI010 = abi.ABI010
 	ABI020 = abi.ABI020
@@ -88,7 +78,3 @@ func (p FailurePolicy) String() string {
 	}
 	return fmt.Sprintf("FailurePolicy(%d)", int(p))
 }
-
-// PropertyUint64 encodes an integer property the way Envoy serializes it (8 bytes, little
-// endian), for WithProperty and SetProperty.
-func PropertyUint64(v uint64) []byte { return abi.PropertyUint64(v) }

@@ -21,7 +21,7 @@ func (vm *VM) InitializeHttpContext() uint32 {
 	if vm.streams == nil {
 		return 0
 	}
-	return vm.newStream().id
+	return vm.newStream().ID
 }
 
 // withStream runs f on a stream with the VM locked, then drains events.
@@ -43,50 +43,50 @@ func (vm *VM) CallOnRequestHeaders(contextID uint32, headers [][2]string, endOfS
 		if err := vm.beginStream(s); err != nil {
 			return types.ActionPause, err
 		}
-		if s.final != nil && !s.created {
-			s.req.GotHeaders = true
+		if s.Final != nil && !s.Created {
+			s.Req.GotHeaders = true
 			return types.ActionPause, nil
 		}
-		return s.onHeaders(&s.req, headers, endOfStream)
+		return s.OnHeaders(&s.Req, headers, endOfStream)
 	})
 }
 
 // CallOnRequestBody delivers a request body chunk. While the headers are paused the chunk
 // is held back without a callback (ActionPause) and delivered on continue.
 func (vm *VM) CallOnRequestBody(contextID uint32, body []byte, endOfStream bool) (types.Action, error) {
-	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return s.onBody(&s.req, body, endOfStream) })
+	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return s.OnBody(&s.Req, body, endOfStream) })
 }
 
 // CallOnRequestTrailers delivers request trailers.
 func (vm *VM) CallOnRequestTrailers(contextID uint32, trailers [][2]string) (types.Action, error) {
-	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return s.onTrailers(&s.req, trailers) })
+	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return s.OnTrailers(&s.Req, trailers) })
 }
 
 // CallOnResponseHeaders delivers upstream response headers.
 func (vm *VM) CallOnResponseHeaders(contextID uint32, headers [][2]string, endOfStream bool) (types.Action, error) {
 	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) {
-		if s.resp.Halted {
+		if s.Resp.Halted {
 			return types.ActionPause, nil
 		}
 		// The router records that the response came from the upstream before encodeHeaders.
-		s.setDetails(DetailsViaUpstream)
-		return s.onHeaders(&s.resp, headers, endOfStream)
+		s.SetDetails(DetailsViaUpstream)
+		return s.OnHeaders(&s.Resp, headers, endOfStream)
 	})
 }
 
 // CallOnResponseBody delivers an upstream response body chunk.
 func (vm *VM) CallOnResponseBody(contextID uint32, body []byte, endOfStream bool) (types.Action, error) {
-	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return s.onBody(&s.resp, body, endOfStream) })
+	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return s.OnBody(&s.Resp, body, endOfStream) })
 }
 
 // CallOnResponseTrailers delivers upstream response trailers.
 func (vm *VM) CallOnResponseTrailers(contextID uint32, trailers [][2]string) (types.Action, error) {
-	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return s.onTrailers(&s.resp, trailers) })
+	return vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return s.OnTrailers(&s.Resp, trailers) })
 }
 
 // CompleteHttpContext ends the stream: proxy_on_log, proxy_on_done, proxy_on_delete.
 func (vm *VM) CompleteHttpContext(contextID uint32) error {
-	_, err := vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return 0, s.complete() })
+	_, err := vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return 0, s.Complete() })
 	return err
 }
 
@@ -103,7 +103,7 @@ func (vm *VM) ResetStream(contextID uint32, details string) error {
 		details = ResetDownstreamRemoteDisconnect
 	}
 	r := filtermanager.DownstreamResetFor(details)
-	_, err := vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return 0, s.resetDownstream(r) })
+	_, err := vm.withStream(contextID, func(s *httpStream) (types.Action, error) { return 0, s.ResetDownstream(r) })
 	return err
 }
 
@@ -123,7 +123,7 @@ func (vm *VM) streamView(id uint32, f func(s *httpStream)) {
 		return
 	}
 	for _, s := range vm.recent {
-		if s.id == id {
+		if s.ID == id {
 			f(s)
 			return
 		}
@@ -132,44 +132,44 @@ func (vm *VM) streamView(id uint32, f func(s *httpStream)) {
 
 // GetCurrentHttpStreamAction returns the action of the stream's last callback.
 func (vm *VM) GetCurrentHttpStreamAction(contextID uint32) (a types.Action) {
-	vm.streamView(contextID, func(s *httpStream) { a = s.action })
+	vm.streamView(contextID, func(s *httpStream) { a = s.Action })
 	return a
 }
 
 // GetCurrentRequestHeaders returns the request headers as the plugin left them.
 func (vm *VM) GetCurrentRequestHeaders(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.req.Headers) })
+	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.Req.Headers) })
 	return h
 }
 
 // GetCurrentResponseHeaders returns the response headers as the plugin left them.
 func (vm *VM) GetCurrentResponseHeaders(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.resp.Headers) })
+	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.Resp.Headers) })
 	return h
 }
 
 // GetCurrentRequestTrailers returns the request trailers as the plugin left them.
 func (vm *VM) GetCurrentRequestTrailers(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.req.Trailers) })
+	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.Req.Trailers) })
 	return h
 }
 
 // GetCurrentResponseTrailers returns the response trailers as the plugin left them.
 func (vm *VM) GetCurrentResponseTrailers(contextID uint32) (h [][2]string) {
-	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.resp.Trailers) })
+	vm.streamView(contextID, func(s *httpStream) { h = abi.ClonePairs(s.Resp.Trailers) })
 	return h
 }
 
 // GetCurrentRequestBody returns the request body the plugin last saw (the whole buffered
 // body while it buffers).
 func (vm *VM) GetCurrentRequestBody(contextID uint32) (b []byte) {
-	vm.streamView(contextID, func(s *httpStream) { b = append([]byte(nil), s.req.Body...) })
+	vm.streamView(contextID, func(s *httpStream) { b = append([]byte(nil), s.Req.Body...) })
 	return b
 }
 
 // GetCurrentResponseBody returns the response body the plugin last saw.
 func (vm *VM) GetCurrentResponseBody(contextID uint32) (b []byte) {
-	vm.streamView(contextID, func(s *httpStream) { b = append([]byte(nil), s.resp.Body...) })
+	vm.streamView(contextID, func(s *httpStream) { b = append([]byte(nil), s.Resp.Body...) })
 	return b
 }
 
@@ -177,9 +177,9 @@ func (vm *VM) GetCurrentResponseBody(contextID uint32) (b []byte) {
 // A reply from the failure policy (503 wasm_fail_stream) is reported here too.
 func (vm *VM) GetSentLocalResponse(contextID uint32) (lr *LocalResponse) {
 	vm.streamView(contextID, func(s *httpStream) {
-		lr = s.local
+		lr = s.Local
 		if lr == nil {
-			lr = s.final
+			lr = s.Final
 		}
 	})
 	return lr
@@ -203,18 +203,18 @@ type StreamState struct {
 func (vm *VM) StreamState(contextID uint32) (st StreamState, ok bool) {
 	vm.streamView(contextID, func(s *httpStream) {
 		ok = true
-		st = StreamState{Created: s.created, RequestHeadersForwarded: s.req.ForwardedHeaders, RequestComplete: s.req.Complete,
-			ResponseHeadersForwarded: s.resp.ForwardedHeaders, ResponseComplete: s.resp.Complete,
-			ForwardedRequestBody: append([]byte(nil), s.req.ForwardedBody...), ForwardedResponseBody: append([]byte(nil), s.resp.ForwardedBody...),
-			HeldRequestBody: len(s.req.HeldBody), HeldResponseBody: len(s.resp.HeldBody),
-			Reset: s.reset, Replaced: s.final, FilterSkipped: s.skip}
+		st = StreamState{Created: s.Created, RequestHeadersForwarded: s.Req.ForwardedHeaders, RequestComplete: s.Req.Complete,
+			ResponseHeadersForwarded: s.Resp.ForwardedHeaders, ResponseComplete: s.Resp.Complete,
+			ForwardedRequestBody: append([]byte(nil), s.Req.ForwardedBody...), ForwardedResponseBody: append([]byte(nil), s.Resp.ForwardedBody...),
+			HeldRequestBody: len(s.Req.HeldBody), HeldResponseBody: len(s.Resp.HeldBody),
+			Reset: s.ResetDetails, Replaced: s.Final, FilterSkipped: s.Skip}
 	})
 	return st, ok
 }
 
 // GetFilterState returns what the plugin stored with proxy_set_property on the stream.
 func (vm *VM) GetFilterState(contextID uint32, path []string) (v []byte, ok bool) {
-	vm.streamView(contextID, func(s *httpStream) { v, ok = s.filterState[joinPath(path)] })
+	vm.streamView(contextID, func(s *httpStream) { v, ok = s.FilterState[joinPath(path)] })
 	return v, ok
 }
 

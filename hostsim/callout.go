@@ -69,7 +69,7 @@ func (vm *VM) httpCall(token uint32, up []byte, headers, trailers [][2]string, b
 	c := &Callout{Token: token, VM: vm.name, RootID: vm.rootID, ContextID: vm.rootID, Upstream: string(up),
 		Headers: headers, Trailers: trailers, Body: body, Timeout: d, Sent: h.clock.Now(), vm: vm, gen: vm.gen}
 	if fr := vm.frame; fr != nil && fr.stream != nil {
-		c.ContextID = fr.stream.id
+		c.ContextID = fr.stream.ID
 		fr.stream.callouts = append(fr.stream.callouts, c)
 	}
 	h.mu.Lock()

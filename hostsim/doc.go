@@ -4,14 +4,15 @@
 //
 // # Layers
 //
-// The package is the Envoy model (its VMs and streams) and the public API over it. Below it
-// are internal packages that know neither a VM nor a stream, each citing its sources where
-// it models them:
+// The package is the public API over the Envoy model and the VMs that run the guest. Below
+// it are internal packages that know neither a VM nor a stream, each citing its sources
+// where it models them:
 //
 //   - internal/abi: the proxy-wasm ABI's vocabulary — status codes, map/buffer/stream/log/
 //     metric enums, the pairs serialization with cpp-host's limits (over internal/pairs)
-//     and the header-list helpers, guest memory access (cpp-host's copyToPointerSize), and
-//     the shape of a host function and its restricted phases.
+//     and the header-list helpers — with no VM behind it; internal/abi/wasm: its side in
+//     wazero, guest memory access (cpp-host's copyToPointerSize) and the shape of a host
+//     function and its restricted phases.
 //   - internal/wasi: the WASI surface per Envoy version (WASIMode): which functions exist
 //     and what each answers, over a small Guest interface.
 //   - internal/hostfn: the env module and which of its imports each ABI version links, one
@@ -27,15 +28,34 @@
 //     counters) and internal/cachedir (the compilation cache directory's size limit): the
 //     host's machinery, which knows nothing of what it runs, counts or caches.
 //
-// Above them, internal/envoy holds the parts of the Envoy model that need no VM, each
-// tested without wazero and citing the Envoy source it models:
+// Above them, internal/envoy holds the Envoy model, each package tested without wazero (a
+// boundary test keeps wazero and package hostsim out of it and its tests) and citing the
+// Envoy source it models:
 //
+//   - internal/envoy/stream: one HTTP stream's filter context (Stream) — the callback
+//     runners and how a verdict applies to its two directions, the buffer limit and its
+//     413/500, local replies (DownstreamFilterManager::sendLocalReply), resets that end
+//     both directions, the continue/close/local-reply actions deferred until the callback
+//     returns (cpp-host's DeferAfterCallActions, run per VM thread by Thread.Settle), the
+//     maps and buffers visible in each phase, the failure policy, the end of the stream
+//     (log → done → delete) and a downstream reset (ActiveStream::onResetStream). It
+//     reaches the guest only through Guest (call a stream callback, get its result or trap)
+//     and is moved from outside only through Driver (the exchange), so a request can hold
+//     more than one stream.
+//   - internal/envoy/filtermanager: how the filter manager reads a callback's status; one
+//     direction of a stream (Direction: headers, body, trailers, where the iteration
+//     stopped, what the filter manager holds while stopped at headers, what went on) and
+//     its transitions — a verdict applied, continue (ActiveStreamFilterBase::
+//     commonContinue), FAIL_OPEN's bypass — which call the filter's body and trailers
+//     callbacks through a Filter interface; the local replies it makes itself
+//     (FAIL_CLOSED's 503, 413/500 past the buffer limit), the headers of a local reply, and
+//     what it records for a downstream reset.
 //   - internal/envoy/router: the router's upstream request (response started, done or
 //     abandoned, the request body a streaming upstream has not read), its per-try idle and
-//     route timeouts, and the replies it makes itself when
-//     the upstream cannot answer (NC, UH, resets, UT), seeing the stream only through a
-//     Stream interface (Reply, After, Debug). Every way the upstream request ends badly goes
-//     through it: the seam for a retry policy.
+//     route timeouts, and the replies it makes itself when the upstream cannot answer (NC,
+//     UH, resets, UT), seeing the stream only through a Stream interface (Reply, After,
+//     Debug). Every way the upstream request ends badly goes through it: the seam for a
+//     retry policy.
 //   - internal/envoy/retry: the router's retry decision (RetryStateImpl; Filter::
 //     onUpstreamHeaders, onUpstreamReset, doRetry): a route's Policy and the x-envoy-*
 //     request headers that override it, and per request the answer to each try's outcome
@@ -45,14 +65,6 @@
 //     exchanges.
 //   - internal/envoy/connmgr: the connection manager's stream idle timer (ActiveStream::
 //     resetIdleTimer, onIdleTimeout) and its 408/504 "stream timeout".
-//   - internal/envoy/filtermanager: how the filter manager reads a callback's status; one
-//     direction of a stream (Direction: headers, body, trailers, where the iteration
-//     stopped, what the filter manager holds while stopped at headers, what went on) and
-//     its transitions — a verdict applied, continue (ActiveStreamFilterBase::
-//     commonContinue), FAIL_OPEN's bypass — which call the filter's body and trailers
-//     callbacks through a Filter interface; the local replies it makes itself
-//     (FAIL_CLOSED's 503, 413/500 past the buffer limit), the headers of a local reply, and
-//     what it records for a downstream reset.
 //   - internal/envoy/callout: what proxy_http_call accepts and sends (Context::httpCall),
 //     the calls pending by token, what the plugin reads of an answer, and the async
 //     client's 504 for a timeout.
@@ -60,27 +72,28 @@
 //     plugin_*, the request.* and response.* attributes over a snapshot of the stream,
 //     filter state, the host's properties.
 //
-// The package itself implements the lower layers' interfaces on the VM (guest.go,
-// hostfn.go, wasi.go: unexported methods, outside VM's API) and wraps every host function
-// once (wrapHostFunc: find the calling VM, count the call, enforce the restricted phases).
-// It is the rest of the model, where the VM and the stream meet: the process (Host,
-// host.go: VMs, logs, what each event does), the VMs (vm.go: instances, callbacks,
-// failure), the HTTP stream around its two filtermanager.Directions (stream.go: the guest's
-// callbacks and the frame they run in, the buffer limit, local replies and resets that
-// end both directions, the deferred continue/close/local-reply queue run after a callback,
-// the maps and buffers visible in each phase, the end of a stream; property.go, its
-// snapshot for attributes and its filter state), the
-// callouts' scheduling and delivery (callout.go), and the exchanges that drive a stream
-// from a client to an upstream (exchange.go, upstreamcall.go; router.go is the exchange's
-// side of the router's and the connection manager's Stream). The clock of virtual time is the module's
+// The package itself is where the VM and the model meet. It implements the lower layers'
+// interfaces on the VM (guest.go, hostfn.go, wasi.go: unexported methods, outside VM's API)
+// and wraps every host function once (wrapHostFunc: find the calling VM, count the call,
+// enforce the restricted phases); it holds the process (Host, host.go: VMs, logs, what each
+// event does), the VMs (vm.go: instances, callbacks, failure), a VM's side of its streams
+// (stream.go: the stream's place in the VM, its stream.Guest, the maps, buffers and stream
+// calls the host functions reach through the callback's frame; property.go, the stream's
+// snapshot for attributes and its filter state), the callouts' scheduling and delivery
+// (callout.go), and the exchanges that drive a stream from a client to an upstream: the API
+// (exchange.go), the client's side (downstream.go), the upstream's side and the seams of
+// the router, the connection manager and the stream's Driver (router.go), and the
+// streaming upstream (upstreamcall.go). The clock of virtual time is the module's
 // internal/manualclock, which the engine's tests share; the pairs serialization is the
 // module's internal/pairs, which the filter's hostabi shares.
 //
 // The public API is what a test or a front end needs: New and the Options (options.go),
 // Host and VM with the proxytest-shaped calls (api.go) and the exchanges (Request,
 // Response, Upstream*, Exchange), Runtime and Module, the failure and WASI modes, the
-// errors, and the vocabulary those speak (Status, LogLevel, MetricType, ABIVersion,
-// ResponseFlags, the Details and Reset names), re-exported from the internal packages.
+// errors, and the vocabulary those speak, re-exported from the internal packages: Status
+// (the codes the host-side calls answer), LogLevel, MetricType, ABIVersion, ResponseFlags
+// (the flags hostsim sets), ResetReason, and the details a test compares
+// (DetailsViaUpstream, DetailsWasmCloseStream, ResetDownstreamRemoteDisconnect).
 //
 // # Fidelity
 //
@@ -126,10 +139,13 @@
 //     response.code_details are readable in every stream callback and in on_log, with
 //     Envoy's values: via_upstream for an upstream response (the router sets it before
 //     encodeHeaders), the router's own flag and details for the replies it makes when the
-//     upstream cannot answer (cluster not found NC, no healthy upstream UH, connection
+//     upstream cannot answer (NC cluster_not_found, UH no_healthy_upstream, connection
 //     failures UF and resets UC/UR upstream_reset_before/after_response_started{...},
-//     timeouts UT), DC downstream_remote_disconnect for a client that went away, and a
-//     plugin's own local reply details with whitespace made '_' (Context::sendLocalResponse).
+//     UT response_timeout and upstream_per_try_idle_timeout), the connection manager's (SI
+//     stream_idle_timeout, DC downstream_remote_disconnect for a client that went away), the
+//     filter manager's (request_payload_too_large, response_payload_too_large), the Wasm
+//     filter's (wasm_fail_stream, wasm_close_stream), and a plugin's own local reply details
+//     with whitespace made '_' (Context::sendLocalResponse).
 //   - The router (exchanges): request headers, body and trailers flow through the filter as
 //     they arrive and what passes goes on to the upstream; the upstream's answer flows back
 //     chunk by chunk and what passes reaches the client as it does. The router's own replies

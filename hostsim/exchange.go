@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/connmgr"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
@@ -167,7 +166,7 @@ type Exchange struct {
 
 	// The request as it passed the filter, and the upstream.
 	upReq     *UpstreamRequest // what passed the filter so far (nil until the headers did)
-	reqSent   int              // bytes of s.req.fwdBody already taken into upReq
+	reqSent   int              // bytes of s.Req.ForwardedBody already taken into upReq
 	reqEnded  bool             // the end of the request passed the filter
 	upStarted bool             // the upstream was called
 	upCtx     context.Context
@@ -184,7 +183,7 @@ type Exchange struct {
 	// The client side.
 	cliHeaders bool
 	sentHdrs   [][2]string // the response headers the client got (for Response in stream mode)
-	cliSent    int         // bytes of s.resp.fwdBody already emitted
+	cliSent    int         // bytes of s.Resp.ForwardedBody already emitted
 	events     []ClientEvent
 	nextEvent  int // Next's position in events (record mode)
 	queued     int // bytes emitted and not read by Next (stream mode: flow control)
@@ -215,23 +214,6 @@ func (ex *Exchange) Response() *Response {
 	return ex.resp
 }
 
-func chunksOf(body []byte, chunks [][]byte) [][]byte {
-	if chunks != nil {
-		return chunks
-	}
-	if len(body) > 0 {
-		return [][]byte{body}
-	}
-	return nil
-}
-
-func delayAt(delays []time.Duration, i int) time.Duration {
-	if i < len(delays) {
-		return delays[i]
-	}
-	return 0
-}
-
 // StartHTTP is StartHTTPContext with context.Background().
 func (vm *VM) StartHTTP(req *Request) (*Exchange, error) {
 	return vm.StartHTTPContext(context.Background(), req)
@@ -254,17 +236,17 @@ func (vm *VM) StartHTTPContext(ctx context.Context, req *Request) (*Exchange, er
 		return nil, err
 	}
 	s := ex.s
-	if s.final == nil {
+	if s.Final == nil {
 		ex.reqChunks = chunksOf(req.Body, req.BodyChunks)
 		ex.reqDelays, ex.reqTrailers = req.ChunkDelays, req.Trailers
 		eos := len(ex.reqChunks) == 0 && req.Trailers == nil
 		ex.fromClient(eos)
-		_, err := s.onHeaders(&s.req, req.Headers, eos)
+		_, err := s.OnHeaders(&s.Req, req.Headers, eos)
 		ex.note(err)
 		ex.feedRequest()
 	}
 	if req.ResetAfter > 0 {
-		ex.after(req.ResetAfter, func(ex *Exchange) error { return ex.s.resetDownstream(DownstreamDisconnect) })
+		ex.after(req.ResetAfter, func(ex *Exchange) error { return ex.s.ResetDownstream(DownstreamDisconnect) })
 	}
 	ex.step()
 	vm.mu.Unlock()
@@ -286,84 +268,15 @@ func (vm *VM) StartStream(ctx context.Context, headers [][2]string, endOfStream 
 		return nil, err
 	}
 	n := len(ex.errs)
-	if s := ex.s; s.final == nil {
+	if s := ex.s; s.Final == nil {
 		ex.fromClient(endOfStream)
-		_, err := s.onHeaders(&s.req, headers, endOfStream)
+		_, err := s.OnHeaders(&s.Req, headers, endOfStream)
 		ex.note(err)
 	}
 	ex.step()
 	err = errors.Join(ex.errs[n:]...)
 	vm.mu.Unlock()
 	return ex, joinErr(err, vm.host.drain())
-}
-
-// newExchange allocates the stream and applies the failure policy (VM locked).
-func (vm *VM) newExchange(ctx context.Context, record bool) (*Exchange, error) {
-	if vm.streams == nil {
-		return nil, errNotStarted
-	}
-	s := vm.newStream()
-	ex := &Exchange{vm: vm, s: s, id: s.id, gen: vm.gen, doneCh: make(chan struct{}), record: record,
-		start: vm.host.clock.Now()}
-	ex.ctx, ex.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	ex.upCtx, ex.upCancel = context.WithCancel(ex.ctx)
-	ex.up = router.New((*modelStream)(ex), vm.host.cfg.upstreamIdleTimeout)
-	ex.idle = connmgr.NewIdleTimer((*modelStream)(ex), vm.host.cfg.streamIdleTimeout)
-	s.ex = ex
-	ex.touchStreamIdle() // armed when the connection manager creates the stream
-	if err := vm.beginStream(s); err != nil {
-		ex.errs = append(ex.errs, err)
-	}
-	ex.gen = vm.gen // FAIL_RELOAD may have replaced the instance
-	return ex, nil
-}
-
-func (ex *Exchange) note(err error) {
-	if err != nil {
-		ex.errs = append(ex.errs, err)
-	}
-}
-
-// after runs f on the exchange d from now on the host's clock (VM locked when it runs).
-func (ex *Exchange) after(d time.Duration, f func(ex *Exchange) error) {
-	h := ex.vm.host
-	h.schedule(h.clock.Now().Add(d), event{kind: evExchange, vm: ex.vm, gen: ex.gen, ex: ex, exFn: f})
-}
-
-// runEvent runs a timer's work on a live exchange (VM locked).
-func (ex *Exchange) runEvent(f func(ex *Exchange) error) error {
-	if ex.done {
-		return nil
-	}
-	n := len(ex.errs)
-	ex.note(f(ex))
-	ex.step()
-	return errors.Join(ex.errs[n:]...)
-}
-
-// feedRequest delivers the scripted body chunks and trailers that are due (VM locked).
-func (ex *Exchange) feedRequest() {
-	s := ex.s
-	for !ex.done && ex.reqNext < len(ex.reqChunks) {
-		i := ex.reqNext
-		if d := delayAt(ex.reqDelays, i); d > 0 && !ex.reqDue {
-			ex.reqDue = true
-			ex.after(d, func(ex *Exchange) error { ex.feedRequest(); return nil })
-			return
-		}
-		ex.reqDue = false
-		ex.reqNext++
-		last := i == len(ex.reqChunks)-1
-		ex.fromClient(last && ex.reqTrailers == nil)
-		_, err := s.onBody(&s.req, ex.reqChunks[i], last && ex.reqTrailers == nil)
-		ex.note(err)
-	}
-	if !ex.done && ex.reqTrailers != nil && !ex.reqTrlSent {
-		ex.reqTrlSent = true
-		ex.fromClient(true)
-		_, err := s.onTrailers(&s.req, ex.reqTrailers)
-		ex.note(err)
-	}
 }
 
 // SendData delivers the next request body chunk as the client sent it. With a real clock
@@ -381,7 +294,7 @@ func (ex *Exchange) SendData(ctx context.Context, chunk []byte, endOfStream bool
 	}
 	s := ex.s
 	ex.fromClient(endOfStream)
-	_, err := s.onBody(&s.req, chunk, endOfStream)
+	_, err := s.OnBody(&s.Req, chunk, endOfStream)
 	ex.note(err)
 	ex.step()
 	vm.mu.Unlock()
@@ -396,70 +309,11 @@ func (ex *Exchange) SendTrailers(trailers [][2]string) error {
 	}
 	s := ex.s
 	ex.fromClient(true)
-	_, err := s.onTrailers(&s.req, trailers)
+	_, err := s.OnTrailers(&s.Req, trailers)
 	ex.note(err)
 	ex.step()
 	vm.mu.Unlock()
 	return joinErr(err, vm.host.drain())
-}
-
-// waitBelow locks the VM once the exchange is live and held (if given) is below the buffer
-// limit; with a virtual clock it never waits. On error the VM is unlocked.
-func (ex *Exchange) waitBelow(ctx context.Context, held func(*Exchange) int) error {
-	vm := ex.vm
-	for {
-		vm.mu.Lock()
-		if !ex.live() {
-			vm.mu.Unlock()
-			return fmt.Errorf("%w: %s: stream %d already ended", ErrNoStream, vm.name, ex.id)
-		}
-		if held == nil || !vm.host.realtime || held(ex) < ex.s.bufferLimit() {
-			return nil
-		}
-		ch := ex.waitCh()
-		vm.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// requestHeld is the request data the stream holds without passing it on: held back at
-// paused headers (stop-all) and waiting for the upstream to read it.
-func (ex *Exchange) requestHeld() int {
-	n := len(ex.s.req.HeldBody)
-	if ex.call != nil {
-		n += ex.call.body.Queued()
-	}
-	return n
-}
-
-// responseHeld is the response data the stream holds without the client having it: held
-// back at paused headers (stop-all) and not yet read by the client (Next).
-func (ex *Exchange) responseHeld() int {
-	n := len(ex.s.resp.HeldBody)
-	if !ex.record {
-		n += ex.queued
-	}
-	return n
-}
-
-// waitCh returns a channel closed at the exchange's next change (VM locked).
-func (ex *Exchange) waitCh() chan struct{} {
-	if ex.changed == nil {
-		ex.changed = make(chan struct{})
-	}
-	return ex.changed
-}
-
-// signal wakes those waiting for a change (VM locked).
-func (ex *Exchange) signal() {
-	if ex.changed != nil {
-		close(ex.changed)
-		ex.changed = nil
-	}
 }
 
 // Next returns the next thing that reached the client, waiting for it: with a real clock
@@ -522,212 +376,6 @@ func (ex *Exchange) Next(ctx context.Context) (ClientEvent, error) {
 	}
 }
 
-// emit records what reached the client (VM locked).
-func (ex *Exchange) emit(ev ClientEvent) {
-	ev.At = ex.vm.host.clock.Now()
-	if ev.Kind == ClientHeaders {
-		ex.sentHdrs = ev.Headers
-	}
-	ex.events = append(ex.events, ev)
-	if !ex.record {
-		ex.queued += len(ev.Data)
-	}
-}
-
-// step moves the exchange on after the stream changed (VM locked): what passed the filter
-// goes to the upstream and to the client, and the exchange finishes with the response.
-func (ex *Exchange) step() {
-	if ex.done {
-		return
-	}
-	ex.stepRequest()
-	if !ex.done { // the router may have answered and finished the exchange meanwhile
-		ex.stepClient()
-	}
-	ex.signal()
-}
-
-// stepRequest passes what the filter let through on to the upstream, calling it as Envoy's
-// router would: a streaming upstream as soon as the headers passed (Router::Filter::
-// decodeHeaders opens the upstream request), a buffered one once the whole request did.
-func (ex *Exchange) stepRequest() {
-	s, h := ex.s, ex.vm.host
-	if s.local != nil || s.final != nil || s.reset != "" {
-		// The stream is answered (or gone): Envoy's router never proceeds, or is reset.
-		ex.abandonUpstream()
-		return
-	}
-	d := &s.req
-	if !d.ForwardedHeaders || d.Halted {
-		return
-	}
-	if ex.upReq == nil {
-		ex.upReq = &UpstreamRequest{Headers: abi.ClonePairs(d.Headers)}
-		if resolve := h.cfg.routeResolver; resolve != nil {
-			if err := resolve(ex.upReq.Headers); err != nil {
-				ex.up.Failed(err)
-				return
-			}
-		}
-	}
-	if ex.up.Done() {
-		return // the router answered or gave up
-	}
-	if h.cfg.streamUpstream != nil && !ex.upStarted {
-		ex.upStarted = true
-		ex.call = &UpstreamCall{ex: ex, ctx: ex.upCtx, headers: abi.ClonePairs(d.Headers)}
-		ex.up.Activity()
-		go h.cfg.streamUpstream(ex.call)
-	}
-	if len(d.ForwardedBody) > ex.reqSent {
-		chunk := append([]byte(nil), d.ForwardedBody[ex.reqSent:]...)
-		ex.upReq.BodyChunks = append(ex.upReq.BodyChunks, chunk)
-		if ex.record || ex.call == nil {
-			ex.upReq.Body = append(ex.upReq.Body, chunk...)
-		}
-		if ex.call != nil {
-			ex.call.body.Push(chunk)
-			ex.up.Activity()
-		}
-		ex.reqSent = len(d.ForwardedBody)
-		if !ex.record {
-			d.ForwardedBody, ex.reqSent = d.ForwardedBody[:0], 0
-		}
-	}
-	if d.Complete && !ex.reqEnded {
-		ex.reqEnded = true
-		ex.upReq.Trailers = abi.ClonePairs(d.ForwardedTrailers)
-		if ex.call != nil {
-			ex.call.body.End(ex.upReq.Trailers)
-		}
-		if !ex.upStarted {
-			ex.upStarted = true
-			ex.up.Activity()
-			h.post(event{kind: evUpstreamInvoke, ex: ex})
-		}
-		ex.up.RequestComplete(h.cfg.routeTimeout)
-	}
-}
-
-// stepClient emits what passed the filter towards the client, and finishes the exchange
-// once the response ended or the stream was reset or replaced.
-func (ex *Exchange) stepClient() {
-	s := ex.s
-	switch {
-	case s.reset != "":
-		if !ex.clientGone {
-			ex.emit(ClientEvent{Kind: ClientReset, Reset: s.reset})
-		}
-		ex.finish()
-		return
-	case s.final != nil && !ex.cliHeaders:
-		ex.cliHeaders = true
-		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: filtermanager.ReplyHeaders(s.final)})
-		if len(s.final.Data) > 0 {
-			ex.emit(ClientEvent{Kind: ClientData, Data: append([]byte(nil), s.final.Data...)})
-		}
-		ex.emit(ClientEvent{Kind: ClientEnd})
-		ex.finish()
-		return
-	}
-	d := &s.resp
-	if d.ForwardedHeaders && !ex.cliHeaders {
-		ex.cliHeaders = true
-		ex.emit(ClientEvent{Kind: ClientHeaders, Headers: abi.ClonePairs(d.Headers)})
-	}
-	if ex.cliHeaders && len(d.ForwardedBody) > ex.cliSent {
-		ex.emit(ClientEvent{Kind: ClientData, Data: append([]byte(nil), d.ForwardedBody[ex.cliSent:]...)})
-		ex.cliSent = len(d.ForwardedBody)
-		if !ex.record {
-			d.ForwardedBody, ex.cliSent = d.ForwardedBody[:0], 0
-		}
-	}
-	if d.Complete && ex.cliHeaders {
-		if d.ForwardedTrailers != nil {
-			ex.emit(ClientEvent{Kind: ClientTrailers, Headers: abi.ClonePairs(d.ForwardedTrailers)})
-		}
-		ex.emit(ClientEvent{Kind: ClientEnd})
-		ex.finish()
-	}
-}
-
-// finish builds the downstream response and ends the stream (log → done → delete).
-func (ex *Exchange) finish() {
-	if ex.done {
-		return
-	}
-	ex.done = true
-	s := ex.s
-	r := &Response{LocalReply: s.local, Reset: s.reset, VM: ex.vm.name, ContextID: s.id, Start: ex.start}
-	if ex.upStarted {
-		r.Upstream = ex.upReq
-	}
-	for _, ev := range ex.events {
-		switch ev.Kind {
-		case ClientHeaders:
-			r.Headers = ev.Headers
-		case ClientData:
-			r.Body = append(r.Body, ev.Data...)
-		case ClientTrailers:
-			r.Trailers = ev.Headers
-		}
-	}
-	if ex.record {
-		r.Received = ex.events
-	}
-	if r.Headers == nil {
-		r.Headers = ex.sentHdrs // stream mode: the events were handed out
-	}
-	if v, ok := abi.HeaderValue(r.Headers, ":status"); ok {
-		r.StatusCode, _ = strconv.Atoi(v)
-	}
-	s.req.Halted, s.resp.Halted = true, true
-	ex.abandonUpstream()
-	ex.note(s.complete())
-	r.Flags, r.Details = s.flags, s.details
-	ex.resp = r
-	ex.cancel()
-	close(ex.doneCh)
-	ex.signal()
-}
-
-// abandonUpstream stops taking the upstream's answer and cancels its context, as the
-// router resets its upstream request (VM locked).
-func (ex *Exchange) abandonUpstream() {
-	if ex.up.Abandon() {
-		ex.upCancel()
-	}
-	ex.play = nil
-	if ex.call != nil {
-		ex.call.body.Abandon()
-	}
-}
-
-// fromClient notes a request part the client sent (VM locked): it re-arms the stream idle
-// timer (ActiveStream::decodeHeaders/decodeTrailers, FilterManager::decodeData), and eos
-// completes the client's request.
-func (ex *Exchange) fromClient(eos bool) {
-	ex.touchStreamIdle()
-	if eos {
-		ex.clientEnded = true
-	}
-}
-
-// touchStreamIdle re-arms the connection manager's stream idle timer after a headers, data
-// or trailers event either way (VM locked).
-func (ex *Exchange) touchStreamIdle() {
-	if !ex.done {
-		ex.idle.Touch()
-	}
-}
-
-// streamIdleTimeout is ActiveStream::onIdleTimeout (connmgr.TimeoutReply). Its upstream
-// request is reset with the stream (VM locked).
-func (ex *Exchange) streamIdleTimeout() {
-	r := connmgr.TimeoutReply(ex.clientEnded)
-	ex.envoyReply(r.Code, r.Body, r.Flag, r.Details)
-}
-
 // Context returns the exchange's context: it carries the values of the context the
 // exchange was started with and is cancelled when the exchange ends or is reset. The
 // upstream is called with a context derived from it, which the router also cancels when it
@@ -756,146 +404,9 @@ func (ex *Exchange) ResetBy(r DownstreamReset) error {
 		vm.mu.Unlock()
 		return fmt.Errorf("%w: %s: stream %d already ended", ErrNoStream, vm.name, ex.id)
 	}
-	err := ex.s.resetDownstream(r)
+	err := ex.s.ResetDownstream(r)
 	vm.mu.Unlock()
 	return joinErr(err, vm.host.drain())
-}
-
-// live reports whether the exchange goes on (VM locked). A stream of a VM instance that
-// FAIL_RELOAD replaced is gone: the exchange ends as "VM gone".
-func (ex *Exchange) live() bool {
-	if !ex.done && ex.vm.gen != ex.gen {
-		ex.vmGone()
-	}
-	return !ex.done
-}
-
-// vmGone ends an exchange whose VM instance is gone: the client's stream is reset.
-func (ex *Exchange) vmGone() {
-	ex.s.reset = "VM gone"
-	ex.emit(ClientEvent{Kind: ClientReset, Reset: ex.s.reset})
-	ex.finish()
-}
-
-func (ex *Exchange) finishFailedVM() {
-	ex.vm.mu.Lock()
-	defer ex.vm.mu.Unlock()
-	if !ex.done {
-		ex.vmGone()
-	}
-}
-
-// invokeUpstream calls the buffered upstream outside the VM (on its own goroutine with a
-// real clock).
-func (h *Host) invokeUpstream(ex *Exchange) {
-	run := func() {
-		var resp *UpstreamResponse
-		err := errors.New("no upstream configured")
-		if h.cfg.upstream != nil {
-			resp, err = h.cfg.upstream(ex.upCtx, ex.upReq)
-		}
-		if err == nil && resp == nil {
-			err = errors.New("upstream returned no response")
-		}
-		ev := event{kind: evUpstreamDeliver, vm: ex.vm, gen: ex.gen, ex: ex, up: resp, upErr: err}
-		if err == nil && resp.Delay > 0 {
-			h.schedule(h.clock.Now().Add(resp.Delay), ev)
-			return
-		}
-		h.post(ev)
-	}
-	if h.realtime {
-		go run()
-		return
-	}
-	run()
-}
-
-// deliverUpstream plays a buffered upstream's answer through the filter (VM locked): the
-// headers now, each body chunk at its delay, then trailers, end of stream or a reset. An
-// upstream error becomes the router's own reply.
-func (ex *Exchange) deliverUpstream(resp *UpstreamResponse, upErr error) error {
-	if ex.done || ex.up.Done() {
-		return nil
-	}
-	n := len(ex.errs)
-	if upErr != nil {
-		ex.up.Failed(upErr)
-	} else {
-		ex.play, ex.playChunks, ex.playNext = resp, chunksOf(resp.Body, resp.BodyChunks), 0
-		ex.responseHeaders(resp.Headers, len(ex.playChunks) == 0 && resp.Trailers == nil && resp.Reset == nil)
-		ex.playUpstream()
-	}
-	ex.step()
-	return errors.Join(ex.errs[n:]...)
-}
-
-// playUpstream delivers the buffered response's parts that are due (VM locked).
-func (ex *Exchange) playUpstream() {
-	for !ex.done && ex.play != nil && ex.playNext < len(ex.playChunks) {
-		i := ex.playNext
-		if d := delayAt(ex.play.ChunkDelays, i); d > 0 && !ex.playDue {
-			ex.playDue = true
-			ex.after(d, func(ex *Exchange) error { ex.playUpstream(); return nil })
-			return
-		}
-		ex.playDue = false
-		ex.playNext++
-		last := i == len(ex.playChunks)-1
-		ex.responseData(ex.playChunks[i], last && ex.play.Trailers == nil && ex.play.Reset == nil)
-	}
-	p := ex.play
-	if ex.done || p == nil {
-		return
-	}
-	if r := p.Reset; r != nil {
-		if r.After > 0 && !ex.playDue {
-			ex.playDue = true
-			ex.after(r.After, func(ex *Exchange) error { ex.playUpstream(); return nil })
-			return
-		}
-		ex.playDue, ex.play = false, nil
-		ex.up.Reset(r)
-		return
-	}
-	if p.Trailers != nil {
-		ex.responseTrailers(p.Trailers)
-	}
-	ex.play = nil
-}
-
-// responseHeaders is the router's onUpstreamHeaders: details via_upstream, then the
-// filter's encodeHeaders (VM locked).
-func (ex *Exchange) responseHeaders(headers [][2]string, eos bool) {
-	s := ex.s
-	ex.up.Headers(eos)
-	ex.touchStreamIdle() // FilterManager::encodeHeaders
-	if s.resp.Halted || s.resp.GotHeaders {
-		return
-	}
-	s.setDetails(DetailsViaUpstream)
-	_, err := s.onHeaders(&s.resp, headers, eos)
-	ex.note(err)
-}
-
-// responseData passes an upstream body chunk to the filter (VM locked).
-func (ex *Exchange) responseData(chunk []byte, eos bool) {
-	ex.up.Data(eos)
-	ex.touchStreamIdle() // FilterManager::encodeData
-	if s := ex.s; !s.resp.Halted {
-		_, err := s.onBody(&s.resp, chunk, eos)
-		ex.note(err)
-	}
-}
-
-// responseTrailers passes the upstream's trailers to the filter (VM locked).
-func (ex *Exchange) responseTrailers(trailers [][2]string) {
-	ex.up.Trailers()
-	ex.touchStreamIdle() // FilterManager::encodeTrailers
-	if s := ex.s; !s.resp.Halted {
-		_, err := s.onTrailers(&s.resp, trailers)
-		ex.note(err)
-	}
 }
 
 // Wait waits for the exchange to finish. With a virtual clock it moves the clock to the
@@ -935,12 +446,6 @@ func (ex *Exchange) Wait(ctx context.Context) (*Response, error) {
 		}
 	}
 	return ex.resp, errors.Join(append(errs, ex.err())...)
-}
-
-func (ex *Exchange) err() error {
-	ex.vm.mu.Lock()
-	defer ex.vm.mu.Unlock()
-	return errors.Join(ex.errs...)
 }
 
 // RunHTTP drives a whole request through this VM, like Envoy's filter manager with this

@@ -6,26 +6,26 @@ import (
 
 	"github.com/tetratelabs/wazero/api"
 
-	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // guest is a VM as the host functions see it: the calling guest's memory and allocator
-// (abi.Guest), its WASI environment (wasi.Guest, wasi.go) and the model's answers to the
+// (wasm.Guest), its WASI environment (wasi.Guest, wasi.go) and the model's answers to the
 // proxy-wasm ABI (hostfn.Guest, hostfn.go). A type of its own keeps these methods out of
 // VM's public API; converting a *VM to a *guest costs nothing.
 type guest VM
 
 func (g *guest) vm() *VM { return (*VM)(g) }
 
-// Memory implements abi.Guest.
+// Memory implements wasm.Guest.
 func (g *guest) Memory() api.Memory { return g.mem }
 
-// Place implements abi.Guest.
+// Place implements wasm.Guest.
 func (g *guest) Place(n uint32) uint32 { return g.vm().place(n) }
 
 // wrapHostFunc finds the calling VM in the context, counts the call and enforces the
 // restricted phases, then runs f on the VM as a G.
-func wrapHostFunc[G any](module string, f abi.Func[G], as func(*VM) G) api.GoModuleFunction {
+func wrapHostFunc[G any](module string, f wasm.Func[G], as func(*VM) G) api.GoModuleFunction {
 	full := module + "." + f.Name
 	idx, counted := hostCallTable.Index(full)
 	if !counted {
@@ -38,8 +38,8 @@ func wrapHostFunc[G any](module string, f abi.Func[G], as func(*VM) G) api.GoMod
 		}
 		vm.hostCalls[idx].Add(1)
 		if r := vm.restrict; r != restrictNone {
-			allow := f.Allow&abi.Allow(r) != 0 ||
-				(vm.host.cfg.wasi == WASICppHostHead && f.Allow&(abi.Allow(r)<<2) != 0)
+			allow := f.Allow&wasm.Allow(r) != 0 ||
+				(vm.host.cfg.wasi == WASICppHostHead && f.Allow&(wasm.Allow(r)<<2) != 0)
 			if !allow {
 				phase := "start-up (_initialize/main)"
 				if r == restrictMalloc {

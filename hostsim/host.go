@@ -10,7 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/callout"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/stream"
 	"github.com/spillwayproxy/spillway/hostsim/internal/hostcalls"
 	"github.com/spillwayproxy/spillway/hostsim/internal/metrics"
 	"github.com/spillwayproxy/spillway/hostsim/internal/sched"
@@ -295,7 +297,8 @@ func (h *Host) newVM(kind vmKind, index int) *VM {
 	h.mu.Lock()
 	h.vmSeq++
 	seq := h.vmSeq
-	vm := &VM{host: h, kind: kind, index: index, seq: seq, hostCalls: hostCallTable.NewCounters()}
+	vm := &VM{host: h, kind: kind, index: index, seq: seq, hostCalls: hostCallTable.NewCounters(),
+		thread: stream.NewThread(h.cfg.streamConfig())}
 	h.callCount = append(h.callCount, vm.hostCalls)
 	h.mu.Unlock()
 	switch kind {
@@ -659,7 +662,7 @@ func (vm *VM) callForeign(n string, args []byte) ([]byte, bool, Status) {
 	}
 	out, err := f(append([]byte(nil), args...))
 	if err != nil {
-		return nil, false, StatusInternalFailure
+		return nil, false, abi.StatusInternalFailure
 	}
 	return out, true, StatusOK
 }

@@ -8,12 +8,13 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 	"github.com/spillwayproxy/spillway/hostsim/internal/hostfn"
 )
 
 // instantiateEnv links the proxy-wasm ABI (hostsim/internal/hostfn) as the env module.
 func instantiateEnv(ctx context.Context, rt wazero.Runtime) error {
-	err := hostfn.Instantiate(ctx, rt, func(module string, f abi.Func[hostfn.Guest]) api.GoModuleFunction {
+	err := hostfn.Instantiate(ctx, rt, func(module string, f wasm.Func[hostfn.Guest]) api.GoModuleFunction {
 		return wrapHostFunc(module, f, func(vm *VM) hostfn.Guest { return (*guest)(vm) })
 	})
 	if err != nil {

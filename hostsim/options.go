@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/stream"
 )
 
 // Option configures a Host.
@@ -99,7 +101,7 @@ func WithEnv(key, value string) Option {
 }
 
 // WithProperty sets a property the guest can read with proxy_get_property. Integers must
-// be 8-byte little endian (see PropertyUint64), as Envoy serializes them.
+// be 8-byte little endian (binary.LittleEndian.AppendUint64), as Envoy serializes them.
 func WithProperty(path []string, value []byte) Option {
 	return func(c *config) { c.properties[joinPath(path)] = value }
 }
@@ -226,6 +228,13 @@ func WithRequestBodyBufferLimit(n int) Option {
 // Responses come after the router, so they get the raised limit either way.
 func WithRouteBufferLimitAtRouter() Option {
 	return func(c *config) { c.routeBufferLimitAtRouter = true }
+}
+
+// streamConfig is the filter manager's options for a VM's streams.
+func (c *config) streamConfig() stream.Config {
+	return stream.Config{AllowHeadersStopIteration: c.allowHeadersStopIteration,
+		FailOpen: c.failurePolicy == FailOpen, BufferLimit: c.bufferLimit,
+		RouteBufferLimit: c.routeBufferLimit(), RouteBufferLimitAtRouter: c.routeBufferLimitAtRouter}
 }
 
 // routeBufferLimit is the stream's buffer limit once the route's request_body_buffer_limit

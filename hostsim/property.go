@@ -10,9 +10,9 @@ func (vm *VM) getProperty(path string) ([]byte, Status) {
 	var sp *attributes.Stream
 	if fr := vm.frame; fr != nil && fr.stream != nil {
 		s := fr.stream
-		sp = &attributes.Stream{RequestHeaders: s.req.Headers, RequestTrailers: s.req.Trailers,
-			ResponseHeaders: s.resp.Headers, ResponseTrailers: s.resp.Trailers, ResponseStarted: s.resp.GotHeaders,
-			Flags: s.flags, Details: s.details, HasDetails: s.hasDetails, FilterState: s.filterState}
+		sp = &attributes.Stream{RequestHeaders: s.Req.Headers, RequestTrailers: s.Req.Trailers,
+			ResponseHeaders: s.Resp.Headers, ResponseTrailers: s.Resp.Trailers, ResponseStarted: s.Resp.GotHeaders,
+			Flags: s.Flags, Details: s.Details, HasDetails: s.HasDetails, FilterState: s.FilterState}
 	}
 	return attributes.Get(path, p, sp, h.property)
 }
@@ -23,9 +23,9 @@ func (vm *VM) setProperty(path string, val []byte) Status {
 	if fr == nil || fr.stream == nil {
 		return StatusNotFound // no stream info
 	}
-	if fr.stream.filterState == nil {
-		fr.stream.filterState = map[string][]byte{}
+	if fr.stream.FilterState == nil {
+		fr.stream.FilterState = map[string][]byte{}
 	}
-	fr.stream.filterState[path] = append([]byte(nil), val...)
+	fr.stream.FilterState[path] = append([]byte(nil), val...)
 	return StatusOK
 }

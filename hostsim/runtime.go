@@ -16,6 +16,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 	"github.com/spillwayproxy/spillway/hostsim/internal/cachedir"
 	"github.com/spillwayproxy/spillway/hostsim/internal/hostfn"
 	"github.com/spillwayproxy/spillway/hostsim/internal/wasi"
@@ -156,7 +157,7 @@ func (r *Runtime) engine(kind engineKind) (*engine, error) {
 			err = fmt.Errorf("wasi: %w", err)
 		}
 	} else {
-		err = wasi.Instantiate(ctx, e.rt, func(module string, f abi.Func[wasi.Guest]) api.GoModuleFunction {
+		err = wasi.Instantiate(ctx, e.rt, func(module string, f wasm.Func[wasi.Guest]) api.GoModuleFunction {
 			return wrapHostFunc(module, f, func(vm *VM) wasi.Guest { return (*guest)(vm) })
 		})
 	}

@@ -1,9 +1,8 @@
 package hostsim
 
 import (
-	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/connmgr"
-	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/stream"
 	"github.com/spillwayproxy/spillway/hostsim/internal/streaminfo"
 )
 
@@ -16,77 +15,43 @@ import (
 // as %RESPONSE_FLAGS% does.
 type ResponseFlags = streaminfo.ResponseFlags
 
-// The core response flags, in Envoy's CoreResponseFlag order.
+// The response flags hostsim sets (what Response.Flags and response.flags can hold), in
+// Envoy's CoreResponseFlag order: the router's for its own replies and for upstream resets
+// (streaminfo.ResetFlag), the connection manager's for idle timeouts and downstream resets.
+// ResponseFlags.String prints any of Envoy's.
 const (
-	FlagFailedLocalHealthCheck           = streaminfo.FlagFailedLocalHealthCheck           // LH
-	FlagNoHealthyUpstream                = streaminfo.FlagNoHealthyUpstream                // UH
-	FlagUpstreamRequestTimeout           = streaminfo.FlagUpstreamRequestTimeout           // UT
-	FlagLocalReset                       = streaminfo.FlagLocalReset                       // LR
-	FlagUpstreamRemoteReset              = streaminfo.FlagUpstreamRemoteReset              // UR
-	FlagUpstreamConnectionFailure        = streaminfo.FlagUpstreamConnectionFailure        // UF
-	FlagUpstreamConnectionTermination    = streaminfo.FlagUpstreamConnectionTermination    // UC
-	FlagUpstreamOverflow                 = streaminfo.FlagUpstreamOverflow                 // UO
-	FlagNoRouteFound                     = streaminfo.FlagNoRouteFound                     // NR
-	FlagDelayInjected                    = streaminfo.FlagDelayInjected                    // DI
-	FlagFaultInjected                    = streaminfo.FlagFaultInjected                    // FI
-	FlagRateLimited                      = streaminfo.FlagRateLimited                      // RL
-	FlagUnauthorizedExternalService      = streaminfo.FlagUnauthorizedExternalService      // UAEX
-	FlagRateLimitServiceError            = streaminfo.FlagRateLimitServiceError            // RLSE
-	FlagDownstreamConnectionTermination  = streaminfo.FlagDownstreamConnectionTermination  // DC
-	FlagUpstreamRetryLimitExceeded       = streaminfo.FlagUpstreamRetryLimitExceeded       // URX
-	FlagStreamIdleTimeout                = streaminfo.FlagStreamIdleTimeout                // SI
-	FlagInvalidEnvoyRequestHeaders       = streaminfo.FlagInvalidEnvoyRequestHeaders       // IH
-	FlagDownstreamProtocolError          = streaminfo.FlagDownstreamProtocolError          // DPE
-	FlagUpstreamMaxStreamDurationReached = streaminfo.FlagUpstreamMaxStreamDurationReached // UMSDR
-	FlagResponseFromCacheFilter          = streaminfo.FlagResponseFromCacheFilter          // RFCF
-	FlagNoFilterConfigFound              = streaminfo.FlagNoFilterConfigFound              // NFCF
-	FlagDurationTimeout                  = streaminfo.FlagDurationTimeout                  // DT
-	FlagUpstreamProtocolError            = streaminfo.FlagUpstreamProtocolError            // UPE
-	FlagNoClusterFound                   = streaminfo.FlagNoClusterFound                   // NC
-	FlagOverloadManager                  = streaminfo.FlagOverloadManager                  // OM
-	FlagDNSResolutionFailed              = streaminfo.FlagDNSResolutionFailed              // DF
-	FlagDropOverload                     = streaminfo.FlagDropOverload                     // DO
-	FlagDownstreamRemoteReset            = streaminfo.FlagDownstreamRemoteReset            // DR
-	FlagUnconditionalDropOverload        = streaminfo.FlagUnconditionalDropOverload        // UDO
+	FlagNoHealthyUpstream               = streaminfo.FlagNoHealthyUpstream               // UH
+	FlagUpstreamRequestTimeout          = streaminfo.FlagUpstreamRequestTimeout          // UT
+	FlagLocalReset                      = streaminfo.FlagLocalReset                      // LR
+	FlagUpstreamRemoteReset             = streaminfo.FlagUpstreamRemoteReset             // UR
+	FlagUpstreamConnectionFailure       = streaminfo.FlagUpstreamConnectionFailure       // UF
+	FlagUpstreamConnectionTermination   = streaminfo.FlagUpstreamConnectionTermination   // UC
+	FlagUpstreamOverflow                = streaminfo.FlagUpstreamOverflow                // UO
+	FlagDownstreamConnectionTermination = streaminfo.FlagDownstreamConnectionTermination // DC
+	FlagStreamIdleTimeout               = streaminfo.FlagStreamIdleTimeout               // SI
+	FlagUpstreamProtocolError           = streaminfo.FlagUpstreamProtocolError           // UPE
+	FlagNoClusterFound                  = streaminfo.FlagNoClusterFound                  // NC
+	FlagOverloadManager                 = streaminfo.FlagOverloadManager                 // OM
+	FlagDownstreamRemoteReset           = streaminfo.FlagDownstreamRemoteReset           // DR
 )
 
-// Response code details Envoy sets for the replies and resets hostsim models, what
-// response.code_details holds (ResponseCodeDetailValues in envoy/stream_info/stream_info.h).
+// Response code details a test compares with Response.Details and the plugin reads as
+// response.code_details; doc.go lists the others hostsim sets, each from Envoy's
+// ResponseCodeDetailValues (envoy/stream_info/stream_info.h).
 const (
 	// DetailsViaUpstream: the response came from the upstream (Router::Filter::onUpstreamHeaders
 	// sets it before encodeHeaders).
 	DetailsViaUpstream = router.DetailsViaUpstream
-	// DetailsClusterNotFound: the route's cluster does not exist (router decodeHeaders).
-	DetailsClusterNotFound = router.DetailsClusterNotFound
-	// DetailsNoHealthyUpstream: the cluster has no host to send to (sendNoHealthyUpstreamResponse).
-	DetailsNoHealthyUpstream = router.DetailsNoHealthyUpstream
-	// DetailsResponseTimeout: the route timeout fired (onResponseTimeout).
-	DetailsResponseTimeout = router.DetailsResponseTimeout
-	// DetailsUpstreamPerTryIdleTimeout: the upstream was idle too long (onPerTryIdleTimeout).
-	DetailsUpstreamPerTryIdleTimeout = router.DetailsUpstreamPerTryIdleTimeout
-	// DetailsStreamIdleTimeout: the connection manager's stream idle timer fired
-	// (ActiveStream::onIdleTimeout).
-	DetailsStreamIdleTimeout = connmgr.DetailsStreamIdleTimeout
-	// DetailsRequestPayloadTooLarge: a buffered request body passed the buffer limit.
-	DetailsRequestPayloadTooLarge = filtermanager.DetailsRequestPayloadTooLarge
-	// DetailsResponsePayloadTooLarge: a buffered response body passed the buffer limit.
-	DetailsResponsePayloadTooLarge = filtermanager.DetailsResponsePayloadTooLarge
-	// DetailsWasmFailStream: the VM failed and FAIL_CLOSED answers 503 (Context::failStream).
-	DetailsWasmFailStream = filtermanager.DetailsWasmFailStream
 	// DetailsWasmCloseStream: the plugin reset the stream with proxy_close_stream before
 	// anything else set the details (Context::closeStream, CloseStreamResponseDetails).
-	DetailsWasmCloseStream = "wasm_close_stream"
-	// DetailsEarlyUpstreamReset prefixes the details of an upstream reset before the response
-	// started: upstream_reset_before_response_started{reason|transport failure}.
-	DetailsEarlyUpstreamReset = router.DetailsEarlyUpstreamReset
-	// DetailsLateUpstreamReset prefixes the details of an upstream reset after it started.
-	DetailsLateUpstreamReset = router.DetailsLateUpstreamReset
+	DetailsWasmCloseStream = stream.DetailsWasmCloseStream
 )
 
 // ResetReason is why an upstream stream ended in a reset (Http::StreamResetReason).
 type ResetReason = streaminfo.ResetReason
 
-// The reset reasons, as envoy/http/stream_reset_handler.h names them.
+// The reset reasons, as envoy/http/stream_reset_handler.h names them: all of them, as an
+// UpstreamReset may carry any.
 const (
 	ResetLocalConnectionFailure   = streaminfo.ResetLocalConnectionFailure
 	ResetRemoteConnectionFailure  = streaminfo.ResetRemoteConnectionFailure
@@ -101,8 +66,3 @@ const (
 	ResetProtocolError            = streaminfo.ResetProtocolError
 	ResetOverloadManager          = streaminfo.ResetOverloadManager
 )
-
-// setDetails is StreamInfo::setResponseCodeDetails: the last writer wins.
-func (s *httpStream) setDetails(d string) {
-	s.details, s.hasDetails = d, true
-}

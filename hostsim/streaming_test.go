@@ -322,29 +322,6 @@ func TestUpstreamTimeouts(t *testing.T) {
 	}
 }
 
-// ResponseFlags prints like Envoy's %RESPONSE_FLAGS%.
-func TestResponseFlagsString(t *testing.T) {
-	for _, c := range []struct {
-		f    hostsim.ResponseFlags
-		want string
-	}{
-		{0, "-"},
-		{hostsim.FlagUpstreamConnectionFailure, "UF"},
-		{hostsim.FlagUpstreamConnectionFailure | hostsim.FlagUpstreamRetryLimitExceeded, "UF,URX"},
-		{hostsim.FlagNoClusterFound, "NC"},
-		{hostsim.FlagDownstreamRemoteReset | hostsim.FlagFailedLocalHealthCheck, "LH,DR"},
-	} {
-		if got := c.f.String(); got != c.want {
-			t.Errorf("%#x: %q, want %q", uint64(c.f), got, c.want)
-		}
-	}
-	// Bit positions as envoy/stream_info/stream_info.h's CoreResponseFlag enum.
-	if hostsim.FlagNoHealthyUpstream != 0x2 || hostsim.FlagDownstreamConnectionTermination != 0x4000 ||
-		hostsim.FlagNoClusterFound != 0x1000000 || hostsim.FlagDownstreamRemoteReset != 0x10000000 {
-		t.Fatal("flag bit positions differ from Envoy's")
-	}
-}
-
 // The router resolves the cluster when the request headers pass the filter: an unknown one
 // is answered before any request body reaches the filter, as in Envoy.
 func TestRouteResolvedAtHeaders(t *testing.T) {

@@ -89,7 +89,7 @@ func (c *UpstreamCall) deliver(flow bool, f func(ex *Exchange)) error {
 			vm.mu.Unlock()
 			return ErrUpstreamGone
 		}
-		if !flow || ex.responseHeld() < ex.s.bufferLimit() {
+		if !flow || ex.responseHeld() < ex.s.BufferLimit() {
 			break
 		}
 		ch := ex.waitCh()

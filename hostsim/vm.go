@@ -12,6 +12,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/stream"
 	"github.com/spillwayproxy/spillway/hostsim/internal/hostcalls"
 )
 
@@ -69,10 +70,8 @@ type VM struct {
 	rootID      uint32
 	rootCreated bool
 	streams     map[uint32]*httpStream
+	thread      *stream.Thread // the streams' deferred actions, settled after each callback
 	frame       *frame
-	touched     []*httpStream // streams with deferred actions or state changes to settle
-	touchedPos  int           // next one to settle
-	settling    bool
 	tickPeriod  time.Duration
 	tickGen     uint64
 	status      Status // proxy_get_status: last callout result
@@ -595,15 +594,15 @@ func joinErr(a, b error) error {
 func (vm *VM) setEffectiveContext(id uint32) Status {
 	fr := vm.frame
 	if fr == nil {
-		return StatusBadArgument
+		return abi.StatusBadArgument
 	}
 	if id == vm.rootID {
 		fr.effective, fr.stream = id, nil
 		return StatusOK
 	}
 	s := vm.streams[id]
-	if s == nil || !s.created || s.deleted {
-		return StatusBadArgument
+	if s == nil || !s.Created || s.Deleted() {
+		return abi.StatusBadArgument
 	}
 	fr.effective, fr.stream = id, s
 	return StatusOK

@@ -4,6 +4,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // Buffers is the model's side of proxy_get_buffer_* and proxy_set_buffer_bytes.
@@ -15,8 +16,8 @@ type Buffers interface {
 	PluginConfiguration() []byte
 }
 
-func buffers() []abi.Func[Guest] {
-	return []abi.Func[Guest]{
+func buffers() []wasm.Func[Guest] {
+	return []wasm.Func[Guest]{
 		{Name: "proxy_get_buffer_status", Params: sig(3, i32), Results: status, Fn: func(g Guest, _ api.Module, s []uint64) {
 			if u32(s[0]) > uint32(abi.BufferCallData) {
 				st(s, abi.StatusBadArgument)
@@ -39,7 +40,7 @@ func buffers() []abi.Func[Guest] {
 		}},
 		// ABI 0.1.0 only.
 		{Name: "proxy_get_configuration", Params: sig(2, i32), Results: status, Fn: func(g Guest, _ api.Module, s []uint64) {
-			st(s, abi.CopyOut(g, g.PluginConfiguration(), u32(s[0]), u32(s[1])))
+			st(s, wasm.CopyOut(g, g.PluginConfiguration(), u32(s[0]), u32(s[1])))
 		}},
 	}
 }
@@ -57,13 +58,13 @@ func getBufferBytes(g Guest, t abi.BufferType, start, max, rp, rs uint32) abi.St
 	}
 	data := *b
 	if start >= uint32(len(data)) {
-		return abi.CopyOut(g, nil, rp, rs)
+		return wasm.CopyOut(g, nil, rp, rs)
 	}
 	end := start + max
 	if end > uint32(len(data)) {
 		end = uint32(len(data))
 	}
-	return abi.CopyOut(g, data[start:end], rp, rs)
+	return wasm.CopyOut(g, data[start:end], rp, rs)
 }
 
 // setBufferBytes replaces the front of the buffer (start 0: drain length bytes, then

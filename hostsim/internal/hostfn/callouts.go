@@ -4,6 +4,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // Callouts is the model's side of proxy_http_call and proxy_get_status.
@@ -18,9 +19,9 @@ type Callouts interface {
 	CalloutStatus() (code abi.Status, message string)
 }
 
-func callouts() []abi.Func[Guest] {
+func callouts() []wasm.Func[Guest] {
 	unimplemented := func(_ Guest, _ api.Module, s []uint64) { st(s, abi.StatusUnimplemented) }
-	return []abi.Func[Guest]{
+	return []wasm.Func[Guest]{
 		{Name: "proxy_http_call", Params: sig(10, i32), Results: status, Fn: func(g Guest, _ api.Module, s []uint64) {
 			st(s, httpCall(g, s))
 		}},
@@ -30,7 +31,7 @@ func callouts() []abi.Func[Guest] {
 				st(s, abi.StatusInvalidMemoryAccess)
 				return
 			}
-			st(s, abi.CopyOut(g, []byte(msg), u32(s[1]), u32(s[2])))
+			st(s, wasm.CopyOut(g, []byte(msg), u32(s[1]), u32(s[2])))
 		}},
 		// gRPC calls are not modelled.
 		{Name: "proxy_grpc_call", Params: sig(12, i32), Results: status, Fn: unimplemented},

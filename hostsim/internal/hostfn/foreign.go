@@ -4,6 +4,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // Foreign is the model's side of proxy_call_foreign_function.
@@ -14,8 +15,8 @@ type Foreign interface {
 	CallForeign(name, args []byte) (out []byte, reply bool, result abi.Status)
 }
 
-func foreign() []abi.Func[Guest] {
-	return []abi.Func[Guest]{
+func foreign() []wasm.Func[Guest] {
+	return []wasm.Func[Guest]{
 		{Name: "proxy_call_foreign_function", Params: sig(6, i32), Results: status, Fn: func(g Guest, _ api.Module, s []uint64) {
 			name, ok1 := read(g, u32(s[0]), u32(s[1]))
 			args, ok2 := read(g, u32(s[2]), u32(s[3]))
@@ -28,14 +29,14 @@ func foreign() []abi.Func[Guest] {
 				st(s, result)
 				return
 			}
-			st(s, abi.CopyOut(g, out, u32(s[4]), u32(s[5])))
+			st(s, wasm.CopyOut(g, out, u32(s[4]), u32(s[5])))
 		}},
 	}
 }
 
 // stubs are what cpp-host links without a model behind them.
-func stubs() []abi.Func[Guest] {
-	return []abi.Func[Guest]{
+func stubs() []wasm.Func[Guest] {
+	return []wasm.Func[Guest]{
 		{Name: "envoy_resolve_dns", Params: sig(3, i32), Results: status, Fn: func(_ Guest, _ api.Module, s []uint64) {
 			st(s, abi.StatusUnimplemented)
 		}},
@@ -47,6 +48,6 @@ func stubs() []abi.Func[Guest] {
 				s[0] = 0
 			}
 		}},
-		{Name: "emscripten_notify_memory_growth", Params: sig(1, i32), Allow: abi.AllowStartup, Fn: func(Guest, api.Module, []uint64) {}},
+		{Name: "emscripten_notify_memory_growth", Params: sig(1, i32), Allow: wasm.AllowStartup, Fn: func(Guest, api.Module, []uint64) {}},
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // HeaderMaps is the model's side of proxy_*_header_map_*: which map the guest may see now.
@@ -26,9 +27,9 @@ const (
 	mapRemove               // removes every value
 )
 
-func headerMaps() []abi.Func[Guest] {
+func headerMaps() []wasm.Func[Guest] {
 	mapType := func(v uint64) abi.MapType { return abi.MapType(u32(v)) }
-	return []abi.Func[Guest]{
+	return []wasm.Func[Guest]{
 		{Name: "proxy_get_header_map_value", Params: sig(5, i32), Results: status, Fn: func(g Guest, _ api.Module, s []uint64) {
 			st(s, getHeaderMapValue(g, mapType(s[0]), u32(s[1]), u32(s[2]), u32(s[3]), u32(s[4])))
 		}},
@@ -73,7 +74,7 @@ func getHeaderMapValue(g Guest, t abi.MapType, kp, kl, vp, vs uint32) abi.Status
 	}
 	for _, kv := range *m {
 		if abi.EqualLower(kv[0], key) {
-			return abi.CopyOutString(g, kv[1], vp, vs)
+			return wasm.CopyOutString(g, kv[1], vp, vs)
 		}
 	}
 	return abi.StatusNotFound
@@ -132,11 +133,11 @@ func getHeaderMapPairs(g Guest, t abi.MapType, rp, rs uint32) abi.Status {
 		return abi.StatusOK
 	}
 	if len(*m) == 0 { // cpp-host hands over nothing for an empty map
-		return abi.CopyOut(g, nil, rp, rs)
+		return wasm.CopyOut(g, nil, rp, rs)
 	}
 	scratch := g.Scratch()
 	*scratch = abi.AppendPairs((*scratch)[:0], *m)
-	return abi.CopyOut(g, *scratch, rp, rs)
+	return wasm.CopyOut(g, *scratch, rp, rs)
 }
 
 func setHeaderMapPairs(g Guest, t abi.MapType, p, n uint32) abi.Status {

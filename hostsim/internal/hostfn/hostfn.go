@@ -11,6 +11,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // Module is the import module the functions are linked under.
@@ -19,7 +20,7 @@ const Module = "env"
 // Guest is the calling VM as the env functions need it: its memory and allocator, and the
 // model's side of every ABI area.
 type Guest interface {
-	abi.Guest
+	wasm.Guest
 	Logger
 	Properties
 	HeaderMaps
@@ -34,9 +35,9 @@ type Guest interface {
 }
 
 // Funcs is every env function, grouped by ABI area.
-func Funcs() []abi.Func[Guest] {
-	var fs []abi.Func[Guest]
-	for _, area := range [][]abi.Func[Guest]{logging(), properties(), headerMaps(), buffers(), streams(),
+func Funcs() []wasm.Func[Guest] {
+	var fs []wasm.Func[Guest]
+	for _, area := range [][]wasm.Func[Guest]{logging(), properties(), headerMaps(), buffers(), streams(),
 		sharedData(), queues(), callouts(), metrics(), timers(), foreign(), stubs()} {
 		fs = append(fs, area...)
 	}
@@ -45,7 +46,7 @@ func Funcs() []abi.Func[Guest] {
 
 // Instantiate links the functions into rt as the env module, each wrapped by wrap (which
 // finds the calling Guest, counts the call and enforces restricted phases).
-func Instantiate(ctx context.Context, rt wazero.Runtime, wrap func(module string, f abi.Func[Guest]) api.GoModuleFunction) error {
+func Instantiate(ctx context.Context, rt wazero.Runtime, wrap func(module string, f wasm.Func[Guest]) api.GoModuleFunction) error {
 	b := rt.NewHostModuleBuilder(Module)
 	for _, f := range Funcs() {
 		b.NewFunctionBuilder().WithGoModuleFunction(wrap(Module, f), f.Params, f.Results).Export(f.Name)
@@ -59,18 +60,18 @@ func Instantiate(ctx context.Context, rt wazero.Runtime, wrap func(module string
 // The building blocks of the functions.
 
 var (
-	u32    = abi.U32
-	sig    = abi.Sig
-	i32    = abi.I32
-	i64    = abi.I64
-	status = abi.Sig(1, abi.I32) // every env function answers a Status
+	u32    = wasm.U32
+	sig    = wasm.Sig
+	i32    = wasm.I32
+	i64    = wasm.I64
+	status = wasm.Sig(1, wasm.I32) // every env function answers a Status
 )
 
 // st sets the function's result.
 func st(s []uint64, v abi.Status) { s[0] = uint64(v) }
 
 // read is a view of guest memory, valid until the guest runs again.
-func read(g Guest, p, n uint32) ([]byte, bool) { return abi.Read(g.Memory(), p, n) }
+func read(g Guest, p, n uint32) ([]byte, bool) { return wasm.Read(g.Memory(), p, n) }
 
 // writeU32 and writeU64 store an out-parameter.
 func writeU32(g Guest, p, v uint32) bool { return g.Memory().WriteUint32Le(p, v) }

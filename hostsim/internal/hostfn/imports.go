@@ -1,10 +1,13 @@
 package hostfn
 
-import "github.com/spillwayproxy/spillway/hostsim/internal/abi"
+import (
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
+)
 
 // envCommon are the env imports cpp-host links for every ABI version
 // (include/proxy-wasm/exports.h FOR_ALL_HOST_FUNCTIONS, plus Envoy's own and the stubs).
-var envCommon = abi.NameSet("proxy_log", "proxy_get_status", "proxy_set_property", "proxy_get_property",
+var envCommon = wasm.NameSet("proxy_log", "proxy_get_status", "proxy_set_property", "proxy_get_property",
 	"proxy_send_local_response", "proxy_get_shared_data", "proxy_set_shared_data", "proxy_register_shared_queue",
 	"proxy_resolve_shared_queue", "proxy_dequeue_shared_queue", "proxy_enqueue_shared_queue",
 	"proxy_get_header_map_value", "proxy_add_header_map_value", "proxy_replace_header_map_value",
@@ -18,9 +21,9 @@ var envCommon = abi.NameSet("proxy_log", "proxy_get_status", "proxy_set_property
 
 // envByABI are the imports that depend on the module's ABI marker ([host] src/wasm.cc).
 var envByABI = map[abi.ABIVersion]map[string]bool{
-	abi.ABI010: abi.NameSet("proxy_get_configuration", "proxy_continue_request", "proxy_continue_response", "proxy_clear_route_cache"),
-	abi.ABI020: abi.NameSet("proxy_continue_stream", "proxy_close_stream"),
-	abi.ABI021: abi.NameSet("proxy_continue_stream", "proxy_close_stream", "proxy_get_log_level"),
+	abi.ABI010: wasm.NameSet("proxy_get_configuration", "proxy_continue_request", "proxy_continue_response", "proxy_clear_route_cache"),
+	abi.ABI020: wasm.NameSet("proxy_continue_stream", "proxy_close_stream"),
+	abi.ABI021: wasm.NameSet("proxy_continue_stream", "proxy_close_stream", "proxy_get_log_level"),
 }
 
 // ImportAllowed reports whether cpp-host resolves the env import name for a module of ABI

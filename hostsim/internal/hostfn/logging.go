@@ -4,6 +4,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // Logger is the model's side of proxy_log and proxy_get_log_level.
@@ -14,9 +15,9 @@ type Logger interface {
 	LogLevel() abi.LogLevel
 }
 
-func logging() []abi.Func[Guest] {
-	return []abi.Func[Guest]{
-		{Name: "proxy_log", Params: sig(3, i32), Results: status, Allow: abi.AllowStartup | abi.AllowMalloc, Fn: func(g Guest, _ api.Module, s []uint64) {
+func logging() []wasm.Func[Guest] {
+	return []wasm.Func[Guest]{
+		{Name: "proxy_log", Params: sig(3, i32), Results: status, Allow: wasm.AllowStartup | wasm.AllowMalloc, Fn: func(g Guest, _ api.Module, s []uint64) {
 			level := abi.LogLevel(u32(s[0]))
 			if level >= abi.LogLevels {
 				st(s, abi.StatusBadArgument)

@@ -4,6 +4,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // Metrics is the model's side of the metric functions.
@@ -14,8 +15,8 @@ type Metrics interface {
 	GetMetric(id uint32) (uint64, abi.Status)
 }
 
-func metrics() []abi.Func[Guest] {
-	return []abi.Func[Guest]{
+func metrics() []wasm.Func[Guest] {
+	return []wasm.Func[Guest]{
 		{Name: "proxy_define_metric", Params: sig(4, i32), Results: status, Fn: func(g Guest, _ api.Module, s []uint64) {
 			name, ok := read(g, u32(s[1]), u32(s[2]))
 			if !ok {

@@ -4,6 +4,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // Properties is the model's side of proxy_get_property and proxy_set_property. A path is
@@ -15,8 +16,8 @@ type Properties interface {
 	SetProperty(path, value []byte) abi.Status
 }
 
-func properties() []abi.Func[Guest] {
-	return []abi.Func[Guest]{
+func properties() []wasm.Func[Guest] {
+	return []wasm.Func[Guest]{
 		{Name: "proxy_get_property", Params: sig(4, i32), Results: status, Fn: func(g Guest, _ api.Module, s []uint64) {
 			path, ok := read(g, u32(s[0]), u32(s[1]))
 			if !ok {
@@ -28,7 +29,7 @@ func properties() []abi.Func[Guest] {
 				st(s, result)
 				return
 			}
-			st(s, abi.CopyOut(g, v, u32(s[2]), u32(s[3])))
+			st(s, wasm.CopyOut(g, v, u32(s[2]), u32(s[3])))
 		}},
 		{Name: "proxy_set_property", Params: sig(4, i32), Results: status, Fn: func(g Guest, _ api.Module, s []uint64) {
 			path, ok1 := read(g, u32(s[0]), u32(s[1]))

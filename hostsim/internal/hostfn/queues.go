@@ -4,6 +4,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // Queues is the model's side of the shared-queue functions.
@@ -19,8 +20,8 @@ type Queues interface {
 	Dequeue(token uint32) ([]byte, abi.Status)
 }
 
-func queues() []abi.Func[Guest] {
-	return []abi.Func[Guest]{
+func queues() []wasm.Func[Guest] {
+	return []wasm.Func[Guest]{
 		{Name: "proxy_register_shared_queue", Params: sig(3, i32), Results: status, Fn: func(g Guest, _ api.Module, s []uint64) {
 			name, ok := read(g, u32(s[0]), u32(s[1]))
 			if !ok {
@@ -66,7 +67,7 @@ func queues() []abi.Func[Guest] {
 				st(s, result)
 				return
 			}
-			st(s, abi.CopyOut(g, v, u32(s[1]), u32(s[2])))
+			st(s, wasm.CopyOut(g, v, u32(s[1]), u32(s[2])))
 		}},
 	}
 }

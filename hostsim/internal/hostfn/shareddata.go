@@ -4,6 +4,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // SharedData is the model's side of proxy_get_shared_data and proxy_set_shared_data: the
@@ -16,8 +17,8 @@ type SharedData interface {
 	SetSharedData(key, value []byte, cas uint32) abi.Status
 }
 
-func sharedData() []abi.Func[Guest] {
-	return []abi.Func[Guest]{
+func sharedData() []wasm.Func[Guest] {
+	return []wasm.Func[Guest]{
 		{Name: "proxy_get_shared_data", Params: sig(5, i32), Results: status, Fn: func(g Guest, _ api.Module, s []uint64) {
 			key, ok := read(g, u32(s[0]), u32(s[1]))
 			if !ok {
@@ -29,7 +30,7 @@ func sharedData() []abi.Func[Guest] {
 				st(s, abi.StatusNotFound)
 				return
 			}
-			if result := abi.CopyOut(g, v, u32(s[2]), u32(s[3])); result != abi.StatusOK {
+			if result := wasm.CopyOut(g, v, u32(s[2]), u32(s[3])); result != abi.StatusOK {
 				st(s, result)
 				return
 			}

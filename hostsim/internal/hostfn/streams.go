@@ -4,6 +4,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // Streams is the model's side of the stream-control functions: continue, close and local
@@ -19,8 +20,8 @@ type Streams interface {
 	SetEffectiveContext(id uint32) abi.Status
 }
 
-func streams() []abi.Func[Guest] {
-	return []abi.Func[Guest]{
+func streams() []wasm.Func[Guest] {
+	return []wasm.Func[Guest]{
 		{Name: "proxy_continue_stream", Params: sig(1, i32), Results: status, Fn: func(g Guest, _ api.Module, s []uint64) {
 			st(s, g.ContinueStream(abi.StreamType(u32(s[0]))))
 		}},

@@ -6,6 +6,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // Timers is the model's side of ticks and the host's time.
@@ -16,8 +17,8 @@ type Timers interface {
 	Now() time.Time
 }
 
-func timers() []abi.Func[Guest] {
-	return []abi.Func[Guest]{
+func timers() []wasm.Func[Guest] {
+	return []wasm.Func[Guest]{
 		{Name: "proxy_set_tick_period_milliseconds", Params: sig(1, i32), Results: status, Fn: func(g Guest, _ api.Module, s []uint64) {
 			g.SetTickPeriod(u32(s[0]))
 			st(s, abi.StatusOK)

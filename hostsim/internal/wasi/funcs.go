@@ -10,6 +10,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // ModuleNames are the import modules the functions are linked under: cpp-host registers
@@ -56,12 +57,12 @@ const (
 // Funcs is hostsim's wasi_snapshot_preview1 / wasi_unstable, after cpp-host's
 // src/exports.cc. The union of all Envoy modes is linked; a Host checks the module's
 // imports against its own mode (Mode.Provides) before instantiating.
-func Funcs() []abi.Func[Guest] {
-	i32, i64, sig := abi.I32, abi.I64, abi.Sig
+func Funcs() []wasm.Func[Guest] {
+	i32, i64, sig := wasm.I32, wasm.I64, wasm.Sig
 	ret := func(s []uint64, errno uint32) { s[0] = uint64(errno) }
 	nosys := func(_ Guest, _ api.Module, s []uint64) { ret(s, errnoNosys) }
-	fs := []abi.Func[Guest]{
-		{Name: "fd_write", Params: sig(4, i32), Results: sig(1, i32), Allow: abi.AllowStartup | abi.AllowMalloc,
+	fs := []wasm.Func[Guest]{
+		{Name: "fd_write", Params: sig(4, i32), Results: sig(1, i32), Allow: wasm.AllowStartup | wasm.AllowMalloc,
 			Fn: func(g Guest, m api.Module, s []uint64) {
 				ret(s, fdWrite(g, m, uint32(s[0]), uint32(s[1]), uint32(s[2]), uint32(s[3])))
 			}},
@@ -76,7 +77,7 @@ func Funcs() []abi.Func[Guest] {
 				g.Log(abi.LogError, "wasi_unstable fd_close")
 				ret(s, errnoSuccess)
 			}},
-		{Name: "fd_fdstat_get", Params: sig(2, i32), Results: sig(1, i32), Allow: abi.AllowStartup,
+		{Name: "fd_fdstat_get", Params: sig(2, i32), Results: sig(1, i32), Allow: wasm.AllowStartup,
 			Fn: func(g Guest, m api.Module, s []uint64) {
 				fd, out := uint32(s[0]), uint32(s[1])
 				if fd != 1 && fd != 2 {
@@ -92,8 +93,8 @@ func Funcs() []abi.Func[Guest] {
 				}
 				ret(s, errnoSuccess)
 			}},
-		{Name: "fd_fdstat_set_flags", Params: sig(2, i32), Results: sig(1, i32), Allow: abi.AllowStartup, Fn: nosys},
-		{Name: "environ_sizes_get", Params: sig(2, i32), Results: sig(1, i32), Allow: abi.AllowStartup,
+		{Name: "fd_fdstat_set_flags", Params: sig(2, i32), Results: sig(1, i32), Allow: wasm.AllowStartup, Fn: nosys},
+		{Name: "environ_sizes_get", Params: sig(2, i32), Results: sig(1, i32), Allow: wasm.AllowStartup,
 			Fn: func(g Guest, m api.Module, s []uint64) {
 				env := g.Env()
 				n := 0
@@ -104,7 +105,7 @@ func Funcs() []abi.Func[Guest] {
 				m.Memory().WriteUint32Le(uint32(s[1]), uint32(n))
 				ret(s, errnoSuccess)
 			}},
-		{Name: "environ_get", Params: sig(2, i32), Results: sig(1, i32), Allow: abi.AllowStartup,
+		{Name: "environ_get", Params: sig(2, i32), Results: sig(1, i32), Allow: wasm.AllowStartup,
 			Fn: func(g Guest, m api.Module, s []uint64) {
 				arr, buf := uint32(s[0]), uint32(s[1])
 				for _, e := range g.Env() {
@@ -117,15 +118,15 @@ func Funcs() []abi.Func[Guest] {
 				}
 				ret(s, errnoSuccess)
 			}},
-		{Name: "args_sizes_get", Params: sig(2, i32), Results: sig(1, i32), Allow: abi.AllowStartup,
+		{Name: "args_sizes_get", Params: sig(2, i32), Results: sig(1, i32), Allow: wasm.AllowStartup,
 			Fn: func(g Guest, m api.Module, s []uint64) {
 				m.Memory().WriteUint32Le(uint32(s[0]), 0)
 				m.Memory().WriteUint32Le(uint32(s[1]), 0)
 				ret(s, errnoSuccess)
 			}},
-		{Name: "args_get", Params: sig(2, i32), Results: sig(1, i32), Allow: abi.AllowStartup,
+		{Name: "args_get", Params: sig(2, i32), Results: sig(1, i32), Allow: wasm.AllowStartup,
 			Fn: func(g Guest, m api.Module, s []uint64) { ret(s, errnoSuccess) }},
-		{Name: "clock_time_get", Params: []api.ValueType{i32, i64, i32}, Results: sig(1, i32), Allow: abi.AllowStartup | abi.AllowMalloc,
+		{Name: "clock_time_get", Params: []api.ValueType{i32, i64, i32}, Results: sig(1, i32), Allow: wasm.AllowStartup | wasm.AllowMalloc,
 			Fn: func(g Guest, m api.Module, s []uint64) {
 				var v uint64
 				switch uint32(s[0]) {
@@ -143,7 +144,7 @@ func Funcs() []abi.Func[Guest] {
 				}
 				ret(s, errnoSuccess)
 			}},
-		{Name: "random_get", Params: sig(2, i32), Results: sig(1, i32), Allow: abi.AllowStartup,
+		{Name: "random_get", Params: sig(2, i32), Results: sig(1, i32), Allow: wasm.AllowStartup,
 			Fn: func(g Guest, m api.Module, s []uint64) {
 				p, n := uint32(s[0]), uint32(s[1])
 				if n > 64<<10 {
@@ -166,15 +167,15 @@ func Funcs() []abi.Func[Guest] {
 			}},
 		{Name: "path_open", Params: []api.ValueType{i32, i32, i32, i32, i32, i64, i64, i32, i32}, Results: sig(1, i32),
 			Fn: func(g Guest, m api.Module, s []uint64) { ret(s, errnoNoent) }},
-		{Name: "fd_prestat_get", Params: sig(2, i32), Results: sig(1, i32), Allow: abi.AllowStartup,
+		{Name: "fd_prestat_get", Params: sig(2, i32), Results: sig(1, i32), Allow: wasm.AllowStartup,
 			Fn: func(g Guest, m api.Module, s []uint64) { ret(s, errnoBadf) }},
-		{Name: "fd_prestat_dir_name", Params: sig(3, i32), Results: sig(1, i32), Allow: abi.AllowStartup, Fn: nosys},
+		{Name: "fd_prestat_dir_name", Params: sig(3, i32), Results: sig(1, i32), Allow: wasm.AllowStartup, Fn: nosys},
 		{Name: "sched_yield", Results: sig(1, i32), Fn: func(g Guest, m api.Module, s []uint64) { ret(s, errnoSuccess) }},
-		{Name: "poll_oneoff", Params: sig(4, i32), Results: sig(1, i32), Allow: abi.AllowStartupHead | abi.AllowMallocHead,
+		{Name: "poll_oneoff", Params: sig(4, i32), Results: sig(1, i32), Allow: wasm.AllowStartupHead | wasm.AllowMallocHead,
 			Fn: func(g Guest, m api.Module, s []uint64) {
 				ret(s, pollOneoff(g, m, uint32(s[0]), uint32(s[3])))
 			}},
-		{Name: "clock_res_get", Params: sig(2, i32), Results: sig(1, i32), Allow: abi.AllowStartupHead,
+		{Name: "clock_res_get", Params: sig(2, i32), Results: sig(1, i32), Allow: wasm.AllowStartupHead,
 			Fn: func(g Guest, m api.Module, s []uint64) {
 				if id := uint32(s[0]); id > 1 {
 					ret(s, errnoNotsup)
@@ -200,7 +201,7 @@ func Funcs() []abi.Func[Guest] {
 	}
 	for _, name := range addedHead {
 		if p, ok := stubs[name]; ok {
-			fs = append(fs, abi.Func[Guest]{Name: name, Params: p, Results: sig(1, i32), Allow: abi.AllowStartupHead, Fn: nosys})
+			fs = append(fs, wasm.Func[Guest]{Name: name, Params: p, Results: sig(1, i32), Allow: wasm.AllowStartupHead, Fn: nosys})
 		}
 	}
 	return fs
@@ -208,7 +209,7 @@ func Funcs() []abi.Func[Guest] {
 
 // Instantiate links the functions into rt under every name of ModuleNames, each wrapped by
 // wrap (which finds the calling Guest, counts the call and enforces restricted phases).
-func Instantiate(ctx context.Context, rt wazero.Runtime, wrap func(module string, f abi.Func[Guest]) api.GoModuleFunction) error {
+func Instantiate(ctx context.Context, rt wazero.Runtime, wrap func(module string, f wasm.Func[Guest]) api.GoModuleFunction) error {
 	for _, modName := range ModuleNames {
 		b := rt.NewHostModuleBuilder(modName)
 		for _, f := range Funcs() {

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi/wasm"
 )
 
 // Mode chooses the WASI surface the guest sees.
@@ -59,9 +59,9 @@ var (
 		"path_readlink", "path_remove_directory", "path_rename", "path_symlink", "path_unlink_file",
 		"sock_accept", "sock_recv", "sock_send", "sock_shutdown", "path_filestat_get", "fd_filestat_get"}
 
-	set132  = abi.NameSet(envoy132...)
-	set133  = abi.NameSet(append(append([]string{}, envoy132...), added133...)...)
-	setHead = abi.NameSet(append(append(append([]string{}, envoy132...), added133...), addedHead...)...)
+	set132  = wasm.NameSet(envoy132...)
+	set133  = wasm.NameSet(append(append([]string{}, envoy132...), added133...)...)
+	setHead = wasm.NameSet(append(append(append([]string{}, envoy132...), added133...), addedHead...)...)
 )
 
 // WASIFunctions lists the wasi_snapshot_preview1 functions the mode provides (nil for

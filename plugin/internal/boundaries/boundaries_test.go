@@ -137,6 +137,12 @@ func TestBoundaries(t *testing.T) {
 				return within(d, wazero) || within(d, sdk) || (within(d, own("hostsim")) &&
 					!within(d, own("hostsim/internal/streaminfo")) && !within(d, own("hostsim/internal/envoy/retry")))
 			}},
+		// ... and runs without a VM: neither it nor its tests link wazero or hostsim itself, so
+		// the stream model (internal/envoy/stream) and the rest are tested with fakes of the
+		// guest and of what drives them.
+		{"hostsim's Envoy model and its tests link neither wazero nor hostsim",
+			func(p string) bool { return within(p, own("hostsim/internal/envoy")) }, true,
+			func(d string) bool { return within(d, wazero) || d == own("hostsim") }},
 		// internal/ holds the module's neutral helpers (modroot, manualclock, pairs), which the
 		// build tools, the engine's tests, the filter's hostabi and hostsim share: importing no other package of the module
 		// and nothing wasm-specific keeps them usable by each without joining the layers up.

@@ -1,6 +1,10 @@
-package abi
+package wasm
 
-import "github.com/tetratelabs/wazero/api"
+import (
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+)
 
 // Guest is the calling guest as the memory helpers need it: its linear memory and its
 // allocator.
@@ -25,33 +29,33 @@ func Read(m api.Memory, p, n uint32) (b []byte, ok bool) {
 // wasm.h): allocate in the guest, copy, write the address and size to the out-params. Empty
 // data gives (0, 0); an allocator that returns no memory (address 0) fails the call with
 // InvalidMemoryAccess, as allocMemory's nullptr does there.
-func CopyOut(g Guest, data []byte, ptrPtr, sizePtr uint32) Status {
+func CopyOut(g Guest, data []byte, ptrPtr, sizePtr uint32) abi.Status {
 	mem := g.Memory()
 	var addr uint32
 	if len(data) > 0 {
 		addr = g.Place(uint32(len(data)))
 		if addr == 0 || !mem.Write(addr, data) {
-			return StatusInvalidMemoryAccess
+			return abi.StatusInvalidMemoryAccess
 		}
 	}
 	if !mem.WriteUint32Le(ptrPtr, addr) || !mem.WriteUint32Le(sizePtr, uint32(len(data))) {
-		return StatusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	return StatusOK
+	return abi.StatusOK
 }
 
 // CopyOutString is CopyOut for a string, without converting it to a byte slice.
-func CopyOutString(g Guest, data string, ptrPtr, sizePtr uint32) Status {
+func CopyOutString(g Guest, data string, ptrPtr, sizePtr uint32) abi.Status {
 	mem := g.Memory()
 	var addr uint32
 	if len(data) > 0 {
 		addr = g.Place(uint32(len(data)))
 		if addr == 0 || !mem.WriteString(addr, data) {
-			return StatusInvalidMemoryAccess
+			return abi.StatusInvalidMemoryAccess
 		}
 	}
 	if !mem.WriteUint32Le(ptrPtr, addr) || !mem.WriteUint32Le(sizePtr, uint32(len(data))) {
-		return StatusInvalidMemoryAccess
+		return abi.StatusInvalidMemoryAccess
 	}
-	return StatusOK
+	return abi.StatusOK
 }

@@ -1,4 +1,8 @@
-package abi
+// Package wasm is the proxy-wasm ABI's side in wazero: the shape of a host function (its
+// signature, the restricted phases it may run in) and the guest memory it reads and
+// answers in (cpp-host's copyToPointerSize). The ABI's vocabulary, which needs no VM, is
+// hostsim/internal/abi.
+package wasm
 
 import "github.com/tetratelabs/wazero/api"
 
