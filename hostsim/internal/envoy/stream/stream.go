@@ -299,6 +299,13 @@ func (s *Stream) OnBody(d *filtermanager.Direction, chunk []byte, eos bool) (typ
 	_, cb, _ := s.callbacks(d)
 	raw, forceStop, err := s.guest.Call(cb, uint64(len(d.Body)), b2u(eos))
 	if err != nil {
+		if s.thread.cfg.FailOpen {
+			// cpp-host's ContextBase::onRequestBody/onResponseBody check the failure after
+			// the call too (CHECK_FAIL_HTTP): FAIL_OPEN answers Continue for the chunk whose
+			// callback trapped, so it goes on with what the filter manager buffered before
+			// it (Bypass forwards a buffering direction's body).
+			d.Buffering = true
+		}
 		return types.ActionPause, s.Failed(err)
 	}
 	s.Action = paused(d.AfterData(filtermanager.Data(raw, forceStop), eos, s.filter()))

@@ -265,6 +265,16 @@ func TestStream(t *testing.T) {
 			wantErr: errTrap,
 		},
 		{
+			name: "FAIL_OPEN: the chunk whose body callback trapped goes on, with the held headers and what came before",
+			cfg:  failOpen,
+			answer: map[Callback]func(*fakeGuest) (uint64, error){OnRequestHeaders: returns(1),
+				OnRequestBody: func(*fakeGuest) (uint64, error) { return 0, errTrap }},
+			steps: []step{reqHeaders(false), reqBody("ab", false), reqBody("cd", true)},
+			want: state{calls: []string{create, "proxy_on_request_headers(1,0)", "proxy_on_request_body(2,0)"},
+				action: types.ActionContinue, reqHeaders: true, reqBody: "abcd", reqComplete: true},
+			wantErr: errTrap,
+		},
+		{
 			name:   "on a failed VM a deferred continue is dropped and a close still runs",
 			cfg:    allow,
 			answer: map[Callback]func(*fakeGuest) (uint64, error){OnRequestHeaders: returns(1)},
