@@ -204,8 +204,9 @@ func (s *storm) check(t *testing.T, health gjson.Result) {
 	// Every request the fake received is accounted for: the opening failures, the failed
 	// probe, and one per 200.
 	if want := s.failures + probeFailures + oks; probeFailures != 1 || len(recs) != want {
-		t.Fatalf("%s received %d requests; want %d: %d opening failures, 1 failed probe (got %d), %d answered 200",
-			stormCluster, len(recs), want, s.failures, probeFailures, oks)
+		t.Fatalf("%s received %d requests; want %d: %d opening failures, 1 failed probe (got %d), %d answered 200\n"+
+			"the storm's answers other than a refusal: %s\nthe fake's requests: %s",
+			stormCluster, len(recs), want, s.failures, probeFailures, oks, s.unrefused(), s.received(recs))
 	}
 	seen := map[string]bool{}
 	for _, r := range recs[:s.failures] {
@@ -242,6 +243,30 @@ func (s *storm) check(t *testing.T, health gjson.Result) {
 	t.Logf("storm: the breaker opened after %d failures; %d requests refused in the first OPEN period (%v), %d in the second (%v); probes %v and %v after the failure before each; %d answered 200",
 		s.failures, refused1, s.open1, refused2, s.open2, probe1.Sub(lastFailure).Round(time.Millisecond),
 		probe2.Sub(probe1).Round(time.Millisecond), oks)
+}
+
+// unrefused lists the storm's answers that were not a refusal while OPEN, with when each
+// request was sent (since the first), for a failure's message.
+func (s *storm) unrefused() string {
+	var b strings.Builder
+	for i, o := range s.outcomes {
+		if tm := s.times[i]; !tm.refused {
+			fmt.Fprintf(&b, "\n  #%d sent +%v answered +%v: %d %q attempts %d via %s/%s", i,
+				tm.sent.Sub(s.times[0].sent).Round(time.Millisecond), tm.answered.Sub(s.times[0].sent).Round(time.Millisecond),
+				o.status, o.code, o.attempts, o.provider, o.connection)
+		}
+	}
+	return b.String()
+}
+
+// received lists the fake's requests: when each started (since the first) and from which
+// connection.
+func (s *storm) received(recs []fakeprovider.Recorded) string {
+	var b strings.Builder
+	for i, r := range recs {
+		fmt.Fprintf(&b, "\n  %d: +%v from %s", i, r.Start.Sub(recs[0].Start).Round(time.Millisecond), s.connectionsOf(recs[i:i+1])[0])
+	}
+	return b.String()
 }
 
 // connectionsOf names the connections whose credentials sent recs ("?" for another).
