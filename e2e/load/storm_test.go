@@ -264,7 +264,7 @@ func (s *storm) unrefused() string {
 func (s *storm) received(recs []fakeprovider.Recorded) string {
 	var b strings.Builder
 	for i, r := range recs {
-		fmt.Fprintf(&b, "\n  %d: +%v from %s", i, r.Start.Sub(recs[0].Start).Round(time.Millisecond), s.connectionsOf(recs[i:i+1])[0])
+		fmt.Fprintf(&b, "\n  %d: +%v from %s", i, r.Start.Sub(recs[0].Start).Round(time.Millisecond), s.connectionsOf(recs[i : i+1])[0])
 	}
 	return b.String()
 }
