@@ -2,13 +2,11 @@ package load
 
 import (
 	"bytes"
-	"context"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/spillwayproxy/spillway/e2e/internal/e2etest"
 	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
 	"github.com/spillwayproxy/spillway/hostsim/serve"
@@ -57,28 +56,12 @@ type proxy struct {
 // events go out at once unless a request asks for a delay).
 func startProxy(t testing.TB, module string, workers int) *proxy {
 	t.Helper()
-	hostsimtest.ReadModule(t, module)
-	opts := serve.DefaultOptions()
-	opts.Listen = "127.0.0.1:0"
-	opts.Admin = "127.0.0.1:0"
-	opts.WasmPath = filepath.Join(hostsimtest.ModuleRoot(t), filepath.FromSlash(module))
+	opts := e2etest.ServeOptions(t, module)
 	opts.PolicyPath = policyPath
 	opts.Workers = workers
-	opts.Runtime = hostsimtest.Runtime(t)
 	p := &proxy{access: newAccessLog(), guest: &guestLog{}}
-	inst, err := serve.Start(opts, p.access, p.guest)
-	if err != nil {
-		t.Fatalf("serve.Start: %v", err)
-	}
-	p.Instance = inst
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), serve.ShutdownGrace)
-		defer cancel()
-		if err := inst.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	for _, f := range inst.Fakes {
+	p.Instance = e2etest.StartInstance(t, opts, p.access, p.guest)
+	for _, f := range p.Fakes {
 		f.SetPacing(fakeprovider.Pacing{})
 	}
 	return p

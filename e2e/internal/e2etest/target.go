@@ -81,8 +81,15 @@ func (tg *Target) SetPacing(p fakeprovider.Pacing) {
 // test with "run make build".
 func WasmPath(t testing.TB) string {
 	t.Helper()
-	hostsimtest.ReadModule(t, "build/spillway.wasm")
-	return filepath.Join(hostsimtest.ModuleRoot(t), "build", "spillway.wasm")
+	return modulePath(t, "build/spillway.wasm")
+}
+
+// modulePath returns the absolute path of module (a path under build/); a missing or
+// stale module fails the test with "run make build".
+func modulePath(t testing.TB, module string) string {
+	t.Helper()
+	hostsimtest.ReadModule(t, module)
+	return filepath.Join(hostsimtest.ModuleRoot(t), filepath.FromSlash(module))
 }
 
 // loadPolicy validates the policy as the filter will ("" is the embedded demo policy,
