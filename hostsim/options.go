@@ -51,6 +51,31 @@ type config struct {
 
 	allowHeadersStopIteration bool
 	foreignAddresses          bool
+
+	// The router's retries (retrypolicy.go) and the upstream HTTP filter (WithUpstreamFilter).
+	retryPolicy    *RetryPolicy
+	maxRetries     *uint32
+	retryRandom    RetryRandom
+	upstreamFilter *upstreamFilter
+}
+
+// upstreamFilter is the second plugin on the module's VMs: the upstream HTTP filter.
+type upstreamFilter struct {
+	rootID string
+	config []byte
+}
+
+// WithUpstreamFilter adds a second plugin on the same vm_config, as the provider cluster's
+// upstream HTTP filter (HttpProtocolOptions.http_filters = [wasm, upstream_codec], Envoy ≥
+// 1.31): each VM starts it after the first plugin with a root context of its own (cpp-host
+// WasmBase::start: proxy_on_context_create and proxy_on_vm_start for the new root, then
+// proxy_on_configure with configuration), a canary of its own first (WasmHandleBase::canary
+// is per plugin), and plugin_root_id and plugin_name answer rootID in its contexts. Every
+// try of an exchange gets a new stream context in it (UpstreamRequest's own filter chain).
+func WithUpstreamFilter(rootID string, configuration []byte) Option {
+	return func(c *config) {
+		c.upstreamFilter = &upstreamFilter{rootID: rootID, config: append([]byte(nil), configuration...)}
+	}
 }
 
 func defaultConfig() config {
