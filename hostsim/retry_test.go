@@ -3,6 +3,7 @@ package hostsim_test
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -28,7 +29,8 @@ func probeUp(t *testing.T, down, up string, opts ...hostsim.Option) *hostsimtest
 	return probe(t, down, all...)
 }
 
-// tries records what each try brought to the upstream, and answers by attempt.
+// tries records what each try brought to the upstream, and answers by attempt; an answer
+// with a Reset and no headers is a reset before the response (the UpstreamFunc's error).
 type tries struct {
 	mu   sync.Mutex
 	reqs []*hostsim.UpstreamRequest
@@ -41,7 +43,11 @@ func (tr *tries) upstream(clock hostsim.Clock, answer func(n uint32) *hostsim.Up
 		tr.reqs = append(tr.reqs, req)
 		tr.at = append(tr.at, clock.Now())
 		tr.mu.Unlock()
-		return answer(req.Attempt), nil
+		resp := answer(req.Attempt)
+		if resp.Headers == nil && resp.Reset != nil { // a reset before the response
+			return nil, resp.Reset
+		}
+		return resp, nil
 	}
 }
 
@@ -240,6 +246,20 @@ func TestRetryDecisions(t *testing.T) {
 		{name: "a body within the retry buffer limit is replayed",
 			policy: hostsim.RetryPolicy{RetryOn: "5xx", BufferLimit: uint64p(10)},
 			body:   "ten bytes!", codes: []string{"503", "200"}, wantTries: 2, wantCode: 200},
+		{name: "a body the downstream filter buffered and released counts twice (envoy#30613)",
+			policy: hostsim.RetryPolicy{RetryOn: "5xx", BufferLimit: uint64p(12)},
+			down:   "request_body ret 1\nrequest_body continue 0",
+			body:   "ten bytes!", codes: []string{"503", "200"}, wantTries: 1, wantCode: 503},
+		{name: "the same body passed on as it came fits",
+			policy: hostsim.RetryPolicy{RetryOn: "5xx", BufferLimit: uint64p(12)},
+			body:   "ten bytes!", codes: []string{"503", "200"}, wantTries: 2, wantCode: 200},
+		{name: "a reset is retried with reset, the retry's answer passed on",
+			policy: hostsim.RetryPolicy{RetryOn: "reset"},
+			codes:  []string{"reset", "200"}, wantTries: 2, wantCode: 200},
+		{name: "resets exhausted: the router's 503, flags of the reset and URX",
+			policy: hostsim.RetryPolicy{RetryOn: "reset"},
+			codes:  []string{"reset"}, wantTries: 2, wantCode: 503,
+			wantFlags: hostsim.FlagUpstreamRemoteReset | hostsim.FlagUpstreamRetryLimitExceeded},
 		{name: "a full max_retries breaker overflows with UO",
 			policy: hostsim.RetryPolicy{RetryOn: "5xx"}, opts: []hostsim.Option{hostsim.WithMaxRetries(0)},
 			codes: []string{"503"}, wantTries: 1, wantCode: 503, wantFlags: hostsim.FlagUpstreamOverflow},
@@ -249,7 +269,11 @@ func TestRetryDecisions(t *testing.T) {
 			clock := hostClock()
 			var tr tries
 			answer := func(n uint32) *hostsim.UpstreamResponse {
-				return status(tc.codes[min(int(n), len(tc.codes))-1])
+				code := tc.codes[min(int(n), len(tc.codes))-1]
+				if code == "reset" { // a remote reset before the response
+					return &hostsim.UpstreamResponse{Reset: &hostsim.UpstreamReset{Reason: hostsim.ResetRemoteReset}}
+				}
+				return status(code)
 			}
 			opts := append([]hostsim.Option{hostsim.WithClock(clock), hostsim.WithUpstream(tr.upstream(clock, answer)),
 				hostsim.WithRetryPolicy(tc.policy)}, tc.opts...)
@@ -383,5 +407,159 @@ func TestRetryPolicyValidation(t *testing.T) {
 	}
 	if _, err := hostsim.New(hostsimtest.Guest(t, "probe"), hostsim.WithMaxRetries(1)); err == nil {
 		t.Error("WithMaxRetries without a policy accepted")
+	}
+}
+
+// The router's 503 after retried resets says so: "retried and the latest reset reason".
+func TestRetriedResetReply(t *testing.T) {
+	var tr tries
+	clock := hostClock()
+	h := probe(t, "", hostsim.WithClock(clock), hostsim.WithRetryPolicy(hostsim.RetryPolicy{RetryOn: "connect-failure"}),
+		hostsim.WithUpstream(tr.upstream(clock, func(uint32) *hostsim.UpstreamResponse {
+			return &hostsim.UpstreamResponse{Reset: &hostsim.UpstreamReset{Reason: hostsim.ResetRemoteConnectionFailure}}
+		})))
+	resp := h.RunHTTP(&hostsim.Request{Headers: getReq})
+	const prefix = "upstream connect error or disconnect/reset before headers. retried and the latest reset reason: "
+	if resp.StatusCode != 503 || !strings.HasPrefix(string(resp.Body), prefix) || len(tr.reqs) != 2 {
+		t.Fatalf("%d %q after %d tries", resp.StatusCode, resp.Body, len(tr.reqs))
+	}
+	if want := hostsim.FlagUpstreamConnectionFailure | hostsim.FlagUpstreamRetryLimitExceeded; resp.Flags != want {
+		t.Errorf("flags %v, want %v", resp.Flags, want)
+	}
+}
+
+// Per-try timeouts: a try that does not answer in time is reset and retried (a LocalReset
+// outcome, retriable with 5xx); the last one not retried is the router's 504 with details
+// upstream_per_try_timeout; once a response went downstream the timeout is ignored.
+func TestPerTryTimeout(t *testing.T) {
+	tests := []struct {
+		name string
+		// delays are each try's header delay (the last repeats); bodyDelay delays the
+		// answer's body.
+		delays    []time.Duration
+		bodyDelay time.Duration
+		// wantTries, wantCode and wantDetails are what the router did.
+		wantTries   int
+		wantCode    int
+		wantDetails string
+	}{
+		{name: "the slow try is retried", delays: []time.Duration{time.Second, 0},
+			wantTries: 2, wantCode: 200, wantDetails: hostsim.DetailsViaUpstream},
+		{name: "every try slow: 504", delays: []time.Duration{time.Second},
+			wantTries: 2, wantCode: 504, wantDetails: "upstream_per_try_timeout"},
+		{name: "ignored once the response went downstream", delays: []time.Duration{0}, bodyDelay: time.Second,
+			wantTries: 1, wantCode: 200, wantDetails: hostsim.DetailsViaUpstream},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := hostClock()
+			var tr tries
+			h := probe(t, "", hostsim.WithClock(clock), hostsim.WithRetryPolicy(hostsim.RetryPolicy{RetryOn: "5xx",
+				PerTryTimeout: 100 * time.Millisecond}),
+				hostsim.WithUpstream(tr.upstream(clock, func(n uint32) *hostsim.UpstreamResponse {
+					return &hostsim.UpstreamResponse{Headers: hdrs(":status", "200"), Body: []byte("ok"),
+						Delay: tc.delays[min(int(n), len(tc.delays))-1], ChunkDelays: []time.Duration{tc.bodyDelay}}
+				})))
+			resp := h.RunHTTP(&hostsim.Request{Headers: getReq})
+			if len(tr.reqs) != tc.wantTries || resp.StatusCode != tc.wantCode || resp.Details != tc.wantDetails {
+				t.Fatalf("%d tries, %d %q; want %d tries, %d %q", len(tr.reqs), resp.StatusCode, resp.Details,
+					tc.wantTries, tc.wantCode, tc.wantDetails)
+			}
+			if tc.wantCode == 504 && resp.Flags&hostsim.FlagUpstreamRequestTimeout == 0 {
+				t.Errorf("flags %v, want UT", resp.Flags)
+			}
+		})
+	}
+}
+
+// With a streaming upstream (real clock) every try is its own UpstreamCall: the retried
+// one's context is cancelled, and the next reads the request body again — the part the
+// router buffered replayed, the rest as the client sends it.
+func TestStreamingUpstreamRetry(t *testing.T) {
+	calls := make(chan *hostsim.UpstreamCall, 4)
+	h := probe(t, "", hostsim.WithRealClock(), hostsim.WithRetryRandom(fixedRandom(0)),
+		hostsim.WithRetryPolicy(hostsim.RetryPolicy{RetryOn: "retriable-status-codes", RetriableStatusCodes: []uint32{429}}),
+		hostsim.WithStreamingUpstream(func(c *hostsim.UpstreamCall) { calls <- c }))
+	ctx := context.Background()
+	ex, err := h.Worker(0).StartStream(ctx, postReq, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.SendData(ctx, []byte(`{"model":`), false); err != nil {
+		t.Fatal(err)
+	}
+	first := <-calls
+	if err := first.Respond(hdrs(":status", "429"), true); err != nil {
+		t.Fatalf("first Respond: %v", err)
+	}
+	<-first.Context().Done() // the router reset the retried try
+	second := <-calls
+	if err := ex.SendData(ctx, []byte(`"m"}`), true); err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(second.Body())
+	if err != nil || string(b) != `{"model":"m"}` {
+		t.Fatalf("second try read %q, %v", b, err)
+	}
+	if err := second.Respond(hdrs(":status", "200"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Data([]byte("ok"), true); err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for {
+		ev, err := ex.Next(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds = append(kinds, ev.Kind.String())
+		if ev.Kind == hostsim.ClientHeaders {
+			if v, _ := headerValue(ev.Headers, ":status"); v != "200" {
+				t.Errorf("client got status %s, want the second try's 200", v)
+			}
+		}
+	}
+	if strings.Join(kinds, ",") != "headers,data,end" {
+		t.Errorf("client events %v", kinds)
+	}
+}
+
+// A request body chunk arriving while a retry's back-off runs, past the retry buffer
+// limit, is answered 507 (Filter::decodeData with no try in flight).
+func TestRetryBufferOverflowDuringBackoff(t *testing.T) {
+	calls := make(chan *hostsim.UpstreamCall, 4)
+	h := probe(t, "", hostsim.WithRealClock(), hostsim.WithRetryRandom(fixedRandom(3_599_999)),
+		hostsim.WithRetryPolicy(hostsim.RetryPolicy{RetryOn: "5xx", BufferLimit: uint64p(8),
+			BaseInterval: time.Hour, MaxInterval: time.Hour}),
+		hostsim.WithStreamingUpstream(func(c *hostsim.UpstreamCall) { calls <- c }))
+	ctx := context.Background()
+	ex, err := h.Worker(0).StartStream(ctx, postReq, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := <-calls
+	if err := first.Respond(hdrs(":status", "503"), true); err != nil {
+		t.Fatal(err)
+	}
+	// The retry now waits its back-off (about an hour): no try is in flight.
+	if err := ex.SendData(ctx, []byte("more than eight bytes"), true); err != nil && !errors.Is(err, hostsim.ErrNoStream) {
+		t.Fatal(err)
+	}
+	ev, err := ex.Next(ctx)
+	if err != nil || ev.Kind != hostsim.ClientHeaders {
+		t.Fatalf("first event %+v, %v", ev, err)
+	}
+	if v, _ := headerValue(ev.Headers, ":status"); v != "507" {
+		t.Fatalf("status %s, want 507", v)
+	}
+	for err == nil {
+		_, err = ex.Next(ctx)
+	}
+	if resp := ex.Response(); resp == nil || resp.Details != "request_payload_exceeded_retry_buffer_limit" {
+		t.Errorf("response %+v, want details request_payload_exceeded_retry_buffer_limit", resp)
 	}
 }

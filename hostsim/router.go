@@ -139,7 +139,9 @@ func (ex *Exchange) stepRequest() {
 		if !ex.record {
 			d.ForwardedBody, ex.reqSent = d.ForwardedBody[:0], 0
 		}
-		ex.routerData(chunk, d.Complete && d.ForwardedTrailers == nil)
+		aliased := d.ReleasedBuffer
+		d.ReleasedBuffer = false
+		ex.routerData(chunk, d.Complete && d.ForwardedTrailers == nil, aliased)
 		if ex.done {
 			return
 		}
@@ -161,9 +163,12 @@ func (ex *Exchange) stepRequest() {
 // routerData is Filter::decodeData: while the retry state buffers, the chunk is kept for a
 // retry (past the retry buffer limit the router gives up retrying, or answers 507 while a
 // retry's back-off runs), and a copy goes to the try in flight.
-func (ex *Exchange) routerData(chunk []byte, eos bool) {
+//
+// aliased: the chunk is the connection manager's buffer the downstream filter buffered and
+// released, which Envoy counts twice against the limit (retry.State.Body).
+func (ex *Exchange) routerData(chunk []byte, eos, aliased bool) {
 	if ex.retry != nil {
-		switch ex.retry.Body(uint64(len(chunk)), false) {
+		switch ex.retry.Body(uint64(len(chunk)), aliased) {
 		case retry.BodyTooLarge:
 			ex.envoyReply(retry.TooLargeCode, retry.TooLargeBody, 0, retry.TooLargeDetails)
 			return

@@ -331,9 +331,8 @@ func (ex *Exchange) endTry(t *upTry) {
 		return
 	}
 	t.ended = true
-	if t.up.Abandon() {
-		t.upCancel()
-	}
+	t.up.Abandon()
+	t.upCancel() // also a try whose response had ended: Envoy resets it if its request had not
 	t.play = nil
 	if t.call != nil {
 		t.call.body.Abandon()
