@@ -563,3 +563,37 @@ func TestRetryBufferOverflowDuringBackoff(t *testing.T) {
 		t.Errorf("response %+v, want details request_payload_exceeded_retry_buffer_limit", resp)
 	}
 }
+
+// An upstream filter can hold a try's response headers, look at the first body chunk and
+// only then mark the try retriable (the "200 whose first SSE event is an error" case): the
+// router decides on the released headers and drops the held body with the try, as Envoy
+// ≥ 1.37 does (envoyproxy/envoy#41879; before it the release was undefined behaviour).
+func TestUpstreamFilterHoldsThenMarksRetriable(t *testing.T) {
+	clock := hostClock()
+	var tr tries
+	up := `
+response_headers@4 ret 1
+response_body@4 add_header 2 x-spillway-retry 1
+`
+	h := probeUp(t, "", up, hostsim.WithClock(clock),
+		hostsim.WithUpstream(tr.upstream(clock, func(n uint32) *hostsim.UpstreamResponse {
+			if n == 1 {
+				return &hostsim.UpstreamResponse{Headers: hdrs(":status", "200"), Body: []byte("data: {\"error\":\"overloaded\"}\n\n")}
+			}
+			return &hostsim.UpstreamResponse{Headers: hdrs(":status", "200"), Body: []byte("data: ok\n\n")}
+		})),
+		hostsim.WithRetryPolicy(hostsim.RetryPolicy{RetryOn: "retriable-headers",
+			RetriableHeaders: []hostsim.RetryHeaderMatcher{{Name: "x-spillway-retry"}}}))
+	resp := h.RunHTTP(&hostsim.Request{Headers: getReq})
+	if len(tr.reqs) != 2 || string(resp.Body) != "data: ok\n\n" {
+		t.Fatalf("%d tries, client got %q; want 2 tries and the second's body", len(tr.reqs), resp.Body)
+	}
+	if _, marked := headerValue(resp.Headers, "x-spillway-retry"); marked {
+		t.Errorf("the retried try's marker reached the client: %v", resp.Headers)
+	}
+	requireTrace(t, h.Host, "worker-0", "cb response_headers ctx=4", "cb response_body ctx=4", "cb done ctx=4",
+		"cb response_headers ctx=5", "cb response_headers ctx=3", "cb response_body ctx=3")
+	if n := countLines(h.Host, "worker-0", "cb response_body ctx=3"); n != 1 {
+		t.Errorf("downstream on_response_body ran %d times, want 1 (the held body went with its try)", n)
+	}
+}
