@@ -410,21 +410,34 @@ func TestRetryPolicyValidation(t *testing.T) {
 	}
 }
 
-// The router's 503 after retried resets says so: "retried and the latest reset reason".
+// The router's 503 after a retried reset says so: "retried and the latest reset reason".
 func TestRetriedResetReply(t *testing.T) {
 	var tr tries
 	clock := hostClock()
-	h := probe(t, "", hostsim.WithClock(clock), hostsim.WithRetryPolicy(hostsim.RetryPolicy{RetryOn: "connect-failure"}),
-		hostsim.WithUpstream(tr.upstream(clock, func(uint32) *hostsim.UpstreamResponse {
-			return &hostsim.UpstreamResponse{Reset: &hostsim.UpstreamReset{Reason: hostsim.ResetRemoteConnectionFailure}}
+	h := probe(t, "", hostsim.WithClock(clock), hostsim.WithRetryPolicy(hostsim.RetryPolicy{RetryOn: "connect-failure",
+		IncludeAttemptCountInResponse: true}),
+		hostsim.WithUpstream(tr.upstream(clock, func(n uint32) *hostsim.UpstreamResponse {
+			reason := hostsim.ResetRemoteConnectionFailure
+			if n == 2 {
+				reason = hostsim.ResetOverflow // a connection pool's circuit breaker: never retried
+			}
+			return &hostsim.UpstreamResponse{Reset: &hostsim.UpstreamReset{Reason: reason}}
 		})))
 	resp := h.RunHTTP(&hostsim.Request{Headers: getReq})
 	const prefix = "upstream connect error or disconnect/reset before headers. retried and the latest reset reason: "
 	if resp.StatusCode != 503 || !strings.HasPrefix(string(resp.Body), prefix) || len(tr.reqs) != 2 {
 		t.Fatalf("%d %q after %d tries", resp.StatusCode, resp.Body, len(tr.reqs))
 	}
-	if want := hostsim.FlagUpstreamConnectionFailure | hostsim.FlagUpstreamRetryLimitExceeded; resp.Flags != want {
-		t.Errorf("flags %v, want %v", resp.Flags, want)
+	if want := hostsim.FlagUpstreamOverflow; resp.Flags != want {
+		t.Errorf("flags %v, want %v (the overflow's, no URX: an overflow is not retriable)", resp.Flags, want)
+	}
+	// The router's own reply carries its modify_headers_: the attempt count, and
+	// x-envoy-overloaded for a reset by a circuit breaker.
+	if v, _ := headerValue(resp.Headers, "x-envoy-attempt-count"); v != "2" {
+		t.Errorf("x-envoy-attempt-count %q, want 2", v)
+	}
+	if v, _ := headerValue(resp.Headers, "x-envoy-overloaded"); v != "true" {
+		t.Errorf("x-envoy-overloaded %q, want true", v)
 	}
 }
 

@@ -2,6 +2,7 @@ package hostsim
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
@@ -37,21 +38,12 @@ var ErrNoHealthyUpstream = router.ErrNoHealthyUpstream
 type UpstreamReset = router.Reset
 
 // modelStream is the exchange as the Envoy model's packages see it (VM locked): the
-// router's Stream, the connection manager's and the HTTP stream's Driver, methods kept
-// off Exchange's API.
+// connection manager's Stream and the HTTP stream's Driver, methods kept off Exchange's
+// API. Each try is the router's Stream itself (tryStream, tries.go).
 type modelStream Exchange
-
-func (ms *modelStream) Reply(r router.Reply) {
-	(*Exchange)(ms).envoyReply(r.Code, r.Body, r.Flag, r.Details)
-}
 
 func (ms *modelStream) After(d time.Duration, f func()) {
 	(*Exchange)(ms).after(d, func(*Exchange) error { f(); return nil })
-}
-
-func (ms *modelStream) Debug(msg string) {
-	ex := (*Exchange)(ms)
-	ex.vm.host.log(ex.vm, LogDebug, msg)
 }
 
 func (ms *modelStream) Now() time.Time { return ms.vm.host.clock.Now() }
@@ -81,13 +73,32 @@ func (ms *modelStream) ClientReset() error {
 // response headers the filter holds, and resets the stream once headers went downstream
 // (VM locked).
 func (ex *Exchange) envoyReply(code int, body string, flag ResponseFlags, details string) {
+	ex.envoyReplyWith(code, body, flag, details, nil)
+}
+
+// routerReply is the router answering itself (Filter::onUpstreamAbort, onResponseTimeout,
+// decodeData's 507): with a retry policy its modify_headers_ add x-envoy-attempt-count when
+// the route includes it in responses, and x-envoy-overloaded: true for a reset by a
+// circuit breaker (Filter::onUpstreamReset's dropped, suppress_envoy_headers not modelled).
+func (ex *Exchange) routerReply(r router.Reply, overloaded bool) {
+	var extra [][2]string
+	if overloaded {
+		extra = append(extra, [2]string{"x-envoy-overloaded", "true"})
+	}
+	if rs := ex.vm.host.retries; rs != nil && rs.policy.IncludeAttemptCountInResponse && ex.routed {
+		extra = append(extra, [2]string{retry.HeaderAttemptCount, strconv.FormatUint(uint64(ex.upTry.n), 10)})
+	}
+	ex.envoyReplyWith(r.Code, r.Body, r.Flag, r.Details, extra)
+}
+
+func (ex *Exchange) envoyReplyWith(code int, body string, flag ResponseFlags, details string, headers [][2]string) {
 	if ex.done {
 		return
 	}
 	s := ex.s
 	s.Flags |= flag
 	ex.abandonUpstream()
-	lr := &LocalResponse{StatusCode: uint32(code), StatusCodeDetail: details, Data: []byte(body), GRPCStatus: -1}
+	lr := &LocalResponse{StatusCode: uint32(code), StatusCodeDetail: details, Data: []byte(body), Headers: headers, GRPCStatus: -1}
 	s.SendLocalReply(lr, details)
 	ex.vm.settle()
 	ex.step()
@@ -170,7 +181,7 @@ func (ex *Exchange) routerData(chunk []byte, eos, aliased bool) {
 	if ex.retry != nil {
 		switch ex.retry.Body(uint64(len(chunk)), aliased) {
 		case retry.BodyTooLarge:
-			ex.envoyReply(retry.TooLargeCode, retry.TooLargeBody, 0, retry.TooLargeDetails)
+			ex.routerReply(router.Reply{Code: retry.TooLargeCode, Body: retry.TooLargeBody, Details: retry.TooLargeDetails}, false)
 			return
 		case retry.BodyBuffered:
 			ex.rbody = append(ex.rbody, chunk...)
@@ -196,8 +207,7 @@ func (ex *Exchange) armRouteTimeout() {
 		if ex.done || (!ex.waiting && ex.up.Done()) {
 			return nil
 		}
-		r := router.TimeoutReply(router.DetailsResponseTimeout)
-		ex.envoyReply(r.Code, r.Body, r.Flag, r.Details)
+		ex.routerReply(router.TimeoutReply(router.DetailsResponseTimeout), false)
 		return nil
 	})
 }

@@ -398,7 +398,7 @@ func (ex *Exchange) tryReset(t *upTry, r *router.Reset) {
 	if ex.retry.IsRetry() {
 		rep = router.RetriedResetReply(r, t.up.ResponseStarted())
 	}
-	ex.envoyReply(rep.Code, rep.Body, rep.Flag, rep.Details)
+	ex.routerReply(rep, d.Overloaded)
 }
 
 // armPerTryTimeout arms the policy's per-try timeout once the try's whole request went
@@ -433,8 +433,7 @@ func (ex *Exchange) perTryTimeout(t *upTry, details string) {
 		ex.retryAfter(t, d)
 		return
 	}
-	r := router.TimeoutReply(details)
-	ex.envoyReply(r.Code, r.Body, r.Flag, r.Details)
+	ex.routerReply(router.TimeoutReply(details), false)
 }
 
 // upstreamLocalReply hands the upstream filter's local reply (or its failure's 503, or its
@@ -518,7 +517,7 @@ func (ts *tryStream) Reply(r router.Reply) {
 		ex.perTryTimeout(t, r.Details)
 		return
 	}
-	ex.envoyReply(r.Code, r.Body, r.Flag, r.Details)
+	ex.routerReply(r, false)
 }
 
 // After runs f d from now on the host's clock.
