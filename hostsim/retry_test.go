@@ -173,6 +173,9 @@ response_headers@5 set_property last_try 2
 	)
 	requireNoLine(t, h.Host, "worker-0", "cb log ctx=4")
 	requireNoLine(t, h.Host, "worker-0", "cb log ctx=5")
+	if n := h.Worker(0).LiveStreams(); n != 0 {
+		t.Errorf("%d streams live after the exchange, want 0 (every try's filter stream ended)", n)
+	}
 	if n := countLines(h.Host, "worker-0", "cb log ctx=3"); n != 1 {
 		t.Errorf("downstream on_log ran %d times, want 1", n)
 	}
