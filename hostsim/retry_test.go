@@ -354,6 +354,54 @@ func TestUpstreamFilterLocalReplyIsFinal(t *testing.T) {
 	requireNoLine(t, h.Host, "worker-0", "cb log ctx=4")
 }
 
+// A local reply from the upstream filter's request headers never reaches the upstream; it
+// goes through the downstream filter's response callbacks to the client.
+func TestUpstreamFilterRequestLocalReply(t *testing.T) {
+	clock := hostClock()
+	var tr tries
+	h := probeUp(t, "response_headers get_header 2 :status", "request_headers local_response 429 quota slow+down -",
+		hostsim.WithClock(clock),
+		hostsim.WithUpstream(tr.upstream(clock, func(uint32) *hostsim.UpstreamResponse { return status("200") })),
+		hostsim.WithRetryPolicy(hostsim.RetryPolicy{RetryOn: "retriable-status-codes", RetriableStatusCodes: []uint32{429}}))
+	resp := h.RunHTTP(&hostsim.Request{Headers: getReq})
+	if resp.StatusCode != 429 || len(tr.reqs) != 0 || resp.Upstream != nil {
+		t.Fatalf("client got %d after %d tries (Upstream %v), want the upstream filter's 429 and no try", resp.StatusCode,
+			len(tr.reqs), resp.Upstream)
+	}
+	requireTrace(t, h.Host, "worker-0", "cb request_headers ctx=4", "cb response_headers ctx=3",
+		"op get_header 2 :status -> Ok 429", "cb done ctx=4", "cb delete ctx=4", "cb log ctx=3")
+	requireNoLine(t, h.Host, "worker-0", "cb response_headers ctx=4") // "Local replies will not be seen by upstream filters"
+}
+
+// A trap in the upstream filter follows the failure policy for the try's filter chain:
+// FAIL_CLOSED answers 503 wasm_fail_stream without reaching the upstream, FAIL_OPEN lets the
+// try through without the filter.
+func TestUpstreamFilterTrap(t *testing.T) {
+	for _, tc := range []struct {
+		policy    hostsim.FailurePolicy
+		wantCode  int
+		wantTries int
+	}{
+		{hostsim.FailClosed, 503, 0},
+		{hostsim.FailOpen, 200, 1},
+	} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			clock := hostClock()
+			var tr tries
+			h := probeUp(t, "", "request_headers@4 trap", hostsim.WithClock(clock), hostsim.WithFailurePolicy(tc.policy),
+				hostsim.WithUpstream(tr.upstream(clock, func(uint32) *hostsim.UpstreamResponse { return status("200") })))
+			resp, err := h.Host.RunHTTP(context.Background(), &hostsim.Request{Headers: getReq})
+			var trap *hostsim.TrapError
+			if !errors.As(err, &trap) || trap.Callback != "proxy_on_request_headers" {
+				t.Fatalf("error %v, want the upstream filter's trap", err)
+			}
+			if resp.StatusCode != tc.wantCode || len(tr.reqs) != tc.wantTries {
+				t.Fatalf("client got %d after %d tries, want %d after %d", resp.StatusCode, len(tr.reqs), tc.wantCode, tc.wantTries)
+			}
+		})
+	}
+}
+
 // proxy_close_stream from the upstream filter resets the downstream stream, with no retry
 // (UpstreamRequestFilterManagerCallbacks::resetStream).
 func TestUpstreamFilterCloseResetsTheClient(t *testing.T) {
