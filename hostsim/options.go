@@ -160,12 +160,16 @@ func WithCalloutHandler(h CalloutHandler) Option { return func(c *config) { c.ca
 
 // WithUpstream sets the upstream that exchanges (RunHTTP, StartHTTP, StartStream) forward
 // requests to, once the whole request has passed the filter; its answer is played back
-// through the filter, body chunk by body chunk at their ChunkDelays.
+// through the filter, body chunk by body chunk at their ChunkDelays. With a retry policy
+// (WithRetryPolicy) it is called once per try, with that try's headers and body
+// (UpstreamRequest.Attempt numbers them).
 func WithUpstream(f UpstreamFunc) Option { return func(c *config) { c.upstream = f } }
 
 // WithStreamingUpstream sets an upstream that streams both ways instead (it takes precedence
 // over WithUpstream): called as soon as the request headers passed the filter, it reads the
 // body as it passes and answers part by part (see UpstreamCall). It needs WithRealClock.
+// With a retry policy each try is a call of its own: a retried try's context is cancelled
+// and the next call reads the buffered body again, then what the client sends after.
 func WithStreamingUpstream(f UpstreamStreamFunc) Option {
 	return func(c *config) { c.streamUpstream = f }
 }
