@@ -165,7 +165,11 @@
 //     copyToPointerSize). WithForeignAddresses breaks this on purpose, for tests of a
 //     guest's defences: the data goes 8 bytes past the block the allocator returned.
 //   - Failure: a trap (or a Go fatal error) comes back as a *TrapError naming the VM and the
-//     callback; the VM is failed and later streams follow the FailurePolicy.
+//     callback; the VM is failed and later streams follow the FailurePolicy, as do streams
+//     still live on it at their next callback, which does not run (cpp-host
+//     CHECK_FAIL_HTTP: FAIL_OPEN goes on without the filter, otherwise the stream fails
+//     once, 503 wasm_fail_stream) — with an upstream filter the downstream stream and the
+//     try's share the VM.
 //
 // Known simplifications: at most two plugins per VM (the downstream filter and, with
 // WithUpstreamFilter, the upstream filter); no gRPC calls or TCP filters;

@@ -375,7 +375,8 @@ func TestUpstreamFilterRequestLocalReply(t *testing.T) {
 
 // A trap in the upstream filter follows the failure policy for the try's filter chain:
 // FAIL_CLOSED answers 503 wasm_fail_stream without reaching the upstream, FAIL_OPEN lets the
-// try through without the filter.
+// try through without the filter; the downstream filter, on the same failed VM, gets no
+// more callbacks.
 func TestUpstreamFilterTrap(t *testing.T) {
 	for _, tc := range []struct {
 		policy    hostsim.FailurePolicy
@@ -398,6 +399,9 @@ func TestUpstreamFilterTrap(t *testing.T) {
 			if resp.StatusCode != tc.wantCode || len(tr.reqs) != tc.wantTries {
 				t.Fatalf("client got %d after %d tries, want %d after %d", resp.StatusCode, len(tr.reqs), tc.wantCode, tc.wantTries)
 			}
+			// The downstream filter shares the failed VM: no more callbacks for it
+			// (cpp-host CHECK_FAIL_HTTP), neither the reply's nor the response's.
+			requireNoLine(t, h.Host, "worker-0", "cb response_headers ctx=3")
 		})
 	}
 }

@@ -261,6 +261,9 @@ func (s *Stream) OnHeaders(d *filtermanager.Direction, headers [][2]string, eos 
 		d.ForwardHeaders(s.filter())
 		return types.ActionContinue, nil
 	}
+	if s.vmFailed() {
+		return paused(!s.Skip), nil
+	}
 	if err := s.ensureCreated(); err != nil {
 		return types.ActionPause, s.Failed(err)
 	}
@@ -300,6 +303,12 @@ func (s *Stream) OnBody(d *filtermanager.Direction, chunk []byte, eos bool) (typ
 		return types.ActionContinue, nil
 	}
 	d.Receive(chunk)
+	if s.guest.Failed() && s.thread.cfg.FailOpen {
+		d.Buffering = true // what the filter manager holds goes on with the bypass
+	}
+	if s.vmFailed() {
+		return paused(!s.Skip), nil
+	}
 	if d.Buffering && len(d.Body) > s.BufferLimit() {
 		s.overLimit(d)
 		s.thread.Settle()
@@ -342,6 +351,9 @@ func (s *Stream) OnTrailers(d *filtermanager.Direction, trailers [][2]string) (t
 		d.ForwardTrailers(s.filter())
 		return types.ActionContinue, nil
 	}
+	if s.vmFailed() {
+		return paused(!s.Skip), nil
+	}
 	d.TrailersAvail = true
 	_, _, cb := s.callbacks(d)
 	raw, forceStop, err := s.guest.Call(cb, uint64(len(trailers)), 0)
@@ -368,6 +380,22 @@ func (s *Stream) resume(d *filtermanager.Direction) error {
 		s.activity()
 	}
 	return d.Resume(s.filter())
+}
+
+// vmFailed is cpp-host's CHECK_FAIL_HTTP at the top of every HTTP callback
+// (ContextBase::onRequestHeaders, onRequestBody, ...): a stream whose VM failed since it
+// started — another stream's callback trapped, e.g. the upstream filter's on the same VM —
+// gets no callback; FAIL_OPEN lets it through (Continue), otherwise it fails once
+// (failStream for both directions: 503 wasm_fail_stream) and stops. It reports whether the
+// VM had failed.
+func (s *Stream) vmFailed() bool {
+	if !s.guest.Failed() {
+		return false
+	}
+	if s.Final == nil || s.thread.cfg.FailOpen {
+		_ = s.Failed(nil)
+	}
+	return true
 }
 
 // Failed applies the failure policy to a stream whose callback trapped and returns err:
