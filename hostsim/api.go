@@ -108,7 +108,8 @@ func (vm *VM) ResetStream(contextID uint32, details string) error {
 }
 
 // LiveStreams returns how many streams the VM holds: allocated and not yet ended
-// (completed or reset). A server that ends every stream it starts sees it fall back to 0.
+// (completed or reset), the upstream filter's streams of tries in flight included
+// (WithUpstreamFilter). A server that ends every stream it starts sees it fall back to 0.
 func (vm *VM) LiveStreams() int {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()

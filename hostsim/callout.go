@@ -66,7 +66,7 @@ func (vm *VM) httpCall(token uint32, up []byte, headers, trailers [][2]string, b
 		return st
 	}
 	headers, body, d := callout.Request(headers, body, timeout)
-	c := &Callout{Token: token, VM: vm.name, RootID: vm.rootID, ContextID: vm.rootID, Upstream: string(up),
+	c := &Callout{Token: token, VM: vm.name, RootID: vm.callerRoot(), ContextID: vm.callerRoot(), Upstream: string(up),
 		Headers: headers, Trailers: trailers, Body: body, Timeout: d, Sent: h.clock.Now(), vm: vm, gen: vm.gen}
 	if fr := vm.frame; fr != nil && fr.stream != nil {
 		c.ContextID = fr.stream.ID

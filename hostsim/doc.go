@@ -50,19 +50,18 @@
 //     callbacks through a Filter interface; the local replies it makes itself
 //     (FAIL_CLOSED's 503, 413/500 past the buffer limit), the headers of a local reply, and
 //     what it records for a downstream reset.
-//   - internal/envoy/router: the router's upstream request (response started, done or
-//     abandoned, the request body a streaming upstream has not read), its per-try idle and
-//     route timeouts, and the replies it makes itself when the upstream cannot answer (NC,
-//     UH, resets, UT), seeing the stream only through a Stream interface (Reply, After,
-//     Debug). Every way the upstream request ends badly goes through it: the seam for a
-//     retry policy.
+//   - internal/envoy/router: one try's upstream request (response started, done or
+//     abandoned, the request body a streaming upstream has not read), its per-try idle
+//     timeout, and the replies the router makes itself when the upstream cannot answer (NC,
+//     UH, resets — "retried and the latest reset reason" after retries —, UT), seeing the
+//     stream only through a Stream interface (Reply, After, Debug).
 //   - internal/envoy/retry: the router's retry decision (RetryStateImpl; Filter::
 //     onUpstreamHeaders, onUpstreamReset, doRetry): a route's Policy and the x-envoy-*
 //     request headers that override it, and per request the answer to each try's outcome
 //     after the upstream filters — retry after a jittered back-off, pass the response
 //     through, or let the router answer (URX, UO) — with the cluster's max_retries breaker,
-//     the attempt count and the retry buffer limit. A pure model, not yet wired into the
-//     exchanges.
+//     the attempt count and the retry buffer limit. The exchanges ask it (tries.go; see
+//     "Router retries and upstream filters" below).
 //   - internal/envoy/connmgr: the connection manager's stream idle timer (ActiveStream::
 //     resetIdleTimer, onIdleTimeout) and its 408/504 "stream timeout".
 //   - internal/envoy/callout: what proxy_http_call accepts and sends (Context::httpCall),
@@ -81,9 +80,10 @@
 // calls the host functions reach through the callback's frame; property.go, the stream's
 // snapshot for attributes and its filter state), the callouts' scheduling and delivery
 // (callout.go), and the exchanges that drive a stream from a client to an upstream: the API
-// (exchange.go), the client's side (downstream.go), the upstream's side and the seams of
-// the router, the connection manager and the stream's Driver (router.go), and the
-// streaming upstream (upstreamcall.go). The clock of virtual time is the module's
+// (exchange.go), the client's side (downstream.go), the router's side and the seams of
+// the router, the connection manager and the stream's Driver (router.go), the router's
+// tries with their upstream filter streams and retry decisions (tries.go, with the public
+// RetryPolicy in retrypolicy.go), and the streaming upstream (upstreamcall.go). The clock of virtual time is the module's
 // internal/manualclock, which the engine's tests share; the pairs serialization is the
 // module's internal/pairs, which the filter's hostabi shares.
 //
@@ -165,14 +165,19 @@
 //     copyToPointerSize). WithForeignAddresses breaks this on purpose, for tests of a
 //     guest's defences: the data goes 8 bytes past the block the allocator returned.
 //   - Failure: a trap (or a Go fatal error) comes back as a *TrapError naming the VM and the
-//     callback; the VM is failed and later streams follow the FailurePolicy.
+//     callback; the VM is failed and later streams follow the FailurePolicy, as do streams
+//     still live on it at their next callback, which does not run (cpp-host
+//     CHECK_FAIL_HTTP: FAIL_OPEN goes on without the filter, otherwise the stream fails
+//     once, 503 wasm_fail_stream) — with an upstream filter the downstream stream and the
+//     try's share the VM.
 //
-// Known simplifications: one plugin (root context) per VM; no gRPC calls or TCP filters;
+// Known simplifications: at most two plugins per VM (the downstream filter and, with
+// WithUpstreamFilter, the upstream filter); no gRPC calls or TCP filters;
 // FAIL_RELOAD has no backoff; guest stdout/stderr are logged line by line (cpp-host logs each
 // fd_write as it comes); a buffered upstream (WithUpstream) is called once the whole request
 // has passed the filter (a streaming one, WithStreamingUpstream, as soon as the headers did,
-// like Envoy's router); no retries (internal/envoy/retry decides them, the exchanges do not
-// ask it yet), hedging or shadowing.
+// like Envoy's router); no hedging or shadowing; one cluster (one route, one retry policy,
+// one max_retries breaker per Host).
 //
 // # Differences from the SDK's proxytest
 //
@@ -245,6 +250,86 @@
 //
 // Callouts are answered by a CalloutHandler (WithCalloutHandler) or by the test
 // (CallOnHttpCallResponse).
+//
+// # Router retries and upstream filters
+//
+// WithRetryPolicy gives the route a retry policy (RetryPolicy, converted to
+// internal/envoy/retry's Policy and validated by New: an unknown retry_on name, a status
+// outside 100–599 or a max_interval under the base is ErrInvalidRetryPolicy), WithMaxRetries
+// the cluster's max_retries breaker (default 3, shared by the Host's requests), and
+// WithUpstreamFilter runs the same module as the cluster's upstream HTTP filter too
+// (HttpProtocolOptions.http_filters = [wasm, upstream_codec], Envoy ≥ 1.31). Without them
+// the exchanges are as before: one try, no filter on it. With them:
+//
+//   - The second plugin shares each VM (one VM per worker per vm key) with a root context
+//     of its own: cpp-host getOrCreateThreadLocalPlugin → WasmBase::start (a new root;
+//     ContextBase::onStart runs proxy_on_context_create and proxy_on_vm_start for it, the
+//     VM configuration again) → WasmBase::configure (ContextBase::onConfigure,
+//     proxy_on_configure with its configuration), after a canary of its own
+//     (WasmHandleBase::canary is cached per plugin key). Its contexts answer plugin_root_id
+//     and plugin_name with its root id; its ticks, callouts and queue registrations belong
+//     to its root. The downstream plugin starts first on each VM: the order Envoy loads a
+//     listener's and a cluster's filters was not verified.
+//   - At the request headers the router reads and removes the x-envoy-* retry headers the
+//     downstream filter set (RetryStateImpl::create, FilterUtility::finalTimeout) from the
+//     shared request header map, and makes the request's retry state; every try then
+//     (Filter::decodeHeaders, Filter::doRetry) gets a new upstream filter stream — a new Wasm
+//     context, created at the try's request headers (UpstreamRequest's constructor builds
+//     its UpstreamFilterManager) — that reads and edits the router's one request header map
+//     (acceptHeadersFromRouter passes *parent_.downstreamHeaders(): its edits persist into
+//     later tries, reach the upstream and are what the downstream filter's on_log reads),
+//     with x-envoy-attempt-count written first when IncludeAttemptCount, and its own copy
+//     of the buffered body (Filter::doRetry's Buffer::OwnedImpl copy: body edits do not
+//     persist). The upstream (WithUpstream, WithStreamingUpstream) is called once per try
+//     with what left the upstream filter; UpstreamRequest.Attempt numbers it, Response.Tries
+//     lists every try's.
+//   - A try's response goes through the upstream filter first (its encode path runs before
+//     UpstreamRequest::decodeHeaders → Filter::onUpstreamHeaders), then the retry state
+//     decides on the headers it let through — also when it held them and released them
+//     later (the held body is then dropped with the try, as Envoy ≥ 1.37 does after
+//     envoyproxy/envoy#41879; earlier releases' undefined behaviour is not modelled). A
+//     retried try never reaches the downstream filter; its upstream request is reset (its
+//     context cancelled) and its upstream filter gets on_done and on_delete at once
+//     (UpstreamRequest::cleanUp → destroyFilters → Context::onDestroy), never on_log
+//     (nothing in UpstreamRequest calls the upstream filter manager's log()). After the
+//     back-off, drawn on the Host's clock (WithRetryRandom sets the source), the next try
+//     starts. The try the router passes on streams to the downstream filter as before.
+//   - Resets (an UpstreamFunc's *UpstreamReset or other error, UpstreamCall.Fail, a
+//     response's Reset while the upstream filter still holds its headers) and per-try
+//     timeouts (RetryPolicy.PerTryTimeout, armed once the try's whole request went; the
+//     per-try idle timeout too) are outcomes the retry state may retry
+//     (Filter::onUpstreamReset, onPerTryTimeoutCommon); not retried, the router answers 503
+//     ("retried and the latest reset reason: ..." once it retried) or 504
+//     upstream_per_try_timeout, with the retry state's URX or UO. A per-try timeout after the
+//     response went downstream is ignored. The route timeout spans all tries and back-offs.
+//   - The retry buffer limit (RetryPolicy.BufferLimit, else retry.BufferLimit over
+//     WithBufferLimit and WithRequestBodyBufferLimit): past it the router gives up retrying
+//     silently, or answers 507 if a back-off is running (Filter::decodeData); a body the
+//     downstream filter buffered and released with a continue is counted twice
+//     (envoyproxy/envoy#30613, open for 1.36; its fix envoyproxy/envoy#44346 not modelled).
+//   - An upstream filter's local reply goes to the downstream filter manager
+//     (upstream_request.cc UpstreamFilterManager::sendLocalReply → parent_.callbacks()->
+//     sendLocalReply: "Local replies will not be seen by upstream filters"): final, never
+//     retried, seen by the downstream filter as its own local reply would be; its failure
+//     under FAIL_CLOSED (503 wasm_fail_stream) goes the same way — inferred, as is the
+//     upstream chain's buffer overflow, which was not verified. proxy_close_stream from it
+//     resets the downstream stream (UpstreamRequestFilterManagerCallbacks::resetStream: a
+//     filter's LocalReset "should force reset the stream"), no retry.
+//   - Properties of an upstream filter's stream read its own header maps but the
+//     downstream stream's stream info (UpstreamFilterManager::streamInfo returns the
+//     router's callbacks()->streamInfo()): response.flags, response.code_details and filter
+//     state, so proxy_set_property from either filter is read by the other; its own details
+//     (a close, a local reply) are mirrored onto the downstream stream when they end it.
+//     upstream.request_attempt_count is the try's number (the router sets the attempt count
+//     before each try), as an 8-byte little-endian integer like the other integer attributes
+//     (its CEL type is inferred from expr/context.h's name only).
+//
+// Not modelled: hedging, retry host predicates and priorities (every try goes to the same
+// upstream function), rate_limited_retry_back_off, auto_host_rewrite's per-try :authority,
+// x-envoy-overloaded on the router's reply to an overflow reset, Envoy ≤ 1.36's
+// envoyproxy/envoy#41879, the synchronous-overflow context without on_done
+// (envoyproxy/envoy#47544), and a try's reset-before-request "sent" flag beyond "the
+// upstream was called and the reset was not a connection failure".
 //
 // A front end (hostsim serve) uses StartStream instead: it sends the body with
 // Exchange.SendData as the client does and reads what reaches the client with Next, and a

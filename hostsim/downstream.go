@@ -10,7 +10,6 @@ import (
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/connmgr"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
-	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
 )
 
 // The exchange's machinery on the client's side, under the API in exchange.go: the stream's
@@ -45,8 +44,7 @@ func (vm *VM) newExchange(ctx context.Context, record bool) (*Exchange, error) {
 	ex := &Exchange{vm: vm, s: s, id: s.ID, gen: vm.gen, doneCh: make(chan struct{}), record: record,
 		start: vm.host.clock.Now()}
 	ex.ctx, ex.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	ex.upCtx, ex.upCancel = context.WithCancel(ex.ctx)
-	ex.up = router.New((*modelStream)(ex), vm.host.cfg.upstreamIdleTimeout)
+	ex.upTry = ex.newTry()
 	ex.idle = connmgr.NewIdleTimer((*modelStream)(ex), vm.host.cfg.streamIdleTimeout)
 	s.ex = ex
 	s.SetDriver((*modelStream)(ex))
@@ -184,6 +182,9 @@ func (ex *Exchange) step() {
 		return
 	}
 	ex.stepRequest()
+	if !ex.done {
+		ex.stepTry(ex.upTry) // the upstream filter's side of the try in flight
+	}
 	if !ex.done { // the router may have answered and finished the exchange meanwhile
 		ex.stepClient()
 	}
@@ -240,8 +241,13 @@ func (ex *Exchange) finish() {
 	ex.done = true
 	s := ex.s
 	r := &Response{LocalReply: s.Local, Reset: s.ResetDetails, VM: ex.vm.name, ContextID: s.ID, Start: ex.start}
-	if ex.upStarted {
-		r.Upstream = ex.upReq
+	for _, t := range ex.tries {
+		if t.upStarted && t.upReq != nil {
+			r.Tries = append(r.Tries, t.upReq)
+		}
+	}
+	if n := len(r.Tries); n > 0 {
+		r.Upstream = r.Tries[n-1]
 	}
 	for _, ev := range ex.events {
 		switch ev.Kind {
@@ -264,6 +270,9 @@ func (ex *Exchange) finish() {
 	}
 	s.Req.Halted, s.Resp.Halted = true, true
 	ex.abandonUpstream()
+	if ex.retry != nil {
+		ex.retry.Done() // a retry still holding the cluster's breaker lets go
+	}
 	ex.note(s.Complete())
 	r.Flags, r.Details = s.Flags, s.Details
 	ex.resp = r

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/connmgr"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
-	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/router"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/retry"
 )
 
 // Request is a whole downstream request for StartHTTP and RunHTTP.
@@ -29,8 +29,11 @@ type Request struct {
 	ResetAfter time.Duration
 }
 
-// UpstreamRequest is what reached the upstream after the filter.
+// UpstreamRequest is what reached the upstream after the filter: on one try, after the
+// upstream filter (WithUpstreamFilter) if there is one.
 type UpstreamRequest struct {
+	// Attempt is the try's number, 1 for the first (the router's attempt count).
+	Attempt           uint32
 	Headers, Trailers [][2]string
 	// Body is the whole body (not kept for a StartStream exchange with a streaming upstream,
 	// which reads it as it passes).
@@ -73,8 +76,10 @@ type Response struct {
 	// end, what on_log read as response.flags and response.code_details.
 	Flags   ResponseFlags
 	Details string
-	// Upstream is what reached the upstream (nil if the request never got there).
+	// Upstream is what reached the upstream on the last try (nil if the request never got
+	// there); Tries is what reached it on every try, in order (Upstream is the last).
 	Upstream *UpstreamRequest
+	Tries    []*UpstreamRequest
 	// VM names the worker that served the stream; ContextID is its context id there.
 	VM        string
 	ContextID uint32
@@ -164,21 +169,20 @@ type Exchange struct {
 	// The connection manager's stream idle timer (WithStreamIdleTimeout).
 	idle connmgr.IdleTimer
 
-	// The request as it passed the filter, and the upstream.
-	upReq     *UpstreamRequest // what passed the filter so far (nil until the headers did)
-	reqSent   int              // bytes of s.Req.ForwardedBody already taken into upReq
-	reqEnded  bool             // the end of the request passed the filter
-	upStarted bool             // the upstream was called
-	upCtx     context.Context
-	upCancel  context.CancelFunc
-	call      *UpstreamCall   // streaming upstream
-	up        router.Upstream // the router's upstream request
-
-	// A buffered upstream response being played.
-	play       *UpstreamResponse
-	playChunks [][]byte
-	playNext   int
-	playDue    bool
+	// The router: what passed the filter, the retry state, and the current try (embedded:
+	// its fields are the upstream request's, replaced on each retry).
+	routed      bool        // the request headers reached the router (Filter::decodeHeaders)
+	reqSent     int         // bytes of s.Req.ForwardedBody the router took
+	reqEnded    bool        // the end of the request passed the filter
+	fwdTrailers [][2]string // the request trailers that passed the filter
+	retry       *retry.State
+	retryReq    retry.Request
+	hasPolicy   bool     // the route has a retry policy (WithRetryPolicy)
+	rbody       []byte   // the request body buffered for retries (the decoding buffer)
+	waiting     bool     // a retry's back-off is running: no try in flight
+	respStarted bool     // a try's response went downstream (downstream_response_started_)
+	tries       []*upTry // every try, in order
+	*upTry
 
 	// The client side.
 	cliHeaders bool

@@ -49,6 +49,8 @@ type Host struct {
 
 	rr atomic.Uint64 // RunHTTP round-robin
 
+	retries *retrySetup // the route's retry policy and the cluster's breaker (nil: none)
+
 	loop *sched.Loop[event] // ticks, callouts, queue notifications, exchanges' timers
 }
 
@@ -73,8 +75,12 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 	if cfg.streamUpstream != nil && !cfg.realtime {
 		return nil, errors.New("hostsim: WithStreamingUpstream needs WithRealClock")
 	}
+	retries, err := newRetrySetup(&cfg)
+	if err != nil {
+		return nil, err
+	}
 	h := &Host{cfg: cfg, rt: cfg.runtime, clock: cfg.clock, realtime: cfg.realtime,
-		metrics: metrics.NewStore()}
+		metrics: metrics.NewStore(), retries: retries}
 	h.loop = sched.New(h.dispatch)
 	if h.clock == nil {
 		h.clock = manualclock.New(VirtualStart())
@@ -186,6 +192,9 @@ func (h *Host) StartPlugin() (bool, error) {
 	if err != nil || !ok {
 		return ok, err
 	}
+	if ok, err := h.upstreamCanary(); err != nil || !ok {
+		return ok, err
+	}
 	if ok, err := h.startClones(true); err != nil || !ok {
 		return ok, err
 	}
@@ -195,8 +204,24 @@ func (h *Host) StartPlugin() (bool, error) {
 	return true, nil
 }
 
+// upstreamCanary runs the upstream filter plugin's own canary (WithUpstreamFilter): cpp-host
+// WasmHandleBase::canary runs once per plugin key, on a fresh clone of the base VM that
+// starts and configures that plugin alone and is then killed (no on_done/on_delete).
+func (h *Host) upstreamCanary() (bool, error) {
+	if h.cfg.upstreamFilter == nil {
+		return true, nil
+	}
+	c := h.newVM(vmCanary, 1)
+	if err := c.instantiate(); err != nil {
+		return false, err
+	}
+	ok, err := c.startUpstreamPlugin()
+	c.kill()
+	return ok, err
+}
+
 // startClones creates the main-thread VM and the workers; with configure it also runs
-// on_configure in each.
+// on_configure in each, and then starts the upstream filter plugin (WithUpstreamFilter).
 func (h *Host) startClones(configure bool) (bool, error) {
 	h.mainVM = h.newVM(vmMain, 0)
 	vms := []*VM{h.mainVM}
@@ -215,6 +240,9 @@ func (h *Host) startClones(configure bool) (bool, error) {
 		if ok && configure {
 			ok, err = vm.configureRoot()
 		}
+		if ok && configure {
+			ok, err = vm.startUpstreamPlugin()
+		}
 		if err != nil && !errors.Is(err, ErrStartRefused) {
 			return false, err
 		}
@@ -229,6 +257,9 @@ func (h *Host) configureClones() (bool, error) {
 	var refusals []error
 	for _, vm := range h.VMs() {
 		ok, err := vm.configureRoot()
+		if ok {
+			ok, err = vm.startUpstreamPlugin()
+		}
 		if err != nil && !errors.Is(err, ErrStartRefused) {
 			return false, err
 		}
@@ -558,6 +589,7 @@ type event struct {
 	callout *Callout
 	resp    *CalloutResponse
 	ex      *Exchange
+	try     *upTry
 	up      *UpstreamResponse
 	upErr   error
 	exFn    func(*Exchange) error
@@ -608,7 +640,7 @@ func (h *Host) dispatch(ev event) error {
 		h.invokeCallout(ev.callout)
 		return nil
 	case evUpstreamInvoke:
-		h.invokeUpstream(ev.ex)
+		h.invokeUpstream(ev.ex, ev.try)
 		return nil
 	}
 	vm := ev.vm
@@ -624,7 +656,7 @@ func (h *Host) dispatch(ev event) error {
 		if ev.kind == evExchange {
 			return ev.ex.runEvent(ev.exFn)
 		}
-		return ev.ex.deliverUpstream(ev.up, ev.upErr)
+		return ev.ex.deliverUpstream(ev.try, ev.up, ev.upErr)
 	}
 	if vm.gen != ev.gen || vm.dead || vm.failed != nil {
 		return nil // the VM is gone: Envoy drops the notification silently
@@ -633,11 +665,14 @@ func (h *Host) dispatch(ev event) error {
 	case evQueueReady:
 		return vm.onQueueReady(ev.root, ev.token)
 	case evTick:
+		if ev.root != 0 {
+			return vm.onUpstreamTick(ev.root, ev.tickGen)
+		}
 		return vm.onTick(ev.tickGen)
 	case evCalloutDeliver, evCalloutTimeout:
 		return vm.deliverCallout(ev.callout, ev.resp, ev.kind == evCalloutTimeout)
 	case evUpstreamDeliver:
-		return ev.ex.deliverUpstream(ev.up, ev.upErr)
+		return ev.ex.deliverUpstream(ev.try, ev.up, ev.upErr)
 	}
 	return nil
 }

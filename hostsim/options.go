@@ -51,6 +51,31 @@ type config struct {
 
 	allowHeadersStopIteration bool
 	foreignAddresses          bool
+
+	// The router's retries (retrypolicy.go) and the upstream HTTP filter (WithUpstreamFilter).
+	retryPolicy    *RetryPolicy
+	maxRetries     *uint32
+	retryRandom    RetryRandom
+	upstreamFilter *upstreamFilter
+}
+
+// upstreamFilter is the second plugin on the module's VMs: the upstream HTTP filter.
+type upstreamFilter struct {
+	rootID string
+	config []byte
+}
+
+// WithUpstreamFilter adds a second plugin on the same vm_config, as the provider cluster's
+// upstream HTTP filter (HttpProtocolOptions.http_filters = [wasm, upstream_codec], Envoy ≥
+// 1.31): each VM starts it after the first plugin with a root context of its own (cpp-host
+// WasmBase::start: proxy_on_context_create and proxy_on_vm_start for the new root, then
+// proxy_on_configure with configuration), a canary of its own first (WasmHandleBase::canary
+// is per plugin), and plugin_root_id and plugin_name answer rootID in its contexts. Every
+// try of an exchange gets a new stream context in it (UpstreamRequest's own filter chain).
+func WithUpstreamFilter(rootID string, configuration []byte) Option {
+	return func(c *config) {
+		c.upstreamFilter = &upstreamFilter{rootID: rootID, config: append([]byte(nil), configuration...)}
+	}
 }
 
 func defaultConfig() config {
@@ -135,12 +160,16 @@ func WithCalloutHandler(h CalloutHandler) Option { return func(c *config) { c.ca
 
 // WithUpstream sets the upstream that exchanges (RunHTTP, StartHTTP, StartStream) forward
 // requests to, once the whole request has passed the filter; its answer is played back
-// through the filter, body chunk by body chunk at their ChunkDelays.
+// through the filter, body chunk by body chunk at their ChunkDelays. With a retry policy
+// (WithRetryPolicy) it is called once per try, with that try's headers and body
+// (UpstreamRequest.Attempt numbers them).
 func WithUpstream(f UpstreamFunc) Option { return func(c *config) { c.upstream = f } }
 
 // WithStreamingUpstream sets an upstream that streams both ways instead (it takes precedence
 // over WithUpstream): called as soon as the request headers passed the filter, it reads the
 // body as it passes and answers part by part (see UpstreamCall). It needs WithRealClock.
+// With a retry policy each try is a call of its own: a retried try's context is cancelled
+// and the next call reads the buffered body again, then what the client sends after.
 func WithStreamingUpstream(f UpstreamStreamFunc) Option {
 	return func(c *config) { c.streamUpstream = f }
 }

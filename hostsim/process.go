@@ -32,7 +32,7 @@ func (p *Process) QueueSize(token uint32) int { return p.state.QueueSize(token) 
 
 // registerQueue makes vm's root the registrant of vmID's queue name.
 func (p *Process) registerQueue(vmID, name string, vm *VM) uint32 {
-	return p.state.Register(vmID, name, process.Registrant[*VM]{Target: vm, Gen: vm.gen, Root: vm.rootID})
+	return p.state.Register(vmID, name, process.Registrant[*VM]{Target: vm, Gen: vm.gen, Root: vm.callerRoot()})
 }
 
 // resolveQueue finds a queue; one whose registrant's VM has failed or gone does not resolve.

@@ -27,6 +27,11 @@ type httpStream struct {
 	gen      uint64     // the VM instance (vm.gen) the stream lives in
 	callouts []*Callout // the callouts the stream made
 	ex       *Exchange  // the exchange driving it (nil: the proxytest-shaped calls)
+	root     uint32     // the root context of the stream's plugin
+	// try is the router's try whose upstream HTTP filter this stream is (nil: a downstream
+	// stream); its stream info is the downstream stream's (UpstreamFilterManager::streamInfo
+	// returns the router's callbacks()->streamInfo()).
+	try *upTry
 }
 
 func (vm *VM) newStream() *httpStream {
@@ -40,8 +45,26 @@ func (vm *VM) newStream() *httpStream {
 		s = &httpStream{}
 	}
 	s.Init(vm.thread, id, (*streamGuest)(s), nil)
-	s.vm, s.gen, s.callouts, s.ex = vm, vm.gen, s.callouts[:0], nil
+	s.vm, s.gen, s.callouts, s.ex, s.root, s.try = vm, vm.gen, s.callouts[:0], nil, vm.rootID, nil
 	vm.streams[id] = s
+	return s
+}
+
+// newUpstreamStream is a new stream context in the upstream filter plugin for try t of ex
+// (UpstreamRequest's own filter chain: a new Wasm Context per try). A failed VM's follows
+// the failure policy: FAIL_OPEN bypasses the filter; otherwise the try's filter chain is
+// answered 503 wasm_fail_stream, which goes to the client like any upstream filter's reply.
+func (vm *VM) newUpstreamStream(ex *Exchange, t *upTry) *httpStream {
+	s := vm.newStream()
+	s.root, s.ex, s.try = vm.upRootID, ex, t
+	s.SetDriver((*tryDriver)(t))
+	if vm.failed != nil || vm.dead || vm.upRootID == 0 {
+		if vm.host.cfg.failurePolicy == FailOpen {
+			s.Skip = true
+		} else {
+			s.ReplaceResponse(filtermanager.FailStream())
+		}
+	}
 	return s
 }
 
@@ -72,7 +95,7 @@ func (g *streamGuest) Call(cb stream.Callback, a, b uint64) (uint64, bool, error
 	var err error
 	switch cb {
 	case stream.OnContextCreate:
-		r, err = vm.call(cb.String(), f.contextCreate, fr, id, uint64(vm.rootID))
+		r, err = vm.call(cb.String(), f.contextCreate, fr, id, uint64(s.root))
 	case stream.OnRequestHeaders:
 		r, err = vm.call(cb.String(), f.requestHeaders, fr, id, a, b)
 	case stream.OnRequestBody:
@@ -114,7 +137,7 @@ func (g *streamGuest) Ended() {
 const recentStreams = 64
 
 func (vm *VM) remember(s *httpStream) {
-	s.ex = nil
+	s.ex, s.try = nil, nil
 	s.SetDriver(nil)
 	if len(vm.recent) < recentStreams {
 		vm.recent = append(vm.recent, s)

@@ -27,6 +27,7 @@ const (
 	FlagUpstreamConnectionFailure       = streaminfo.FlagUpstreamConnectionFailure       // UF
 	FlagUpstreamConnectionTermination   = streaminfo.FlagUpstreamConnectionTermination   // UC
 	FlagUpstreamOverflow                = streaminfo.FlagUpstreamOverflow                // UO
+	FlagUpstreamRetryLimitExceeded      = streaminfo.FlagUpstreamRetryLimitExceeded      // URX
 	FlagDownstreamConnectionTermination = streaminfo.FlagDownstreamConnectionTermination // DC
 	FlagStreamIdleTimeout               = streaminfo.FlagStreamIdleTimeout               // SI
 	FlagUpstreamProtocolError           = streaminfo.FlagUpstreamProtocolError           // UPE

@@ -20,6 +20,7 @@ type UpstreamStreamFunc func(call *UpstreamCall)
 // router gave up) they return an error wrapping ErrUpstreamGone and the context is done.
 type UpstreamCall struct {
 	ex      *Exchange
+	t       *upTry // the try it serves
 	ctx     context.Context
 	headers [][2]string
 
@@ -85,7 +86,7 @@ func (c *UpstreamCall) deliver(flow bool, f func(ex *Exchange)) error {
 	vm := ex.vm
 	for {
 		vm.mu.Lock()
-		if c.body.Gone() || !ex.live() || ex.up.Done() {
+		if c.body.Gone() || !ex.live() || !ex.current(c.t) || c.t.up.Done() {
 			vm.mu.Unlock()
 			return ErrUpstreamGone
 		}
@@ -113,19 +114,19 @@ func (c *UpstreamCall) deliver(flow bool, f func(ex *Exchange)) error {
 func (c *UpstreamCall) Respond(headers [][2]string, endOfStream bool) error {
 	return c.deliver(false, func(ex *Exchange) {
 		c.responded = true
-		ex.responseHeaders(headers, endOfStream)
+		ex.responseHeaders(c.t, headers, endOfStream)
 	})
 }
 
 // Data delivers a response body chunk, waiting first while the client has not taken a
 // buffer limit's worth of what it was sent (flow control).
 func (c *UpstreamCall) Data(chunk []byte, endOfStream bool) error {
-	return c.deliver(true, func(ex *Exchange) { ex.responseData(chunk, endOfStream) })
+	return c.deliver(true, func(ex *Exchange) { ex.responseData(c.t, chunk, endOfStream) })
 }
 
 // RespondTrailers delivers the response trailers, which end the response.
 func (c *UpstreamCall) RespondTrailers(trailers [][2]string) error {
-	return c.deliver(true, func(ex *Exchange) { ex.responseTrailers(trailers) })
+	return c.deliver(true, func(ex *Exchange) { ex.responseTrailers(c.t, trailers) })
 }
 
 // Fail ends the upstream request with a failure. Before Respond: ErrClusterNotFound,
@@ -136,9 +137,9 @@ func (c *UpstreamCall) RespondTrailers(trailers [][2]string) error {
 func (c *UpstreamCall) Fail(err error) error {
 	return c.deliver(false, func(ex *Exchange) {
 		if !c.responded {
-			ex.up.Failed(err)
+			ex.tryFailed(c.t, err)
 			return
 		}
-		ex.up.FailedAfterHeaders(err)
+		ex.tryFailedAfterHeaders(c.t, err)
 	})
 }

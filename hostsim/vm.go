@@ -69,17 +69,22 @@ type VM struct {
 	nextID      uint32
 	rootID      uint32
 	rootCreated bool
-	streams     map[uint32]*httpStream
-	thread      *stream.Thread // the streams' deferred actions, settled after each callback
-	frame       *frame
-	tickPeriod  time.Duration
-	tickGen     uint64
-	status      Status // proxy_get_status: last callout result
-	statusMsg   string
-	recent      []*httpStream // the last finished streams, for the getters
-	free        []*httpStream // finished streams evicted from recent, for reuse
-	fr          frame         // the frame of the running callback
-	recentNext  int
+	// upRootID is the upstream filter plugin's root context (WithUpstreamFilter; 0: none).
+	upRootID      uint32
+	upRootCreated bool
+	upTickPeriod  time.Duration
+	upTickSeq     uint64
+	streams       map[uint32]*httpStream
+	thread        *stream.Thread // the streams' deferred actions, settled after each callback
+	frame         *frame
+	tickPeriod    time.Duration
+	tickGen       uint64
+	status        Status // proxy_get_status: last callout result
+	statusMsg     string
+	recent        []*httpStream // the last finished streams, for the getters
+	free          []*httpStream // finished streams evicted from recent, for reuse
+	fr            frame         // the frame of the running callback
+	recentNext    int
 }
 
 type vmFuncs struct {
@@ -163,6 +168,7 @@ func (vm *VM) instantiate() error {
 	vm.allocStack = make([]uint64, 1)
 	vm.streams = map[uint32]*httpStream{}
 	vm.nextID, vm.rootID, vm.rootCreated = 1, 0, false
+	vm.upRootID, vm.upRootCreated = 0, false
 	vm.failed, vm.exited, vm.dead = nil, false, false
 	vm.tickPeriod = 0
 	vm.tickGen++
@@ -343,14 +349,22 @@ func (vm *VM) startRoot() (bool, error) {
 func (vm *VM) startRootLocked() (bool, error) {
 	vm.rootID = vm.nextID
 	vm.nextID++
-	fr := &frame{ctxID: vm.rootID, effective: vm.rootID}
-	if _, err := vm.call("proxy_on_context_create", vm.fns.contextCreate, fr, uint64(vm.rootID), 0); err != nil {
+	return vm.startRootContext(vm.rootID, &vm.rootCreated)
+}
+
+// startRootContext is cpp-host's ContextBase::onStart for root context id: proxy_on_context_create
+// (parent 0), then proxy_on_vm_start with the VM configuration — for every plugin's root,
+// the second plugin on a VM included ("the on_vm_start handler should be independent of the
+// plugin since the specific plugin which ends up calling it is not necessarily known").
+func (vm *VM) startRootContext(id uint32, created *bool) (bool, error) {
+	fr := &frame{ctxID: id, effective: id}
+	if _, err := vm.call("proxy_on_context_create", vm.fns.contextCreate, fr, uint64(id), 0); err != nil {
 		return false, err
 	}
-	vm.rootCreated = true
+	*created = true
 	vmCfg := vm.host.cfg.vmConfig
-	fr = &frame{ctxID: vm.rootID, effective: vm.rootID, buffer: vmCfg, bufType: abi.BufferVMConfiguration, hasBuffer: true}
-	r, err := vm.call("proxy_on_vm_start", vm.fns.vmStart, fr, uint64(vm.rootID), uint64(len(vmCfg)))
+	fr = &frame{ctxID: id, effective: id, buffer: vmCfg, bufType: abi.BufferVMConfiguration, hasBuffer: true}
+	r, err := vm.call("proxy_on_vm_start", vm.fns.vmStart, fr, uint64(id), uint64(len(vmCfg)))
 	if err != nil {
 		return false, err
 	}
@@ -359,6 +373,31 @@ func (vm *VM) startRootLocked() (bool, error) {
 		return false, vm.refused("proxy_on_vm_start")
 	}
 	return true, nil
+}
+
+// startUpstreamPlugin starts and configures the upstream filter plugin's root context
+// (WithUpstreamFilter) on a VM whose first plugin started: cpp-host's
+// getOrCreateThreadLocalPlugin for a second plugin key on the thread's existing VM —
+// WasmBase::start (a new root context, ContextBase::onStart) then WasmBase::configure
+// (ContextBase::onConfigure). A no-op without the option or on a failed VM.
+func (vm *VM) startUpstreamPlugin() (bool, error) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.startUpstreamPluginLocked()
+}
+
+func (vm *VM) startUpstreamPluginLocked() (bool, error) {
+	up := vm.host.cfg.upstreamFilter
+	if up == nil || vm.failed != nil || vm.upRootID != 0 {
+		return true, nil
+	}
+	vm.upRootID = vm.nextID
+	vm.nextID++
+	ok, err := vm.startRootContext(vm.upRootID, &vm.upRootCreated)
+	if err != nil || !ok {
+		return ok, err
+	}
+	return vm.configureRootContext(vm.upRootID, up.config)
 }
 
 // ErrStartRefused is wrapped by the error StartVM/StartPlugin return when a root context
@@ -392,9 +431,14 @@ func (vm *VM) configureRootLocked() (bool, error) {
 	if vm.failed != nil {
 		return false, nil
 	}
-	cfg := vm.host.cfg.pluginConfig
-	fr := &frame{ctxID: vm.rootID, effective: vm.rootID, buffer: cfg, bufType: abi.BufferPluginConfiguration, hasBuffer: true}
-	r, err := vm.call("proxy_on_configure", vm.fns.configure, fr, uint64(vm.rootID), uint64(len(cfg)))
+	return vm.configureRootContext(vm.rootID, vm.host.cfg.pluginConfig)
+}
+
+// configureRootContext runs proxy_on_configure on root context id with cfg
+// (ContextBase::onConfigure).
+func (vm *VM) configureRootContext(id uint32, cfg []byte) (bool, error) {
+	fr := &frame{ctxID: id, effective: id, buffer: cfg, bufType: abi.BufferPluginConfiguration, hasBuffer: true}
+	r, err := vm.call("proxy_on_configure", vm.fns.configure, fr, uint64(id), uint64(len(cfg)))
 	if err != nil {
 		return false, err
 	}
@@ -455,11 +499,18 @@ func (vm *VM) shutdown() error {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
 	var err error
-	if !vm.isFailed() && vm.rootCreated {
+	for _, root := range [...]struct {
+		id      uint32
+		created bool
+	}{{vm.rootID, vm.rootCreated}, {vm.upRootID, vm.upRootCreated}} {
+		if err != nil || vm.isFailed() || !root.created {
+			continue
+		}
 		var r uint64
-		r, err = vm.call("proxy_on_done", vm.fns.done, vm.rootFrame(), uint64(vm.rootID))
+		fr := &frame{ctxID: root.id, effective: root.id}
+		r, err = vm.call("proxy_on_done", vm.fns.done, fr, uint64(root.id))
 		if err == nil && (r != 0 || vm.fns.done == nil) {
-			_, err = vm.call("proxy_on_delete", vm.fns.delete, vm.rootFrame(), uint64(vm.rootID))
+			_, err = vm.call("proxy_on_delete", vm.fns.delete, fr, uint64(root.id))
 		}
 	}
 	vm.dead = true
@@ -479,6 +530,9 @@ func (vm *VM) reload() error {
 	ok, err := vm.startRootLocked()
 	if err == nil && ok {
 		ok, err = vm.configureRootLocked()
+	}
+	if err == nil && ok {
+		ok, err = vm.startUpstreamPluginLocked()
 	}
 	if err == nil && !ok {
 		err = vm.failed
@@ -525,11 +579,37 @@ func (vm *VM) place(n uint32) uint32 {
 // Ticks and queue notifications
 
 func (vm *VM) setTickPeriod(ms uint32) {
+	if root := vm.callerRoot(); root != vm.rootID {
+		// Envoy keeps a tick period per root context (Wasm::setTickPeriod(root_context_id,
+		// ...)); the upstream filter plugin's root ticks on its own.
+		vm.upTickSeq++
+		vm.upTickPeriod = time.Duration(ms) * time.Millisecond
+		if ms > 0 && vm.kind != vmCanary && vm.kind != vmBase {
+			vm.host.schedule(vm.host.clock.Now().Add(vm.upTickPeriod), event{kind: evTick, vm: vm, gen: vm.gen, root: root, tickGen: vm.upTickSeq})
+		}
+		return
+	}
 	vm.tickGen++
 	vm.tickPeriod = time.Duration(ms) * time.Millisecond
 	if ms > 0 && vm.kind != vmCanary && vm.kind != vmBase {
 		vm.host.schedule(vm.host.clock.Now().Add(vm.tickPeriod), event{kind: evTick, vm: vm, gen: vm.gen, tickGen: vm.tickGen})
 	}
+}
+
+// onUpstreamTick is a tick of the upstream filter plugin's root context.
+func (vm *VM) onUpstreamTick(root uint32, seq uint64) error {
+	if root != vm.upRootID || seq != vm.upTickSeq {
+		return nil
+	}
+	fr := &frame{ctxID: root, effective: root}
+	if _, err := vm.call("proxy_on_tick", vm.fns.tick, fr, uint64(root)); err != nil {
+		return err
+	}
+	vm.afterCallback()
+	if seq == vm.upTickSeq && vm.upTickPeriod > 0 {
+		vm.host.schedule(vm.host.clock.Now().Add(vm.upTickPeriod), event{kind: evTick, vm: vm, gen: vm.gen, root: root, tickGen: seq})
+	}
+	return nil
 }
 
 func (vm *VM) onTick(gen uint64) error {
@@ -570,7 +650,7 @@ func (vm *VM) GetTickPeriod() uint32 {
 }
 
 func (vm *VM) onQueueReady(root, token uint32) error {
-	if root != vm.rootID {
+	if root != vm.rootID && (root == 0 || root != vm.upRootID) {
 		return nil
 	}
 	_, err := vm.call("proxy_on_queue_ready", vm.fns.queueReady, vm.rootFrame(), uint64(root), uint64(token))
@@ -596,7 +676,7 @@ func (vm *VM) setEffectiveContext(id uint32) Status {
 	if fr == nil {
 		return abi.StatusBadArgument
 	}
-	if id == vm.rootID {
+	if id == vm.rootID || (id != 0 && id == vm.upRootID) {
 		fr.effective, fr.stream = id, nil
 		return StatusOK
 	}
@@ -606,4 +686,18 @@ func (vm *VM) setEffectiveContext(id uint32) Status {
 	}
 	fr.effective, fr.stream = id, s
 	return StatusOK
+}
+
+// callerRoot is the root context of the running callback's effective context: the plugin a
+// callout, a queue registration or a tick belongs to.
+func (vm *VM) callerRoot() uint32 {
+	if fr := vm.frame; fr != nil {
+		if fr.stream != nil {
+			return fr.stream.root
+		}
+		if fr.effective != 0 && fr.effective == vm.upRootID {
+			return vm.upRootID
+		}
+	}
+	return vm.rootID
 }

@@ -29,6 +29,9 @@ type Stream struct {
 	Details                           string
 	HasDetails                        bool // something set the details
 	FilterState                       map[string][]byte
+	// AttemptCount is StreamInfo::attemptCount, set by the router before each try
+	// (Filter::decodeHeaders, doRetry): upstream.request_attempt_count; 0: not set yet.
+	AttemptCount uint32
 }
 
 // Get resolves a property path (segments joined by NUL) the way Envoy ≥ 1.33 does. s is nil
@@ -55,6 +58,11 @@ func Get(path string, p Plugin, s *Stream, host func(string) ([]byte, bool)) ([]
 	case "request", "response", "connection", "upstream", "source", "destination", "filter_state", "upstream_filter_state":
 		if s == nil {
 			return nil, abi.StatusNotFound // no stream info in a root context
+		}
+		if top == "upstream" && rest == "request_attempt_count" && s.AttemptCount > 0 {
+			// CEL's upstream.request_attempt_count (expr/context.h UpstreamRequestAttemptCount),
+			// an unsigned integer: 8 bytes little-endian as the other integer attributes.
+			return abi.PropertyUint64(uint64(s.AttemptCount)), abi.StatusOK
 		}
 		if v, ok := s.attribute(top, rest); ok {
 			return v, abi.StatusOK

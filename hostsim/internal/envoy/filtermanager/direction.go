@@ -46,6 +46,12 @@ type Direction struct {
 	ForwardedBody     []byte
 	ForwardedTrailers [][2]string
 	Complete          bool
+	// ReleasedBuffer: the last body that went on was the filter manager's own buffer,
+	// released by a continue after the filter buffered it (StopIterationAndBuffer then
+	// ActiveStreamFilterBase::commonContinue → doData): the next filter gets the connection
+	// manager's buffer itself as its data, which the router's retry buffer check counts
+	// twice (envoyproxy/envoy#30613). Whoever takes ForwardedBody clears it.
+	ReleasedBuffer bool
 }
 
 // Recycle returns an empty Direction that keeps the capacity of d's buffers.
@@ -111,6 +117,7 @@ func (d *Direction) ForwardBody(chunk []byte, eos bool, f Filter) {
 // releaseBuffer lets the buffered body go on (and the direction, if it ended).
 func (d *Direction) releaseBuffer(f Filter) {
 	d.Buffering = false
+	d.ReleasedBuffer = d.ReleasedBuffer || len(d.Body) > 0
 	d.ForwardedBody = append(d.ForwardedBody, d.Body...)
 	if d.EndStream {
 		d.Finish(f)

@@ -81,7 +81,7 @@ func TestResume(t *testing.T) {
 			name: "stopped headers, buffered body: both go on",
 			in:   Direction{GotHeaders: true, EndStream: true, StoppedHeaders: true, Buffering: true, Body: []byte("b")},
 			want: Direction{GotHeaders: true, EndStream: true, ForwardedHeaders: true, Body: []byte("b"),
-				ForwardedBody: []byte("b"), Complete: true},
+				ForwardedBody: []byte("b"), Complete: true, ReleasedBuffer: true},
 			completed: 1,
 		},
 		{
@@ -100,7 +100,8 @@ func TestResume(t *testing.T) {
 		{
 			name: "buffering, not ended: the buffer goes on, the direction stays open",
 			in:   Direction{GotHeaders: true, ForwardedHeaders: true, Buffering: true, Body: []byte("b")},
-			want: Direction{GotHeaders: true, ForwardedHeaders: true, Body: []byte("b"), ForwardedBody: []byte("b")},
+			want: Direction{GotHeaders: true, ForwardedHeaders: true, Body: []byte("b"), ForwardedBody: []byte("b"),
+				ReleasedBuffer: true},
 		},
 		{
 			name: "halted: nothing resumes",

@@ -4,9 +4,9 @@
 // router makes itself when the upstream cannot answer, with the response flags and code
 // details it sets first. It knows no VM and no filter: the stream it serves is a Stream.
 //
-// Every way the upstream request ends badly comes through Upstream.Failed, Upstream.Reset
-// or a timer here, which is where a retry policy would decide between another try and the
-// reply; hostsim models no retries yet.
+// An Upstream is one try. Every way it ends badly comes through Upstream.Failed,
+// Upstream.Reset or a timer here; with a retry policy the exchange asks the retry model
+// (hostsim/internal/envoy/retry) first and comes here only for the reply.
 package router
 
 import (
@@ -40,6 +40,9 @@ const (
 	DetailsResponseTimeout = "response_timeout"
 	// DetailsUpstreamPerTryIdleTimeout: the upstream was idle too long (onPerTryIdleTimeout).
 	DetailsUpstreamPerTryIdleTimeout = "upstream_per_try_idle_timeout"
+	// DetailsUpstreamPerTryTimeout: a try's per-try timeout fired and it was not retried
+	// (Filter::onPerTryTimeoutCommon → onUpstreamAbort).
+	DetailsUpstreamPerTryTimeout = "upstream_per_try_timeout"
 	// DetailsEarlyUpstreamReset prefixes the details of an upstream reset before the response
 	// started: upstream_reset_before_response_started{reason|transport failure}.
 	DetailsEarlyUpstreamReset = "upstream_reset_before_response_started"
@@ -49,9 +52,10 @@ const (
 
 // Bodies of the router's own replies.
 const (
-	resetBodyPrefix = "upstream connect error or disconnect/reset before headers. reset reason: "
-	timeoutBody     = "upstream request timeout"
-	noHealthyBody   = "no healthy upstream"
+	resetBodyPrefix        = "upstream connect error or disconnect/reset before headers. reset reason: "
+	retriedResetBodyPrefix = "upstream connect error or disconnect/reset before headers. retried and the latest reset reason: "
+	timeoutBody            = "upstream request timeout"
+	noHealthyBody          = "no healthy upstream"
 )
 
 // Reset is an upstream stream that ended in a reset. Returned (or wrapped) as an upstream's
@@ -128,6 +132,14 @@ func ResetReply(r *Reset, responseStarted bool) Reply {
 		basic = DetailsLateUpstreamReset
 	}
 	return Reply{code, body, streaminfo.ResetFlag(r.Reason), streaminfo.ReplaceAllEmptySpace(basic + "{" + inner + "}")}
+}
+
+// RetriedResetReply is ResetReply for a request the router had retried (is_retry_):
+// Filter::onUpstreamReset's body then says "retried and the latest reset reason: ...".
+func RetriedResetReply(r *Reset, responseStarted bool) Reply {
+	rep := ResetReply(r, responseStarted)
+	rep.Body = retriedResetBodyPrefix + rep.Body[len(resetBodyPrefix):]
+	return rep
 }
 
 // TimeoutReply is the route timeout (onResponseTimeout) or the per-try idle timeout

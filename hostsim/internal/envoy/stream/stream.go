@@ -85,6 +85,16 @@ type Driver interface {
 	ClientReset() error
 }
 
+// LocalReplyForwarder is a Driver whose stream's local replies are not its own filter
+// manager's to send: an upstream HTTP filter's, which UpstreamFilterManager::sendLocalReply
+// (source/common/router/upstream_request.cc) hands to the downstream filter manager
+// (parent_.callbacks()->sendLocalReply) without running the upstream chain's encoders.
+// ForwardLocalReply takes the reply (true) or lets the stream send it itself (false); a
+// forwarded reply ends the stream's filter chain in both directions.
+type LocalReplyForwarder interface {
+	ForwardLocalReply(lr *filtermanager.LocalReply, details string) bool
+}
+
 // Config is the filter manager's options for a VM's streams.
 type Config struct {
 	// AllowHeadersStopIteration is allow_on_headers_stop_iteration (Envoy ≥ 1.35): a
@@ -251,6 +261,9 @@ func (s *Stream) OnHeaders(d *filtermanager.Direction, headers [][2]string, eos 
 		d.ForwardHeaders(s.filter())
 		return types.ActionContinue, nil
 	}
+	if s.vmFailed() {
+		return paused(!s.Skip), nil
+	}
 	if err := s.ensureCreated(); err != nil {
 		return types.ActionPause, s.Failed(err)
 	}
@@ -290,6 +303,12 @@ func (s *Stream) OnBody(d *filtermanager.Direction, chunk []byte, eos bool) (typ
 		return types.ActionContinue, nil
 	}
 	d.Receive(chunk)
+	if s.guest.Failed() && s.thread.cfg.FailOpen {
+		d.Buffering = true // what the filter manager holds goes on with the bypass
+	}
+	if s.vmFailed() {
+		return paused(!s.Skip), nil
+	}
 	if d.Buffering && len(d.Body) > s.BufferLimit() {
 		s.overLimit(d)
 		s.thread.Settle()
@@ -332,6 +351,9 @@ func (s *Stream) OnTrailers(d *filtermanager.Direction, trailers [][2]string) (t
 		d.ForwardTrailers(s.filter())
 		return types.ActionContinue, nil
 	}
+	if s.vmFailed() {
+		return paused(!s.Skip), nil
+	}
 	d.TrailersAvail = true
 	_, _, cb := s.callbacks(d)
 	raw, forceStop, err := s.guest.Call(cb, uint64(len(trailers)), 0)
@@ -358,6 +380,22 @@ func (s *Stream) resume(d *filtermanager.Direction) error {
 		s.activity()
 	}
 	return d.Resume(s.filter())
+}
+
+// vmFailed is cpp-host's CHECK_FAIL_HTTP at the top of every HTTP callback
+// (ContextBase::onRequestHeaders, onRequestBody, ...): a stream whose VM failed since it
+// started — another stream's callback trapped, e.g. the upstream filter's on the same VM —
+// gets no callback; FAIL_OPEN lets it through (Continue), otherwise it fails once
+// (failStream for both directions: 503 wasm_fail_stream) and stops. It reports whether the
+// VM had failed.
+func (s *Stream) vmFailed() bool {
+	if !s.guest.Failed() {
+		return false
+	}
+	if s.Final == nil || s.thread.cfg.FailOpen {
+		_ = s.Failed(nil)
+	}
+	return true
 }
 
 // Failed applies the failure policy to a stream whose callback trapped and returns err:
@@ -483,7 +521,13 @@ func (s *Stream) runDeferred() {
 			}
 			// Context::sendLocalResponse passes the plugin's details through
 			// StringUtil::replaceAllEmptySpace.
-			s.SendLocalReply(op.local, streaminfo.ReplaceAllEmptySpace(op.local.StatusCodeDetail))
+			details := streaminfo.ReplaceAllEmptySpace(op.local.StatusCodeDetail)
+			if f, ok := s.driver.(LocalReplyForwarder); ok && f.ForwardLocalReply(op.local, details) {
+				s.Req.Halted, s.Resp.Halted = true, true
+				s.Resp.Complete = true
+				continue
+			}
+			s.SendLocalReply(op.local, details)
 		}
 	}
 }
@@ -513,6 +557,31 @@ func (s *Stream) Complete() error {
 		return err
 	}
 	_, _, err = s.guest.Call(OnDelete, 0, 0)
+	return err
+}
+
+// Destroy is the end of an upstream HTTP filter's stream, one try's (UpstreamRequest::
+// cleanUp → FilterManager::destroyFilters → Context::onDestroy): on_done (result ignored)
+// and on_delete, never on_log — nothing in UpstreamRequest calls the upstream filter
+// manager's log(). A context that was never created gets no callbacks (onDestroy returns
+// early without in_vm_context_created_); neither does a stream the guest can no longer run.
+// Deferred actions still pending are dropped.
+func (s *Stream) Destroy() error {
+	if s.deleted {
+		return nil
+	}
+	defer s.forget()
+	s.deferred = s.deferred[:0]
+	s.Req.Halted, s.Resp.Halted = true, true
+	s.Req.Unavailable()
+	s.Resp.Unavailable()
+	if s.Skip || !s.Created || s.guest.Gone() {
+		return nil
+	}
+	if _, _, err := s.guest.Call(OnDone, 0, 0); err != nil {
+		return err
+	}
+	_, _, err := s.guest.Call(OnDelete, 0, 0)
 	return err
 }
 

@@ -286,6 +286,28 @@ func TestStream(t *testing.T) {
 			want: state{calls: []string{create, "proxy_on_request_headers(1,1)"}, action: types.ActionPause,
 				respDone: true, reset: DetailsWasmCloseStream, details: DetailsWasmCloseStream},
 		},
+		{
+			name: "a VM that failed under a live stream: no more callbacks, FAIL_CLOSED fails it once (CHECK_FAIL_HTTP)",
+			cfg:  allow,
+			steps: []step{reqHeaders(true), func(s *Stream, th *Thread) (types.Action, error) {
+				s.guest.(*fakeGuest).failed = true // another context's callback trapped
+				return respHeaders(false)(s, th)
+			}, respBody("late", true)},
+			want: state{calls: []string{create, "proxy_on_request_headers(1,1)"}, action: types.ActionPause,
+				reqHeaders: true, reqComplete: true, respStatus: "200", respDone: true, final: 503,
+				details: filtermanager.DetailsWasmFailStream},
+		},
+		{
+			name: "a VM that failed under a live stream: FAIL_OPEN lets the rest through without callbacks",
+			cfg:  failOpen,
+			steps: []step{reqHeaders(true), func(s *Stream, th *Thread) (types.Action, error) {
+				s.guest.(*fakeGuest).failed = true
+				return respHeaders(false)(s, th)
+			}, respBody("late", true)},
+			want: state{calls: []string{create, "proxy_on_request_headers(1,1)"}, action: types.ActionContinue,
+				reqHeaders: true, reqComplete: true, respStatus: "200", respBody: "late", respDone: true,
+				details: "via_upstream"},
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -4,6 +4,10 @@
 // (during _initialize), and log every callback and every host call's status, so tests can
 // assert exact ABI behaviour and callback order from the host's logs.
 //
+// The plugin configuration's lines apply to that plugin's contexts only (a VM may host two
+// plugins, each with its own root context and configuration); the VM configuration's and
+// PROBE_INIT's to every context.
+//
 // Script lines: "<callback>[@<context id>] <op> <args...>", e.g.
 //
 //	request_headers get_header 0 :path
@@ -203,6 +207,7 @@ func show(s string) string {
 
 type step struct {
 	ctx  uint32 // 0: any context
+	root uint32 // 0: any plugin; else only contexts of this root context's plugin
 	args []string
 }
 
@@ -211,9 +216,17 @@ var (
 	vars   = map[string]uint32{}
 	curCtx uint32
 	result uint32
+	// rootOf maps each context to its plugin's root context (from proxy_on_context_create;
+	// a root is its own), so a VM hosting two plugins runs each one's configure script on
+	// its own contexts only.
+	rootOf   = map[uint32]uint32{}
+	vmParsed bool
 )
 
-func parse(cfg string) {
+func parse(cfg string) { parseFor(cfg, 0) }
+
+// parseFor adds the script lines of cfg, limited to root's plugin unless root is 0.
+func parseFor(cfg string, root uint32) {
 	for _, line := range strings.Split(cfg, "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 || strings.HasPrefix(f[0], "#") {
@@ -224,7 +237,7 @@ func parse(cfg string) {
 			n, _ := strconv.Atoi(cb[i+1:])
 			cb, ctx = cb[:i], uint32(n)
 		}
-		script[cb] = append(script[cb], step{ctx: ctx, args: f[1:]})
+		script[cb] = append(script[cb], step{ctx: ctx, root: root, args: f[1:]})
 	}
 }
 
@@ -285,6 +298,9 @@ func dash(s string) string {
 func run(cb string) {
 	for _, st := range script[cb] {
 		if st.ctx != 0 && st.ctx != curCtx {
+			continue
+		}
+		if st.root != 0 && rootOf[curCtx] != st.root {
 			continue
 		}
 		exec(cb, st.args)
@@ -483,11 +499,19 @@ func init() {
 func abiVersion() {}
 
 //go:wasmexport proxy_on_context_create
-func onContextCreate(ctx, parent uint32) { callback("context_create", ctx, 0, parent) }
+func onContextCreate(ctx, parent uint32) {
+	if parent == 0 {
+		rootOf[ctx] = ctx
+	} else {
+		rootOf[ctx] = parent
+	}
+	callback("context_create", ctx, 0, parent)
+}
 
 //go:wasmexport proxy_on_vm_start
 func onVMStart(root, size uint32) uint32 {
-	if size > 0 {
+	if size > 0 && !vmParsed { // once per VM, though every plugin's root gets on_vm_start
+		vmParsed = true
 		proxyGetBufferBytes(6, 0, size, &retPtr, &retSize)
 		parse(taken())
 	}
@@ -498,7 +522,7 @@ func onVMStart(root, size uint32) uint32 {
 func onConfigure(root, size uint32) uint32 {
 	if size > 0 {
 		proxyGetBufferBytes(7, 0, size, &retPtr, &retSize)
-		parse(taken())
+		parseFor(taken(), root)
 	}
 	return callback("configure", root, 1, size)
 }
