@@ -87,23 +87,13 @@ func (vm *VM) httpCall(token uint32, up []byte, headers, trailers [][2]string, b
 
 // invokeCallout asks the handler, outside the VM (on its own goroutine with a real clock).
 func (h *Host) invokeCallout(c *Callout) {
-	run := func() {
+	h.runHandler(func() {
 		resp := h.cfg.calloutHandler(context.Background(), c)
 		if resp == nil {
 			return // unanswered: pending until it times out or the test answers
 		}
-		ev := event{kind: evCalloutDeliver, vm: c.vm, gen: c.gen, callout: c, resp: resp}
-		if resp.Delay > 0 {
-			h.schedule(h.clock.Now().Add(resp.Delay), ev)
-			return
-		}
-		h.post(ev)
-	}
-	if h.realtime {
-		go run()
-		return
-	}
-	run()
+		h.deliverAfter(resp.Delay, event{kind: evCalloutDeliver, vm: c.vm, gen: c.gen, callout: c, resp: resp})
+	})
 }
 
 // deliverCallout runs proxy_on_http_call_response on the owning root (VM locked).

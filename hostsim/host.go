@@ -601,6 +601,27 @@ func (h *Host) schedule(at time.Time, ev event) { h.loop.Schedule(at, ev) }
 // post runs ev on the event loop next, outside the VM that posts it.
 func (h *Host) post(ev event) { h.loop.Post(ev) }
 
+// deliverAfter posts ev now, or schedules it delay later on the Host's clock: how the answer
+// of a test's handler (an upstream function, a callout handler) with a Delay comes back.
+func (h *Host) deliverAfter(delay time.Duration, ev event) {
+	if delay > 0 {
+		h.schedule(h.clock.Now().Add(delay), ev)
+		return
+	}
+	h.post(ev)
+}
+
+// runHandler runs a test's handler outside the VM: on its own goroutine on the real clock,
+// where it may block like a real upstream; inline on the virtual clock, where the run stays
+// deterministic.
+func (h *Host) runHandler(run func()) {
+	if h.realtime {
+		go run()
+		return
+	}
+	run()
+}
+
 // drain runs pending events until none is left (virtual clock). With a real clock the
 // dispatcher does it.
 func (h *Host) drain() error {

@@ -219,7 +219,7 @@ func (ex *Exchange) abandonUpstream() { ex.endTry(ex.upTry) }
 // invokeUpstream calls the buffered upstream for try t outside the VM (on its own
 // goroutine with a real clock).
 func (h *Host) invokeUpstream(ex *Exchange, t *upTry) {
-	run := func() {
+	h.runHandler(func() {
 		var resp *UpstreamResponse
 		err := errors.New("no upstream configured")
 		if h.cfg.upstream != nil {
@@ -228,18 +228,12 @@ func (h *Host) invokeUpstream(ex *Exchange, t *upTry) {
 		if err == nil && resp == nil {
 			err = errors.New("upstream returned no response")
 		}
-		ev := event{kind: evUpstreamDeliver, vm: ex.vm, gen: ex.gen, ex: ex, try: t, up: resp, upErr: err}
-		if err == nil && resp.Delay > 0 {
-			h.schedule(h.clock.Now().Add(resp.Delay), ev)
-			return
+		var delay time.Duration
+		if err == nil {
+			delay = resp.Delay
 		}
-		h.post(ev)
-	}
-	if h.realtime {
-		go run()
-		return
-	}
-	run()
+		h.deliverAfter(delay, event{kind: evUpstreamDeliver, vm: ex.vm, gen: ex.gen, ex: ex, try: t, up: resp, upErr: err})
+	})
 }
 
 // current reports whether t is the exchange's try in flight.
