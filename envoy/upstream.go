@@ -66,23 +66,27 @@ func RetryNumRetries(res *policies.Resolved) uint32 {
 // filter: twice RequestBodyBufferLimit, so that every body the policy accepts stays
 // replayable on a retry.
 //
-// Which field: request_body_buffer_limit. On Envoy 1.36 (envoyproxy/envoy#40254) it is the
-// route's body buffer limit for retries and shadowing as well as for buffering filters, and
-// it wins over everything else (route_components.proto, Route.request_body_buffer_limit,
-// "Buffer limit precedence"); per_request_buffer_limit_bytes is deprecated since, may not
-// be set next to it, and is capped at the connection's limit (its "min" with
-// per_connection_buffer_limit_bytes). Set on the route, it overrides the virtual host's
-// limit for routed requests only.
+// Which field: request_body_buffer_limit, from Envoy 1.36 (envoyproxy/envoy#40254). The
+// route's buffer limit wins over every other (route_components.proto,
+// Route.request_body_buffer_limit, "Buffer limit precedence": this field if set, else
+// min(per_request_buffer_limit_bytes, per_connection_buffer_limit_bytes), else the
+// connection's), and the router takes it for its retry decisions
+// (envoyproxy/envoy#42610's description of 1.36's Filter::decodeData; the 1.36 source
+// itself was not read). per_request_buffer_limit_bytes, "the maximum bytes which will be
+// buffered for retries and shadowing" before 1.36, is deprecated, may not be set next to
+// request_body_buffer_limit, and is capped at the connection's limit. Set on the route, it
+// overrides the virtual host's limit for routed requests only.
 //
 // Why twice: the router gives up retrying, silently (stat retry_or_shadow_abandoned), once
 // the buffered body plus the incoming chunk passes the limit (source/common/router/
-// router.cc, Filter::decodeData). When an earlier filter buffered the whole body and
-// resumes — the downstream Spillway instance does exactly that — the incoming data is that
-// same buffer and is counted twice (envoyproxy/envoy#30613), so retries stop at half the
-// limit. The fix (envoyproxy/envoy#44346) is not in 1.36; which later release carries it
-// was not pinned, so the double is kept for every release. It costs nothing for a body
-// within the policy's limit: Spillway answers 413 itself past maxRequestBodyBytes, so
-// Envoy never buffers more than RequestBodyBufferLimit of one request.
+// router.cc, Filter::decodeData: getLength(decodingBuffer()) + data.length()). When an
+// earlier filter buffered the whole body and resumes — the downstream Spillway instance
+// does exactly that — the incoming data is that same buffer and is counted twice
+// (envoyproxy/envoy#30613), so retries stop at half the limit. The fix
+// (envoyproxy/envoy#44346) is not in 1.36 and the release that carries it was not pinned,
+// so the double is kept for every release. It costs nothing for a body within the
+// policy's limit: Spillway answers 413 itself past maxRequestBodyBytes, so Envoy never
+// buffers much more than RequestBodyBufferLimit of one request.
 func RetryBufferLimit(res *policies.Resolved) uint64 {
 	limit := envoylimits.RequestBodyBufferLimit(res)
 	if limit > math.MaxUint64/2 {
@@ -111,18 +115,25 @@ func routedRetryPolicy(res *policies.Resolved) *routev3.RetryPolicy {
 	}
 }
 
-// addRetries gives the routed route its retry policy and body buffer limit.
+// addRetries gives the routed route its retry policy and body buffer limit, and keeps the
+// marker from the client: the router decides on a try's response headers before it applies
+// the route's response_headers_to_remove to the response it sends downstream
+// (source/common/router/router.cc, Filter::onUpstreamHeaders: shouldRetryHeaders, then
+// finalizeResponseHeaders), so a marker on a try whose retries are exhausted is dropped
+// and a retried try's response never goes downstream at all.
 func addRetries(routed *routev3.Route, res *policies.Resolved) {
 	routed.GetRoute().RetryPolicy = routedRetryPolicy(res)
 	routed.RequestBodyBufferLimit = wrapperspb.UInt64(RetryBufferLimit(res))
+	routed.ResponseHeadersToRemove = append(routed.ResponseHeadersToRemove, RetryMarkerHeader)
 }
 
 // upstreamFilters is a provider cluster's upstream HTTP filter chain: Spillway's upstream
 // instance, then the codec. The Wasm filter runs upstream from Envoy 1.31
 // (source/extensions/filters/http/wasm/config.cc registers UpstreamWasmFilterConfig).
-// Its vm_config is the HCM filter's, field for field: proxy-wasm-cpp-host keys a VM by its
-// vm_id, runtime, code and configuration, so both instances run in one VM per worker and
-// share its shared data (keyed by vm_id, shared_data.cc). It carries the same plugin
+// Its vm_config is the HCM filter's, field for field: Envoy keys a VM by vm_id, the VM's
+// configuration and the code (source/extensions/common/wasm/wasm.cc, createWasm:
+// proxy_wasm::makeVmKey), so both instances run in one VM per worker and share its shared
+// data (keyed by vm_id, proxy-wasm-cpp-host shared_data.cc). It carries the same plugin
 // configuration and failure policy; allow_on_headers_stop_iteration lets it hold a try's
 // headers as the downstream instance holds the request's.
 func upstreamFilters(hcmFilter *wasmfilterv3.Wasm) ([]*hcmv3.HttpFilter, error) {

@@ -85,6 +85,7 @@ func TestUpstreamFilterAddsOnlyItsFields(t *testing.T) {
 	routed := ps.routes[0]
 	routed.GetRoute().RetryPolicy = nil
 	routed.RequestBodyBufferLimit = nil
+	routed.ResponseHeadersToRemove = nil
 	stripped.StaticResources.Listeners[0].FilterChains[0].Filters[0].GetTypedConfig().Value = mustAny(t, ps.hcm).Value
 	if diff := cmp.Diff(off, stripped, protocmp.Transform()); diff != "" {
 		t.Errorf("the option changes more than its own fields (-off +on without them):\n%s", diff)
@@ -165,6 +166,10 @@ func checkRoutes(t *testing.T, ps parts, numRetries uint32, maxBody uint64) {
 	// (By field name: the deprecated getter is what staticcheck refuses.)
 	if m := routed.ProtoReflect(); m.Has(m.Descriptor().Fields().ByName("per_request_buffer_limit_bytes")) {
 		t.Error("per_request_buffer_limit_bytes set: deprecated, and Envoy refuses it next to request_body_buffer_limit")
+	}
+	// The marker never reaches a client.
+	if got := routed.GetResponseHeadersToRemove(); len(got) != 1 || got[0] != "x-spillway-retry" {
+		t.Errorf("routed response_headers_to_remove %v, want [x-spillway-retry]", got)
 	}
 	// The passthrough route is not Spillway's: no retries, the virtual host's limit.
 	if passthrough.GetRoute().GetRetryPolicy() != nil || passthrough.GetRequestBodyBufferLimit() != nil {
