@@ -68,9 +68,19 @@ func Bootstrap(p *Policy, opts Options) (*bootstrapv3.Bootstrap, error) {
 	if err != nil {
 		return nil, err
 	}
-	hcm, err := connectionManager(p, filter, defaultCluster)
+	hcm, err := connectionManager(p, filter, defaultCluster, o.UpstreamFilter)
 	if err != nil {
 		return nil, err
+	}
+	var upstreamChain []*hcmv3.HttpFilter
+	if o.UpstreamFilter {
+		w, err := wasmFilter(p, o)
+		if err != nil {
+			return nil, err
+		}
+		if upstreamChain, err = upstreamFilters(w); err != nil {
+			return nil, err
+		}
 	}
 	listenHost, listenPort, _ := splitHostPort(o.Listen) // checked by withDefaults
 	adminHost, adminPort, _ := splitHostPort(o.Admin)
@@ -80,6 +90,11 @@ func Bootstrap(p *Policy, opts Options) (*bootstrapv3.Bootstrap, error) {
 		c, err := providerCluster(u, p, o)
 		if err != nil {
 			return nil, err
+		}
+		if upstreamChain != nil {
+			if err := addUpstreamFilter(c, upstreamChain); err != nil {
+				return nil, err
+			}
 		}
 		clusters = append(clusters, c)
 	}
@@ -167,8 +182,9 @@ func spillwayFilter(p *Policy, o Options) (*hcmv3.HttpFilter, error) {
 	return &hcmv3.HttpFilter{Name: ExtensionConfigName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: typed}}, nil
 }
 
-// connectionManager is the listener's HTTP connection manager with Spillway's routes.
-func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster string) (*anypb.Any, error) {
+// connectionManager is the listener's HTTP connection manager with Spillway's routes;
+// retries gives the routed route the upstream filter's retry policy (Options.UpstreamFilter).
+func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster string, retries bool) (*anypb.Any, error) {
 	res := p.Resolved
 	idle := durationpb.New(envoylimits.IdleTimeout(res))
 	header := res.Routing.ClusterHeader
@@ -219,6 +235,9 @@ func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster strin
 			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 			Action: action(&routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: defaultCluster}}),
 		},
+	}
+	if retries {
+		addRetries(routes[0], res)
 	}
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: statPrefix,
@@ -367,12 +386,16 @@ func xdsCluster(o Options) (*clusterv3.Cluster, error) {
 	return c, nil
 }
 
+// httpProtocolOptionsKey is where a cluster's HttpProtocolOptions sit in its
+// typed_extension_protocol_options.
+const httpProtocolOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
 func setProtocolOptions(c *clusterv3.Cluster, opts *httpv3.HttpProtocolOptions) error {
 	typed, err := anypb.New(opts)
 	if err != nil {
 		return fmt.Errorf("envoy: %w", err)
 	}
-	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": typed}
+	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsKey: typed}
 	return nil
 }
 

@@ -53,3 +53,39 @@ func Fits(base, next *Policy) (warnings []string, err error) {
 	}
 	return warnings, nil
 }
+
+// EnvoyFeature is something the generated configuration relies on and the first Envoy
+// release that has it (minor version of 1.x).
+type EnvoyFeature struct {
+	What  string
+	Since int // Envoy 1.Since
+}
+
+// SupportedEnvoyMinor is the oldest supported Envoy, 1.36: every configuration this package
+// generates needs nothing newer.
+const SupportedEnvoyMinor = 36
+
+// RequiredEnvoy says which Envoy release a configuration rendered with these options needs
+// (1.minor) and why: each feature it relies on with the release that introduced it.
+func RequiredEnvoy(opts Options) (minor int, features []EnvoyFeature) {
+	features = []EnvoyFeature{
+		// proxy-wasm-cpp-host #427 (fd_fdstat_set_flags, sched_yield, poll_oneoff).
+		{"a Go wasip1 module loads", 33},
+		{"PluginConfig.allow_on_headers_stop_iteration", 35},
+		// envoyproxy/envoy#40254 (data-plane-api 92df27d6).
+		{"VirtualHost.request_body_buffer_limit", 36},
+	}
+	if opts.UpstreamFilter {
+		features = append(features,
+			// changelogs/1.31.0.yaml: "Update WASM filter to support use as an upstream
+			// filter" (envoyproxy/envoy#34253).
+			EnvoyFeature{"envoy.filters.http.wasm as an upstream HTTP filter (HttpProtocolOptions.http_filters)", 31},
+			// The same change as the virtual host's field (envoyproxy/envoy#40254).
+			EnvoyFeature{"Route.request_body_buffer_limit (the retry buffer)", 36},
+		)
+	}
+	for _, f := range features {
+		minor = max(minor, f.Since)
+	}
+	return minor, features
+}

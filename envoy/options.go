@@ -35,6 +35,14 @@ const (
 	ModuleFetchCluster = "spillway_wasm_fetch"
 	// WasmRuntime is the runtime official Envoy builds carry.
 	WasmRuntime = "envoy.wasm.runtime.v8"
+	// UpstreamRootID is the root_id of the plugin's upstream instance, the same module run
+	// per try as an upstream HTTP filter on each provider cluster (Options.UpstreamFilter).
+	// The plugin tells its two roles apart by it.
+	UpstreamRootID = "spillway.upstream"
+	// RetryMarkerHeader is the response header the upstream instance adds to a try that
+	// failed over: the routed route's retry policy retries on it (retriable_headers), and
+	// on nothing else.
+	RetryMarkerHeader = "x-spillway-retry"
 )
 
 // Defaults of Options.
@@ -87,6 +95,20 @@ type Options struct {
 	// XDS, when set (host:port), makes the bootstrap take the filter's configuration from
 	// a control plane over ECDS (see package envoy/xds) instead of inline.
 	XDS string
+	// UpstreamFilter prepares streaming failover through Envoy's own router retries. It
+	// adds the module a second time, as an upstream HTTP filter on every provider cluster
+	// (root_id UpstreamRootID, the HCM filter's vm_config, so both instances share one VM
+	// and its shared data, then envoy.filters.http.upstream_codec), and gives the routed
+	// route a retry policy that retries on RetryMarkerHeader alone, as often as
+	// failover.maxAttempts allows, with a body buffer that always holds a body the policy
+	// accepts; each provider cluster's retry circuit breaker is raised to
+	// UpstreamMaxRetries. See the package doc, "Upstream filter".
+	//
+	// With today's module it changes nothing a client sees: the upstream instance passes
+	// every try through and never sets the marker, so the router never retries. It is not
+	// on the command line until the plugin uses it, and it cannot be combined with XDS yet
+	// (the upstream instance would keep the bootstrap's policy while ECDS pushes new ones).
+	UpstreamFilter bool
 }
 
 // Module is where Envoy loads the Wasm module from: a local file (Path), or a remote URL
@@ -170,6 +192,9 @@ func (o Options) withDefaults() (Options, error) {
 		if _, _, err := splitHostPort(o.XDS); err != nil {
 			errs = append(errs, fmt.Errorf("xds address: %w", err))
 		}
+	}
+	if o.UpstreamFilter && o.XDS != "" {
+		errs = append(errs, errors.New("the upstream filter is inline only: with xds its instance would keep the bootstrap's policy while the control plane pushes new ones"))
 	}
 	if o.ConnectTimeout < time.Millisecond {
 		errs = append(errs, errors.New("connect timeout must be at least 1ms"))

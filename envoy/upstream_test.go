@@ -1,0 +1,324 @@
+package envoy_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
+	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/spillwayproxy/spillway/envoy"
+)
+
+const protocolOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
+// twoClusters is a policy with two providers on two clusters: one over TLS, one plain.
+const twoClusters = `
+providers:
+  - {id: openai, cluster: openai, authority: api.openai.com, connections: [{id: a}, {id: b}]}
+  - {id: local, cluster: ollama, connections: [{id: c}]}
+routes: [{model: "*", targets: [{provider: openai}, {provider: local}]}]
+`
+
+// TestUpstreamFilterOffIsTheShippedBootstrap: without the option the bootstrap is the one
+// envoy.yaml ships (whose bytes envoy/cmd/spillway's golden test pins), message for
+// message.
+func TestUpstreamFilterOffIsTheShippedBootstrap(t *testing.T) {
+	data, err := os.ReadFile("envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var golden bootstrapv3.Bootstrap
+	if err := envoy.UnmarshalYAML(data, &golden); err != nil {
+		t.Fatal(err)
+	}
+	// The CLI adds Spillway's metric tags (plugin/stats), which this package does not know.
+	var tags []envoy.StatsTag
+	for _, st := range golden.GetStatsConfig().GetStatsTags() {
+		tags = append(tags, envoy.StatsTag{Name: st.GetTagName(), Regex: st.GetRegex()})
+	}
+	if len(tags) == 0 {
+		t.Fatal("envoy.yaml has no stats_tags: the comparison below would not be the CLI's")
+	}
+	got := bootstrap(t, loadDemo(t), envoy.Options{Upstreams: demoUpstreams, StatsTags: tags, UpstreamFilter: false})
+	if diff := cmp.Diff(&golden, got, protocmp.Transform()); diff != "" {
+		t.Errorf("the default bootstrap differs from envoy.yaml (-golden +got):\n%s", diff)
+	}
+}
+
+// TestUpstreamFilterAddsOnlyItsFields: the option adds the upstream chain, the circuit
+// breaker, the retry policy and the route's buffer limit, and changes nothing else.
+func TestUpstreamFilterAddsOnlyItsFields(t *testing.T) {
+	p := load(t, twoClusters, envoy.LoadOptions{})
+	opts := envoy.Options{Upstreams: map[string]string{"ollama": "http://10.0.0.7:11434"}}
+	off := bootstrap(t, p, opts)
+	opts.UpstreamFilter = true
+	on := bootstrap(t, p, opts)
+
+	// Strip what the option adds from the on-bootstrap: what is left must be the default.
+	stripped := proto.Clone(on).(*bootstrapv3.Bootstrap)
+	ps := dig(t, stripped)
+	if len(ps.clusters) != 2 {
+		t.Fatalf("%d clusters, want 2", len(ps.clusters))
+	}
+	for _, c := range stripped.GetStaticResources().GetClusters() {
+		c.CircuitBreakers = nil
+		protocol := unpack[*httpv3.HttpProtocolOptions](t, c.GetTypedExtensionProtocolOptions()[protocolOptionsKey])
+		protocol.HttpFilters = nil
+		c.TypedExtensionProtocolOptions[protocolOptionsKey] = mustAny(t, protocol)
+	}
+	routed := ps.routes[0]
+	routed.GetRoute().RetryPolicy = nil
+	routed.RequestBodyBufferLimit = nil
+	routed.ResponseHeadersToRemove = nil
+	stripped.StaticResources.Listeners[0].FilterChains[0].Filters[0].GetTypedConfig().Value = mustAny(t, ps.hcm).Value
+	if diff := cmp.Diff(off, stripped, protocmp.Transform()); diff != "" {
+		t.Errorf("the option changes more than its own fields (-off +on without them):\n%s", diff)
+	}
+}
+
+func mustAny(t *testing.T, m proto.Message) *anypb.Any {
+	t.Helper()
+	a, err := anypb.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestUpstreamFilterPreparesRouterRetries(t *testing.T) {
+	tests := []struct {
+		name        string
+		resilience  string // appended to twoClusters
+		failure     wasmv3.FailurePolicy
+		numRetries  uint32 // the routed route's num_retries: maxAttempts − 1
+		maxBodySize uint64 // the policy's maxRequestBodyBytes
+	}{
+		// Defaults: 3 attempts, 8 MiB bodies, FAIL_RELOAD.
+		{"defaults", "", 0, 2, 8 << 20},
+		// One attempt: no retry at all, the retry policy stays (the marker is never honoured).
+		{"one attempt", "resilience: {failover: {maxAttempts: 1}}", 0, 0, 8 << 20},
+		// The most attempts the policy allows.
+		{"twenty attempts", "resilience: {failover: {maxAttempts: 20}}", 0, 19, 8 << 20},
+		// A larger body limit raises the retry buffer with it; another failure policy is
+		// carried to the upstream instance too.
+		{"large bodies, fail closed", "maxRequestBodyBytes: 33554432", wasmv3.FailurePolicy_FAIL_CLOSED, 2, 32 << 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := load(t, twoClusters+tt.resilience, envoy.LoadOptions{})
+			ps := dig(t, bootstrap(t, p, envoy.Options{
+				Upstreams:      map[string]string{"ollama": "http://10.0.0.7:11434"},
+				FailurePolicy:  tt.failure,
+				UpstreamFilter: true,
+			}))
+			checkRoutes(t, ps, tt.numRetries, tt.maxBodySize)
+			for _, name := range []string{"openai", "ollama"} {
+				t.Run(name, func(t *testing.T) { checkCluster(t, ps, ps.clusters[name], name == "openai") })
+			}
+		})
+	}
+}
+
+func checkRoutes(t *testing.T, ps parts, numRetries uint32, maxBody uint64) {
+	t.Helper()
+	routed, passthrough := ps.routes[0], ps.routes[1]
+	// Exactly these fields: the marker header alone, no retriable status codes, no other
+	// retry_on condition (the router must never retry a provider's 429/5xx on its own).
+	want := &routev3.RetryPolicy{
+		RetryOn: "retriable-headers",
+		RetriableHeaders: []*routev3.HeaderMatcher{{
+			Name:                 "x-spillway-retry",
+			HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true},
+		}},
+		NumRetries: wrapperspb.UInt32(numRetries),
+		RetryBackOff: &routev3.RetryPolicy_RetryBackOff{
+			BaseInterval: durationpb.New(time.Millisecond),
+			MaxInterval:  durationpb.New(10 * time.Millisecond),
+		},
+	}
+	if diff := cmp.Diff(want, routed.GetRoute().GetRetryPolicy(), protocmp.Transform()); diff != "" {
+		t.Errorf("routed route's retry policy (-want +got):\n%s", diff)
+	}
+	if got := routed.GetRoute().GetRetryPolicy().GetRetriableStatusCodes(); len(got) != 0 {
+		t.Errorf("retriable_status_codes %v: the router would retry a provider's status by itself", got)
+	}
+	// Twice the request limit: the router counts a body a filter resumed twice
+	// (envoyproxy/envoy#30613), and must still hold a body of maxRequestBodyBytes.
+	if got, min := routed.GetRequestBodyBufferLimit().GetValue(), 2*(maxBody+1<<20); got < min {
+		t.Errorf("routed request_body_buffer_limit %d, want at least %d (2 × (maxRequestBodyBytes + 1 MiB))", got, min)
+	}
+	// (By field name: the deprecated getter is what staticcheck refuses.)
+	if m := routed.ProtoReflect(); m.Has(m.Descriptor().Fields().ByName("per_request_buffer_limit_bytes")) {
+		t.Error("per_request_buffer_limit_bytes set: deprecated, and Envoy refuses it next to request_body_buffer_limit")
+	}
+	// The marker never reaches a client.
+	if got := routed.GetResponseHeadersToRemove(); len(got) != 1 || got[0] != "x-spillway-retry" {
+		t.Errorf("routed response_headers_to_remove %v, want [x-spillway-retry]", got)
+	}
+	// The passthrough route is not Spillway's: no retries, the virtual host's limit.
+	if passthrough.GetRoute().GetRetryPolicy() != nil || passthrough.GetRequestBodyBufferLimit() != nil {
+		t.Errorf("passthrough route has retry policy %v, buffer limit %v", passthrough.GetRoute().GetRetryPolicy(), passthrough.GetRequestBodyBufferLimit())
+	}
+}
+
+func checkCluster(t *testing.T, ps parts, c *clusterv3.Cluster, tls bool) {
+	t.Helper()
+	if c == nil {
+		t.Fatal("missing")
+	}
+	protocol := unpack[*httpv3.HttpProtocolOptions](t, c.GetTypedExtensionProtocolOptions()[protocolOptionsKey])
+	// The protocol the cluster chose stays: ALPN for TLS, HTTP/1.1 for plain HTTP.
+	if tls && protocol.GetAutoConfig() == nil || !tls && protocol.GetExplicitHttpConfig().GetHttpProtocolOptions() == nil {
+		t.Errorf("protocol options lost their protocol: %v", protocol)
+	}
+	filters := protocol.GetHttpFilters()
+	if len(filters) != 2 {
+		t.Fatalf("%d upstream http filters, want Spillway's upstream instance then the codec", len(filters))
+	}
+	if filters[0].GetName() != envoy.UpstreamRootID {
+		t.Errorf("first upstream filter %q, want %q", filters[0].GetName(), envoy.UpstreamRootID)
+	}
+	up := unpack[*wasmfilterv3.Wasm](t, filters[0].GetTypedConfig()).GetConfig()
+	down := ps.wasm.GetConfig()
+	if up.GetRootId() != "spillway.upstream" || envoy.UpstreamRootID != "spillway.upstream" {
+		t.Errorf("upstream root_id %q", up.GetRootId())
+	}
+	// The same VM: every field of vm_config equal, so Envoy shares the VM and its shared data.
+	if diff := cmp.Diff(down.GetVmConfig(), up.GetVmConfig(), protocmp.Transform()); diff != "" {
+		t.Errorf("upstream vm_config differs from the HCM filter's (-hcm +upstream):\n%s", diff)
+	}
+	if !proto.Equal(down.GetConfiguration(), up.GetConfiguration()) {
+		t.Error("upstream plugin configuration is not the HCM filter's policy")
+	}
+	if up.GetFailurePolicy() != down.GetFailurePolicy() {
+		t.Errorf("upstream failure_policy %v, HCM filter's %v", up.GetFailurePolicy(), down.GetFailurePolicy())
+	}
+	if !up.GetAllowOnHeadersStopIteration().GetValue() {
+		t.Error("upstream instance without allow_on_headers_stop_iteration")
+	}
+	if down.GetRootId() != envoy.RootID {
+		t.Errorf("the HCM filter's root_id changed to %q", down.GetRootId())
+	}
+	// The codec last: Envoy refuses any other terminal upstream filter.
+	if filters[1].GetName() != "envoy.filters.http.upstream_codec" {
+		t.Errorf("last upstream filter %q, want envoy.filters.http.upstream_codec", filters[1].GetName())
+	}
+	_ = unpack[*upstreamcodecv3.UpstreamCodec](t, filters[1].GetTypedConfig())
+	// The retry breaker raised, the others left at Envoy's defaults.
+	th := c.GetCircuitBreakers().GetThresholds()
+	if len(th) != 1 || th[0].GetPriority() != corev3.RoutingPriority_DEFAULT || th[0].GetMaxRetries().GetValue() != envoy.UpstreamMaxRetries ||
+		th[0].GetMaxRequests() != nil || th[0].GetMaxConnections() != nil || th[0].GetMaxPendingRequests() != nil || th[0].GetRetryBudget() != nil {
+		t.Errorf("circuit breaker thresholds %v, want only max_retries %d at DEFAULT", th, envoy.UpstreamMaxRetries)
+	}
+	if envoy.UpstreamMaxRetries <= 3 {
+		t.Errorf("UpstreamMaxRetries %d is no higher than Envoy's default", envoy.UpstreamMaxRetries)
+	}
+}
+
+// TestUpstreamFilterBootstrapRoundTrips: the rendered YAML loads back through the parser
+// Envoy's files go through here, validates, and is the same configuration.
+func TestUpstreamFilterBootstrapRoundTrips(t *testing.T) {
+	b := bootstrap(t, loadDemo(t), envoy.Options{Upstreams: demoUpstreams, UpstreamFilter: true})
+	out, err := envoy.MarshalYAML(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back bootstrapv3.Bootstrap
+	if err := envoy.UnmarshalYAML(out, &back); err != nil {
+		t.Fatalf("reading back: %v", err)
+	}
+	if err := envoy.Validate(&back); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(b, &back, protocmp.Transform()); diff != "" {
+		t.Errorf("YAML round trip changed the bootstrap:\n%s", diff)
+	}
+	for _, want := range []string{"root_id: spillway.upstream", "envoy.filters.http.upstream_codec", "retry_on: retriable-headers", "x-spillway-retry", "max_retries: 1024"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("rendered YAML lacks %q", want)
+		}
+	}
+	// Every provider cluster of the demo carries the chain; Spillway's own clusters never.
+	for _, c := range back.GetStaticResources().GetClusters() {
+		protocol := unpack[*httpv3.HttpProtocolOptions](t, c.GetTypedExtensionProtocolOptions()[protocolOptionsKey])
+		if len(protocol.GetHttpFilters()) != 2 {
+			t.Errorf("cluster %s: %d upstream filters", c.GetName(), len(protocol.GetHttpFilters()))
+		}
+	}
+}
+
+func TestUpstreamFilterKeepsSpillwaysOwnClustersPlain(t *testing.T) {
+	b := bootstrap(t, loadDemo(t), envoy.Options{Upstreams: demoUpstreams, UpstreamFilter: true,
+		Module: envoy.Module{URL: "https://artifacts.example.com/spillway.wasm", SHA256: strings.Repeat("ab", 32)}})
+	ps := dig(t, b)
+	fetch := ps.clusters[envoy.ModuleFetchCluster]
+	if fetch == nil {
+		t.Fatal("no module fetch cluster")
+	}
+	protocol := unpack[*httpv3.HttpProtocolOptions](t, fetch.GetTypedExtensionProtocolOptions()[protocolOptionsKey])
+	if len(protocol.GetHttpFilters()) != 0 || fetch.GetCircuitBreakers() != nil {
+		t.Errorf("the module fetch cluster got the upstream filter: %v", protocol.GetHttpFilters())
+	}
+	// The remote module is the upstream instance's code too.
+	w := unpack[*wasmfilterv3.Wasm](t, unpack[*httpv3.HttpProtocolOptions](t,
+		ps.clusters["fake-openai"].GetTypedExtensionProtocolOptions()[protocolOptionsKey]).GetHttpFilters()[0].GetTypedConfig())
+	if got := w.GetConfig().GetVmConfig().GetCode().GetRemote().GetHttpUri().GetUri(); got != "https://artifacts.example.com/spillway.wasm" {
+		t.Errorf("upstream instance's code from %q", got)
+	}
+}
+
+func TestUpstreamFilterIsInlineOnly(t *testing.T) {
+	_, err := envoy.Bootstrap(loadDemo(t), envoy.Options{Upstreams: demoUpstreams, UpstreamFilter: true, XDS: "127.0.0.1:18000"})
+	if err == nil || !strings.Contains(err.Error(), "upstream filter is inline only") {
+		t.Errorf("err %v, want the ECDS combination refused", err)
+	}
+}
+
+func TestRequiredEnvoy(t *testing.T) {
+	tests := []struct {
+		name string
+		opts envoy.Options
+		has  string // a feature the list must name
+		want int    // the minor version it needs
+	}{
+		// The default bootstrap needs the supported floor, 1.36, for request_body_buffer_limit.
+		{"default", envoy.Options{}, "VirtualHost.request_body_buffer_limit", 36},
+		// The upstream filter needs 1.31 for the Wasm filter upstream and 1.36 for the
+		// route's buffer limit: nothing beyond the supported floor.
+		{"upstream filter", envoy.Options{UpstreamFilter: true}, "upstream HTTP filter", 36},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			minor, features := envoy.RequiredEnvoy(tt.opts)
+			if minor != tt.want || minor > envoy.SupportedEnvoyMinor {
+				t.Errorf("needs Envoy 1.%d, want 1.%d (supported from 1.%d)", minor, tt.want, envoy.SupportedEnvoyMinor)
+			}
+			var names []string
+			for _, f := range features {
+				names = append(names, f.What)
+				if tt.has != "" && strings.Contains(f.What, tt.has) && strings.Contains(f.What, "wasm") && f.Since != 31 {
+					t.Errorf("%s since 1.%d, want 1.31", f.What, f.Since)
+				}
+			}
+			if !strings.Contains(strings.Join(names, "\n"), tt.has) {
+				t.Errorf("features %q do not name %q", names, tt.has)
+			}
+		})
+	}
+}
