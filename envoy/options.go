@@ -15,6 +15,7 @@ import (
 
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 
+	"github.com/spillwayproxy/spillway/internal/rootid"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
@@ -22,9 +23,17 @@ import (
 // name: the bootstrap's HTTP filter and the control plane must agree on it.
 const (
 	ExtensionConfigName = "spillway"
-	// RootID is the plugin's root_id. The Go SDK serves any root id; naming it keeps the
-	// plugin key stable and readable in Envoy's logs.
-	RootID = "spillway"
+	// RootID is the root_id of the plugin in the HTTP connection manager's filter chain. The
+	// module reads its root id (property plugin_root_id) to know its role: any root id but
+	// UpstreamRootID is this one, and naming it keeps the plugin key stable and readable in
+	// Envoy's logs.
+	RootID = rootid.Downstream
+	// UpstreamRootID is the root_id under which the module may be attached as a provider
+	// cluster's upstream HTTP filter (HttpProtocolOptions.http_filters, Envoy ≥ 1.31), on the
+	// same vm_config so that both plugins share each worker's VM. In that role the module
+	// passes every try through untouched for now: streaming failover through the router's
+	// retries, which will use it, is in progress, and the bootstrap does not attach it yet.
+	UpstreamRootID = rootid.Upstream
 	// VMID is the Wasm VM's vm_id: Spillway's shared data lives in this namespace
 	// (proxy-wasm-cpp-host shared_data.cc keys the store by vm_id), kept apart from other
 	// Wasm plugins in the same Envoy.

@@ -143,8 +143,9 @@ func TestBoundaries(t *testing.T) {
 		{"hostsim's Envoy model and its tests link neither wazero nor hostsim",
 			func(p string) bool { return within(p, own("hostsim/internal/envoy")) }, true,
 			func(d string) bool { return within(d, wazero) || d == own("hostsim") }},
-		// internal/ holds the module's neutral helpers (modroot, manualclock, pairs), which the
-		// build tools, the engine's tests, the filter's hostabi and hostsim share: importing no other package of the module
+		// internal/ holds the module's neutral helpers (modroot, manualclock, pairs, rootid),
+		// which the build tools, the engine's tests, the filter and its hostabi, hostsim and the
+		// configuration generators share: importing no other package of the module
 		// and nothing wasm-specific keeps them usable by each without joining the layers up.
 		{"the neutral helpers under internal/ import no other package of the module",
 			func(p string) bool { return within(p, own("internal")) }, true,

@@ -71,6 +71,19 @@
 // cannot do is listed in the README, "Header-routed mode": failover and restatement by the
 // error body's content, failover from an error event in a 200 stream or from a failure that
 // arrives before the request body, and a body for another model costs a buffered callout.
+//
+// # Two roles
+//
+// A plugin reads its root id (property plugin_root_id) at start (role.go). Under
+// rootid.Upstream it is a provider cluster's upstream HTTP filter: a second plugin, with a
+// root context of its own, on the VMs the downstream filter runs in (Envoy shares one VM per
+// worker among the plugins of one vm_config; proxy-wasm-cpp-host
+// getOrCreateThreadLocalPlugin). It parses and validates the policy as the downstream role
+// does and refuses to start on the same errors, but starts nothing a VM has once — no tick,
+// wake queue or VM directory entry, admin API, metric definitions or shared-data write — and
+// each of its streams, one try of the router, continues at every callback untouched. Every
+// other root id, "" included, is the downstream role the rest of this comment describes.
+// Router-mode failover, which will act in the upstream role, is not implemented yet.
 package filter
 
 import (

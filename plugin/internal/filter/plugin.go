@@ -49,6 +49,9 @@ func isLiveKey(key string) bool {
 // the streams that wait for a tick or a wake-up.
 type pluginContext struct {
 	types.DefaultPluginContext
+	// role is what this root does (role.go), chosen by its root id at start: the upstream
+	// role keeps only the policy and passes its streams through.
+	role    role
 	policy  *policies.Policy
 	res     *policies.Resolved
 	engine  *engine.Engine
@@ -138,7 +141,9 @@ func (p *pluginContext) coarseClock() { p.nowValid = !p.now.IsZero() }
 
 // OnPluginStart implements types.PluginContext: it parses the policy, builds the engine on
 // it and refuses to start, with every problem and its field path in a critical log, when
-// either rejects it. Each policy warning is logged.
+// either rejects it. Each policy warning is logged. Under root id rootid.Upstream the
+// policy is checked the same way, and the context then starts in the upstream role
+// (startUpstream), which sets up nothing else.
 func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStartStatus) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -147,19 +152,27 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 		}
 	}()
 	p.readClock()
+	upstream := roleOf(readRootID()) == roleUpstream
 	policy, err := loadPolicy(configSize)
 	if err != nil {
 		proxywasm.LogCriticalf("spillway: refusing to start: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	for _, w := range policy.Warnings {
-		proxywasm.LogWarnf("spillway: policy warning: %v", w)
+	if !upstream {
+		for _, w := range policy.Warnings {
+			proxywasm.LogWarnf("spillway: policy warning: %v", w)
+		}
 	}
 	p.policy, p.res = policy, policy.Resolved()
+	// Building the engine reads and writes no shared data (a cache is filled on use), so the
+	// upstream role validates the policy with it too.
 	p.cache = state.NewCache(&p.store, isLiveKey)
 	if p.engine, err = engine.New(policy, p.cache, callbackClock{p}, engine.Options{}); err != nil {
 		proxywasm.LogCriticalf("spillway: refusing to start: %v", err)
 		return types.OnPluginStartStatusFailed
+	}
+	if upstream {
+		return p.startUpstream()
 	}
 	if p.admin = admin.New(p.res.Admin, p.engine); p.admin != nil {
 		proxywasm.LogInfof("spillway: admin API served under %s", p.admin.Prefix())
@@ -242,8 +255,12 @@ func (p *pluginContext) intern(model string) string {
 const maxListedModels = 8
 
 // NewHttpContext implements types.PluginContext. Contexts of ended streams are reused, with
-// their buffers, so a request allocates nothing for its own state.
+// their buffers, so a request allocates nothing for its own state. An upstream-role try
+// gets the pass-through upstreamTry, uncounted.
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
+	if p.role == roleUpstream {
+		return &upstreamTry{} // zero-size: no allocation
+	}
 	p.metrics.requests.Increment(1)
 	var h *httpContext
 	if n := len(p.free); n > 0 {
@@ -311,6 +328,9 @@ func (p *pluginContext) unwatch(h *httpContext) {
 // OnTick implements types.PluginContext: it moves on every stream that waits on time, runs
 // the missing-option detector and the lease renewals, and keeps this VM in the directory.
 func (p *pluginContext) OnTick() {
+	if p.role == roleUpstream {
+		return // it sets no tick period; a host that ticks it anyway finds nothing to do
+	}
 	defer p.recoverRoot("tick")
 	p.readClock()
 	p.peers.heartbeat(p)
@@ -334,7 +354,9 @@ func (p *pluginContext) OnTick() {
 
 // OnPluginDone implements types.PluginContext: the last counts go to Envoy.
 func (p *pluginContext) OnPluginDone() bool {
-
+	if p.role == roleUpstream {
+		return true // it defined no metrics
+	}
 	p.metrics.flush()
 	return true
 }
@@ -342,6 +364,9 @@ func (p *pluginContext) OnPluginDone() bool {
 // OnQueueReady implements types.PluginContext: a slot was freed somewhere in the process;
 // every stream of this VM waiting in a queue tries again.
 func (p *pluginContext) OnQueueReady(queueID uint32) {
+	if p.role == roleUpstream {
+		return // it registers no queue
+	}
 	defer p.recoverRoot("queue ready")
 	p.readClock()
 	for {
