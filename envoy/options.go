@@ -28,11 +28,12 @@ const (
 	// UpstreamRootID is this one, and naming it keeps the plugin key stable and readable in
 	// Envoy's logs.
 	RootID = rootid.Downstream
-	// UpstreamRootID is the root_id under which the module may be attached as a provider
+	// UpstreamRootID is the root_id under which the module runs per try as each provider
 	// cluster's upstream HTTP filter (HttpProtocolOptions.http_filters, Envoy ≥ 1.31), on the
-	// same vm_config so that both plugins share each worker's VM. In that role the module
-	// passes every try through untouched for now: streaming failover through the router's
-	// retries, which will use it, is in progress, and the bootstrap does not attach it yet.
+	// same vm_config so that both plugins share each worker's VM (Options.UpstreamFilter
+	// attaches it; the default bootstrap does not). In that role the module passes every try
+	// through untouched for now: streaming failover through the router's retries, which will
+	// use it, is in progress.
 	UpstreamRootID = rootid.Upstream
 	// VMID is the Wasm VM's vm_id: Spillway's shared data lives in this namespace
 	// (proxy-wasm-cpp-host shared_data.cc keys the store by vm_id), kept apart from other
@@ -44,10 +45,6 @@ const (
 	ModuleFetchCluster = "spillway_wasm_fetch"
 	// WasmRuntime is the runtime official Envoy builds carry.
 	WasmRuntime = "envoy.wasm.runtime.v8"
-	// UpstreamRootID is the root_id of the plugin's upstream instance, the same module run
-	// per try as an upstream HTTP filter on each provider cluster (Options.UpstreamFilter).
-	// The plugin tells its two roles apart by it.
-	UpstreamRootID = "spillway.upstream"
 	// RetryMarkerHeader is the response header the upstream instance adds to a try that
 	// failed over: the routed route's retry policy retries on it (retriable_headers), and
 	// on nothing else.
