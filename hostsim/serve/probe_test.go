@@ -3,6 +3,7 @@ package serve
 import (
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -204,5 +205,36 @@ request_headers local_response 429 quota {"error":"slow"} retry-after=3,content-
 	}
 	if n := len(up.Requests()); n != 0 {
 		t.Errorf("upstream saw %d requests", n)
+	}
+}
+
+// A request answered before its body was read leaves the HTTP/1.1 connection usable: the
+// next request on it is answered on the same connection. (With full duplex on, Go's server
+// panics peeking for the next request when the handler left the body unread and its own
+// close reads it to the end: golang/go#68560; serve closes the body itself.)
+func TestEarlyAnswerKeepsTheConnection(t *testing.T) {
+	url, _, _, _ := probeServe(t, `
+request_headers local_response 429 quota {"error":"slow"} content-type=application/json
+`, 5*time.Second)
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1}}
+	defer client.CloseIdleConnections()
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("x", 64<<10) + `"}]}`
+	var reused []bool
+	for i := range 3 {
+		req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			GotConn: func(c httptrace.GotConnInfo) { reused = append(reused, c.Reused) }}))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 429 || string(b) != `{"error":"slow"}` {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	if len(reused) != 3 || reused[0] || !reused[1] || !reused[2] {
+		t.Errorf("connections reused: %v, want a new one then the same one twice", reused)
 	}
 }

@@ -693,6 +693,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body = r.Body
 	}
 	res := s.exchange(r, body, &responseClient{w: w, rc: rc}, func() { _ = rc.SetReadDeadline(time.Now()) })
+	if body != nil {
+		// A body the stream ended before reading is closed here, not by the server after
+		// the handler: with full duplex on, the server's own close reads it to the end and
+		// starts its background read after it stopped the last one, and then panics
+		// peeking for the next request on the connection (golang/go#68560). Closing in the
+		// handler reads the rest the same way (or gives up past the server's limit and
+		// closes the connection), in time for the server to stop that read.
+		_ = r.Body.Close()
+	}
 	s.logRequest(r, res)
 	if res.Reset != "" || res.ClientGone || res.Status == 0 {
 		panic(http.ErrAbortHandler)
