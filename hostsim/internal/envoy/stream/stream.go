@@ -303,8 +303,8 @@ func (s *Stream) OnBody(d *filtermanager.Direction, chunk []byte, eos bool) (typ
 		return types.ActionContinue, nil
 	}
 	d.Receive(chunk)
-	if s.guest.Failed() && s.thread.cfg.FailOpen {
-		d.Buffering = true // what the filter manager holds goes on with the bypass
+	if s.guest.Failed() {
+		s.passUnanswered(d)
 	}
 	if s.vmFailed() {
 		return paused(!s.Skip), nil
@@ -318,13 +318,7 @@ func (s *Stream) OnBody(d *filtermanager.Direction, chunk []byte, eos bool) (typ
 	_, cb, _ := s.callbacks(d)
 	raw, forceStop, err := s.guest.Call(cb, uint64(len(d.Body)), b2u(eos))
 	if err != nil {
-		if s.thread.cfg.FailOpen {
-			// cpp-host's ContextBase::onRequestBody/onResponseBody check the failure after
-			// the call too (CHECK_FAIL_HTTP): FAIL_OPEN answers Continue for the chunk whose
-			// callback trapped, so it goes on with what the filter manager buffered before
-			// it (Bypass forwards a buffering direction's body).
-			d.Buffering = true
-		}
+		s.passUnanswered(d)
 		return types.ActionPause, s.Failed(err)
 	}
 	s.Action = paused(d.AfterData(filtermanager.Data(raw, forceStop), eos, s.filter()))
@@ -380,6 +374,18 @@ func (s *Stream) resume(d *filtermanager.Direction) error {
 		s.activity()
 	}
 	return d.Resume(s.filter())
+}
+
+// passUnanswered keeps the chunk d received for a body callback that gave no verdict — its
+// VM had failed before the call, or the call trapped — so that FAIL_OPEN's bypass (Failed)
+// lets it go on with what the filter manager buffered before it: cpp-host's
+// ContextBase::onRequestBody/onResponseBody check CHECK_FAIL_HTTP before and after the call
+// and answer Continue under FAIL_OPEN (Bypass forwards a buffering direction's body). Under
+// the other policies the stream fails and the chunk goes nowhere.
+func (s *Stream) passUnanswered(d *filtermanager.Direction) {
+	if s.thread.cfg.FailOpen {
+		d.Buffering = true
+	}
 }
 
 // vmFailed is cpp-host's CHECK_FAIL_HTTP at the top of every HTTP callback
