@@ -15,6 +15,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/spillwayproxy/spillway/plugin/hostabi"
+	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
 // main is never called in a c-shared wasip1 module; the VM context is set in init.
@@ -47,10 +48,11 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 func (p *pluginContext) NewHttpContext(uint32) types.HttpContext { return &p.stream }
 
 // The shared-data keys spillway's success path reads and writes on the demo policy: the
-// per-VM cache's generation key, and openai-a's concurrency lease.
+// per-VM cache's generation key, and openai-a's concurrency lease (the key admission's gate
+// derives for a connection: adm:c:<provider length>:<provider>:<connection>).
 const (
-	generationKey = "spw1:gen"
-	leaseKey      = "spw1:adm:c:6:openai:openai-a"
+	generationKey = state.GenerationKey
+	leaseKey      = state.KeyPrefix + "adm:c:6:openai:openai-a"
 )
 
 // httpContext makes spillway's host calls at the callbacks spillway makes them in.
