@@ -417,7 +417,27 @@ type Failover struct {
 	// BudgetMs is the total time one request may spend on attempts before Spillway answers
 	// with the last failure. Default 10 min; rejected outside 1 s–24 h.
 	BudgetMs *int64 `json:"budgetMs,omitempty" jsonschema:"minimum=1000,maximum=86400000"`
+	// Via is how a failover attempt reaches its target. callout (the default) sends it with
+	// proxy_http_call from the HTTP connection manager's filter: any target, but the
+	// attempt's response reaches the client only once complete. router has Envoy's router
+	// retry the request through Spillway's upstream HTTP filter on the provider cluster, so
+	// a failover attempt streams: it needs that filter and the route's retry policy (the
+	// envoy generator writes both) and body-routed mode, and it fails over this way only to
+	// targets on the first target's cluster with its model, on what the status and headers
+	// of a failed try say; every other failover still goes by callout.
+	Via FailoverVia `json:"via,omitempty" jsonschema:"enum=callout,enum=router"`
 }
+
+// FailoverVia is how a failover attempt reaches its target (Failover.Via).
+type FailoverVia string
+
+// The failover paths.
+const (
+	// FailoverViaCallout sends failover attempts with proxy_http_call.
+	FailoverViaCallout FailoverVia = "callout"
+	// FailoverViaRouter has the router retry the request through the upstream filter.
+	FailoverViaRouter FailoverVia = "router"
+)
 
 // RestatementRule rewrites an upstream status before classification (guide §7).
 type RestatementRule struct {

@@ -211,6 +211,9 @@ type ComboCooldownWaitSettings struct {
 type FailoverSettings struct {
 	MaxAttempts int
 	Budget      time.Duration
+	// ViaRouter: failover attempts on the first target's cluster go as the router's
+	// retries through the upstream filter (Failover.Via router).
+	ViaRouter bool
 }
 
 // ThroughputWatchdogSettings are the slow-stream watchdog settings.
@@ -422,6 +425,7 @@ func (p *Policy) Resolved() *Resolved {
 	res.Failover = FailoverSettings{
 		MaxAttempts: intOr(rs.Failover.MaxAttempts, FailoverMaxAttempts),
 		Budget:      msOr(rs.Failover.BudgetMs, FailoverBudget),
+		ViaRouter:   rs.Failover.Via == FailoverViaRouter,
 	}
 	w := &rs.StreamRecovery.ThroughputWatchdog
 	res.ThroughputWatchdog = ThroughputWatchdogSettings{

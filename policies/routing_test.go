@@ -102,6 +102,27 @@ func TestClusterHeaderNotACredentialHeader(t *testing.T) {
 	}
 }
 
+// TestRouterFailoverNeedsBodyMode: router-mode failover in header-routed mode is refused on
+// the failover path's field, and an unknown path is refused too.
+func TestRouterFailoverNeedsBodyMode(t *testing.T) {
+	doc := mutate(t, "resilience.failover.via", "router")
+	doc = mutateDoc(t, doc, "routing.mode", "headers")
+	doc = mutateDoc(t, doc, "routing.defaultModel", "gpt-4o")
+	if errs := parseErrors(t, doc, ParseOptions{}); !hasProblem(errs, "resilience.failover.via", "needs body-routed mode") {
+		t.Errorf("router failover in header-routed mode accepted: %v", errs)
+	}
+	if errs := parseErrors(t, mutate(t, "resilience.failover.via", "retries"), ParseOptions{}); !hasProblem(errs,
+		"resilience.failover.via", `unknown failover path "retries" (want callout or router)`) {
+		t.Errorf("unknown failover path accepted: %v", errs)
+	}
+	for _, via := range []string{"callout", "router"} {
+		r := mustParse(t, mutate(t, "resilience.failover.via", via), ParseOptions{}).Resolved()
+		if r.Failover.ViaRouter != (via == "router") {
+			t.Errorf("via %s: ViaRouter %v", via, r.Failover.ViaRouter)
+		}
+	}
+}
+
 func TestRoutingAcceptedEdgeValues(t *testing.T) {
 	tests := []struct {
 		name  string // what is accepted
@@ -206,7 +227,7 @@ func TestRoutingOverrides(t *testing.T) {
 	doc = mutateDoc(t, doc, "resilience.streamRecovery", map[string]any{"firstEvent": map[string]any{"maxBytes": 4096, "timeoutMs": 1500}})
 	doc = mutateDoc(t, doc, "resilience.quotaResetTimeZone", "+08:00")
 	doc = mutateDoc(t, doc, "maxRequestBodyBytes", 1<<20)
-	doc = mutateDoc(t, doc, "resilience.failover", map[string]any{"maxAttempts": 5, "budgetMs": 60000})
+	doc = mutateDoc(t, doc, "resilience.failover", map[string]any{"maxAttempts": 5, "budgetMs": 60000, "via": "router"})
 	r := mustParse(t, doc, ParseOptions{}).Resolved()
 	if r.Routing.ClusterHeader != "x-upstream-cluster" {
 		t.Errorf("cluster header = %q, want it lower-cased", r.Routing.ClusterHeader)
@@ -217,7 +238,7 @@ func TestRoutingOverrides(t *testing.T) {
 	if want := (FirstEventSettings{MaxBytes: 4096, Timeout: 1500 * time.Millisecond}); r.FirstEvent != want {
 		t.Errorf("first event = %+v, want %+v", r.FirstEvent, want)
 	}
-	if r.MaxRequestBodyBytes != 1<<20 || r.Failover != (FailoverSettings{MaxAttempts: 5, Budget: time.Minute}) {
+	if r.MaxRequestBodyBytes != 1<<20 || r.Failover != (FailoverSettings{MaxAttempts: 5, Budget: time.Minute, ViaRouter: true}) {
 		t.Errorf("body limit %d, failover %+v", r.MaxRequestBodyBytes, r.Failover)
 	}
 	azure := r.Providers[1]

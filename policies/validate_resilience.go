@@ -233,6 +233,10 @@ func (v *validator) failover(f *Failover, path string) {
 		v.rangeInt(joinField(path, "maxAttempts"), *f.MaxAttempts, 1, 20, "")
 	}
 	v.rangeMs(joinField(path, "budgetMs"), f.BudgetMs, msSecond, msDay)
+	if f.Via != "" && f.Via != FailoverViaCallout && f.Via != FailoverViaRouter {
+		vp := joinField(path, "via")
+		v.fail(vp, "unknown failover path "+v.quote(vp, string(f.Via))+" (want callout or router)")
+	}
 }
 
 func (v *validator) restatementRule(r *RestatementRule, path string, ids map[string]int, index int) {
