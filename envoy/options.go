@@ -15,6 +15,7 @@ import (
 
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 
+	"github.com/spillwayproxy/spillway/internal/retrymarker"
 	"github.com/spillwayproxy/spillway/internal/rootid"
 	"github.com/spillwayproxy/spillway/policies"
 )
@@ -48,7 +49,7 @@ const (
 	// RetryMarkerHeader is the response header the upstream instance adds to a try that
 	// failed over: the routed route's retry policy retries on it (retriable_headers), and
 	// on nothing else.
-	RetryMarkerHeader = "x-spillway-retry"
+	RetryMarkerHeader = retrymarker.Header
 )
 
 // Defaults of Options.
