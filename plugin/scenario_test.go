@@ -206,8 +206,14 @@ func newWorld(t *testing.T, policyYAML string, workers int, opts ...hostsim.Opti
 				body = append(body, ch...)
 			}
 		}
-		// A response without headers is a callout that fails (a reset: zero counts).
-		return &hostsim.CalloutResponse{Headers: r.Headers, Body: body, Delay: r.Delay, Fail: r.Headers == nil}
+		// The host's async client answers a callout once its response is whole: after its
+		// headers and every chunk's delay. A response without headers is a callout that
+		// fails (a reset: zero counts).
+		delay := r.Delay
+		for _, d := range r.ChunkDelays {
+			delay += d
+		}
+		return &hostsim.CalloutResponse{Headers: r.Headers, Body: body, Delay: delay, Fail: r.Headers == nil}
 	}
 	all := append([]hostsim.Option{hostsim.WithWorkers(workers), hostsim.WithPluginConfiguration(config),
 		hostsim.WithUpstream(upstream), hostsim.WithCalloutHandler(callout),

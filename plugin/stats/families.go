@@ -19,6 +19,8 @@ var (
 	ModelNotServed      = Family{Name: "spillway_model_not_served_total", Help: "failures naming a model the connection does not serve (recorded in no layer)"}
 	Wakeups             = Family{Name: "spillway_wakeups_total", Help: "cross-worker wake-ups sent when slots were freed"}
 	Misconfigured       = Family{Name: "spillway_misconfigured_total", Help: "requests answered 500 spillway_misconfigured: the proxy lacks allow_on_headers_stop_iteration"}
+	RouterRetries       = Family{Name: "spillway_router_retries_total", Help: "failover attempts made as the router's retries through the upstream filter (resilience.failover.via: router)"}
+	RouterUnlinked      = Family{Name: "spillway_router_unlinked_total", Help: "router-mode requests whose response came with no try seen by an upstream instance (the upstream filter is missing or on another VM): they fail over by callout"}
 	Panics              = Family{Name: "spillway_panics_total", Help: "callbacks that panicked and failed open"}
 	// ABIPanics is defined by the ABI bridge itself (plugin/_bridge), at VM start.
 	ABIPanics = Family{Name: "spillway_abi_panics_total", Help: "panics that escaped the filter and were recovered at the ABI edge (the stream passed through)"}
@@ -72,7 +74,7 @@ const (
 // Families returns every family the filter defines, in a fixed order.
 func Families() []*Family {
 	return []*Family{&Requests, &Routed, &LocalReplies, &Attempts, &Failovers, &Restated, &StreamErrorEvents,
-		&TruncatedStreams, &Queued, &AdmissionFailedOpen, &ModelNotServed, &Wakeups, &Misconfigured, &Panics,
+		&TruncatedStreams, &Queued, &AdmissionFailedOpen, &ModelNotServed, &Wakeups, &Misconfigured, &RouterRetries, &RouterUnlinked, &Panics,
 		&ABIPanics, &RouteRequests,
 		&ConnectionAttempts, &ConnectionFailovers, &ConnectionFailures, &ConnectionRestated, &ConnectionQueueWaits,
 		&ConnectionQueueWaitMs, &ConnectionWatchdogAborts,

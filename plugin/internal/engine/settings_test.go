@@ -27,6 +27,7 @@ var notMechanismSettings = map[string]string{
 	"Providers[0].ErrorRules[0].HasCooldown": "errorrules treats a 0 cooldown as none, so only Cooldown is needed",
 	"Failover.MaxAttempts":                   "same-request failover in the request path",
 	"Failover.Budget":                        "same-request failover in the request path",
+	"Failover.ViaRouter":                     "the filter: router-mode failover through the upstream filter (router.go)",
 	"SessionAffinityHeaders":                 "the fixed header vocabulary (filter strips them, affinity reads the key)",
 	"Admin.Enabled":                          "the filter's admin API",
 	"Admin.PathPrefix":                       "the filter's admin API",

@@ -111,11 +111,15 @@ func NewVMContext() types.VMContext { return &vmContext{} }
 
 type vmContext struct {
 	types.DefaultVMContext
+	// links are the VM's router-mode requests, which its upstream-role tries act on
+	// (router.go); unlinkedLogged: a request no try was seen of has been logged.
+	links          routerLinks
+	unlinkedLogged bool
 	beforeCallback func(callback string) // tests only: see pluginContext
 	timeNow        func() time.Time      // tests only: see pluginContext
 }
 
 // NewPluginContext implements types.VMContext.
 func (v *vmContext) NewPluginContext(uint32) types.PluginContext {
-	return &pluginContext{beforeCallback: v.beforeCallback, timeNow: v.timeNow}
+	return &pluginContext{vm: v, beforeCallback: v.beforeCallback, timeNow: v.timeNow}
 }

@@ -258,6 +258,8 @@ type metrics struct {
 	requestOnly   counter // failures that named a model the connection does not serve
 	wakeups       counter // cross-worker wake-ups sent
 	misconfigured counter // requests answered spillway_misconfigured
+	routerRetries counter // failover attempts made as the router's retries (router.go)
+	unlinked      counter // router-mode requests no upstream instance saw a try of
 	panics        counter // callbacks that panicked and failed open
 
 	// routeRequests: series route*outcomeCount + outcome, route len(res.Routes) for none.
@@ -278,7 +280,7 @@ type metrics struct {
 }
 
 // all lists the unlabelled counters with their families, for definition and flushing.
-func (m *metrics) all() [14]struct {
+func (m *metrics) all() [16]struct {
 	f *stats.Family
 	c *counter
 } {
@@ -299,6 +301,8 @@ func (m *metrics) all() [14]struct {
 		{&stats.ModelNotServed, &m.requestOnly},
 		{&stats.Wakeups, &m.wakeups},
 		{&stats.Misconfigured, &m.misconfigured},
+		{&stats.RouterRetries, &m.routerRetries},
+		{&stats.RouterUnlinked, &m.unlinked},
 		{&stats.Panics, &m.panics},
 	}
 }

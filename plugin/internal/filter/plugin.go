@@ -49,6 +49,7 @@ func isLiveKey(key string) bool {
 // the streams that wait for a tick or a wake-up.
 type pluginContext struct {
 	types.DefaultPluginContext
+	vm *vmContext // the VM's context, shared by its plugins
 	// role is what this root does (role.go), chosen by its root id at start: the upstream
 	// role keeps only the policy and passes its streams through.
 	role    role
@@ -256,10 +257,14 @@ const maxListedModels = 8
 
 // NewHttpContext implements types.PluginContext. Contexts of ended streams are reused, with
 // their buffers, so a request allocates nothing for its own state. An upstream-role try
-// gets the pass-through upstreamTry, uncounted.
+// gets an upstreamTry (router.go), or the pass-through passTry when the policy fails over
+// by callout; neither is counted.
 func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 	if p.role == roleUpstream {
-		return &upstreamTry{} // zero-size: no allocation
+		if !p.res.Failover.ViaRouter {
+			return &passTry{} // zero-size: no allocation
+		}
+		return &upstreamTry{vm: p.vm}
 	}
 	p.metrics.requests.Increment(1)
 	var h *httpContext

@@ -405,6 +405,9 @@ func (h *httpContext) applyTarget() {
 		}
 		replaceRequestHeader("content-length", strconv.Itoa(len(body)))
 	}
+	if h.plugin.res.Failover.ViaRouter && h.rt.link == 0 {
+		h.linkTries() // router.go: later attempts may be the router's retries
+	}
 }
 
 // setTargetHeaders sets the attempt's target on the request headers: the cluster header,

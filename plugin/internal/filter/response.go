@@ -53,6 +53,9 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action typ
 	}
 	h.enter("response headers")
 	p := h.plugin
+	if h.rt.link != 0 {
+		h.responseAfterTries() // router.go
+	}
 	if err := hostabi.ReadPairs(hostabi.ResponseHeaders, &h.bufs.respPairs); err != nil {
 		return types.ActionContinue
 	}

@@ -60,13 +60,19 @@ func readRootID() string {
 func (p *pluginContext) startUpstream() types.OnPluginStartStatus {
 	p.role = roleUpstream
 	p.engine, p.cache = nil, nil
-	proxywasm.LogInfof("spillway: upstream filter (root_id %s): every try passes through untouched; "+
-		"router-mode failover is not implemented yet", rootid.Upstream)
+	if p.res.Failover.ViaRouter {
+		proxywasm.LogInfof("spillway: upstream filter (root_id %s): a try of a request routed on this VM fails over "+
+			"as the router's retry when its status and headers say so", rootid.Upstream)
+	} else {
+		proxywasm.LogInfof("spillway: upstream filter (root_id %s): every try passes through untouched "+
+			"(resilience.failover.via is callout)", rootid.Upstream)
+	}
 	return types.OnPluginStartStatusOK
 }
 
-// upstreamTry is an upstream-role stream: one try of the router. It continues at every
-// callback and reads or writes nothing (types.DefaultHttpContext's callbacks all continue),
-// so the try reaches the provider and its response the router exactly as without the
-// filter. Being empty (zero-size), it costs no allocation per try.
-type upstreamTry struct{ types.DefaultHttpContext }
+// passTry is an upstream-role stream under a policy that fails over by callout: one try of
+// the router. It continues at every callback and reads or writes nothing
+// (types.DefaultHttpContext's callbacks all continue), so the try reaches the provider and
+// its response the router exactly as without the filter. Being empty (zero-size), it costs
+// no allocation per try. Under failover via router a try is an upstreamTry (router.go).
+type passTry struct{ types.DefaultHttpContext }

@@ -59,6 +59,7 @@ type streamBuffers struct {
 	replyHdrs           [][2]string   // a failover attempt's headers kept for its reply, or a callout's
 	localHdrs           [][2]string   // a local reply's headers
 	prop                []byte        // reading a property
+	tryPairs            hostabi.Pairs // a router try's response headers (router.go)
 	onCallout           func(numHeaders, bodySize, numTrailers int)
 	sse                 llmapi.OutputScanner // a watched stream's events (watchdog.go)
 	plan                engine.Buffers
@@ -124,6 +125,7 @@ type streamState struct {
 	watched bool
 
 	hm headerRouted // routing.mode: headers (headermode.go)
+	rt routerTries  // resilience.failover.via: router (router.go)
 }
 
 // reset clears the stream's state and trims what its buffers keep.
@@ -142,6 +144,7 @@ func (h *httpContext) reset() {
 	h.bufs.callPairs.Reset()
 	h.bufs.reqPairs.Reset()
 	h.bufs.respPairs.Reset()
+	h.bufs.tryPairs.Reset()
 }
 
 // attemptFailure is the last failed attempt, kept for the final answer when failover runs
@@ -446,6 +449,7 @@ func (h *httpContext) misconfigured() {
 // abandon gives back what the stream holds without recording an outcome: a queue ticket,
 // concurrency slots, a HALF_OPEN probe.
 func (h *httpContext) abandon() {
+	h.dropPendingTry()
 	if !h.inFlight && !h.holding && h.phase != phaseQueued {
 		return
 	}
@@ -518,6 +522,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	if h.api != "" {
 		p.metrics.request(h.route, h.outcome)
 	}
+	p.vm.links.unlink(h.rt.link)
 	// A callout still in flight belongs to the root context and outlives the stream; its
 	// answer never reaches the recycled context: the SDK skips the callback of a deleted
 	// context id (proxyOnHttpCallResponse), and the host never reuses an id.

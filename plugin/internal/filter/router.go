@@ -1,0 +1,341 @@
+package filter
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strconv"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/spillwayproxy/spillway/internal/retrymarker"
+	"github.com/spillwayproxy/spillway/plugin/hostabi"
+	"github.com/spillwayproxy/spillway/plugin/internal/engine"
+)
+
+// Router-mode failover (resilience.failover.via: router) keeps a failover attempt streaming:
+// instead of a callout, whose answer the host buffers whole, the next attempt is one of
+// Envoy's router retries, and its response streams to the client like a first attempt's.
+// The module runs twice on each worker's VM (role.go): as the connection manager's filter
+// (the downstream instance, this package's httpContext) and as each provider cluster's
+// upstream HTTP filter, whose streams are the router's tries (upstreamTry). How it goes:
+//
+//   - The downstream instance routes the request as always and, when it sends it through
+//     the router, links it: it files the stream under a VM-wide number (vmContext.linked)
+//     and writes that number, with the VM's random token, to the filter state property
+//     LinkProperty. An upstream filter's properties resolve against the router's stream
+//     info, which is the downstream stream's (source/common/router/upstream_request.cc,
+//     UpstreamFilterManager::streamInfo returns parent_.callbacks()->streamInfo()), so each
+//     try reads the link, and a try on this VM finds the request's own state: one stream's
+//     downstream and upstream callbacks run on one worker, in one VM (proxy-wasm-cpp-host
+//     getOrCreateThreadLocalPlugin keys the thread's VM by vm_config, which the generators
+//     make the same for both filters). A link with another VM's token — the upstream filter
+//     on another vm_config — is ignored, and the try passes through untouched.
+//   - A try's failed response (status 400 and up) is classified on its status and headers
+//     alone (engine.Preview): the router decides on a try's headers before any of its body
+//     is read (source/common/router/router.cc, Filter::onUpstreamHeaders calls
+//     retry_state_->shouldRetryHeaders), and holding the headers to read the body first is
+//     not safe before Envoy 1.37 (envoyproxy/envoy#41879). When the verdict fails over and a
+//     next target of the plan can go now — on the same cluster (a retry goes to the route's
+//     cluster: the router picks it once, in Filter::decodeHeaders) with the same upstream
+//     model (the router replays the body the first try was sent with) — its slots are taken
+//     and the marker header retrymarker.Header is added, on which alone the route retries.
+//     The failed try's response then never reaches the client.
+//   - The next try's request headers record the failed try (engine.Record, its slots given
+//     back), make the taken target the attempt in flight and set its credential and
+//     :authority on the router's request headers, which every try shares.
+//   - A failure that fails over no further — not retriable, or no target left that a retry
+//     can reach — is let through as it came, and the downstream instance handles it as it
+//     handles any failure: it reads the error body, restates, records and fails over by
+//     callout to a target on another cluster or with another model. So does a failure
+//     whose body or first event decides (an error event first in a 200 stream).
+//   - A marked try the router does not retry after all (its retries or its retry budget
+//     spent, the body over the retry buffer) reaches the downstream instance with the
+//     target taken for the retry unused: its slots are given back unrecorded, and the
+//     response is handled as the failure it is.
+//
+// Every slot belongs to the downstream stream (httpContext.d, routerTries.pending), so a
+// client that goes away mid-failover leaks none: the stream's end gives them back whatever
+// the tries' own callbacks did. A request whose response arrives with no try seen by an
+// upstream instance (the filter missing, or on another VM) is counted
+// (spillway_router_unlinked_total), logged at critical once per VM, and fails over by
+// callout.
+
+// LinkProperty is the filter state property that links a try to its request.
+const LinkProperty = "spillway.link"
+
+var propLink = hostabi.JoinPath(nil, LinkProperty)
+
+// routerTries is a router-mode request's failover state (streamState.rt).
+type routerTries struct {
+	link       uint64          // the request's number in vmContext.linked (0: not linked)
+	cluster    string          // the first target's cluster: every retry goes there
+	model      string          // the body's upstream model: every retry is sent it
+	tries      int             // tries an upstream instance saw start
+	pending    engine.Dispatch // the target taken for the router's next try
+	hasPending bool
+	pendingAt  int // the pending target's index in the plan
+	failed     engine.Outcome // the marked try's outcome, recorded when the retry starts
+}
+
+// routerLinks is the VM-wide index of linked requests, shared by the VM's plugins.
+type routerLinks struct {
+	token  string // random: tells this VM's links from another's
+	next   uint64
+	linked map[uint64]*httpContext
+}
+
+// link files h under a new number and returns it with the link's property value; ok is
+// false when the VM has no token (no randomness), and the request then fails over by
+// callout.
+func (l *routerLinks) link(h *httpContext, buf []byte) (n uint64, value []byte, ok bool) {
+	if l.token == "" {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			proxywasm.LogWarnf("spillway: router failover: link token: %v; failing over by callout", err)
+			return 0, buf, false
+		}
+		l.token = hex.EncodeToString(b[:])
+		l.linked = make(map[uint64]*httpContext)
+	}
+	l.next++
+	l.linked[l.next] = h
+	value = strconv.AppendUint(append(append(buf[:0], l.token...), ':'), l.next, 10)
+	return l.next, value, true
+}
+
+// find returns the request a link value names, nil when it is another VM's, malformed or
+// ended.
+func (l *routerLinks) find(value []byte) *httpContext {
+	n := len(l.token)
+	if n == 0 || len(value) <= n+1 || string(value[:n]) != l.token || value[n] != ':' {
+		return nil
+	}
+	id, err := strconv.ParseUint(string(value[n+1:]), 10, 64)
+	if err != nil {
+		return nil
+	}
+	h := l.linked[id]
+	if h == nil || h.rt.link != id {
+		return nil
+	}
+	return h
+}
+
+// unlink removes an ended request.
+func (l *routerLinks) unlink(id uint64) {
+	if id != 0 {
+		delete(l.linked, id)
+	}
+}
+
+// linkTries links a request sent through the router to its tries (its first attempt's
+// target is set on it already).
+func (h *httpContext) linkTries() {
+	p := h.plugin
+	n, value, ok := p.vm.links.link(h, h.bufs.prop)
+	h.bufs.prop = value
+	if !ok {
+		return
+	}
+	if err := proxywasm.SetProperty([]string{LinkProperty}, value); err != nil {
+		p.vm.links.unlink(n)
+		proxywasm.LogWarnf("spillway: router failover: set %s: %v; failing over by callout", LinkProperty, err)
+		return
+	}
+	h.rt.link, h.rt.cluster, h.rt.model = n, h.provider().Cluster, h.d.Target.Model
+}
+
+// tryStarted runs at a try's request headers. The first try is the request's first attempt,
+// whose target the downstream instance set; a later one is the retry a failed try asked
+// for: that try is recorded now, and the target taken for the retry becomes the attempt.
+func (h *httpContext) tryStarted() {
+	rt := &h.rt
+	rt.tries++
+	if rt.tries == 1 || !rt.hasPending {
+		return // the first try, or a retry Spillway did not ask for: it goes as it is
+	}
+	next := rt.pending
+	rt.pending, rt.hasPending = engine.Dispatch{}, false
+	failed, previous := h.d.Target, h.connection().CredentialHeader
+	fr := h.recordFailure(rt.failed)
+	fr.log.attempt = h.attempts
+	h.startAttempt(next)
+	p := h.plugin
+	p.metrics.routerRetries.Increment(1)
+	p.metrics.connFailovers.add(p.metrics.connIndex(failed), 1)
+	if cn := h.connection(); previous != "" && previous != cn.CredentialHeader {
+		removeRequestHeader(previous) // the failed connection's credential, under another name
+	}
+	h.setTargetHeaders()
+	h.logFailure(failed, &fr.log, nextFailover, &h.d.Target, 0, "")
+}
+
+// tryFailed runs at a try's response headers when its status is 400 or more: it marks the
+// try for a retry when its status and headers fail over and a target a retry can reach
+// takes it.
+func (h *httpContext) tryFailed(status int, hdrs [][2]string) {
+	p := h.plugin
+	o := engine.Outcome{Status: status, Headers: hdrs, TTFB: p.clock().Sub(h.dispatchedAt)}
+	if v, _ := p.engine.Preview(h.d, o); !v.Fallback || !h.takeRetryTarget() {
+		return
+	}
+	h.rt.failed = o
+	replaceResponseHeader(retrymarker.Header, "1")
+}
+
+// takeRetryTarget takes the slots of the next target in the plan a retry can reach, within
+// the failover bounds. It stops at the first target a retry cannot reach (another cluster
+// or model), which the downstream instance's callout failover then starts from; a target
+// that cannot take the attempt now is passed over, as in dispatchFailover, and a retry never
+// queues.
+func (h *httpContext) takeRetryTarget() bool {
+	p := h.plugin
+	budget := p.res.Failover
+	p.refreshCache()
+	for h.next < len(h.plan.Targets) {
+		if h.attempts >= budget.MaxAttempts || p.clock().Sub(h.started) >= budget.Budget {
+			return false
+		}
+		t := h.plan.Targets[h.next]
+		if t.Model != h.rt.model || p.res.Providers[t.Provider].Cluster != h.rt.cluster {
+			return false
+		}
+		h.next++
+		d, err := p.engine.Dispatch(t)
+		if d.Wake {
+			p.peers.wakeAll(p)
+		}
+		switch {
+		case errors.Is(err, engine.ErrTargetUnavailable), isRefusal(err):
+			continue
+		case err != nil:
+			proxywasm.LogWarnf("spillway: admission: %v", err) // shared data failed: fail open
+		case d.Waiting:
+			if _, err := p.engine.Abandon(d); err != nil {
+				proxywasm.LogWarnf("spillway: cancel queue ticket: %v", err)
+			}
+			continue
+		}
+		h.rt.pending, h.rt.hasPending, h.rt.pendingAt = d, true, h.next-1
+		return true
+	}
+	return false
+}
+
+// responseAfterTries runs at the downstream response headers of a linked request, before
+// the response path: a target taken for a retry that never came is given back, and a
+// request no upstream instance saw is counted.
+func (h *httpContext) responseAfterTries() {
+	p := h.plugin
+	if h.rt.hasPending {
+		// The callout failover that may follow starts from the target the retry would have
+		// gone to.
+		h.next = h.rt.pendingAt
+		h.dropPendingTry()
+		removeResponseHeader(retrymarker.Header) // the route removes it too; a client never sees it
+	}
+	if h.rt.tries == 0 {
+		p.metrics.unlinked.Increment(1)
+		if !p.vm.unlinkedLogged {
+			p.vm.unlinkedLogged = true
+			proxywasm.LogCriticalf("spillway: resilience.failover.via is router, but no upstream instance saw a try " +
+				"of a request: attach the module as each provider cluster's upstream HTTP filter (root_id " +
+				"spillway.upstream) on the same vm_config; failing over by callout meanwhile")
+		}
+	}
+}
+
+// dropPendingTry gives back, unrecorded, the target taken for a retry that did not start.
+func (h *httpContext) dropPendingTry() {
+	if !h.rt.hasPending {
+		return
+	}
+	d := h.rt.pending
+	h.rt.pending, h.rt.hasPending = engine.Dispatch{}, false
+	waiters, err := h.plugin.engine.Abandon(d)
+	if err != nil {
+		proxywasm.LogWarnf("spillway: release a retry's slots: %v", err)
+	}
+	if waiters || d.Wake {
+		h.plugin.peers.wakeAll(h.plugin)
+	}
+}
+
+func removeResponseHeader(name string) {
+	if err := hostabi.RemoveHeader(hostabi.ResponseHeaders, name); err != nil {
+		proxywasm.LogDebugf("spillway: remove %s: %v", name, err)
+	}
+}
+
+// upstreamTry is an upstream-role stream: one try of the router. A try of a linked request
+// acts on that request's state (above); every other try continues untouched.
+type upstreamTry struct {
+	types.DefaultHttpContext
+	vm     *vmContext
+	h      *httpContext // the linked request (nil: none)
+	serial uint64       // h's stream when the try started
+	pairs  hostabi.Pairs
+	prop   []byte
+}
+
+// request returns the try's linked request, nil once it ended (its context serves another
+// stream or none).
+func (t *upstreamTry) request() *httpContext {
+	if t.h == nil || t.h.serial != t.serial || t.h.rt.link == 0 {
+		return nil
+	}
+	return t.h
+}
+
+// OnHttpRequestHeaders implements types.HttpContext: the try finds its request.
+func (t *upstreamTry) OnHttpRequestHeaders(int, bool) (action types.Action) {
+	defer t.recover("try request headers", &action)
+	value, ok := property(propLink, t.prop)
+	t.prop = value
+	if !ok {
+		return types.ActionContinue
+	}
+	h := t.vm.links.find(value)
+	if h == nil || h.phase != phaseUpstream {
+		return types.ActionContinue // not linked, or no longer waiting on the router
+	}
+	t.h, t.serial = h, h.serial
+	h.enter("try request headers")
+	h.tryStarted()
+	return types.ActionContinue
+}
+
+// OnHttpResponseHeaders implements types.HttpContext: a failed try may be marked for a
+// retry.
+func (t *upstreamTry) OnHttpResponseHeaders(int, bool) (action types.Action) {
+	defer t.recover("try response headers", &action)
+	h := t.request()
+	if h == nil || h.phase != phaseUpstream || h.rt.hasPending {
+		return types.ActionContinue
+	}
+	if err := hostabi.ReadPairs(hostabi.ResponseHeaders, &h.bufs.tryPairs); err != nil {
+		return types.ActionContinue
+	}
+	hdrs := h.bufs.tryPairs.All()
+	if status, _ := statusAndType(hdrs); status >= 400 {
+		h.enter("try response headers")
+		h.tryFailed(status, hdrs)
+	}
+	return types.ActionContinue
+}
+
+// recover keeps a panic in a try's callback from escaping: the try goes on untouched, and
+// the request it served is left to the downstream instance (which gives back what it
+// holds when it ends).
+func (t *upstreamTry) recover(callback string, action *types.Action) {
+	if r := recover(); r != nil {
+		if h := t.request(); h != nil {
+			h.plugin.metrics.panics.Increment(1)
+		}
+		proxywasm.LogErrorf("spillway: panic in %s, passing the try through: %v", callback, r)
+		t.h = nil
+		*action = types.ActionContinue
+	}
+}

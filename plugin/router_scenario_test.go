@@ -1,0 +1,302 @@
+package main
+
+// Router-mode failover (resilience.failover.via: router): the module also runs as the
+// provider clusters' upstream HTTP filter, and a failed try fails over as one of the
+// router's retries, whose response streams to the client like a first attempt's. hostsim
+// runs the route's retry policy as the Envoy generator writes it (retriable-headers on the
+// marker alone, num_retries = maxAttempts − 1, 1–10 ms back-off).
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/internal/retrymarker"
+	"github.com/spillwayproxy/spillway/internal/rootid"
+	"github.com/spillwayproxy/spillway/plugin/stats"
+	"github.com/spillwayproxy/spillway/policies/policyfile"
+)
+
+// routerPolicy is scenarioPolicy failing over through the router, with a cap of one on key
+// B (so a leaked slot shows as a request that waits).
+var routerPolicy = strings.Replace(scenarioPolicy,
+	`- {id: key-b, credential: {header: authorization, value: "Bearer sk-b"}}`,
+	`- {id: key-b, maxConcurrent: 1, credential: {header: authorization, value: "Bearer sk-b"}}`, 1) + `
+resilience:
+  failover: {via: router}
+`
+
+// routerRetries are the route's retry policy and the cluster's retry breaker as the Envoy
+// generator writes them for a policy of maxAttempts attempts.
+func routerRetries(maxAttempts uint32) []hostsim.Option {
+	return []hostsim.Option{
+		hostsim.WithRetryPolicy(hostsim.RetryPolicy{
+			RetryOn:          "retriable-headers",
+			NumRetries:       hostsim.RetryCount(maxAttempts - 1),
+			RetriableHeaders: []hostsim.RetryHeaderMatcher{{Name: retrymarker.Header, Kind: hostsim.RetryHeaderPresent}},
+			BaseInterval:     time.Millisecond, MaxInterval: 10 * time.Millisecond,
+		}),
+		hostsim.WithMaxRetries(1024),
+	}
+}
+
+// newRetryWorld starts policyYAML with the upstream filter on every VM and the retries
+// (numRetries: the route's num_retries).
+func newRetryWorld(t *testing.T, policyYAML string, workers int, numRetries uint32, opts ...hostsim.Option) *world {
+	t.Helper()
+	config, err := policyfile.ToJSON([]byte(policyYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append([]hostsim.Option{hostsim.WithUpstreamFilter(rootid.Upstream, config)}, routerRetries(numRetries+1)...)
+	return newWorld(t, policyYAML, workers, append(all, opts...)...)
+}
+
+// streamReq is a streamed chat completion.
+func streamReq(model string) *hostsim.Request {
+	return llmRequest("/v1/chat/completions", `{"model":"`+model+`","stream":true,"messages":[{"role":"user","content":"hello"}]}`)
+}
+
+// slowStream is key B's stream: its headers after 300 ms, then three events 200 ms apart.
+func slowStream(upstreamCall) *hostsim.UpstreamResponse {
+	r := sse(chatRoleEvent, chatContentEvent, chatDoneEvent)
+	r.Delay = 300 * time.Millisecond
+	r.ChunkDelays = []time.Duration{200 * time.Millisecond, 200 * time.Millisecond, 200 * time.Millisecond}
+	return r
+}
+
+// keyADelay is how long key A takes to answer its 429.
+const keyADelay = 100 * time.Millisecond
+
+func slowRateLimit(c upstreamCall) *hostsim.UpstreamResponse {
+	r := rateLimited("30")(c)
+	r.Delay = keyADelay
+	return r
+}
+
+// via lists what the fakes received: credential, and callout or router.
+func (w *world) via() string {
+	var out []string
+	for _, c := range w.fakes.received() {
+		how := "router"
+		if c.viaCallout {
+			how = "callout"
+		}
+		out = append(out, c.credential+"/"+how)
+	}
+	return strings.Join(out, " ")
+}
+
+// TestScenarioARateLimitedStreamFailsOverAsTheRoutersRetryAndStreams: the issue's first
+// proof. Key A answers 429; the request fails over to key B as the router's retry, and key
+// B's stream reaches the client as it comes: its first event at key A's time plus key B's
+// own time to its first event (the retry's back-off is 0 ms at the 1 ms base), where the
+// callout path delivers nothing before key B's whole stream is in.
+func TestScenarioARateLimitedStreamFailsOverAsTheRoutersRetryAndStreams(t *testing.T) {
+	// Key B's headers, then its role event and its first content, which the downstream
+	// instance holds the stream for.
+	ownFirst := 300*time.Millisecond + 2*200*time.Millisecond
+	for _, via := range []string{"router", "callout"} {
+		t.Run(via, func(t *testing.T) {
+			policy := routerPolicy
+			if via == "callout" {
+				policy = strings.Replace(routerPolicy, "failover: {via: router}", "failover: {via: callout}", 1)
+			}
+			w := newRetryWorld(t, policy, 2, 2)
+			w.fakes.set("sk-a", slowRateLimit)
+			w.fakes.set("sk-b", slowStream)
+			resp := w.run(0, streamReq("gpt-4o"))
+			expect(t, "stream", resp, 200, "openai/key-b/gpt-4o/2")
+			if want := chatRoleEvent + chatContentEvent + chatDoneEvent; string(resp.Body) != want {
+				t.Fatalf("client got %q, want key B's whole stream", resp.Body)
+			}
+			first, ok := resp.TimeToFirstData()
+			if !ok {
+				t.Fatal("no data reached the client")
+			}
+			t.Logf("%s: first event after %v (key A %v + key B's own %v)", via, first, keyADelay, ownFirst)
+			switch via {
+			case "router":
+				if got := w.via(); got != "sk-a/router sk-b/router" {
+					t.Fatalf("the providers received %s, want key A then key B, both through the router", got)
+				}
+				if len(resp.Tries) != 2 {
+					t.Fatalf("%d tries, want 2", len(resp.Tries))
+				}
+				if lag := first - keyADelay - ownFirst; lag < 0 || lag > 10*time.Millisecond {
+					t.Fatalf("first event after %v: %v past key A's time plus key B's own (want at most the 10 ms back-off cap)", first, lag)
+				}
+				if n := w.metric("spillway_router_retries_total"); n != 1 {
+					t.Errorf("router retries %d, want 1", n)
+				}
+			case "callout":
+				if got := w.via(); got != "sk-a/router sk-b/callout" {
+					t.Fatalf("the providers received %s, want key A through the router, key B by callout", got)
+				}
+				if whole := keyADelay + 300*time.Millisecond + 600*time.Millisecond; first < whole {
+					t.Fatalf("callout: first event after %v, before key B's stream was whole (%v)", first, whole)
+				}
+			}
+			// Either way key A cooled: the next request goes to key B at once.
+			w.fakes.set("sk-b", nil)
+			expect(t, "next", w.run(1, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/1")
+			if n := w.metric("spillway_failovers_total"); n != 1 {
+				t.Errorf("failovers %d, want 1", n)
+			}
+			if n := w.metric("spillway_router_unlinked_total"); n != 0 {
+				t.Errorf("unlinked %d, want 0: the upstream filter saw every try", n)
+			}
+			w.noStreamsLeft()
+		})
+	}
+}
+
+// TestScenarioEveryTryIsRecordedOnce: key A and key B both fail; key B's failure reaches the
+// downstream instance (no target left on the cluster), which fails over by callout to the
+// backup gateway, on another cluster with another model. Each connection's failure is
+// counted once, every attempt once.
+func TestScenarioEveryTryIsRecordedOnce(t *testing.T) {
+	w := newRetryWorld(t, routerPolicy, 1, 2)
+	w.fakes.set("sk-a", rateLimited("30"))
+	w.fakes.set("sk-b", func(upstreamCall) *hostsim.UpstreamResponse {
+		return jsonError(503, `{"error":{"message":"overloaded","type":"server_error"}}`)
+	})
+	resp := w.run(0, streamReq("gpt-4o"))
+	expect(t, "fallback", resp, 200, "backup/backup-a/openai/gpt-4o/3")
+	if got := w.via(); got != "sk-a/router sk-b/router sk-backup/callout" {
+		t.Fatalf("the providers received %s", got)
+	}
+	if len(resp.Tries) != 2 {
+		t.Fatalf("%d router tries, want 2", len(resp.Tries))
+	}
+	for name, want := range map[string]uint64{
+		"spillway_attempts_total": 3, "spillway_failovers_total": 2, "spillway_router_retries_total": 1,
+		"spillway_routed_total": 1,
+	} {
+		if n := w.metric(name); n != want {
+			t.Errorf("%s = %d, want %d", name, n, want)
+		}
+	}
+	for _, conn := range []string{"key-a", "key-b"} {
+		attempts := w.metric(stats.ConnectionAttempts.Stat("openai", conn))
+		var failures uint64
+		for _, m := range w.host.Host.Metrics() {
+			if strings.HasSuffix(m.Name, stats.ConnectionFailures.Name) && strings.Contains(m.Name, stats.TagConnection+"=.="+conn+";.;") {
+				failures += m.Value
+			}
+		}
+		if failures != 1 || attempts != 1 {
+			t.Errorf("%s: %d failures over %d attempts, want 1 and 1", conn, failures, attempts)
+		}
+	}
+	w.noStreamsLeft()
+}
+
+// TestScenarioAClientThatGoesAwayMidFailoverLeaksNoSlot: key A fails, the router retries on
+// key B (capped at one), and the client goes away while key B's try runs. Key B's slot is
+// given back: the next request is not queued.
+func TestScenarioAClientThatGoesAwayMidFailoverLeaksNoSlot(t *testing.T) {
+	w := newRetryWorld(t, routerPolicy, 2, 2)
+	w.fakes.set("sk-a", rateLimited("30"))
+	w.fakes.set("sk-b", func(c upstreamCall) *hostsim.UpstreamResponse {
+		r := chatOK(c)
+		r.Delay = 20 * time.Second
+		return r
+	})
+	gone := w.start(0, streamReq("gpt-4o"))
+	w.advance(time.Second)
+	if got := w.via(); got != "sk-a/router sk-b/router" {
+		t.Fatalf("before the client went away the providers received %s", got)
+	}
+	if err := gone.Reset(""); err != nil {
+		t.Fatal(err)
+	}
+	w.fakes.set("sk-b", nil)
+	next := w.start(1, chatReq("gpt-4o"))
+	w.advance(10 * time.Millisecond)
+	if !next.Done() {
+		t.Fatal("the next request waits: the client that went away kept key B's slot")
+	}
+	expect(t, "next", w.wait(next), 200, "openai/key-b/gpt-4o/1")
+	w.noStreamsLeft()
+}
+
+// TestScenarioAMarkedTryTheRouterDoesNotRetryFailsOverByCallout: with num_retries 0 the
+// router sends the marked 429 downstream; the target taken for the retry is given back
+// unrecorded, and the downstream instance fails over by callout as without the router.
+func TestScenarioAMarkedTryTheRouterDoesNotRetryFailsOverByCallout(t *testing.T) {
+	w := newRetryWorld(t, routerPolicy, 1, 0)
+	w.fakes.set("sk-a", rateLimited("30"))
+	resp := w.run(0, chatReq("gpt-4o"))
+	expect(t, "failover", resp, 200, "openai/key-b/gpt-4o/2")
+	if got := w.via(); got != "sk-a/router sk-b/callout" {
+		t.Fatalf("the providers received %s", got)
+	}
+	if header(resp.Headers, retrymarker.Header) != "" {
+		t.Fatal("the retry marker reached the client")
+	}
+	if n := w.metric("spillway_router_retries_total"); n != 0 {
+		t.Errorf("router retries %d, want 0", n)
+	}
+	// Key B's slot (cap 1) was given back: a second request goes there at once.
+	expect(t, "next", w.run(0, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/1")
+	w.noStreamsLeft()
+}
+
+// TestScenarioWithoutTheUpstreamFilterRouterModeFailsOverByCallout: the policy says router
+// but the proxy runs no upstream instance. Failover still works, by callout; the request is
+// counted and the misconfiguration logged at critical once per VM.
+func TestScenarioWithoutTheUpstreamFilterRouterModeFailsOverByCallout(t *testing.T) {
+	w := newWorld(t, routerPolicy, 1, routerRetries(3)...)
+	w.fakes.set("sk-a", rateLimited("30"))
+	for i := range 2 {
+		w.fakes.set("sk-a", rateLimited("30"))
+		resp := w.run(0, chatReq("gpt-4o"))
+		if i == 0 {
+			expect(t, "failover", resp, 200, "openai/key-b/gpt-4o/2")
+		}
+		w.advance(time.Minute)
+	}
+	if n := w.metric("spillway_router_unlinked_total"); n != 2 {
+		t.Errorf("unlinked %d, want 2", n)
+	}
+	crit := 0
+	for _, l := range w.host.Host.GetCriticalLogs() {
+		if strings.Contains(l, "no upstream instance saw a try") {
+			crit++
+		}
+	}
+	if crit != 1 {
+		t.Errorf("%d critical lines about the missing upstream filter, want 1", crit)
+	}
+	w.noStreamsLeft()
+}
+
+// TestScenarioRouterModeRequestsAcrossWorkers: each worker's tries find their own requests
+// (links are per VM), several requests in flight at once.
+func TestScenarioRouterModeRequestsAcrossWorkers(t *testing.T) {
+	policy := strings.Replace(routerPolicy, "maxConcurrent: 1, ", "", 1)
+	w := newRetryWorld(t, policy, 2, 2)
+	w.fakes.set("sk-a", func(c upstreamCall) *hostsim.UpstreamResponse {
+		r := jsonError(500, `{"error":{"message":"boom","type":"server_error"}}`)
+		r.Delay = 50 * time.Millisecond
+		return r
+	})
+	w.fakes.set("sk-b", slowStream)
+	var exs []*hostsim.Exchange
+	for i := range 4 {
+		exs = append(exs, w.start(i%2, streamReq("gpt-4o")))
+	}
+	for i, ex := range exs {
+		resp := w.wait(ex)
+		if resp.StatusCode != 200 || header(resp.Headers, "x-spillway-connection") != "key-b" {
+			t.Fatalf("request %d: %d via %s: %s", i, resp.StatusCode, spillway(resp), resp.Body)
+		}
+	}
+	if n := w.metric("spillway_router_unlinked_total"); n != 0 {
+		t.Errorf("unlinked %d", n)
+	}
+	t.Log(w.via())
+	w.noStreamsLeft()
+}
