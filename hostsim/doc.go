@@ -269,7 +269,9 @@
 //     (WasmHandleBase::canary is cached per plugin key). Its contexts answer plugin_root_id
 //     and plugin_name with its root id; its ticks, callouts and queue registrations belong
 //     to its root. The downstream plugin starts first on each VM: the order Envoy loads a
-//     listener's and a cluster's filters was not verified.
+//     listener's and a cluster's filters was not verified. allow_on_headers_stop_iteration
+//     is per filter config (the Wasm filter's PluginConfig); WithoutUpstreamAllowOnHeadersStopIteration
+//     takes it from the upstream filter alone, whose headers Pause is then stop-all.
 //   - At the request headers the router reads and removes the x-envoy-* retry headers the
 //     downstream filter set (RetryStateImpl::create, FilterUtility::finalTimeout) from the
 //     shared request header map, and makes the request's retry state; every try then

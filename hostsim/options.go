@@ -57,6 +57,8 @@ type config struct {
 	maxRetries     *uint32
 	retryRandom    RetryRandom
 	upstreamFilter *upstreamFilter
+	// upstreamNoStopIteration: the upstream filter lacks allow_on_headers_stop_iteration.
+	upstreamNoStopIteration bool
 }
 
 // upstreamFilter is the second plugin on the module's VMs: the upstream HTTP filter.
@@ -76,6 +78,16 @@ func WithUpstreamFilter(rootID string, configuration []byte) Option {
 	return func(c *config) {
 		c.upstreamFilter = &upstreamFilter{rootID: rootID, config: append([]byte(nil), configuration...)}
 	}
+}
+
+// WithoutUpstreamAllowOnHeadersStopIteration models an upstream filter (WithUpstreamFilter)
+// whose PluginConfig lacks allow_on_headers_stop_iteration while the connection manager's
+// filter has it: the option is read per filter config (Envoy's Wasm filter Config, which
+// proxy-wasm-cpp-host's convertVmCallResultToFilterHeadersStatus consults for its context),
+// so only the upstream filter's headers Pause becomes StopAllIterationAndWatermark. Without
+// WithUpstreamFilter it changes nothing.
+func WithoutUpstreamAllowOnHeadersStopIteration() Option {
+	return func(c *config) { c.upstreamNoStopIteration = true }
 }
 
 func defaultConfig() config {

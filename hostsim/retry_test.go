@@ -3,6 +3,7 @@ package hostsim_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -663,5 +664,56 @@ response_body@4 add_header 2 x-spillway-retry 1
 		"cb response_headers ctx=5", "cb response_headers ctx=3", "cb response_body ctx=3")
 	if n := countLines(h.Host, "worker-0", "cb response_body ctx=3"); n != 1 {
 		t.Errorf("downstream on_response_body ran %d times, want 1 (the held body went with its try)", n)
+	}
+}
+
+// WithoutUpstreamAllowOnHeadersStopIteration: the option is per filter config, so the
+// upstream filter's headers Pause stops everything (no body callback until it continues)
+// while the downstream filter's holds stay a true StopIteration.
+func TestUpstreamFilterWithoutTheOptionStopsAll(t *testing.T) {
+	down := `
+request_headers@3 ret 1
+request_body@3 ret 0
+`
+	up := `
+response_headers@4 ret 1
+`
+	for _, without := range []bool{false, true} {
+		t.Run(fmt.Sprintf("without=%v", without), func(t *testing.T) {
+			opts := []hostsim.Option{hostsim.WithUpstream(func(context.Context, *hostsim.UpstreamRequest) (*hostsim.UpstreamResponse, error) {
+				return &hostsim.UpstreamResponse{Headers: hdrs(":status", "200"), Body: []byte("upstream body")}, nil
+			})}
+			if without {
+				opts = append(opts, hostsim.WithoutUpstreamAllowOnHeadersStopIteration())
+			}
+			h := probeUp(t, down, up, opts...)
+			ex, err := h.Host.Worker(0).StartHTTP(&hostsim.Request{Headers: postReq, Body: []byte("client body")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.Advance(time.Second)
+			// The downstream filter got its body callback either way (the option is on for
+			// it); the upstream filter's held response gets one only with the option.
+			if n := countLines(h.Host, "worker-0", "cb request_body ctx=3"); n != 1 {
+				t.Errorf("downstream on_request_body ran %d times, want 1", n)
+			}
+			want := 1
+			if without {
+				want = 0
+			}
+			if n := countLines(h.Host, "worker-0", "cb response_body ctx=4"); n != want {
+				t.Errorf("upstream on_response_body ran %d times while its headers were held, want %d", n, want)
+			}
+			// With the option the body callback continues the response (the probe's default);
+			// without it nothing moves it on.
+			if ex.Done() == without {
+				t.Errorf("exchange done %v, want %v", ex.Done(), !without)
+			}
+			if without {
+				if err := ex.Reset(""); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }

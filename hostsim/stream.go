@@ -57,6 +57,7 @@ func (vm *VM) newStream() *httpStream {
 func (vm *VM) newUpstreamStream(ex *Exchange, t *upTry) *httpStream {
 	s := vm.newStream()
 	s.root, s.ex, s.try = vm.upRootID, ex, t
+	s.NoHeadersStopIteration = vm.host.cfg.upstreamNoStopIteration
 	s.SetDriver((*tryDriver)(t))
 	if vm.failed != nil || vm.dead || vm.upRootID == 0 {
 		if vm.host.cfg.failurePolicy == FailOpen {

@@ -426,6 +426,13 @@ type Failover struct {
 	// targets on the first target's cluster with its model, on what the status and headers
 	// of a failed try say; every other failover still goes by callout.
 	Via FailoverVia `json:"via,omitempty" jsonschema:"enum=callout,enum=router"`
+	// HoldTries (router only) has the upstream instance hold a failed try's response to
+	// read its error body, and a 200 event stream until its first event, before it decides
+	// whether the try fails over, as the callout path decides; without it a try fails over
+	// on its status and headers alone, and a failure only its body shows is failed over by
+	// callout. It needs Envoy ≥ 1.37: releasing a held try for a retry is undefined
+	// behaviour before envoyproxy/envoy#41879. Default false.
+	HoldTries *bool `json:"holdTries,omitempty"`
 }
 
 // FailoverVia is how a failover attempt reaches its target (Failover.Via).

@@ -214,6 +214,8 @@ type FailoverSettings struct {
 	// ViaRouter: failover attempts on the first target's cluster go as the router's
 	// retries through the upstream filter (Failover.Via router).
 	ViaRouter bool
+	// HoldTries: the upstream instance holds a failed try to read its body (router only).
+	HoldTries bool
 }
 
 // ThroughputWatchdogSettings are the slow-stream watchdog settings.
@@ -427,6 +429,7 @@ func (p *Policy) Resolved() *Resolved {
 		Budget:      msOr(rs.Failover.BudgetMs, FailoverBudget),
 		ViaRouter:   rs.Failover.Via == FailoverViaRouter,
 	}
+	res.Failover.HoldTries = res.Failover.ViaRouter && boolOr(rs.Failover.HoldTries, false)
 	w := &rs.StreamRecovery.ThroughputWatchdog
 	res.ThroughputWatchdog = ThroughputWatchdogSettings{
 		Enabled:           boolOr(w.Enabled, ThroughputWatchdogEnabled),

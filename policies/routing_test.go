@@ -116,9 +116,18 @@ func TestRouterFailoverNeedsBodyMode(t *testing.T) {
 		t.Errorf("unknown failover path accepted: %v", errs)
 	}
 	for _, via := range []string{"callout", "router"} {
-		r := mustParse(t, mutate(t, "resilience.failover.via", via), ParseOptions{}).Resolved()
-		if r.Failover.ViaRouter != (via == "router") {
-			t.Errorf("via %s: ViaRouter %v", via, r.Failover.ViaRouter)
+		doc := mutate(t, "resilience.failover", map[string]any{"via": via, "holdTries": true})
+		p := mustParse(t, doc, ParseOptions{})
+		r := p.Resolved()
+		if r.Failover.ViaRouter != (via == "router") || r.Failover.HoldTries != (via == "router") {
+			t.Errorf("via %s: ViaRouter %v, HoldTries %v", via, r.Failover.ViaRouter, r.Failover.HoldTries)
+		}
+		warned := false
+		for _, w := range p.Warnings {
+			warned = warned || strings.Contains(w.Error(), "resilience.failover.holdTries")
+		}
+		if warned != (via == "callout") {
+			t.Errorf("via %s: holdTries warning %v, want it only without router mode (%v)", via, warned, p.Warnings)
 		}
 	}
 }

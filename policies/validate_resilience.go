@@ -237,6 +237,9 @@ func (v *validator) failover(f *Failover, path string) {
 		vp := joinField(path, "via")
 		v.fail(vp, "unknown failover path "+v.quote(vp, string(f.Via))+" (want callout or router)")
 	}
+	if f.HoldTries != nil && *f.HoldTries && f.Via != FailoverViaRouter {
+		v.warn(joinField(path, "holdTries"), "only router-mode failover reads it (via: router); the callout path always reads a failure's body")
+	}
 }
 
 func (v *validator) restatementRule(r *RestatementRule, path string, ids map[string]int, index int) {

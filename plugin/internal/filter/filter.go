@@ -113,10 +113,11 @@ type vmContext struct {
 	types.DefaultVMContext
 	// links are the VM's router-mode requests, which its upstream-role tries act on
 	// (router.go); unlinkedLogged: a request no try was seen of has been logged.
-	links          routerLinks
-	unlinkedLogged bool
-	beforeCallback func(callback string) // tests only: see pluginContext
-	timeNow        func() time.Time      // tests only: see pluginContext
+	links               routerLinks
+	unlinkedLogged      bool
+	holdMisconfigLogged bool                  // a held try that got no body has been logged
+	beforeCallback      func(callback string) // tests only: see pluginContext
+	timeNow             func() time.Time      // tests only: see pluginContext
 }
 
 // NewPluginContext implements types.VMContext.

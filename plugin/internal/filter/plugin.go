@@ -264,7 +264,7 @@ func (p *pluginContext) NewHttpContext(contextID uint32) types.HttpContext {
 		if !p.res.Failover.ViaRouter {
 			return &passTry{} // zero-size: no allocation
 		}
-		return &upstreamTry{vm: p.vm}
+		return &upstreamTry{vm: p.vm, id: contextID}
 	}
 	p.metrics.requests.Increment(1)
 	var h *httpContext

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -12,6 +13,7 @@ import (
 	"github.com/spillwayproxy/spillway/internal/retrymarker"
 	"github.com/spillwayproxy/spillway/plugin/hostabi"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
+	"github.com/spillwayproxy/spillway/plugin/internal/llmapi"
 )
 
 // Router-mode failover (resilience.failover.via: router) keeps a failover attempt streaming:
@@ -70,12 +72,13 @@ var propLink = hostabi.JoinPath(nil, LinkProperty)
 // routerTries is a router-mode request's failover state (streamState.rt).
 type routerTries struct {
 	link       uint64          // the request's number in vmContext.linked (0: not linked)
+	held       *upstreamTry    // the try whose response is held (failover.holdTries), nil: none
 	cluster    string          // the first target's cluster: every retry goes there
 	model      string          // the body's upstream model: every retry is sent it
 	tries      int             // tries an upstream instance saw start
 	pending    engine.Dispatch // the target taken for the router's next try
 	hasPending bool
-	pendingAt  int // the pending target's index in the plan
+	pendingAt  int            // the pending target's index in the plan
 	failed     engine.Outcome // the marked try's outcome, recorded when the retry starts
 }
 
@@ -172,17 +175,30 @@ func (h *httpContext) tryStarted() {
 	h.logFailure(failed, &fr.log, nextFailover, &h.d.Target, 0, "")
 }
 
-// tryFailed runs at a try's response headers when its status is 400 or more: it marks the
-// try for a retry when its status and headers fail over and a target a retry can reach
-// takes it.
-func (h *httpContext) tryFailed(status int, hdrs [][2]string) {
-	p := h.plugin
-	o := engine.Outcome{Status: status, Headers: hdrs, TTFB: p.clock().Sub(h.dispatchedAt)}
-	if v, _ := p.engine.Preview(h.d, o); !v.Fallback || !h.takeRetryTarget() {
-		return
+// tryFailed decides on a failed try's outcome o (its status and headers, and with
+// failover.holdTries its error body or first event): when it fails over and a target a
+// retry can reach takes it, the try's response headers get the marker. It reports whether
+// they did.
+func (h *httpContext) tryFailed(o engine.Outcome) (marked bool) {
+	if v, _ := h.plugin.engine.Preview(h.d, o); !v.Fallback || !h.takeRetryTarget() {
+		return false
 	}
 	h.rt.failed = o
 	replaceResponseHeader(retrymarker.Header, "1")
+	return true
+}
+
+// retryTargetLeft reports whether a retry could still fail over: an attempt and time left in
+// the budget, and a next target in the plan on the first target's cluster with its model
+// (whether it can take the attempt is known only at its dispatch).
+func (h *httpContext) retryTargetLeft() bool {
+	p := h.plugin
+	b := p.res.Failover
+	if h.next >= len(h.plan.Targets) || h.attempts >= b.MaxAttempts || p.clock().Sub(h.started) >= b.Budget {
+		return false
+	}
+	t := h.plan.Targets[h.next]
+	return t.Model == h.rt.model && p.res.Providers[t.Provider].Cluster == h.rt.cluster
 }
 
 // takeRetryTarget takes the slots of the next target in the plan a retry can reach, within
@@ -274,11 +290,26 @@ func removeResponseHeader(name string) {
 type upstreamTry struct {
 	types.DefaultHttpContext
 	vm     *vmContext
+	id     uint32       // the try's context id
 	h      *httpContext // the linked request (nil: none)
 	serial uint64       // h's stream when the try started
-	pairs  hostabi.Pairs
 	prop   []byte
+	// With failover.holdTries, a failed try's response or a 200 event stream is held
+	// (holdTries below) from holdStart; sawBody: a body callback reached the held try.
+	hold      tryHold
+	status    int
+	holdStart time.Time
+	sawBody   bool
 }
+
+// tryHold is what a held try waits for.
+type tryHold uint8
+
+const (
+	holdNone  tryHold = iota
+	holdError         // a failed try's error body
+	holdFirst         // a 200 event stream's first decisive event
+)
 
 // request returns the try's linked request, nil once it ended (its context serves another
 // stream or none).
@@ -308,8 +339,8 @@ func (t *upstreamTry) OnHttpRequestHeaders(int, bool) (action types.Action) {
 }
 
 // OnHttpResponseHeaders implements types.HttpContext: a failed try may be marked for a
-// retry.
-func (t *upstreamTry) OnHttpResponseHeaders(int, bool) (action types.Action) {
+// retry, or held to decide on its body (failover.holdTries).
+func (t *upstreamTry) OnHttpResponseHeaders(_ int, endOfStream bool) (action types.Action) {
 	defer t.recover("try response headers", &action)
 	h := t.request()
 	if h == nil || h.phase != phaseUpstream || h.rt.hasPending {
@@ -319,11 +350,132 @@ func (t *upstreamTry) OnHttpResponseHeaders(int, bool) (action types.Action) {
 		return types.ActionContinue
 	}
 	hdrs := h.bufs.tryPairs.All()
-	if status, _ := statusAndType(hdrs); status >= 400 {
+	status, contentType := statusAndType(hdrs)
+	p := h.plugin
+	switch {
+	case status >= 400:
 		h.enter("try response headers")
-		h.tryFailed(status, hdrs)
+		o := engine.Outcome{Status: status, Headers: hdrs, TTFB: p.clock().Sub(h.dispatchedAt)}
+		if h.tryFailed(o) || endOfStream || !p.res.Failover.HoldTries || !h.retryTargetLeft() {
+			return types.ActionContinue
+		}
+		// Its headers do not fail over (or failed over to no target a retry can reach, and
+		// then retryTargetLeft is false); its error body may (a quota or rate limit behind
+		// a 400 or 403).
+		return t.startHold(h, holdError, status)
+	case status >= 200 && status < 300 && isEventStream(contentType) && !endOfStream && p.res.Failover.HoldTries:
+		h.enter("try response headers")
+		if !h.retryTargetLeft() {
+			return types.ActionContinue
+		}
+		return t.startHold(h, holdFirst, status)
 	}
 	return types.ActionContinue
+}
+
+// startHold holds the try's response headers (failover.holdTries). With
+// allow_on_headers_stop_iteration the Pause is a StopIteration and the body callbacks
+// arrive (proxy-wasm-cpp-host context.cc, convertVmCallResultToFilterHeadersStatus, in the
+// upstream filter chain too: the Wasm filter's config is the same class there,
+// source/extensions/filters/http/wasm/config.cc); the downstream instance's tick lets a held
+// try go at the first-event bound, and answers for one that gets no body at all (the option
+// missing on the upstream filter).
+func (t *upstreamTry) startHold(h *httpContext, hold tryHold, status int) types.Action {
+	p := h.plugin
+	t.hold, t.status, t.holdStart, t.sawBody = hold, status, p.clock(), false
+	h.rt.held = t
+	h.bufs.tryBody = h.bufs.tryBody[:0]
+	p.watch(h)
+	p.setTick(busyTickMs)
+	return types.ActionPause
+}
+
+// OnHttpResponseBody implements types.HttpContext: a held try's body decides it.
+func (t *upstreamTry) OnHttpResponseBody(bodySize int, endOfStream bool) (action types.Action) {
+	defer t.recover("try response body", &action)
+	if t.hold == holdNone {
+		return types.ActionContinue
+	}
+	h := t.request()
+	if h == nil || h.rt.held != t {
+		t.hold = holdNone
+		return types.ActionContinue
+	}
+	h.enter("try response body")
+	t.sawBody = true
+	p := h.plugin
+	limit := maxErrorBody
+	if t.hold == holdFirst {
+		limit = p.res.FirstEvent.MaxBytes
+	}
+	if !endOfStream && bodySize < limit && t.hold == holdError {
+		return types.ActionPause // the error body to its end, or to what classification reads
+	}
+	body, err := hostabi.ReadBuffer(hostabi.ResponseBody, 0, min(bodySize, limit), h.bufs.tryBody)
+	h.bufs.tryBody = body
+	if err != nil {
+		body = nil
+	}
+	ttfb := t.holdStart.Sub(h.dispatchedAt)
+	hdrs := h.bufs.tryPairs.All()
+	switch t.hold {
+	case holdError:
+		h.tryFailed(engine.Outcome{Status: t.status, Headers: hdrs, Body: body, TTFB: ttfb})
+	case holdFirst:
+		switch fe := llmapi.ScanFirst(body, endOfStream); {
+		case fe.Verdict == llmapi.NeedMore && bodySize < limit && p.clock().Sub(t.holdStart) < p.res.FirstEvent.Timeout:
+			return types.ActionPause
+		case fe.Verdict == llmapi.Failed:
+			if h.tryFailed(engine.Outcome{Status: fe.Status, Body: wrapError(fe.Error), TTFB: ttfb}) {
+				p.metrics.streamErrors.Increment(1)
+			}
+		case fe.Verdict == llmapi.Empty:
+			h.tryFailed(engine.Outcome{Status: 502, Body: emptyStreamError, TTFB: ttfb})
+		}
+	}
+	t.release(h)
+	return types.ActionContinue
+}
+
+// release ends the try's hold: its response goes on (to the router, which retries it when
+// it carries the marker, or passes it downstream).
+func (t *upstreamTry) release(h *httpContext) {
+	t.hold = holdNone
+	if h.rt.held == t {
+		h.rt.held = nil
+	}
+}
+
+// heldTryTick runs on the downstream instance's tick for a request whose try is held: a 200
+// stream held to its first-event bound goes on, and a try held at its headers that got no
+// body callback within routing.bodyWaitMs — the upstream filter lacks
+// allow_on_headers_stop_iteration, so a headers Pause stops everything — goes on too, counted
+// and logged as the request path's detector does (the try is then the downstream's to
+// handle, and the request is not answered 500: its response is on its way).
+func (h *httpContext) heldTryTick() {
+	t := h.rt.held
+	p := h.plugin
+	waited := p.clock().Sub(t.holdStart)
+	switch {
+	case !t.sawBody && waited >= p.res.Routing.BodyWait:
+		p.metrics.misconfigured.Increment(1)
+		if !p.vm.holdMisconfigLogged {
+			p.vm.holdMisconfigLogged = true
+			proxywasm.LogCriticalf("spillway: a try held at its response headers got no body for %v: the upstream "+
+				"filter lacks allow_on_headers_stop_iteration: true in its PluginConfig; letting held tries go", waited)
+		}
+	case t.hold == holdFirst && waited >= p.res.FirstEvent.Timeout:
+	default:
+		return
+	}
+	t.release(h)
+	if err := proxywasm.SetEffectiveContext(t.id); err != nil {
+		proxywasm.LogWarnf("spillway: resume a held try: %v", err)
+		return
+	}
+	if err := hostabi.ContinueStream(hostabi.StreamResponse); err != nil {
+		proxywasm.LogWarnf("spillway: resume a held try: %v", err)
+	}
 }
 
 // recover keeps a panic in a try's callback from escaping: the try goes on untouched, and

@@ -60,6 +60,7 @@ type streamBuffers struct {
 	localHdrs           [][2]string   // a local reply's headers
 	prop                []byte        // reading a property
 	tryPairs            hostabi.Pairs // a router try's response headers (router.go)
+	tryBody             []byte        // a held router try's body
 	onCallout           func(numHeaders, bodySize, numTrailers int)
 	sse                 llmapi.OutputScanner // a watched stream's events (watchdog.go)
 	plan                engine.Buffers
@@ -140,6 +141,9 @@ func (h *httpContext) reset() {
 	if cap(h.bufs.callBody) > maxKeptBody {
 		h.bufs.callBody = nil
 	}
+	if cap(h.bufs.tryBody) > maxKeptBody {
+		h.bufs.tryBody = nil
+	}
 	h.bufs.sse.Reset()
 	h.bufs.callPairs.Reset()
 	h.bufs.reqPairs.Reset()
@@ -201,6 +205,9 @@ func (h *httpContext) enter(callback string) {
 // needsBusyTick reports whether the stream waits on time at a resolution finer than the
 // idle tick.
 func (h *httpContext) needsBusyTick() bool {
+	if h.rt.held != nil {
+		return true // a router try held for its body (router.go)
+	}
 	switch h.phase {
 	case phaseQueued, phaseComboWait, phaseFailureWait, phaseHoldFirst, phaseAborting:
 		return true
@@ -236,6 +243,9 @@ func (h *httpContext) onTick() {
 			h.resumeRequest(h.planAndDispatch())
 		}
 	case phaseUpstream:
+		if h.rt.held != nil {
+			h.heldTryTick()
+		}
 		if limit := h.executionLimit(); limit > 0 && p.clock().Sub(h.dispatchedAt) >= limit {
 			h.effective()
 			h.executionTimeout(limit)

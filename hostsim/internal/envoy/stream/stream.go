@@ -124,8 +124,12 @@ type Stream struct {
 	// Created reports that proxy_on_context_create ran; Skip that FAIL_OPEN bypasses the
 	// filter.
 	Created, Skip bool
-	deleted       bool
-	inLog         bool
+	// NoHeadersStopIteration: the stream's filter lacks allow_on_headers_stop_iteration
+	// whatever Config says (the option is per Wasm filter config, PluginConfig; one VM can
+	// host a filter with it and one without).
+	NoHeadersStopIteration bool
+	deleted                bool
+	inLog                  bool
 
 	// Req and Resp are the request's decoding and the response's encoding.
 	Req, Resp filtermanager.Direction
@@ -273,7 +277,7 @@ func (s *Stream) OnHeaders(d *filtermanager.Direction, headers [][2]string, eos 
 	if err != nil {
 		return types.ActionPause, s.Failed(err)
 	}
-	v := filtermanager.Headers(raw, forceStop, s.thread.cfg.AllowHeadersStopIteration)
+	v := filtermanager.Headers(raw, forceStop, s.thread.cfg.AllowHeadersStopIteration && !s.NoHeadersStopIteration)
 	s.Action = paused(d.AfterHeaders(v, s.filter()))
 	a := s.Action
 	s.touch()
