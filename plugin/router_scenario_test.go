@@ -7,6 +7,7 @@ package main
 // marker alone, num_retries = maxAttempts − 1, 1–10 ms back-off).
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -298,5 +299,139 @@ func TestScenarioRouterModeRequestsAcrossWorkers(t *testing.T) {
 		t.Errorf("unlinked %d", n)
 	}
 	t.Log(w.via())
+	w.noStreamsLeft()
+}
+
+// holdPolicy is routerPolicy with failover.holdTries (Envoy ≥ 1.37).
+var holdPolicy = strings.Replace(routerPolicy, "failover: {via: router}", "failover: {via: router, holdTries: true}", 1)
+
+// TestScenarioAnErrorEventFirstFailsOverAsTheRoutersRetryWithHeldTries: the issue's second
+// proof. Key A's 200 stream starts with an error event; with holdTries the upstream instance
+// holds it until that event, marks it, and key B's stream reaches the client as it comes.
+// Without holdTries the downstream instance sees the error and fails over by callout.
+func TestScenarioAnErrorEventFirstFailsOverAsTheRoutersRetryWithHeldTries(t *testing.T) {
+	errorFirst := func(upstreamCall) *hostsim.UpstreamResponse {
+		r := sse(chatRoleEvent, chatErrorEvent)
+		r.Delay = keyADelay
+		return r
+	}
+	ownFirst := 300*time.Millisecond + 2*200*time.Millisecond
+	for _, hold := range []bool{true, false} {
+		t.Run(fmt.Sprintf("holdTries=%v", hold), func(t *testing.T) {
+			policy := routerPolicy
+			if hold {
+				policy = holdPolicy
+			}
+			w := newRetryWorld(t, policy, 2, 2)
+			w.fakes.set("sk-a", errorFirst)
+			w.fakes.set("sk-b", slowStream)
+			resp := w.run(0, streamReq("gpt-4o"))
+			expect(t, "stream", resp, 200, "openai/key-b/gpt-4o/2")
+			if want := chatRoleEvent + chatContentEvent + chatDoneEvent; string(resp.Body) != want {
+				t.Fatalf("client got %q, want key B's whole stream", resp.Body)
+			}
+			first, _ := resp.TimeToFirstData()
+			t.Logf("holdTries=%v: first event after %v", hold, first)
+			if hold {
+				if got := w.via(); got != "sk-a/router sk-b/router" {
+					t.Fatalf("the providers received %s", got)
+				}
+				if lag := first - keyADelay - ownFirst; lag < 0 || lag > 10*time.Millisecond {
+					t.Fatalf("first event after %v, %v past key A's time plus key B's own", first, lag)
+				}
+			} else if got := w.via(); got != "sk-a/router sk-b/callout" {
+				t.Fatalf("the providers received %s", got)
+			}
+			if n := w.metric("spillway_stream_error_events_total"); n != 1 {
+				t.Errorf("stream error events %d, want 1 (counted by the instance that saw it)", n)
+			}
+			// Key A's in-stream rate limit cooled it.
+			w.fakes.set("sk-b", nil)
+			expect(t, "next", w.run(1, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/1")
+			w.noStreamsLeft()
+		})
+	}
+}
+
+// TestScenarioHeldTriesReadTheErrorBody: a 400 is the client's own fault on its status
+// alone, but GLM's "high-frequency non-compliant requests" body makes it a rate limit. With
+// holdTries the upstream instance reads it and fails over by retry; a plain 400 is read and
+// let through whole, not failed over.
+func TestScenarioHeldTriesReadTheErrorBody(t *testing.T) {
+	w := newRetryWorld(t, holdPolicy, 1, 2)
+	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
+		return jsonError(400, `{"error":{"message":"Detected high-frequency non-compliant requests from you","type":"invalid_request_error"}}`)
+	})
+	expect(t, "throttled", w.run(0, chatReq("gpt-4o")), 200, "openai/key-b/gpt-4o/2")
+	if got := w.via(); got != "sk-a/router sk-b/router" {
+		t.Fatalf("the providers received %s", got)
+	}
+
+	w.advance(time.Hour)
+	const bad = `{"error":{"message":"messages: field required","type":"invalid_request_error"}}`
+	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse { return jsonError(400, bad) })
+	resp := w.run(0, chatReq("gpt-4o"))
+	expect(t, "bad request", resp, 400, "openai/key-a/gpt-4o/1")
+	if string(resp.Body) != bad {
+		t.Fatalf("client got %q, want the provider's body", resp.Body)
+	}
+	w.noStreamsLeft()
+}
+
+// TestScenarioAHeldStreamGoesAtTheFirstEventBound: key A's 200 stream sends nothing for
+// longer than the first-event bound; the downstream instance's tick lets the held try go,
+// and the stream reaches the client from key A.
+func TestScenarioAHeldStreamGoesAtTheFirstEventBound(t *testing.T) {
+	policy := strings.Replace(holdPolicy, "failover: {via: router, holdTries: true}",
+		"failover: {via: router, holdTries: true}\n  streamRecovery: {firstEvent: {timeoutMs: 1000}}", 1)
+	w := newRetryWorld(t, policy, 1, 2)
+	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
+		r := sse(chatContentEvent, chatDoneEvent)
+		r.ChunkDelays = []time.Duration{5 * time.Second}
+		return r
+	})
+	ex := w.start(0, streamReq("gpt-4o"))
+	w.advance(1500 * time.Millisecond)
+	if ex.Done() {
+		t.Fatal("done early")
+	}
+	resp := w.wait(ex)
+	expect(t, "slow start", resp, 200, "openai/key-a/gpt-4o/1")
+	if string(resp.Body) != chatContentEvent+chatDoneEvent {
+		t.Fatalf("client got %q", resp.Body)
+	}
+	got, ok := resp.TimeToFirstByte()
+	if !ok || got < time.Second || got > 1200*time.Millisecond {
+		t.Fatalf("headers reached the client after %v, want at the 1 s bound (the tick after it)", got)
+	}
+	w.noStreamsLeft()
+}
+
+// TestScenarioAnUpstreamFilterWithoutTheOptionIsDetected: the upstream filter lacks
+// allow_on_headers_stop_iteration, so a held try gets no body callback. The downstream
+// instance's tick lets it go after routing.bodyWaitMs, counts and logs it once; the request
+// is answered with key A's failure (and fails over by callout from there).
+func TestScenarioAnUpstreamFilterWithoutTheOptionIsDetected(t *testing.T) {
+	w := newRetryWorld(t, holdPolicy, 1, 2, hostsim.WithoutUpstreamAllowOnHeadersStopIteration())
+	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse {
+		return jsonError(400, `{"error":{"message":"Detected high-frequency non-compliant requests from you"}}`)
+	})
+	resp := w.run(0, chatReq("gpt-4o"))
+	expect(t, "detected", resp, 200, "openai/key-b/gpt-4o/2")
+	if got := w.via(); got != "sk-a/router sk-b/callout" {
+		t.Fatalf("the providers received %s", got)
+	}
+	if n := w.metric("spillway_misconfigured_total"); n != 1 {
+		t.Errorf("misconfigured %d, want 1", n)
+	}
+	crit := 0
+	for _, l := range w.host.Host.GetCriticalLogs() {
+		if strings.Contains(l, "upstream filter lacks allow_on_headers_stop_iteration") {
+			crit++
+		}
+	}
+	if crit != 1 {
+		t.Errorf("%d critical lines, want 1", crit)
+	}
 	w.noStreamsLeft()
 }

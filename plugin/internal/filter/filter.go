@@ -116,6 +116,7 @@ type vmContext struct {
 	links               routerLinks
 	unlinkedLogged      bool
 	holdMisconfigLogged bool                  // a held try that got no body has been logged
+	inTry               bool                  // an upstream try's callback is running (router.go)
 	beforeCallback      func(callback string) // tests only: see pluginContext
 	timeNow             func() time.Time      // tests only: see pluginContext
 }

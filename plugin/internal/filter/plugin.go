@@ -291,7 +291,10 @@ func (p *pluginContext) recycle(h *httpContext) {
 
 // setTick changes the tick period when it differs.
 func (p *pluginContext) setTick(ms uint32) {
-	if p.tickMs == ms {
+	if p.tickMs == ms || p.vm.inTry {
+		// In an upstream try's callback (router.go) the period would be set on the upstream
+		// root's tick (proxy_set_tick_period_milliseconds acts on the root of the running
+		// context), not this one's: the next tick of this root sets it instead.
 		return
 	}
 	if err := proxywasm.SetTickPeriodMilliSeconds(ms); err != nil {
@@ -303,11 +306,10 @@ func (p *pluginContext) setTick(ms uint32) {
 
 // watch adds a stream to the ones ticks and wake-ups look at.
 func (p *pluginContext) watch(h *httpContext) {
-	if h.watched {
-		return
+	if !h.watched {
+		h.watched = true
+		p.watched = append(p.watched, h)
 	}
-	h.watched = true
-	p.watched = append(p.watched, h)
 	if h.needsBusyTick() {
 		p.setTick(busyTickMs)
 	}

@@ -66,7 +66,17 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action typ
 	if status >= 200 && status < 300 {
 		if isEventStream(contentType) && !endOfStream {
 			h.eventStream = true
+			// A stream its try held already (router.go) is held from the try's headers: the
+			// first-event bound is the request's, not each instance's.
 			h.phase, h.holdStart = phaseHoldFirst, p.clock()
+			if !h.rt.heldSince.IsZero() {
+				h.holdStart = h.rt.heldSince
+				if p.clock().Sub(h.holdStart) >= p.res.FirstEvent.Timeout {
+					h.commitHeldStream(nil) // its try was let go at the bound
+					h.respEnded = endOfStream
+					return types.ActionContinue
+				}
+			}
 			h.bufs.respBody = h.bufs.respBody[:0] // what the hold reads (passed on if a tick ends it)
 			p.watch(h)
 			return types.ActionPause

@@ -73,6 +73,7 @@ var propLink = hostabi.JoinPath(nil, LinkProperty)
 type routerTries struct {
 	link       uint64          // the request's number in vmContext.linked (0: not linked)
 	held       *upstreamTry    // the try whose response is held (failover.holdTries), nil: none
+	heldSince  time.Time       // when the last held try's response headers came (zero: none held)
 	cluster    string          // the first target's cluster: every retry goes there
 	model      string          // the body's upstream model: every retry is sent it
 	tries      int             // tries an upstream instance saw start
@@ -322,6 +323,7 @@ func (t *upstreamTry) request() *httpContext {
 
 // OnHttpRequestHeaders implements types.HttpContext: the try finds its request.
 func (t *upstreamTry) OnHttpRequestHeaders(int, bool) (action types.Action) {
+	t.vm.inTry = true
 	defer t.recover("try request headers", &action)
 	value, ok := property(propLink, t.prop)
 	t.prop = value
@@ -341,6 +343,7 @@ func (t *upstreamTry) OnHttpRequestHeaders(int, bool) (action types.Action) {
 // OnHttpResponseHeaders implements types.HttpContext: a failed try may be marked for a
 // retry, or held to decide on its body (failover.holdTries).
 func (t *upstreamTry) OnHttpResponseHeaders(_ int, endOfStream bool) (action types.Action) {
+	t.vm.inTry = true
 	defer t.recover("try response headers", &action)
 	h := t.request()
 	if h == nil || h.phase != phaseUpstream || h.rt.hasPending {
@@ -383,15 +386,15 @@ func (t *upstreamTry) OnHttpResponseHeaders(_ int, endOfStream bool) (action typ
 func (t *upstreamTry) startHold(h *httpContext, hold tryHold, status int) types.Action {
 	p := h.plugin
 	t.hold, t.status, t.holdStart, t.sawBody = hold, status, p.clock(), false
-	h.rt.held = t
+	h.rt.held, h.rt.heldSince = t, t.holdStart
 	h.bufs.tryBody = h.bufs.tryBody[:0]
-	p.watch(h)
-	p.setTick(busyTickMs)
+	p.watch(h) // watched already (phaseUpstream): its next tick turns busy (setTick)
 	return types.ActionPause
 }
 
 // OnHttpResponseBody implements types.HttpContext: a held try's body decides it.
 func (t *upstreamTry) OnHttpResponseBody(bodySize int, endOfStream bool) (action types.Action) {
+	t.vm.inTry = true
 	defer t.recover("try response body", &action)
 	if t.hold == holdNone {
 		return types.ActionContinue
@@ -482,6 +485,7 @@ func (h *httpContext) heldTryTick() {
 // the request it served is left to the downstream instance (which gives back what it
 // holds when it ends).
 func (t *upstreamTry) recover(callback string, action *types.Action) {
+	t.vm.inTry = false
 	if r := recover(); r != nil {
 		if h := t.request(); h != nil {
 			h.plugin.metrics.panics.Increment(1)
