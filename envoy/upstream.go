@@ -31,18 +31,20 @@ var ErrRouterNeedsInline = policies.FieldError{
 		"would keep the bootstrap's policy while the control plane pushes new ones; use callout with -xds, or render without -xds",
 }
 
-// upstreamCodecFilter is the upstream chain's terminal filter. A cluster's http_filters
+// UpstreamCodecFilter is the upstream chain's terminal filter. A cluster's http_filters
 // must end with it: Envoy refuses any other last filter at load time
 // (source/common/upstream/upstream_impl.cc, ClusterInfoImpl's constructor: "The codec filter
-// is the only valid terminal upstream HTTP filter").
-const upstreamCodecFilter = "envoy.filters.http.upstream_codec"
+// is the only valid terminal upstream HTTP filter"). Package istio's cluster patch ends
+// with it too.
+const UpstreamCodecFilter = "envoy.filters.http.upstream_codec"
 
-// routedRetryPolicy is the routed route's retry policy: retry on the marker header and on
-// nothing else. No retriable_status_codes and no 5xx, gateway-error, reset or
-// connect-failure: a provider's 429 or 5xx reaches Spillway's upstream instance, which
-// decides whether the request fails over (and to which connection), so the router must
-// never retry on its own.
-func routedRetryPolicy(res *policies.Resolved) *routev3.RetryPolicy {
+// RouterRetryPolicy is the routed route's retry policy when the policy fails over through
+// the router: retry on the marker header and on nothing else. No retriable_status_codes
+// and no 5xx, gateway-error, reset or connect-failure: a provider's 429 or 5xx reaches
+// Spillway's upstream instance, which decides whether the request fails over (and to which
+// connection), so the router must never retry on its own. Package istio merges the same
+// policy into its provider routes.
+func RouterRetryPolicy(res *policies.Resolved) *routev3.RetryPolicy {
 	return &routev3.RetryPolicy{
 		RetryOn: "retriable-headers",
 		RetriableHeaders: []*routev3.HeaderMatcher{{
@@ -64,7 +66,7 @@ func routedRetryPolicy(res *policies.Resolved) *routev3.RetryPolicy {
 // finalizeResponseHeaders), so a marker on a try whose retries are exhausted is dropped
 // and a retried try's response never goes downstream at all.
 func addRetries(routed *routev3.Route, res *policies.Resolved) {
-	routed.GetRoute().RetryPolicy = routedRetryPolicy(res)
+	routed.GetRoute().RetryPolicy = RouterRetryPolicy(res)
 	routed.RequestBodyBufferLimit = wrapperspb.UInt64(envoylimits.RetryBufferLimit(res))
 	routed.ResponseHeadersToRemove = append(routed.ResponseHeadersToRemove, retrymarker.Header)
 }
@@ -92,7 +94,7 @@ func upstreamFilters(hcmFilter *wasmfilterv3.Wasm) ([]*hcmv3.HttpFilter, error) 
 	}
 	return []*hcmv3.HttpFilter{
 		{Name: UpstreamRootID, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: wasmAny}},
-		{Name: upstreamCodecFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: codec}},
+		{Name: UpstreamCodecFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: codec}},
 	}, nil
 }
 
