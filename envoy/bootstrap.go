@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
 
@@ -64,16 +65,20 @@ func Bootstrap(p *Policy, opts Options) (*bootstrapv3.Bootstrap, error) {
 	} else if !hasCluster(ups, defaultCluster) {
 		return nil, fmt.Errorf("envoy: default cluster %q is not a provider's cluster", defaultCluster)
 	}
+	viaRouter := p.Resolved.Failover.ViaRouter
+	if viaRouter && o.XDS != "" {
+		return nil, fmt.Errorf("envoy: %w", policies.Errors{ErrRouterNeedsInline})
+	}
 	filter, err := spillwayFilter(p, o)
 	if err != nil {
 		return nil, err
 	}
-	hcm, err := connectionManager(p, filter, defaultCluster, o.UpstreamFilter)
+	hcm, err := connectionManager(p, filter, defaultCluster, viaRouter)
 	if err != nil {
 		return nil, err
 	}
 	var upstreamChain []*hcmv3.HttpFilter
-	if o.UpstreamFilter {
+	if viaRouter {
 		w, err := wasmFilter(p, o)
 		if err != nil {
 			return nil, err
@@ -183,7 +188,8 @@ func spillwayFilter(p *Policy, o Options) (*hcmv3.HttpFilter, error) {
 }
 
 // connectionManager is the listener's HTTP connection manager with Spillway's routes;
-// retries gives the routed route the upstream filter's retry policy (Options.UpstreamFilter).
+// retries gives the routed route the retry policy of failover through the router
+// (resilience.failover.via: router).
 func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster string, retries bool) (*anypb.Any, error) {
 	res := p.Resolved
 	idle := durationpb.New(envoylimits.IdleTimeout(res))

@@ -11,8 +11,9 @@ import (
 
 // Fits reports whether a new policy can replace base's in a running Envoy whose bootstrap
 // was rendered from base, so that only the filter's configuration changes (ECDS): the
-// bootstrap fixes the clusters, the route's cluster header and the request and connection
-// buffer limits.
+// bootstrap fixes the clusters, the route's cluster header, the request and connection
+// buffer limits and the failover path (resilience.failover.via: the upstream filter and
+// the routed route's retry policy, num_retries from failover.maxAttempts).
 // The error lists each conflict as a policies.FieldError; the warnings say where Envoy's
 // idle timer would now end a request before the filter's own bounds do.
 func Fits(base, next *Policy) (warnings []string, err error) {
@@ -43,6 +44,16 @@ func Fits(base, next *Policy) (warnings []string, err error) {
 			Message: "raised from " + strconv.FormatInt(b, 10) + " to " + strconv.FormatInt(n, 10) +
 				" bytes, above the buffer limit in Envoy's bootstrap (Envoy would answer its own 413 first): render a new bootstrap and restart Envoy to raise it"})
 	}
+	if b, n := base.Resolved.Failover.ViaRouter, next.Resolved.Failover.ViaRouter; b != n {
+		errs = append(errs, policies.FieldError{Path: "resilience.failover.via",
+			Message: "changed from " + via(b) + " to " + via(n) + ", but the upstream filter and the routed route's retry policy " +
+				"(router) are part of Envoy's bootstrap, rendered for " + via(b) + ": render a new bootstrap and restart Envoy to change it"})
+	} else if b && base.Resolved.Failover.MaxAttempts != next.Resolved.Failover.MaxAttempts {
+		errs = append(errs, policies.FieldError{Path: "resilience.failover.maxAttempts",
+			Message: "changed from " + strconv.Itoa(base.Resolved.Failover.MaxAttempts) + " to " + strconv.Itoa(next.Resolved.Failover.MaxAttempts) +
+				", but the route's num_retries in Envoy's bootstrap is " + strconv.FormatUint(uint64(envoylimits.RetryNumRetries(base.Resolved)), 10) +
+				": render a new bootstrap and restart Envoy to change it"})
+	}
 	if b, n := envoylimits.IdleTimeout(base.Resolved), envoylimits.IdleTimeout(next.Resolved); n > b {
 		warnings = append(warnings, "the policy's waits now add up to "+n.String()+" of silence, more than Envoy's idle timeout of "+
 			b.String()+": Envoy may end such a request (408/504) before Spillway answers; render a new bootstrap to match")
@@ -52,6 +63,13 @@ func Fits(base, next *Policy) (warnings []string, err error) {
 		return warnings, errs
 	}
 	return warnings, nil
+}
+
+func via(router bool) string {
+	if router {
+		return string(policies.FailoverViaRouter)
+	}
+	return string(policies.FailoverViaCallout)
 }
 
 // EnvoyFeature is something the generated configuration relies on and the first Envoy
@@ -65,9 +83,11 @@ type EnvoyFeature struct {
 // generates needs nothing newer.
 const SupportedEnvoyMinor = 36
 
-// RequiredEnvoy says which Envoy release a configuration rendered with these options needs
-// (1.minor) and why: each feature it relies on with the release that introduced it.
-func RequiredEnvoy(opts Options) (minor int, features []EnvoyFeature) {
+// RequiredEnvoy says which Envoy release the configuration rendered for a policy needs
+// (1.minor) and why: each feature it relies on with the release that introduced it. Only
+// the policy decides: failover through the router (resilience.failover.via: router) adds
+// the upstream filter and the route's retry buffer.
+func RequiredEnvoy(p *Policy) (minor int, features []EnvoyFeature) {
 	features = []EnvoyFeature{
 		// proxy-wasm-cpp-host #427 (fd_fdstat_set_flags, sched_yield, poll_oneoff).
 		{"a Go wasip1 module loads", 33},
@@ -75,7 +95,7 @@ func RequiredEnvoy(opts Options) (minor int, features []EnvoyFeature) {
 		// envoyproxy/envoy#40254 (data-plane-api 92df27d6).
 		{"VirtualHost.request_body_buffer_limit", 36},
 	}
-	if opts.UpstreamFilter {
+	if p.Resolved.Failover.ViaRouter {
 		features = append(features,
 			// changelogs/1.31.0.yaml: "Update WASM filter to support use as an upstream
 			// filter" (envoyproxy/envoy#34253).

@@ -30,34 +30,35 @@
 //     against the provider host, HTTP/2 or HTTP/1.1 by ALPN.
 //   - stats_tags that turn Spillway's metric names into tagged Envoy stats.
 //
-// Upstream filter (preparing streaming failover): with Options.UpstreamFilter, off by
-// default and not on the command line until the plugin uses it, the bootstrap prepares
-// failover through Envoy's own router retries, so that a streamed request can move to
+// Failover through the router: exactly when the policy says resilience.failover.via: router
+// (policies.FailoverSettings.ViaRouter; the default, callout, leaves the bootstrap as above),
+// failover goes through Envoy's own router retries, so that a streamed request can move to
 // another connection before its first byte reaches the client:
 //
 //   - Every provider cluster's HttpProtocolOptions (the protocol it already chose kept) get
 //     http_filters [the Wasm filter with root_id UpstreamRootID, envoy.filters.http.upstream_codec].
 //     The Wasm filter's vm_config is the connection manager's, so Envoy runs both instances
 //     in one VM and they share its shared data; same plugin configuration, failure policy and
-//     allow_on_headers_stop_iteration. Per try it will set the try's credential and, on a
-//     try that should fail over, the response header RetryMarkerHeader. The codec must be
-//     last: Envoy refuses any other terminal upstream filter.
+//     allow_on_headers_stop_iteration. The upstream instance fails over on a try's status and
+//     headers: on a try that should fail over it adds the response header retrymarker.Header
+//     (what it does per try is described in the plugin's docs). The codec must be last: Envoy
+//     refuses any other terminal upstream filter.
 //   - The routed route gets a retry policy that retries on that header alone (retry_on
 //     retriable-headers, retriable_headers [x-spillway-retry present]) and on no status code:
 //     Spillway decides, the router must never retry a provider's 429 or 5xx by itself.
-//     num_retries is failover.maxAttempts − 1 (RetryNumRetries); the back-off is
-//     RetryBackOffBase/RetryBackOffMax (1 ms/10 ms: Spillway has already picked a connection
-//     that is not cooling down). The route's request_body_buffer_limit is twice the request
-//     limit (RetryBufferLimit: Envoy counts a body a filter resumed twice), so every body the
-//     policy accepts can be replayed, and the route removes the marker from the response it
-//     sends downstream.
-//   - Each provider cluster's max_retries circuit breaker is UpstreamMaxRetries (1024, the
-//     cluster's default max_requests; Envoy's default of 3 would end most failovers of a
-//     provider outage with the failed try's response).
+//     num_retries is failover.maxAttempts − 1 and the back-off 1 ms/10 ms (Spillway has
+//     already picked a connection that is not cooling down); the route's
+//     request_body_buffer_limit is twice the request limit (Envoy counts a body a filter
+//     resumed twice), so every body the policy accepts can be replayed; the route removes the
+//     marker from the response it sends downstream. The numbers come from
+//     policies/envoylimits (RetryNumRetries, RetryBackOffBase/Max, RetryBufferLimit), which
+//     hostsim serve and the Istio manifests read too.
+//   - Each provider cluster's max_retries circuit breaker is envoylimits.ClusterMaxRetries
+//     (1024, the cluster's default max_requests; Envoy's default of 3 would end most failovers
+//     of a provider outage with the failed try's response).
 //
-// With today's module this changes nothing a client sees: the upstream instance passes every
-// try through and never sets the marker. It needs Envoy 1.31 (Wasm upstream) and 1.36
-// (request_body_buffer_limit), see RequiredEnvoy, and is refused with Options.XDS.
+// It needs Envoy 1.31 (Wasm upstream) and 1.36 (request_body_buffer_limit), see
+// RequiredEnvoy, and is refused with Options.XDS (ErrRouterNeedsInline, at the policy field).
 //
 // ECDS (Envoy's extension config discovery): with Options.XDS set the bootstrap's HTTP
 // filter has no inline configuration but a config_discovery source naming the control plane

@@ -634,6 +634,10 @@ routes: [{model: m, targets: [{provider: openai}]}]
 		{"larger body limit", "maxRequestBodyBytes: 16777216", "maxRequestBodyBytes", ""},
 		{"smaller body limit", "maxRequestBodyBytes: 1048576", "", ""},
 		{"longer waits", "resilience: {requestQueue: {maxWaitMs: 600000}}", "", "more than Envoy's idle timeout"},
+		// The bootstrap has no upstream filter and no retry policy for the router path.
+		{"to the router", "resilience: {failover: {via: router}}", "resilience.failover.via", ""},
+		// Naming the default path changes nothing.
+		{"callout named", "resilience: {failover: {via: callout, maxAttempts: 5}}", "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -651,6 +655,37 @@ routes: [{model: m, targets: [{provider: openai}]}]
 			}
 			if got := strings.Join(warnings, "\n"); tt.warning == "" && got != "" || !strings.Contains(got, tt.warning) {
 				t.Errorf("warnings %q, want %q", got, tt.warning)
+			}
+		})
+	}
+}
+
+// TestFitsRouter: a bootstrap rendered for the router path fixes num_retries, so
+// failover.maxAttempts may not change under it, and the path may not go back to callout.
+func TestFitsRouter(t *testing.T) {
+	doc := "providers: [{id: openai, cluster: openai, authority: api.openai.com, connections: [{id: a}]}]\nroutes: [{model: m, targets: [{provider: openai}]}]\n"
+	base := load(t, doc+"resilience: {failover: {via: router}}", envoy.LoadOptions{})
+	tests := []struct {
+		name string
+		next string // appended to doc
+		path string // the conflict's field path; "" when it fits
+	}{
+		// Another setting: fits.
+		{"retuned", "resilience: {failover: {via: router}, requestQueue: {maxWaitMs: 1000}}", ""},
+		// The route's num_retries is maxAttempts − 1 of the base.
+		{"more attempts", "resilience: {failover: {via: router, maxAttempts: 5}}", "resilience.failover.maxAttempts"},
+		// Back to callout: the router would still retry on the marker.
+		{"to callout", "", "resilience.failover.via"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := envoy.Fits(base, load(t, doc+tt.next, envoy.LoadOptions{}))
+			fe, _ := envoy.AsFieldErrors(err)
+			switch {
+			case tt.path == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tt.path != "" && (len(fe) != 1 || fe[0].Path != tt.path):
+				t.Errorf("err %v, want one conflict at %s", err, tt.path)
 			}
 		})
 	}

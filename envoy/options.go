@@ -15,7 +15,6 @@ import (
 
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 
-	"github.com/spillwayproxy/spillway/internal/retrymarker"
 	"github.com/spillwayproxy/spillway/internal/rootid"
 	"github.com/spillwayproxy/spillway/policies"
 )
@@ -31,10 +30,9 @@ const (
 	RootID = rootid.Downstream
 	// UpstreamRootID is the root_id under which the module runs per try as each provider
 	// cluster's upstream HTTP filter (HttpProtocolOptions.http_filters, Envoy ≥ 1.31), on the
-	// same vm_config so that both plugins share each worker's VM (Options.UpstreamFilter
-	// attaches it; the default bootstrap does not). In that role the module passes every try
-	// through untouched for now: streaming failover through the router's retries, which will
-	// use it, is in progress.
+	// same vm_config so that both plugins share each worker's VM. The bootstrap attaches it
+	// exactly when the policy fails over through the router (resilience.failover.via:
+	// router); see the package doc, "Failover through the router".
 	UpstreamRootID = rootid.Upstream
 	// VMID is the Wasm VM's vm_id: Spillway's shared data lives in this namespace
 	// (proxy-wasm-cpp-host shared_data.cc keys the store by vm_id), kept apart from other
@@ -46,10 +44,6 @@ const (
 	ModuleFetchCluster = "spillway_wasm_fetch"
 	// WasmRuntime is the runtime official Envoy builds carry.
 	WasmRuntime = "envoy.wasm.runtime.v8"
-	// RetryMarkerHeader is the response header the upstream instance adds to a try that
-	// failed over: the routed route's retry policy retries on it (retriable_headers), and
-	// on nothing else.
-	RetryMarkerHeader = retrymarker.Header
 )
 
 // Defaults of Options.
@@ -100,22 +94,11 @@ type Options struct {
 	// StatsTags turn Spillway's metric names into tagged stats (Envoy's stats_tags).
 	StatsTags []StatsTag
 	// XDS, when set (host:port), makes the bootstrap take the filter's configuration from
-	// a control plane over ECDS (see package envoy/xds) instead of inline.
+	// a control plane over ECDS (see package envoy/xds) instead of inline. A policy that
+	// fails over through the router (resilience.failover.via: router) is refused with it:
+	// the upstream filter's configuration is inline and would keep the bootstrap's policy
+	// while the control plane pushes new ones.
 	XDS string
-	// UpstreamFilter prepares streaming failover through Envoy's own router retries. It
-	// adds the module a second time, as an upstream HTTP filter on every provider cluster
-	// (root_id UpstreamRootID, the HCM filter's vm_config, so both instances share one VM
-	// and its shared data, then envoy.filters.http.upstream_codec), and gives the routed
-	// route a retry policy that retries on RetryMarkerHeader alone, as often as
-	// failover.maxAttempts allows, with a body buffer that always holds a body the policy
-	// accepts; each provider cluster's retry circuit breaker is raised to
-	// UpstreamMaxRetries. See the package doc, "Upstream filter".
-	//
-	// With today's module it changes nothing a client sees: the upstream instance passes
-	// every try through and never sets the marker, so the router never retries. It is not
-	// on the command line until the plugin uses it, and it cannot be combined with XDS yet
-	// (the upstream instance would keep the bootstrap's policy while ECDS pushes new ones).
-	UpstreamFilter bool
 }
 
 // Module is where Envoy loads the Wasm module from: a local file (Path), or a remote URL
@@ -199,9 +182,6 @@ func (o Options) withDefaults() (Options, error) {
 		if _, _, err := splitHostPort(o.XDS); err != nil {
 			errs = append(errs, fmt.Errorf("xds address: %w", err))
 		}
-	}
-	if o.UpstreamFilter && o.XDS != "" {
-		errs = append(errs, errors.New("the upstream filter is inline only: with xds its instance would keep the bootstrap's policy while the control plane pushes new ones"))
 	}
 	if o.ConnectTimeout < time.Millisecond {
 		errs = append(errs, errors.New("connect timeout must be at least 1ms"))

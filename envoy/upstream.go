@@ -2,8 +2,6 @@ package envoy
 
 import (
 	"fmt"
-	"math"
-	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -17,100 +15,46 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/spillwayproxy/spillway/internal/retrymarker"
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
 
-// What Options.UpstreamFilter generates besides the filter itself.
-const (
-	// UpstreamMaxRetries is each provider cluster's max_retries circuit breaker: how many
-	// retries may be outstanding on the cluster at once. Envoy's default of 3 (cluster
-	// circuit_breaker.proto) is far too low for failover: when a provider fails, every
-	// stream in flight on it fails over at the same moment, and a retry the breaker refuses
-	// still consumes one of the request's retries and ends it with the failed try's
-	// response, flag UO (source/common/router/retry_state_impl.cc,
-	// RetryStateImpl::shouldRetry decrements retries_remaining_ before it checks
-	// resourceManager().retries().canCreate()). 1024 is the cluster's default max_requests:
-	// a request that may be sent may always be retried, and the request breaker, not the
-	// retry breaker, stays the cluster's bound. Spillway bounds retries per request itself
-	// (failover.maxAttempts and budgetMs), so the breaker only has to never get in its way.
-	UpstreamMaxRetries = 1024
-	// RetryBackOffBase and RetryBackOffMax are the routed route's retry back-off. Envoy
-	// always waits before a retry: a random time below an interval that starts at the base
-	// and doubles up to the max (source/common/common/backoff_strategy.cc,
-	// JitteredExponentialBackOffStrategy::nextBackOffMs, random() % next_interval_), 25 ms
-	// and 250 ms by default. Spillway has chosen the next connection before it sets the
-	// marker — one that is not cooling down — so waiting only delays the client's first
-	// byte: 1 ms is the smallest base Envoy keeps (RetryPolicyImpl rounds a smaller
-	// base_interval up to 1 ms, source/common/router/retry_policy_impl.cc, config_impl.cc
-	// before), the first retry then waits 0 ms (random() % 1), and the max of 10 ms caps
-	// later ones at under 10 ms.
-	RetryBackOffBase = time.Millisecond
-	RetryBackOffMax  = 10 * time.Millisecond
-)
+// ErrRouterNeedsInline refuses a policy that fails over through the router in a bootstrap
+// that takes the filter from a control plane (Options.XDS): the upstream filter's
+// configuration is inline, so its instance would keep the bootstrap's policy while ECDS
+// pushes new ones to the downstream instance, and the two would disagree on the plan they
+// share. Bootstrap returns it inside policies.Errors, at the field to change.
+var ErrRouterNeedsInline = policies.FieldError{
+	Path: "resilience.failover.via",
+	Message: "router needs the upstream HTTP filter, which the bootstrap writes inline: with -xds (ECDS) its instance " +
+		"would keep the bootstrap's policy while the control plane pushes new ones; use callout with -xds, or render without -xds",
+}
 
-// upstreamCodecFilter is the upstream chain's terminal filter. A cluster's http_filters
+// UpstreamCodecFilter is the upstream chain's terminal filter. A cluster's http_filters
 // must end with it: Envoy refuses any other last filter at load time
 // (source/common/upstream/upstream_impl.cc, ClusterInfoImpl's constructor: "The codec filter
-// is the only valid terminal upstream HTTP filter").
-const upstreamCodecFilter = "envoy.filters.http.upstream_codec"
+// is the only valid terminal upstream HTTP filter"). Package istio's cluster patch ends
+// with it too.
+const UpstreamCodecFilter = "envoy.filters.http.upstream_codec"
 
-// RetryNumRetries is the routed route's num_retries for a policy: failover.maxAttempts
-// counts the first try, Envoy's num_retries does not (attempts = 1 + num_retries,
-// route_components.proto RetryPolicy.num_retries). Never below 0.
-func RetryNumRetries(res *policies.Resolved) uint32 {
-	return uint32(max(res.Failover.MaxAttempts-1, 0))
-}
-
-// RetryBufferLimit is the routed route's request_body_buffer_limit with the upstream
-// filter: twice RequestBodyBufferLimit, so that every body the policy accepts stays
-// replayable on a retry.
-//
-// Which field: request_body_buffer_limit, from Envoy 1.36 (envoyproxy/envoy#40254). The
-// route's buffer limit wins over every other (route_components.proto,
-// Route.request_body_buffer_limit, "Buffer limit precedence": this field if set, else
-// min(per_request_buffer_limit_bytes, per_connection_buffer_limit_bytes), else the
-// connection's), and the router takes it for its retry decisions
-// (envoyproxy/envoy#42610's description of 1.36's Filter::decodeData; the 1.36 source
-// itself was not read). per_request_buffer_limit_bytes, "the maximum bytes which will be
-// buffered for retries and shadowing" before 1.36, is deprecated, may not be set next to
-// request_body_buffer_limit, and is capped at the connection's limit. Set on the route, it
-// overrides the virtual host's limit for routed requests only.
-//
-// Why twice: the router gives up retrying, silently (stat retry_or_shadow_abandoned), once
-// the buffered body plus the incoming chunk passes the limit (source/common/router/
-// router.cc, Filter::decodeData: getLength(decodingBuffer()) + data.length()). When an
-// earlier filter buffered the whole body and resumes — the downstream Spillway instance
-// does exactly that — the incoming data is that same buffer and is counted twice
-// (envoyproxy/envoy#30613), so retries stop at half the limit. The fix
-// (envoyproxy/envoy#44346) is not in 1.36 and the release that carries it was not pinned,
-// so the double is kept for every release. It costs nothing for a body within the
-// policy's limit: Spillway answers 413 itself past maxRequestBodyBytes, so Envoy never
-// buffers much more than RequestBodyBufferLimit of one request.
-func RetryBufferLimit(res *policies.Resolved) uint64 {
-	limit := envoylimits.RequestBodyBufferLimit(res)
-	if limit > math.MaxUint64/2 {
-		return math.MaxUint64
-	}
-	return 2 * limit
-}
-
-// routedRetryPolicy is the routed route's retry policy: retry on the marker header and on
-// nothing else. No retriable_status_codes and no 5xx, gateway-error, reset or
-// connect-failure: a provider's 429 or 5xx reaches Spillway's upstream instance, which
-// decides whether the request fails over (and to which connection), so the router must
-// never retry on its own.
-func routedRetryPolicy(res *policies.Resolved) *routev3.RetryPolicy {
+// RouterRetryPolicy is the routed route's retry policy when the policy fails over through
+// the router: retry on the marker header and on nothing else. No retriable_status_codes
+// and no 5xx, gateway-error, reset or connect-failure: a provider's 429 or 5xx reaches
+// Spillway's upstream instance, which decides whether the request fails over (and to which
+// connection), so the router must never retry on its own. Package istio merges the same
+// policy into its provider routes.
+func RouterRetryPolicy(res *policies.Resolved) *routev3.RetryPolicy {
 	return &routev3.RetryPolicy{
 		RetryOn: "retriable-headers",
 		RetriableHeaders: []*routev3.HeaderMatcher{{
-			Name:                 RetryMarkerHeader,
+			Name:                 retrymarker.Header,
 			HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true},
 		}},
-		NumRetries: wrapperspb.UInt32(RetryNumRetries(res)),
+		NumRetries: wrapperspb.UInt32(envoylimits.RetryNumRetries(res)),
 		RetryBackOff: &routev3.RetryPolicy_RetryBackOff{
-			BaseInterval: durationpb.New(RetryBackOffBase),
-			MaxInterval:  durationpb.New(RetryBackOffMax),
+			BaseInterval: durationpb.New(envoylimits.RetryBackOffBase),
+			MaxInterval:  durationpb.New(envoylimits.RetryBackOffMax),
 		},
 	}
 }
@@ -122,9 +66,9 @@ func routedRetryPolicy(res *policies.Resolved) *routev3.RetryPolicy {
 // finalizeResponseHeaders), so a marker on a try whose retries are exhausted is dropped
 // and a retried try's response never goes downstream at all.
 func addRetries(routed *routev3.Route, res *policies.Resolved) {
-	routed.GetRoute().RetryPolicy = routedRetryPolicy(res)
-	routed.RequestBodyBufferLimit = wrapperspb.UInt64(RetryBufferLimit(res))
-	routed.ResponseHeadersToRemove = append(routed.ResponseHeadersToRemove, RetryMarkerHeader)
+	routed.GetRoute().RetryPolicy = RouterRetryPolicy(res)
+	routed.RequestBodyBufferLimit = wrapperspb.UInt64(envoylimits.RetryBufferLimit(res))
+	routed.ResponseHeadersToRemove = append(routed.ResponseHeadersToRemove, retrymarker.Header)
 }
 
 // upstreamFilters is a provider cluster's upstream HTTP filter chain: Spillway's upstream
@@ -150,7 +94,7 @@ func upstreamFilters(hcmFilter *wasmfilterv3.Wasm) ([]*hcmv3.HttpFilter, error) 
 	}
 	return []*hcmv3.HttpFilter{
 		{Name: UpstreamRootID, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: wasmAny}},
-		{Name: upstreamCodecFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: codec}},
+		{Name: UpstreamCodecFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: codec}},
 	}, nil
 }
 
@@ -168,7 +112,7 @@ func addUpstreamFilter(c *clusterv3.Cluster, filters []*hcmv3.HttpFilter) error 
 	c.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
 		// Spillway's routes use the default priority; the others stay at Envoy's defaults.
 		Priority:   corev3.RoutingPriority_DEFAULT,
-		MaxRetries: wrapperspb.UInt32(UpstreamMaxRetries),
+		MaxRetries: wrapperspb.UInt32(envoylimits.ClusterMaxRetries),
 	}}}
 	return nil
 }

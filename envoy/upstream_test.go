@@ -1,6 +1,7 @@
 package envoy_test
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 	"google.golang.org/protobuf/proto"
@@ -21,8 +23,13 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/tidwall/sjson"
 
 	"github.com/spillwayproxy/spillway/envoy"
+	"github.com/spillwayproxy/spillway/policies"
+	"github.com/spillwayproxy/spillway/policies/envoylimits"
+	"github.com/spillwayproxy/spillway/policies/examples"
+	"github.com/spillwayproxy/spillway/policies/policyfile"
 )
 
 const protocolOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -35,10 +42,13 @@ providers:
 routes: [{model: "*", targets: [{provider: openai}, {provider: local}]}]
 `
 
-// TestUpstreamFilterOffIsTheShippedBootstrap: without the option the bootstrap is the one
-// envoy.yaml ships (whose bytes envoy/cmd/spillway's golden test pins), message for
-// message.
-func TestUpstreamFilterOffIsTheShippedBootstrap(t *testing.T) {
+// viaRouter is appended to a policy to fail over through the router.
+const viaRouter = "\nresilience: {failover: {via: router}}\n"
+
+// TestCalloutIsTheShippedBootstrap: a policy that fails over by callout (the demo, by
+// default) gets the bootstrap envoy.yaml ships (whose bytes envoy/cmd/spillway's golden test
+// pins), message for message: no upstream filter, no retry policy.
+func TestCalloutIsTheShippedBootstrap(t *testing.T) {
 	data, err := os.ReadFile("envoy.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -55,20 +65,27 @@ func TestUpstreamFilterOffIsTheShippedBootstrap(t *testing.T) {
 	if len(tags) == 0 {
 		t.Fatal("envoy.yaml has no stats_tags: the comparison below would not be the CLI's")
 	}
-	got := bootstrap(t, loadDemo(t), envoy.Options{Upstreams: demoUpstreams, StatsTags: tags, UpstreamFilter: false})
+	demo := loadDemo(t)
+	if demo.Resolved.Failover.ViaRouter {
+		t.Fatal("the demo policy fails over through the router: this test needs a callout policy")
+	}
+	got := bootstrap(t, demo, envoy.Options{Upstreams: demoUpstreams, StatsTags: tags})
 	if diff := cmp.Diff(&golden, got, protocmp.Transform()); diff != "" {
 		t.Errorf("the default bootstrap differs from envoy.yaml (-golden +got):\n%s", diff)
 	}
 }
 
-// TestUpstreamFilterAddsOnlyItsFields: the option adds the upstream chain, the circuit
-// breaker, the retry policy and the route's buffer limit, and changes nothing else.
-func TestUpstreamFilterAddsOnlyItsFields(t *testing.T) {
-	p := load(t, twoClusters, envoy.LoadOptions{})
+// TestRouterAddsOnlyItsFields: failover.via router adds the upstream chain, the circuit
+// breaker, the retry policy and the route's buffer limit, and changes nothing else — the
+// plugin configuration aside, which is the policy itself and says via: router.
+func TestRouterAddsOnlyItsFields(t *testing.T) {
 	opts := envoy.Options{Upstreams: map[string]string{"ollama": "http://10.0.0.7:11434"}}
-	off := bootstrap(t, p, opts)
-	opts.UpstreamFilter = true
-	on := bootstrap(t, p, opts)
+	off := bootstrap(t, load(t, twoClusters, envoy.LoadOptions{}), opts)
+	onPolicy := load(t, twoClusters+viaRouter, envoy.LoadOptions{})
+	on := bootstrap(t, onPolicy, opts)
+	if bootstrapHasRetries(t, off) {
+		t.Fatal("a callout policy got the router's retries")
+	}
 
 	// Strip what the option adds from the on-bootstrap: what is left must be the default.
 	stripped := proto.Clone(on).(*bootstrapv3.Bootstrap)
@@ -82,6 +99,9 @@ func TestUpstreamFilterAddsOnlyItsFields(t *testing.T) {
 		protocol.HttpFilters = nil
 		c.TypedExtensionProtocolOptions[protocolOptionsKey] = mustAny(t, protocol)
 	}
+	// The plugin configuration is the policy JSON: put the callout policy's back.
+	ps.wasm.Config.Configuration = dig(t, off).wasm.GetConfig().GetConfiguration()
+	ps.filter.ConfigType = &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(t, ps.wasm)}
 	routed := ps.routes[0]
 	routed.GetRoute().RetryPolicy = nil
 	routed.RequestBodyBufferLimit = nil
@@ -101,7 +121,25 @@ func mustAny(t *testing.T, m proto.Message) *anypb.Any {
 	return a
 }
 
-func TestUpstreamFilterPreparesRouterRetries(t *testing.T) {
+// bootstrapHasRetries reports whether any part of the router's failover is in a bootstrap.
+func bootstrapHasRetries(t *testing.T, b *bootstrapv3.Bootstrap) bool {
+	t.Helper()
+	ps := dig(t, b)
+	for _, r := range ps.routes {
+		if r.GetRoute().GetRetryPolicy() != nil || r.GetRequestBodyBufferLimit() != nil || len(r.GetResponseHeadersToRemove()) > 0 {
+			return true
+		}
+	}
+	for _, c := range ps.clusters {
+		protocol := unpack[*httpv3.HttpProtocolOptions](t, c.GetTypedExtensionProtocolOptions()[protocolOptionsKey])
+		if len(protocol.GetHttpFilters()) > 0 || c.GetCircuitBreakers() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func TestRouterPreparesRouterRetries(t *testing.T) {
 	tests := []struct {
 		name        string
 		resilience  string // appended to twoClusters
@@ -110,22 +148,21 @@ func TestUpstreamFilterPreparesRouterRetries(t *testing.T) {
 		maxBodySize uint64 // the policy's maxRequestBodyBytes
 	}{
 		// Defaults: 3 attempts, 8 MiB bodies, FAIL_RELOAD.
-		{"defaults", "", 0, 2, 8 << 20},
+		{"defaults", "resilience: {failover: {via: router}}", 0, 2, 8 << 20},
 		// One attempt: no retry at all, the retry policy stays (the marker is never honoured).
-		{"one attempt", "resilience: {failover: {maxAttempts: 1}}", 0, 0, 8 << 20},
+		{"one attempt", "resilience: {failover: {via: router, maxAttempts: 1}}", 0, 0, 8 << 20},
 		// The most attempts the policy allows.
-		{"twenty attempts", "resilience: {failover: {maxAttempts: 20}}", 0, 19, 8 << 20},
+		{"twenty attempts", "resilience: {failover: {via: router, maxAttempts: 20}}", 0, 19, 8 << 20},
 		// A larger body limit raises the retry buffer with it; another failure policy is
 		// carried to the upstream instance too.
-		{"large bodies, fail closed", "maxRequestBodyBytes: 33554432", wasmv3.FailurePolicy_FAIL_CLOSED, 2, 32 << 20},
+		{"large bodies, fail closed", "maxRequestBodyBytes: 33554432" + viaRouter, wasmv3.FailurePolicy_FAIL_CLOSED, 2, 32 << 20},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := load(t, twoClusters+tt.resilience, envoy.LoadOptions{})
 			ps := dig(t, bootstrap(t, p, envoy.Options{
-				Upstreams:      map[string]string{"ollama": "http://10.0.0.7:11434"},
-				FailurePolicy:  tt.failure,
-				UpstreamFilter: true,
+				Upstreams:     map[string]string{"ollama": "http://10.0.0.7:11434"},
+				FailurePolicy: tt.failure,
 			}))
 			checkRoutes(t, ps, tt.numRetries, tt.maxBodySize)
 			for _, name := range []string{"openai", "ollama"} {
@@ -222,19 +259,29 @@ func checkCluster(t *testing.T, ps parts, c *clusterv3.Cluster, tls bool) {
 	_ = unpack[*upstreamcodecv3.UpstreamCodec](t, filters[1].GetTypedConfig())
 	// The retry breaker raised, the others left at Envoy's defaults.
 	th := c.GetCircuitBreakers().GetThresholds()
-	if len(th) != 1 || th[0].GetPriority() != corev3.RoutingPriority_DEFAULT || th[0].GetMaxRetries().GetValue() != envoy.UpstreamMaxRetries ||
+	if len(th) != 1 || th[0].GetPriority() != corev3.RoutingPriority_DEFAULT || th[0].GetMaxRetries().GetValue() != envoylimits.ClusterMaxRetries ||
 		th[0].GetMaxRequests() != nil || th[0].GetMaxConnections() != nil || th[0].GetMaxPendingRequests() != nil || th[0].GetRetryBudget() != nil {
-		t.Errorf("circuit breaker thresholds %v, want only max_retries %d at DEFAULT", th, envoy.UpstreamMaxRetries)
-	}
-	if envoy.UpstreamMaxRetries <= 3 {
-		t.Errorf("UpstreamMaxRetries %d is no higher than Envoy's default", envoy.UpstreamMaxRetries)
+		t.Errorf("circuit breaker thresholds %v, want only max_retries %d at DEFAULT", th, envoylimits.ClusterMaxRetries)
 	}
 }
 
-// TestUpstreamFilterBootstrapRoundTrips: the rendered YAML loads back through the parser
-// Envoy's files go through here, validates, and is the same configuration.
-func TestUpstreamFilterBootstrapRoundTrips(t *testing.T) {
-	b := bootstrap(t, loadDemo(t), envoy.Options{Upstreams: demoUpstreams, UpstreamFilter: true})
+// demoViaRouter is the demo policy failing over through the router.
+func demoViaRouter(t *testing.T) *envoy.Policy {
+	t.Helper()
+	doc, err := policyfile.ToJSON(examples.Demo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc, err = sjson.SetBytes(doc, "resilience.failover.via", "router"); err != nil {
+		t.Fatal(err)
+	}
+	return load(t, string(doc), envoy.LoadOptions{})
+}
+
+// TestRouterBootstrapRoundTrips: the rendered YAML loads back through the parser Envoy's
+// files go through here, validates, and is the same configuration.
+func TestRouterBootstrapRoundTrips(t *testing.T) {
+	b := bootstrap(t, demoViaRouter(t), envoy.Options{Upstreams: demoUpstreams})
 	out, err := envoy.MarshalYAML(b)
 	if err != nil {
 		t.Fatal(err)
@@ -263,8 +310,8 @@ func TestUpstreamFilterBootstrapRoundTrips(t *testing.T) {
 	}
 }
 
-func TestUpstreamFilterKeepsSpillwaysOwnClustersPlain(t *testing.T) {
-	b := bootstrap(t, loadDemo(t), envoy.Options{Upstreams: demoUpstreams, UpstreamFilter: true,
+func TestRouterKeepsSpillwaysOwnClustersPlain(t *testing.T) {
+	b := bootstrap(t, demoViaRouter(t), envoy.Options{Upstreams: demoUpstreams,
 		Module: envoy.Module{URL: "https://artifacts.example.com/spillway.wasm", SHA256: strings.Repeat("ab", 32)}})
 	ps := dig(t, b)
 	fetch := ps.clusters[envoy.ModuleFetchCluster]
@@ -283,29 +330,39 @@ func TestUpstreamFilterKeepsSpillwaysOwnClustersPlain(t *testing.T) {
 	}
 }
 
-func TestUpstreamFilterIsInlineOnly(t *testing.T) {
-	_, err := envoy.Bootstrap(loadDemo(t), envoy.Options{Upstreams: demoUpstreams, UpstreamFilter: true, XDS: "127.0.0.1:18000"})
-	if err == nil || !strings.Contains(err.Error(), "upstream filter is inline only") {
-		t.Errorf("err %v, want the ECDS combination refused", err)
+// TestRouterIsInlineOnly: with a control plane the router path is refused at its field,
+// as a policies.Errors the CLI prints field by field.
+func TestRouterIsInlineOnly(t *testing.T) {
+	_, err := envoy.Bootstrap(demoViaRouter(t), envoy.Options{Upstreams: demoUpstreams, XDS: "127.0.0.1:18000"})
+	var fes policies.Errors
+	if !errors.As(err, &fes) || len(fes) != 1 || fes[0] != envoy.ErrRouterNeedsInline || fes[0].Path != "resilience.failover.via" {
+		t.Fatalf("err %v, want envoy.ErrRouterNeedsInline at resilience.failover.via", err)
+	}
+	if !strings.HasPrefix(err.Error(), "envoy: ") {
+		t.Errorf("%q: want the package prefix", err)
+	}
+	// The same policy by callout is fine with a control plane.
+	if _, err := envoy.Bootstrap(loadDemo(t), envoy.Options{Upstreams: demoUpstreams, XDS: "127.0.0.1:18000"}); err != nil {
+		t.Errorf("callout with xds: %v", err)
 	}
 }
 
 func TestRequiredEnvoy(t *testing.T) {
 	tests := []struct {
-		name string
-		opts envoy.Options
-		has  string // a feature the list must name
-		want int    // the minor version it needs
+		name   string
+		policy *envoy.Policy
+		has    string // a feature the list must name
+		want   int    // the minor version it needs
 	}{
 		// The default bootstrap needs the supported floor, 1.36, for request_body_buffer_limit.
-		{"default", envoy.Options{}, "VirtualHost.request_body_buffer_limit", 36},
+		{"callout", loadDemo(t), "VirtualHost.request_body_buffer_limit", 36},
 		// The upstream filter needs 1.31 for the Wasm filter upstream and 1.36 for the
 		// route's buffer limit: nothing beyond the supported floor.
-		{"upstream filter", envoy.Options{UpstreamFilter: true}, "upstream HTTP filter", 36},
+		{"router", demoViaRouter(t), "upstream HTTP filter", 36},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			minor, features := envoy.RequiredEnvoy(tt.opts)
+			minor, features := envoy.RequiredEnvoy(tt.policy)
 			if minor != tt.want || minor > envoy.SupportedEnvoyMinor {
 				t.Errorf("needs Envoy 1.%d, want 1.%d (supported from 1.%d)", minor, tt.want, envoy.SupportedEnvoyMinor)
 			}

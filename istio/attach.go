@@ -187,10 +187,14 @@ func (b *builder) fullEnvoyFilter(providerHosts []string) (Object, error) {
 	if err != nil {
 		return Object{}, err
 	}
+	router, err := b.routerPatches(providerHosts)
+	if err != nil {
+		return Object{}, err
+	}
 	o := b.object("EnvoyFilter", b.s.Name)
 	o.Spec = &networking.EnvoyFilter{
 		WorkloadSelector: &networking.WorkloadSelector{Labels: b.s.Selector},
-		ConfigPatches:    append(patches, buffers...),
+		ConfigPatches:    slices.Concat(patches, buffers, router),
 	}
 	return o, nil
 }

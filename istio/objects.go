@@ -222,7 +222,7 @@ func (b *builder) providerVirtualService(u upstream) Object {
 		ExportTo: []string{exportHere},
 		Http: []*networking.HTTPRoute{
 			{
-				Name: fmt.Sprintf("spillway-%s", u.host),
+				Name: providerRouteName(u.host),
 				Match: []*networking.HTTPMatchRequest{{
 					Headers: map[string]*networking.StringMatch{
 						header: {MatchType: &networking.StringMatch_Exact{Exact: clusterName(svcPort, u.host)}},
@@ -232,11 +232,23 @@ func (b *builder) providerVirtualService(u upstream) Object {
 					Destination: &networking.Destination{Host: u.host, Port: &networking.PortSelector{Number: svcPort}},
 				}},
 				Headers: &networking.Headers{Request: &networking.Headers_HeaderOperations{Remove: []string{header}}},
+				Retries: b.providerRetries(),
 			},
 			b.providerFallback(u, svcPort),
 		},
 	}
 	return o
+}
+
+// providerRetries turns Istio's own retries off on a provider route when the policy fails
+// over through the router: the EnvoyFilter merges the bootstrap's retry policy into the
+// route instead, which istiod leaves unset for attempts 0 (see routerPatches). nil for a
+// callout policy: the route keeps what it had.
+func (b *builder) providerRetries() *networking.HTTPRetry {
+	if !b.res.Failover.ViaRouter {
+		return nil
+	}
+	return &networking.HTTPRetry{Attempts: 0}
 }
 
 // providerFallback answers a request on a provider host that the filter did not route.

@@ -15,6 +15,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/spillwayproxy/spillway/envoy"
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
@@ -234,6 +236,55 @@ func (v *validator) configPatch(path string, cp *networking.EnvoyFilter_EnvoyCon
 		v.extensionConfig(path, cp, m)
 	case *hcmv3.HttpFilter:
 		v.httpFilter(path, cp, m)
+	case *clusterv3.Cluster:
+		v.clusterPatch(path, m)
+	case *routev3.Route:
+		if rp := m.GetRoute().GetRetryPolicy(); rp != nil {
+			v.failErr(path+".patch.value.route.retry_policy", validateEnvoy(rp))
+		}
+	}
+}
+
+// clusterPatch checks a cluster patch's upstream HTTP filter chain (failover through the
+// router): the HttpProtocolOptions it puts on the cluster are whole and valid (istiod's MERGE
+// replaces the map entry: see routerPatches), name an upstream protocol (Envoy requires one),
+// end with the codec (Envoy refuses any other terminal upstream filter), and every filter
+// read over ECDS names an extension config an EnvoyFilter adds.
+func (v *validator) clusterPatch(path string, c *clusterv3.Cluster) {
+	a, ok := c.GetTypedExtensionProtocolOptions()[httpProtocolOptionsKey]
+	if !ok {
+		return
+	}
+	path += ".patch.value.typed_extension_protocol_options[" + httpProtocolOptionsKey + "]"
+	protocol := new(httpv3.HttpProtocolOptions)
+	if err := a.UnmarshalTo(protocol); err != nil {
+		v.fail(path, "%v", err)
+		return
+	}
+	v.failErr(path, validateEnvoy(protocol))
+	if protocol.GetUpstreamProtocolOptions() == nil {
+		v.fail(path, "no upstream protocol: the patch replaces the HttpProtocolOptions istiod set, so it must name one")
+	}
+	filters := protocol.GetHttpFilters()
+	if len(filters) == 0 {
+		return
+	}
+	if last := filters[len(filters)-1]; last.GetName() != envoy.UpstreamCodecFilter {
+		v.fail(path+".http_filters", "the last upstream filter is %q: Envoy accepts only %s there", last.GetName(), envoy.UpstreamCodecFilter)
+	}
+	for i, f := range filters {
+		cd := f.GetConfigDiscovery()
+		if cd == nil {
+			continue
+		}
+		fp := fmt.Sprintf("%s.http_filters[%d].config_discovery", path, i)
+		v.filterRefs = append(v.filterRefs, filterRef{object: v.cur, path: fp, name: f.Name})
+		if !slices.Contains(cd.TypeUrls, wasmTypeURL) {
+			v.fail(fp+".type_urls", "must include %s", wasmTypeURL)
+		}
+		if cd.GetConfigSource().GetAds() == nil {
+			v.fail(fp+".config_source", "want ads: {} (istiod serves extension configs on the proxy's ADS stream)")
+		}
 	}
 }
 

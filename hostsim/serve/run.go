@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
+	"github.com/spillwayproxy/spillway/internal/retrymarker"
+	"github.com/spillwayproxy/spillway/internal/rootid"
 	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
 
@@ -62,6 +64,10 @@ type Limits struct {
 	// BufferFromPolicy, RequestBufferFromPolicy and StreamIdleFromPolicy say the value was
 	// derived from the policy rather than given by a flag.
 	BufferFromPolicy, RequestBufferFromPolicy, StreamIdleFromPolicy bool
+	// Router is the router failover the policy asks for (failover.via: router): the
+	// upstream filter, the retry policy and the clusters' max_retries of the generated
+	// bootstrap; nil for callout. No flag changes it: the policy is the switch.
+	Router *RouterFailover
 }
 
 // limitsFor resolves the options' limits against the policy: FromPolicy takes the
@@ -84,6 +90,7 @@ func limitsFor(o Options, p *Policy) Limits {
 	}
 	// Envoy only ever raises a stream's buffer limit.
 	l.RequestBufferLimit = max(l.RequestBufferLimit, l.BufferLimit)
+	l.Router = routerFailoverFor(p.Resolved)
 	return l
 }
 
@@ -120,7 +127,8 @@ func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 		FailurePolicy: opts.FailurePolicy, WithoutHeadersStopIteration: !opts.AllowOnHeadersStopIteration,
 		BufferLimit: inst.Limits.BufferLimit, RequestBufferLimit: inst.Limits.RequestBufferLimit,
 		RouteBufferLimitAtRouter: opts.RouteBufferLimitAtRouter,
-		StreamIdleTimeout:        inst.Limits.StreamIdleTimeout, Timeout: opts.Timeout, ConnectTimeout: opts.ConnectTimeout,
+		StreamIdleTimeout:        inst.Limits.StreamIdleTimeout, RouterFailover: inst.Limits.Router,
+		Timeout: opts.Timeout, ConnectTimeout: opts.ConnectTimeout,
 		RouteTimeout: inst.Limits.RouteTimeout, IdleTimeout: inst.Limits.IdleTimeout,
 		AccessLog: access, GuestLog: logs, Runtime: opts.Runtime, CacheDir: opts.CacheDir,
 	})
@@ -288,6 +296,12 @@ func (inst *Instance) Banner() string {
 		o.ConnectTimeout, o.Timeout)
 	fmt.Fprintf(&b, "  buffers:   route %d bytes (%s), applied %s; connection %d bytes (%s)\n",
 		l.RequestBufferLimit, bufferFrom, applied, l.BufferLimit, connFrom)
+	if r := l.Router; r != nil {
+		fmt.Fprintf(&b, "  failover:  through the router (failover.via: router): upstream filter %s, retry on %s, "+
+			"num_retries %d, back-off %v–%v, retry buffer %d bytes, max_retries %d, as the generated bootstrap\n",
+			rootid.Upstream, retrymarker.Header, *r.Retry.NumRetries, r.Retry.BaseInterval, r.Retry.MaxInterval,
+			*r.Retry.BufferLimit, r.MaxRetries)
+	}
 	if inst.AdminAddr != "" {
 		fmt.Fprintf(&b, "  admin:     http://%s (/stats/prometheus, /stats, /ready)\n", inst.AdminAddr)
 	}

@@ -22,7 +22,10 @@
 // Start models, unless its Options say otherwise, the Envoy that the bootstrap generated
 // from the same policy describes: the connection and request body buffer limits and the
 // stream idle timeout that policies/envoylimits derives from the policy, no route or
-// per-try idle timeout. A Server built with New takes Config's values as they are.
+// per-try idle timeout, and for a policy that fails over through the router
+// (resilience.failover.via: router) the upstream filter, retry policy and max_retries the
+// bootstrap writes (RouterFailover). A Server built with New takes Config's values as they
+// are.
 package serve
 
 import (
@@ -43,6 +46,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/internal/retrymarker"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
@@ -120,6 +124,10 @@ type Config struct {
 	RouteBufferLimitAtRouter bool
 	// StreamIdleTimeout is the connection manager's stream idle timeout (0: off).
 	StreamIdleTimeout time.Duration
+	// RouterFailover, when set, runs the module as every cluster's upstream HTTP filter too
+	// and retries as the generated bootstrap's routed route does (failover.via: router);
+	// nil: failover by callout, no upstream filter, no retry policy.
+	RouterFailover *RouterFailover
 	// Timeout answers 504 when nothing went to the client by then, and resets a stream still
 	// running (default DefaultTimeout).
 	Timeout time.Duration
@@ -238,6 +246,7 @@ func New(cfg Config) (*Server, error) {
 	if len(names) > 0 {
 		opts = append(opts, hostsim.WithCluster(names...))
 	}
+	opts = append(opts, cfg.RouterFailover.options(cfg.PluginConfig)...)
 	for _, e := range cfg.Env {
 		opts = append(opts, hostsim.WithEnv(e.Key, e.Value))
 	}
@@ -542,6 +551,10 @@ func (s *Server) receive(ctx context.Context, r *http.Request, ex *hostsim.Excha
 		switch ev.Kind {
 		case hostsim.ClientHeaders:
 			status, h := responseHeaders(ev.Headers)
+			if s.cfg.RouterFailover != nil {
+				// The routed route's response_headers_to_remove (see RouterFailover).
+				h.Del(retrymarker.Header)
+			}
 			res.Status, res.Header, sent = status, h, true
 			werr = out.headers(status, h)
 		case hostsim.ClientData:

@@ -1,8 +1,10 @@
 // Package envoylimits derives from a resolved policy the limits Envoy must allow a request
-// that Spillway handles: the request body and connection buffer limits and the stream idle
-// timeout. The generated Envoy bootstrap (package envoy), the Istio manifests (package
-// istio) and hostsim serve all take them from here, so the proxies Spillway ships and the
-// one it is tested under cannot drift apart.
+// that Spillway handles: the request body and connection buffer limits, the stream idle
+// timeout and, for failover through the router (failover.via: router), the retry count,
+// back-off, retry body buffer and the clusters' retry circuit breaker. The generated Envoy
+// bootstrap (package envoy), the Istio manifests (package istio) and hostsim serve all take
+// them from here, so the proxies Spillway ships and the one it is tested under cannot drift
+// apart.
 package envoylimits
 
 import (

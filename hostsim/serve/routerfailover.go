@@ -1,0 +1,66 @@
+package serve
+
+import (
+	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/internal/retrymarker"
+	"github.com/spillwayproxy/spillway/internal/rootid"
+	"github.com/spillwayproxy/spillway/policies"
+	"github.com/spillwayproxy/spillway/policies/envoylimits"
+)
+
+// RouterFailover is what the generated Envoy bootstrap (package envoy) writes for a policy
+// that fails over through the router (resilience.failover.via: router), as hostsim models
+// it: the module also runs as every cluster's upstream HTTP filter under rootid.Upstream,
+// with the same plugin configuration (hostsim.WithUpstreamFilter), the route retries on the
+// marker header alone (hostsim.WithRetryPolicy) and the clusters' max_retries circuit
+// breaker is raised (hostsim.WithMaxRetries). Every number comes from policies/envoylimits,
+// as the bootstrap's do.
+//
+// Two differences from the bootstrap, both without effect on what a client sees: hostsim
+// has one route, so the retry policy covers the requests the bootstrap's passthrough route
+// takes too (the upstream instance never marks a try the downstream instance did not route,
+// so the router never retries one), and hostsim does not model the route's
+// response_headers_to_remove, so serve drops the marker from the response it writes to the
+// client (the bootstrap's routed route removes it in the router, before the downstream
+// filter sees the response: source/common/router/router.cc, Filter::onUpstreamHeaders,
+// finalizeResponseHeaders; under serve the downstream instance may see a marker on a try
+// whose retries were exhausted).
+type RouterFailover struct {
+	// Retry is the routed route's retry policy.
+	Retry hostsim.RetryPolicy
+	// MaxRetries is each cluster's max_retries circuit breaker.
+	MaxRetries uint32
+}
+
+// routerFailoverFor returns the router failover a policy asks for, nil when it fails over
+// by callout (the default).
+func routerFailoverFor(res *policies.Resolved) *RouterFailover {
+	if !res.Failover.ViaRouter {
+		return nil
+	}
+	limit := envoylimits.RetryBufferLimit(res)
+	return &RouterFailover{
+		Retry: hostsim.RetryPolicy{
+			RetryOn:          "retriable-headers",
+			NumRetries:       hostsim.RetryCount(envoylimits.RetryNumRetries(res)),
+			RetriableHeaders: []hostsim.RetryHeaderMatcher{{Name: retrymarker.Header, Kind: hostsim.RetryHeaderPresent}},
+			BaseInterval:     envoylimits.RetryBackOffBase,
+			MaxInterval:      envoylimits.RetryBackOffMax,
+			BufferLimit:      &limit,
+		},
+		MaxRetries: envoylimits.ClusterMaxRetries,
+	}
+}
+
+// options are the hostsim options that run it, with the plugin configuration the
+// downstream instance gets.
+func (r *RouterFailover) options(pluginConfig []byte) []hostsim.Option {
+	if r == nil {
+		return nil
+	}
+	return []hostsim.Option{
+		hostsim.WithUpstreamFilter(rootid.Upstream, pluginConfig),
+		hostsim.WithRetryPolicy(r.Retry),
+		hostsim.WithMaxRetries(r.MaxRetries),
+	}
+}

@@ -1,0 +1,170 @@
+package serve
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/google/go-cmp/cmp"
+	"github.com/tidwall/sjson"
+
+	"github.com/spillwayproxy/spillway/envoy"
+	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/policies/examples"
+	"github.com/spillwayproxy/spillway/policies/policyfile"
+)
+
+// routerDemo writes the demo policy with failover.via (and maxAttempts when > 0) set, and
+// returns its path and document.
+func routerDemo(t *testing.T, via string, maxAttempts int) (string, []byte) {
+	t.Helper()
+	doc, err := policyfile.ToJSON(examples.Demo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc, err = sjson.SetBytes(doc, "resilience.failover.via", via); err != nil {
+		t.Fatal(err)
+	}
+	if maxAttempts > 0 {
+		if doc, err = sjson.SetBytes(doc, "resilience.failover.maxAttempts", maxAttempts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(path, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, doc
+}
+
+// TestRouterFailoverIsTheGeneratedBootstrap: for a router policy serve retries exactly as
+// the bootstrap `spillway render envoy` writes for it (package envoy, validated with
+// go-control-plane): the routed route's retry_on, marker matcher, num_retries, back-off and
+// request_body_buffer_limit, the clusters' max_retries. A callout policy gets none of it.
+func TestRouterFailoverIsTheGeneratedBootstrap(t *testing.T) {
+	tests := []struct {
+		name        string
+		via         string // resilience.failover.via
+		maxAttempts int    // resilience.failover.maxAttempts (0: the default, 3)
+		router      bool   // serve runs the router failover
+	}{
+		// The default path: no upstream filter, no retry policy, as the shipped envoy.yaml.
+		{"callout", "callout", 0, false},
+		// The router with the default three attempts: two retries.
+		{"router", "router", 0, true},
+		// More attempts change num_retries in both.
+		{"router, seven attempts", "router", 7, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path, doc := routerDemo(t, tt.via, tt.maxAttempts)
+			p, err := LoadPolicy(path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := limitsFor(DefaultOptions(), p).Router
+			if (got != nil) != tt.router {
+				t.Fatalf("router failover %+v, want it: %v", got, tt.router)
+			}
+			ep, err := envoy.LoadPolicy(doc, envoy.LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := envoy.Bootstrap(ep, envoy.Options{Upstreams: map[string]string{
+				"fake-openai": "http://127.0.0.1:4001", "fake-openrouter": "http://127.0.0.1:4002", "fake-anthropic": "http://127.0.0.1:4003"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hcm hcmv3.HttpConnectionManager
+			if err := b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+				t.Fatal(err)
+			}
+			routed := hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0]
+			rp := routed.GetRoute().GetRetryPolicy()
+			if !tt.router {
+				if rp != nil {
+					t.Fatalf("the bootstrap of a callout policy has a retry policy %v", rp)
+				}
+				return
+			}
+			want := RouterFailover{
+				Retry: hostsim.RetryPolicy{
+					RetryOn:          rp.GetRetryOn(),
+					NumRetries:       hostsim.RetryCount(rp.GetNumRetries().GetValue()),
+					RetriableHeaders: retryMatchers(t, rp.GetRetriableHeaders()),
+					BaseInterval:     rp.GetRetryBackOff().GetBaseInterval().AsDuration(),
+					MaxInterval:      rp.GetRetryBackOff().GetMaxInterval().AsDuration(),
+				},
+			}
+			limit := routed.GetRequestBodyBufferLimit().GetValue()
+			want.Retry.BufferLimit = &limit
+			for _, c := range b.GetStaticResources().GetClusters() {
+				th := c.GetCircuitBreakers().GetThresholds()
+				if len(th) != 1 {
+					t.Fatalf("cluster %s: thresholds %v", c.GetName(), th)
+				}
+				want.MaxRetries = th[0].GetMaxRetries().GetValue()
+			}
+			if diff := cmp.Diff(want, *got); diff != "" {
+				t.Errorf("serve's router failover differs from the bootstrap's (-bootstrap +serve):\n%s", diff)
+			}
+			if n := *got.Retry.NumRetries; tt.maxAttempts > 0 && n != uint32(tt.maxAttempts-1) {
+				t.Errorf("num_retries %d for %d attempts", n, tt.maxAttempts)
+			}
+		})
+	}
+}
+
+// retryMatchers converts the bootstrap's retriable_headers, which must be present matches.
+func retryMatchers(t *testing.T, hs []*routev3.HeaderMatcher) []hostsim.RetryHeaderMatcher {
+	t.Helper()
+	var out []hostsim.RetryHeaderMatcher
+	for _, h := range hs {
+		if !h.GetPresentMatch() || h.GetInvertMatch() {
+			t.Fatalf("retriable header %v: not a present match", h)
+		}
+		out = append(out, hostsim.RetryHeaderMatcher{Name: h.GetName(), Kind: hostsim.RetryHeaderPresent})
+	}
+	return out
+}
+
+// TestServeStartsWithARouterPolicy: with a router policy serve loads the module a second
+// time as the upstream filter (a bad hostsim option or a plugin that refused the upstream
+// root id would fail Start), says so in its banner, and answers through the fakes; the
+// callout banner does not mention it.
+func TestServeStartsWithARouterPolicy(t *testing.T) {
+	path, _ := routerDemo(t, "router", 0)
+	d := startDemo(t, func(o *Options) { o.PolicyPath = path })
+	if d.Limits.Router == nil {
+		t.Fatal("no router failover for a router policy")
+	}
+	if b := d.Banner(); !strings.Contains(b, "failover:  through the router (failover.via: router): upstream filter spillway.upstream, "+
+		"retry on x-spillway-retry, num_retries 2, back-off 1ms–10ms, retry buffer 18874368 bytes, max_retries 1024") {
+		t.Errorf("banner does not describe the router failover:\n%s", b)
+	}
+	client := &http.Client{Timeout: time.Minute}
+	resp, err := client.Post(d.URL()+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("x-spillway-provider") == "" {
+		t.Errorf("status %d, provider %q: %s", resp.StatusCode, resp.Header.Get("x-spillway-provider"), body)
+	}
+	if resp.Header.Get("x-spillway-retry") != "" {
+		t.Error("the retry marker reached the client")
+	}
+
+	callout := startDemo(t, nil)
+	if callout.Limits.Router != nil || strings.Contains(callout.Banner(), "failover:") {
+		t.Errorf("a callout policy got the router failover: %+v", callout.Limits.Router)
+	}
+}
