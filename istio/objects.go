@@ -240,14 +240,15 @@ func (b *builder) providerVirtualService(u upstream) Object {
 	return o
 }
 
-// providerRetries turns Istio's own retries off on a provider route when the policy fails
-// over through the router: the EnvoyFilter merges the bootstrap's retry policy into the
-// route instead, which istiod leaves unset for attempts 0 (see routerPatches). nil for a
-// callout policy: the route keeps what it had.
+// providerRetries turns Istio's own retries off on every provider route. Without it istiod
+// gives the route its default retry policy (pilot/pkg/networking/core/route/retry/retry.go,
+// DefaultPolicy: two retries on connect-failure, refused-stream, unavailable, cancelled and
+// a 503), so a provider's 503 would go to the same connection again, with the same
+// credential, before Spillway saw it: a failing key takes the request twice and Spillway
+// records one failure. Spillway fails over itself (by callout, or through the retry policy
+// the EnvoyFilter merges in for router mode, which istiod leaves room for at attempts 0:
+// see routerPatches).
 func (b *builder) providerRetries() *networking.HTTPRetry {
-	if !b.res.Failover.ViaRouter {
-		return nil
-	}
 	return &networking.HTTPRetry{Attempts: 0}
 }
 

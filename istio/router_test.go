@@ -151,7 +151,8 @@ func TestRouterPatches(t *testing.T) {
 }
 
 // TestCalloutHasNoRouterPatches: the callout demo's EnvoyFilter has one extension config, no
-// cluster or route patch, and its provider routes keep Istio's retries untouched.
+// cluster or route patch, and its provider routes turn Istio's retries off (attempts 0), as
+// every provider route does: Spillway fails over itself.
 func TestCalloutHasNoRouterPatches(t *testing.T) {
 	m := renderDemo(t, Options{Namespace: "istio-ingress", Hosts: []string{"llm.example.com"}})
 	ef := spec[*networking.EnvoyFilter](t, m.Objects, "spillway")
@@ -167,10 +168,17 @@ func TestCalloutHasNoRouterPatches(t *testing.T) {
 	if exts != 1 {
 		t.Errorf("%d extension configs", exts)
 	}
+	providers := 0
 	for i := range m.Objects {
-		if vs, ok := m.Objects[i].Spec.(*networking.VirtualService); ok && vs.Http[0].GetRetries() != nil {
-			t.Errorf("%s: retries %v", m.Objects[i].ID(), vs.Http[0].GetRetries())
+		if vs, ok := m.Objects[i].Spec.(*networking.VirtualService); ok && strings.HasPrefix(m.Objects[i].Name, "spillway-") {
+			providers++
+			if r := vs.Http[0].GetRetries(); r == nil || r.GetAttempts() != 0 {
+				t.Errorf("%s: retries %v, want attempts 0", m.Objects[i].ID(), r)
+			}
 		}
+	}
+	if providers == 0 {
+		t.Error("no provider VirtualService rendered")
 	}
 }
 
