@@ -48,7 +48,8 @@
 // and an error there is a failed attempt like an HTTP error. A retriable failure before
 // anything reached the client is retried on the next candidate with proxy_http_call, and
 // the final result replaces the response with a local reply; a failover attempt's response
-// is therefore buffered, not streamed. A stream that ends without its terminal event is a
+// is therefore buffered, not streamed — unless the policy fails over through the router's
+// retries (router.go), where an attempt on the first target's cluster streams. A stream that ends without its terminal event is a
 // failure of its connection unless the provider is set not to count it. The opt-in stream
 // watchdogs (guide §6 throughput, §2 content stall; watchdog.go) end a committed stream
 // whose model output is too slow or stops: its API's error event, then a reset.
@@ -80,10 +81,12 @@
 // worker among the plugins of one vm_config; proxy-wasm-cpp-host
 // getOrCreateThreadLocalPlugin). It parses and validates the policy as the downstream role
 // does and refuses to start on the same errors, but starts nothing a VM has once — no tick,
-// wake queue or VM directory entry, admin API, metric definitions or shared-data write — and
-// each of its streams, one try of the router, continues at every callback untouched. Every
-// other root id, "" included, is the downstream role the rest of this comment describes.
-// Router-mode failover, which will act in the upstream role, is not implemented yet.
+// wake queue or VM directory entry, admin API, metric definitions or shared-data write. Each
+// of its streams is one try of the router. Under a policy that fails over by callout every
+// try continues at every callback untouched; under resilience.failover.via: router a try of a
+// request the downstream role linked acts on that request's state (router.go: a failed try is
+// marked for the router's retry to the next connection of its cluster, and the retry streams).
+// Every other root id, "" included, is the downstream role the rest of this comment describes.
 package filter
 
 import (

@@ -51,7 +51,18 @@ import (
 //     can reach — is let through as it came, and the downstream instance handles it as it
 //     handles any failure: it reads the error body, restates, records and fails over by
 //     callout to a target on another cluster or with another model. So does a failure
-//     whose body or first event decides (an error event first in a 200 stream).
+//     whose body or first event decides (an error event first in a 200 stream), unless
+//     failover.holdTries is on (Envoy ≥ 1.37): then a try whose headers do not fail over
+//     but whose body might — a failed try's error body, a 200 event stream's first event —
+//     is held (startHold) while a retry could still reach a target, decided on that body,
+//     and released marked or not. The held try's first-event bound and the detector for an
+//     upstream filter without allow_on_headers_stop_iteration run on the downstream
+//     instance's tick (heldTryTick), which makes the try's context effective to let it go.
+//   - A retry to another cluster: not before Envoy 1.39, where the route's cluster_header is
+//     resolved once per request (HeaderClusterSpecifierPlugin's DynamicRouteEntry keeps its
+//     cluster name) and Filter::doRetry reuses the route entry's cluster; 1.39's
+//     RetryPolicy.refresh_cluster_on_retry re-runs a matcher cluster specifier instead, which
+//     this filter does not use yet.
 //   - A marked try the router does not retry after all (its retries or its retry budget
 //     spent, the body over the retry buffer) reaches the downstream instance with the
 //     target taken for the retry unused: its slots are given back unrecorded, and the
