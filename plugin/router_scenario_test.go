@@ -435,3 +435,29 @@ func TestScenarioAnUpstreamFilterWithoutTheOptionIsDetected(t *testing.T) {
 	}
 	w.noStreamsLeft()
 }
+
+// TestScenarioEnvoysOwnReplyIsNoMissingUpstreamFilter: a reply Envoy makes before any try
+// starts (no healthy upstream in the cluster) is no sign of a missing upstream filter: it is
+// not counted as unlinked, and the request fails over by callout as any Envoy reply does.
+func TestScenarioEnvoysOwnReplyIsNoMissingUpstreamFilter(t *testing.T) {
+	w := newRetryWorld(t, routerPolicy, 1, 2, hostsim.WithRouteResolver(func(hs [][2]string) error {
+		if header(hs, "x-spillway-cluster") == "openai" {
+			return hostsim.ErrNoHealthyUpstream
+		}
+		return nil
+	}))
+	resp := w.run(0, chatReq("gpt-4o"))
+	expect(t, "failover", resp, 200, "openai/key-b/gpt-4o/2")
+	if got := w.via(); got != "sk-b/callout" {
+		t.Fatalf("the providers received %s", got)
+	}
+	if n := w.metric("spillway_router_unlinked_total"); n != 0 {
+		t.Errorf("unlinked %d, want 0: no try started, so no upstream instance could see one", n)
+	}
+	for _, l := range w.host.Host.GetCriticalLogs() {
+		if strings.Contains(l, "no upstream instance saw a try") {
+			t.Errorf("critical log for Envoy's own reply: %s", l)
+		}
+	}
+	w.noStreamsLeft()
+}

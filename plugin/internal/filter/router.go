@@ -264,7 +264,7 @@ func (h *httpContext) responseAfterTries() {
 		h.dropPendingTry()
 		removeResponseHeader(retrymarker.Header) // the route removes it too; a client never sees it
 	}
-	if h.rt.tries == 0 {
+	if h.rt.tries == 0 && h.cameFromUpstream() {
 		p.metrics.unlinked.Increment(1)
 		if !p.vm.unlinkedLogged {
 			p.vm.unlinkedLogged = true
@@ -273,6 +273,15 @@ func (h *httpContext) responseAfterTries() {
 				"spillway.upstream) on the same vm_config; failing over by callout meanwhile")
 		}
 	}
+}
+
+// cameFromUpstream reports whether the response being handled is an upstream's
+// (response.code_details via_upstream), not one Envoy made before any try started (no
+// cluster, no healthy host, overflow), which no upstream instance could have seen.
+func (h *httpContext) cameFromUpstream() bool {
+	details, ok := property(propResponseCodeDetails, h.bufs.prop)
+	h.bufs.prop = details
+	return ok && string(details) == viaUpstream
 }
 
 // dropPendingTry gives back, unrecorded, the target taken for a retry that did not start.
