@@ -1,7 +1,6 @@
 package state
 
-// Record kinds: the first byte of every record in shared data, and of the records one
-// request's instances hand each other in Envoy's filter state (see Encoder). A kind has
+// Record kinds: the first byte of every record in shared data (see Encoder). A kind has
 // exactly one owner, so a record read through the wrong key — a key collision, a package
 // reading another's record after a refactor — fails its kind check as ErrCorrupt instead of
 // being misread. Every package encodes and decodes with these constants only (a test
@@ -19,8 +18,6 @@ const (
 	KindSelectionCounter = 'R' // selection: a round-robin turn counter
 	KindSelectionDeck    = 'K' // selection: a strict-random deck
 	KindVMDirectory      = 'V' // filter: the directory of worker VMs and their wake queues
-	KindHandoffPlan      = 'H' // handoff: a request's plan, for its upstream tries (filter state)
-	KindHandoffTries     = 'T' // handoff: a request's upstream tries so far (filter state)
 )
 
 // KindInfo names a record kind's owner.
@@ -44,6 +41,4 @@ var Kinds = []KindInfo{
 	{KindSelectionCounter, "selection", "round-robin counter"},
 	{KindSelectionDeck, "selection", "strict-random deck"},
 	{KindVMDirectory, "filter", "worker VM directory"},
-	{KindHandoffPlan, "handoff", "request plan for the upstream tries"},
-	{KindHandoffTries, "handoff", "request's upstream tries"},
 }
