@@ -411,14 +411,19 @@ func (h *httpContext) applyTarget() {
 }
 
 // setTargetHeaders sets the attempt's target on the request headers: the cluster header,
-// the provider's :authority, the connection's credential in place of every client
-// credential. Accept-Encoding is dropped so an error body comes back readable for
-// classification.
+// then setConnectionHeaders.
 func (h *httpContext) setTargetHeaders() {
-	p := h.plugin
+	replaceRequestHeader(h.plugin.res.Routing.ClusterHeader, h.provider().Cluster)
+	h.setConnectionHeaders()
+}
+
+// setConnectionHeaders sets the provider's :authority and the connection's credential in
+// place of every client credential. Accept-Encoding is dropped so an error body comes back
+// readable for classification. A router retry (router.go) sets these alone: its route and
+// cluster were chosen with the first try, and the route removed the cluster header then.
+func (h *httpContext) setConnectionHeaders() {
 	pv := h.provider()
 	cn := h.connection()
-	replaceRequestHeader(p.res.Routing.ClusterHeader, pv.Cluster)
 	if pv.Authority != "" {
 		replaceRequestHeader(":authority", pv.Authority)
 	}

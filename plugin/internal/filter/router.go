@@ -183,7 +183,7 @@ func (h *httpContext) tryStarted() {
 	if cn := h.connection(); previous != "" && previous != cn.CredentialHeader {
 		removeRequestHeader(previous) // the failed connection's credential, under another name
 	}
-	h.setTargetHeaders()
+	h.setConnectionHeaders()
 	h.logFailure(failed, &fr.log, nextFailover, &h.d.Target, 0, "")
 }
 
