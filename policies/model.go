@@ -433,6 +433,14 @@ type Failover struct {
 	// callout. It needs Envoy ≥ 1.37: releasing a held try for a retry is undefined
 	// behaviour before envoyproxy/envoy#41879. Default false.
 	HoldTries *bool `json:"holdTries,omitempty"`
+	// CrossCluster (router only) lets a retry go to a target on another cluster, with another
+	// model, so a fallback to another provider streams too: the route picks its cluster with
+	// a matcher on the filter state the filter writes, and refreshes it before each retry
+	// (RetryPolicy.refresh_cluster_on_retry); the Envoy generator writes that route instead
+	// of the cluster_header one. It needs Envoy ≥ 1.39. Without it a retry stays on the first
+	// target's cluster and model, and a fallback to another provider goes by callout.
+	// Default false.
+	CrossCluster *bool `json:"crossCluster,omitempty"`
 }
 
 // FailoverVia is how a failover attempt reaches its target (Failover.Via).

@@ -216,6 +216,8 @@ type FailoverSettings struct {
 	ViaRouter bool
 	// HoldTries: the upstream instance holds a failed try to read its body (router only).
 	HoldTries bool
+	// CrossCluster: a retry may go to another cluster and model (router only).
+	CrossCluster bool
 }
 
 // ThroughputWatchdogSettings are the slow-stream watchdog settings.
@@ -430,6 +432,7 @@ func (p *Policy) Resolved() *Resolved {
 		ViaRouter:   rs.Failover.Via == FailoverViaRouter,
 	}
 	res.Failover.HoldTries = res.Failover.ViaRouter && boolOr(rs.Failover.HoldTries, false)
+	res.Failover.CrossCluster = res.Failover.ViaRouter && boolOr(rs.Failover.CrossCluster, false)
 	w := &rs.StreamRecovery.ThroughputWatchdog
 	res.ThroughputWatchdog = ThroughputWatchdogSettings{
 		Enabled:           boolOr(w.Enabled, ThroughputWatchdogEnabled),

@@ -116,18 +116,20 @@ func TestRouterFailoverNeedsBodyMode(t *testing.T) {
 		t.Errorf("unknown failover path accepted: %v", errs)
 	}
 	for _, via := range []string{"callout", "router"} {
-		doc := mutate(t, "resilience.failover", map[string]any{"via": via, "holdTries": true})
+		doc := mutate(t, "resilience.failover", map[string]any{"via": via, "holdTries": true, "crossCluster": true})
 		p := mustParse(t, doc, ParseOptions{})
 		r := p.Resolved()
-		if r.Failover.ViaRouter != (via == "router") || r.Failover.HoldTries != (via == "router") {
-			t.Errorf("via %s: ViaRouter %v, HoldTries %v", via, r.Failover.ViaRouter, r.Failover.HoldTries)
+		if want := via == "router"; r.Failover.ViaRouter != want || r.Failover.HoldTries != want || r.Failover.CrossCluster != want {
+			t.Errorf("via %s: %+v", via, r.Failover)
 		}
-		warned := false
-		for _, w := range p.Warnings {
-			warned = warned || strings.Contains(w.Error(), "resilience.failover.holdTries")
-		}
-		if warned != (via == "callout") {
-			t.Errorf("via %s: holdTries warning %v, want it only without router mode (%v)", via, warned, p.Warnings)
+		for _, field := range []string{"holdTries", "crossCluster"} {
+			warned := false
+			for _, w := range p.Warnings {
+				warned = warned || strings.Contains(w.Error(), "resilience.failover."+field)
+			}
+			if warned != (via == "callout") {
+				t.Errorf("via %s: %s warning %v, want it only without router mode (%v)", via, field, warned, p.Warnings)
+			}
 		}
 	}
 }

@@ -240,6 +240,9 @@ func (v *validator) failover(f *Failover, path string) {
 	if f.HoldTries != nil && *f.HoldTries && f.Via != FailoverViaRouter {
 		v.warn(joinField(path, "holdTries"), "only router-mode failover reads it (via: router); the callout path always reads a failure's body")
 	}
+	if f.CrossCluster != nil && *f.CrossCluster && f.Via != FailoverViaRouter {
+		v.warn(joinField(path, "crossCluster"), "only router-mode failover reads it (via: router); the callout path reaches every cluster")
+	}
 }
 
 func (v *validator) restatementRule(r *RestatementRule, path string, ids map[string]int, index int) {

@@ -29,6 +29,7 @@ var notMechanismSettings = map[string]string{
 	"Failover.Budget":                        "same-request failover in the request path",
 	"Failover.ViaRouter":                     "the filter: router-mode failover through the upstream filter (router.go)",
 	"Failover.HoldTries":                     "the filter: router-mode tries held for their body (router.go)",
+	"Failover.CrossCluster":                  "the filter and the Envoy generator: router retries to another cluster (router.go)",
 	"SessionAffinityHeaders":                 "the fixed header vocabulary (filter strips them, affinity reads the key)",
 	"Admin.Enabled":                          "the filter's admin API",
 	"Admin.PathPrefix":                       "the filter's admin API",
