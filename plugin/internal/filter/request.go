@@ -393,6 +393,7 @@ func (h *httpContext) applyTarget() {
 		return
 	}
 	h.setTargetHeaders()
+	sent := len(h.body)
 	if model := h.d.Target.Model; model != h.model {
 		body, err := llmapi.RewriteModel(h.body, model)
 		if err != nil {
@@ -404,9 +405,10 @@ func (h *httpContext) applyTarget() {
 			return
 		}
 		replaceRequestHeader("content-length", strconv.Itoa(len(body)))
+		sent = len(body)
 	}
 	if h.plugin.res.Failover.ViaRouter && h.rt.link == 0 {
-		h.linkTries() // router.go: later attempts may be the router's retries
+		h.linkTries(sent) // router.go: later attempts may be the router's retries
 	}
 }
 

@@ -78,6 +78,14 @@ import (
 // LinkProperty is the filter state property that links a try to its request.
 const LinkProperty = "spillway.link"
 
+// TargetProperty is the filter state property that names the cluster of the request's next
+// try under failover.crossCluster: the route's matcher cluster specifier reads it
+// (envoy.matching.inputs.filter_state, key "wasm.spillway_target": proxy_set_property stores
+// a path under "wasm.", source/extensions/common/wasm/context.cc Context::setProperty) when
+// the route resolves and again before each retry (RetryPolicy.refresh_cluster_on_retry,
+// Envoy ≥ 1.39). One segment without dots, so the key is exactly that.
+const TargetProperty = "spillway_target"
+
 var propLink = hostabi.JoinPath(nil, LinkProperty)
 
 // routerTries is a router-mode request's failover state (streamState.rt).
@@ -85,8 +93,10 @@ type routerTries struct {
 	link       uint64          // the request's number in vmContext.linked (0: not linked)
 	held       *upstreamTry    // the try whose response is held (failover.holdTries), nil: none
 	heldSince  time.Time       // when the last held try's response headers came (zero: none held)
-	cluster    string          // the first target's cluster: every retry goes there
-	model      string          // the body's upstream model: every retry is sent it
+	cluster    string          // the current try's cluster (without crossCluster, every try's)
+	model      string          // the upstream model of the body the router replays to every try
+	bodyLen    int             // that body's length
+	lengthSet  bool            // a try set content-length for a body of its own (crossCluster)
 	tries      int             // tries an upstream instance saw start
 	pending    engine.Dispatch // the target taken for the router's next try
 	hasPending bool
@@ -146,8 +156,8 @@ func (l *routerLinks) unlink(id uint64) {
 }
 
 // linkTries links a request sent through the router to its tries (its first attempt's
-// target is set on it already).
-func (h *httpContext) linkTries() {
+// target is set on it already; bodyLen is the length of the body it was sent).
+func (h *httpContext) linkTries(bodyLen int) {
 	p := h.plugin
 	n, value, ok := p.vm.links.link(h, h.bufs.prop)
 	h.bufs.prop = value
@@ -159,17 +169,32 @@ func (h *httpContext) linkTries() {
 		proxywasm.LogWarnf("spillway: router failover: set %s: %v; failing over by callout", LinkProperty, err)
 		return
 	}
-	h.rt.link, h.rt.cluster, h.rt.model = n, h.provider().Cluster, h.d.Target.Model
+	h.rt.link, h.rt.cluster, h.rt.model, h.rt.bodyLen = n, h.provider().Cluster, h.d.Target.Model, bodyLen
+	if p.res.Failover.CrossCluster && !h.setTargetCluster(h.rt.cluster) {
+		p.vm.links.unlink(n)
+		h.rt.link = 0
+	}
+}
+
+// setTargetCluster names the cluster the route sends the next try to (crossCluster).
+func (h *httpContext) setTargetCluster(cluster string) bool {
+	if err := proxywasm.SetProperty([]string{TargetProperty}, []byte(cluster)); err != nil {
+		proxywasm.LogWarnf("spillway: router failover: set %s: %v; failing over by callout", TargetProperty, err)
+		return false
+	}
+	return true
 }
 
 // tryStarted runs at a try's request headers. The first try is the request's first attempt,
 // whose target the downstream instance set; a later one is the retry a failed try asked
 // for: that try is recorded now, and the target taken for the retry becomes the attempt.
-func (h *httpContext) tryStarted() {
+// It reports whether the try's body must be rewritten for another model (crossCluster):
+// the try's headers are then held for its body (rewriteTryBody).
+func (h *httpContext) tryStarted() (rewrite bool) {
 	rt := &h.rt
 	rt.tries++
 	if rt.tries == 1 || !rt.hasPending {
-		return // the first try, or a retry Spillway did not ask for: it goes as it is
+		return false // the first try, or a retry Spillway did not ask for: it goes as it is
 	}
 	next := rt.pending
 	rt.pending, rt.hasPending = engine.Dispatch{}, false
@@ -185,6 +210,35 @@ func (h *httpContext) tryStarted() {
 	}
 	h.setConnectionHeaders()
 	h.logFailure(failed, &fr.log, nextFailover, &h.d.Target, 0, "")
+	rt.cluster = h.provider().Cluster
+	if h.d.Target.Model != rt.model {
+		return true
+	}
+	if rt.lengthSet {
+		// An earlier try's body was another model's: this one is the router's own again.
+		replaceRequestHeader("content-length", strconv.Itoa(rt.bodyLen))
+		rt.lengthSet = false
+	}
+	return false
+}
+
+// rewriteTryBody gives a try for another model (crossCluster) its body: the client's body
+// with the try's model, in place of the router's copy (each try gets its own copy of the
+// buffered body, source/common/router/router.cc Filter::doRetry, so the router's stays as
+// the first try was sent), with the content-length it needs on the request headers the try
+// still holds. A body that cannot be rewritten goes as it is, logged.
+func (h *httpContext) rewriteTryBody() {
+	body, err := llmapi.RewriteModel(h.body, h.d.Target.Model)
+	if err != nil {
+		proxywasm.LogWarnf("spillway: router failover: %v", err)
+		return
+	}
+	if err := hostabi.ReplaceBuffer(hostabi.RequestBody, body); err != nil {
+		proxywasm.LogWarnf("spillway: router failover: replace the try's body: %v", err)
+		return
+	}
+	replaceRequestHeader("content-length", strconv.Itoa(len(body)))
+	h.rt.lengthSet = true
 }
 
 // tryFailed decides on a failed try's outcome o (its status and headers, and with
@@ -193,6 +247,11 @@ func (h *httpContext) tryStarted() {
 // they did.
 func (h *httpContext) tryFailed(o engine.Outcome) (marked bool) {
 	if v, _ := h.plugin.engine.Preview(h.d, o); !v.Fallback || !h.takeRetryTarget() {
+		return false
+	}
+	if next := h.plugin.res.Providers[h.rt.pending.Target.Provider].Cluster; next != h.rt.cluster && !h.setTargetCluster(next) {
+		h.next = h.rt.pendingAt // the downstream instance fails over by callout from there
+		h.dropPendingTry()
 		return false
 	}
 	h.rt.failed = o
@@ -209,8 +268,15 @@ func (h *httpContext) retryTargetLeft() bool {
 	if h.next >= len(h.plan.Targets) || h.attempts >= b.MaxAttempts || p.clock().Sub(h.started) >= b.Budget {
 		return false
 	}
-	t := h.plan.Targets[h.next]
-	return t.Model == h.rt.model && p.res.Providers[t.Provider].Cluster == h.rt.cluster
+	return h.retryReaches(h.plan.Targets[h.next])
+}
+
+// retryReaches reports whether a router retry can go to t: with crossCluster any target
+// (the route refreshes its cluster, and the try rewrites its body for another model);
+// without it only a target on the current try's cluster with the replayed body's model.
+func (h *httpContext) retryReaches(t engine.Target) bool {
+	p := h.plugin
+	return p.res.Failover.CrossCluster || (t.Model == h.rt.model && p.res.Providers[t.Provider].Cluster == h.rt.cluster)
 }
 
 // takeRetryTarget takes the slots of the next target in the plan a retry can reach, within
@@ -227,7 +293,7 @@ func (h *httpContext) takeRetryTarget() bool {
 			return false
 		}
 		t := h.plan.Targets[h.next]
-		if t.Model != h.rt.model || p.res.Providers[t.Provider].Cluster != h.rt.cluster {
+		if !h.retryReaches(t) {
 			return false
 		}
 		h.next++
@@ -321,6 +387,9 @@ type upstreamTry struct {
 	status    int
 	holdStart time.Time
 	sawBody   bool
+	// rewrite: the try's request headers are held until its body is rewritten for its
+	// target's model (crossCluster).
+	rewrite bool
 }
 
 // tryHold is what a held try waits for.
@@ -356,7 +425,31 @@ func (t *upstreamTry) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	}
 	t.h, t.serial = h, h.serial
 	h.enter("try request headers")
-	h.tryStarted()
+	if t.rewrite = h.tryStarted(); t.rewrite {
+		// Held until the body: with allow_on_headers_stop_iteration a true StopIteration
+		// (the same option the downstream role needs), and the router sends a retry's body
+		// at once after its headers (Filter::doRetry).
+		return types.ActionPause
+	}
+	return types.ActionContinue
+}
+
+// OnHttpRequestBody implements types.HttpContext: a try held for another model gets its
+// body at its end.
+func (t *upstreamTry) OnHttpRequestBody(_ int, endOfStream bool) (action types.Action) {
+	t.vm.inTry = true
+	defer t.recover("try request body", &action)
+	if !t.rewrite {
+		return types.ActionContinue
+	}
+	if !endOfStream {
+		return types.ActionPause
+	}
+	t.rewrite = false
+	if h := t.request(); h != nil {
+		h.enter("try request body")
+		h.rewriteTryBody()
+	}
 	return types.ActionContinue
 }
 
