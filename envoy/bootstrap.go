@@ -73,7 +73,13 @@ func Bootstrap(p *Policy, opts Options) (*bootstrapv3.Bootstrap, error) {
 	if err != nil {
 		return nil, err
 	}
-	hcm, err := connectionManager(p, filter, defaultCluster, viaRouter)
+	var retryClusters []string // the matcher's clusters (failover.crossCluster)
+	if p.Resolved.Failover.CrossCluster {
+		for _, u := range ups {
+			retryClusters = append(retryClusters, u.cluster)
+		}
+	}
+	hcm, err := connectionManager(p, filter, defaultCluster, viaRouter, retryClusters)
 	if err != nil {
 		return nil, err
 	}
@@ -189,8 +195,10 @@ func spillwayFilter(p *Policy, o Options) (*hcmv3.HttpFilter, error) {
 
 // connectionManager is the listener's HTTP connection manager with Spillway's routes;
 // retries gives the routed route the retry policy of failover through the router
-// (resilience.failover.via: router).
-func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster string, retries bool) (*anypb.Any, error) {
+// (resilience.failover.via: router), and retryClusters, when set (failover.crossCluster),
+// has it pick among them by the filter state the filter writes, refreshed before each
+// retry.
+func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster string, retries bool, retryClusters []string) (*anypb.Any, error) {
 	res := p.Resolved
 	idle := durationpb.New(envoylimits.IdleTimeout(res))
 	header := res.Routing.ClusterHeader
@@ -244,6 +252,11 @@ func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster strin
 	}
 	if retries {
 		addRetries(routes[0], res)
+	}
+	if retryClusters != nil {
+		if err := addCrossClusterRetries(routes[0], retryClusters); err != nil {
+			return nil, err
+		}
 	}
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: statPrefix,

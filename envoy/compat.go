@@ -86,7 +86,7 @@ const SupportedEnvoyMinor = 36
 // RequiredEnvoy says which Envoy release the configuration rendered for a policy needs
 // (1.minor) and why: each feature it relies on with the release that introduced it. Only
 // the policy decides: failover through the router (resilience.failover.via: router) adds
-// the upstream filter and the route's retry buffer.
+// the upstream filter and the route's retry buffer, holdTries needs 1.37, crossCluster 1.39.
 func RequiredEnvoy(p *Policy) (minor int, features []EnvoyFeature) {
 	features = []EnvoyFeature{
 		// proxy-wasm-cpp-host #427 (fd_fdstat_set_flags, sched_yield, poll_oneoff).
@@ -103,6 +103,17 @@ func RequiredEnvoy(p *Policy) (minor int, features []EnvoyFeature) {
 			// The same change as the virtual host's field (envoyproxy/envoy#40254).
 			EnvoyFeature{"Route.request_body_buffer_limit (the retry buffer)", 36},
 		)
+	}
+	if p.Resolved.Failover.HoldTries {
+		// changelogs/1.37.0.yaml, router: "Fixed an upstream HTTP filter issue when a route
+		// retried on 5xx and the filter returned FilterHeadersStatus::StopIteration in
+		// encodeHeaders()" (envoyproxy/envoy#41879); before it the release is undefined
+		// behaviour. The configuration is the same: only the plugin acts differently.
+		features = append(features, EnvoyFeature{"a try held by the upstream filter released for a retry (failover.holdTries)", 37})
+	}
+	if p.Resolved.Failover.CrossCluster {
+		// changelogs/1.39.0.yaml: refresh_cluster_on_retry (envoyproxy/envoy#44719).
+		features = append(features, EnvoyFeature{"RetryPolicy.refresh_cluster_on_retry with the matcher cluster specifier (failover.crossCluster)", 39})
 	}
 	for _, f := range features {
 		minor = max(minor, f.Since)

@@ -3,6 +3,11 @@ package envoy
 import (
 	"fmt"
 
+	xdscorev3 "github.com/cncf/xds/go/xds/core/v3"
+	xdsmatcherv3 "github.com/cncf/xds/go/xds/type/matcher/v3"
+	networkinputsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/matching/common_inputs/network/v3"
+	matcherspecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/matcher/v3"
+
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -114,5 +119,64 @@ func addUpstreamFilter(c *clusterv3.Cluster, filters []*hcmv3.HttpFilter) error 
 		Priority:   corev3.RoutingPriority_DEFAULT,
 		MaxRetries: wrapperspb.UInt32(envoylimits.ClusterMaxRetries),
 	}}}
+	return nil
+}
+
+// CrossClusterSpecifier is the cluster specifier plugin of the routed route under
+// failover.crossCluster, and FilterStateTargetKey the filter state it reads: what the
+// filter's proxy_set_property(["spillway_target"]) stores (source/extensions/common/wasm/
+// context.cc, Context::setProperty, under the "wasm." prefix).
+const (
+	CrossClusterSpecifier = "envoy.router.cluster_specifier_plugin.matcher"
+	FilterStateTargetKey  = "wasm.spillway_target"
+)
+
+// addCrossClusterRetries makes the routed route pick its cluster with a matcher on the
+// filter state the filter writes (FilterStateTargetKey: the cluster of the request's
+// current try) instead of cluster_header, and refresh it before each retry. Why not
+// cluster_header: it is resolved once per request (source/common/router/
+// header_cluster_specifier.cc, HeaderClusterSpecifierPlugin::route returns a
+// DynamicRouteEntry with a fixed cluster name, which has no refresh of its own), while the
+// matcher specifier re-evaluates its tree against the request's current filter state when
+// the router refreshes the route's cluster (source/extensions/router/cluster_specifiers/
+// matcher/matcher_cluster_specifier.cc, MatcherRouteEntry::refreshRouteCluster; no match
+// keeps the cluster it had). RetryPolicy.refresh_cluster_on_retry (Envoy 1.39,
+// envoyproxy/envoy#44719) has Filter::doRetry refresh it before each retry, so the retry goes
+// where the failed try's upstream instance said; its proto names the matcher specifier as
+// one that supports the refresh. The cluster header still selects this route (the match)
+// and is still removed. Each try then gets its cluster's upstream filters, connection pool
+// and TLS context (its own static SNI; no cluster here sets auto_sni, whose choice
+// Filter::decodeHeaders makes once for every try), and auto_host_rewrite sets each try's
+// Host. Not verified against a 1.39 Envoy: the order of the refresh and the attempt count
+// in the merged doRetry, and whether the retry breaker is the first cluster's.
+func addCrossClusterRetries(routed *routev3.Route, clusters []string) error {
+	onMatch := make(map[string]*xdsmatcherv3.Matcher_OnMatch, len(clusters))
+	for _, c := range clusters {
+		action, err := anypb.New(&matcherspecv3.ClusterAction{Cluster: c})
+		if err != nil {
+			return fmt.Errorf("envoy: %w", err)
+		}
+		onMatch[c] = &xdsmatcherv3.Matcher_OnMatch{OnMatch: &xdsmatcherv3.Matcher_OnMatch_Action{
+			Action: &xdscorev3.TypedExtensionConfig{Name: "cluster", TypedConfig: action}}}
+	}
+	input, err := anypb.New(&networkinputsv3.FilterStateInput{Key: FilterStateTargetKey})
+	if err != nil {
+		return fmt.Errorf("envoy: %w", err)
+	}
+	spec, err := anypb.New(&matcherspecv3.MatcherClusterSpecifier{ClusterMatcher: &xdsmatcherv3.Matcher{
+		MatcherType: &xdsmatcherv3.Matcher_MatcherTree_{MatcherTree: &xdsmatcherv3.Matcher_MatcherTree{
+			Input: &xdscorev3.TypedExtensionConfig{Name: "spillway_target", TypedConfig: input},
+			TreeType: &xdsmatcherv3.Matcher_MatcherTree_ExactMatchMap{
+				ExactMatchMap: &xdsmatcherv3.Matcher_MatcherTree_MatchMap{Map: onMatch}},
+		}},
+	}})
+	if err != nil {
+		return fmt.Errorf("envoy: %w", err)
+	}
+	action := routed.GetRoute()
+	action.ClusterSpecifier = &routev3.RouteAction_InlineClusterSpecifierPlugin{
+		InlineClusterSpecifierPlugin: &routev3.ClusterSpecifierPlugin{
+			Extension: &corev3.TypedExtensionConfig{Name: CrossClusterSpecifier, TypedConfig: spec}}}
+	action.GetRetryPolicy().RefreshClusterOnRetry = true
 	return nil
 }

@@ -2,10 +2,14 @@ package envoy_test
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	networkinputsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/matching/common_inputs/network/v3"
+	matcherspecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/matcher/v3"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -359,11 +363,14 @@ func TestRequiredEnvoy(t *testing.T) {
 		// The upstream filter needs 1.31 for the Wasm filter upstream and 1.36 for the
 		// route's buffer limit: nothing beyond the supported floor.
 		{"router", demoViaRouter(t), "upstream HTTP filter", 36},
+		// Held tries need the 1.37 fix, retries to another cluster 1.39.
+		{"held tries", load(t, twoClusters+"\nresilience: {failover: {via: router, holdTries: true}}\n", envoy.LoadOptions{}), "holdTries", 37},
+		{"cross cluster", load(t, twoClusters+"\nresilience: {failover: {via: router, holdTries: true, crossCluster: true}}\n", envoy.LoadOptions{}), "refresh_cluster_on_retry", 39},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			minor, features := envoy.RequiredEnvoy(tt.policy)
-			if minor != tt.want || minor > envoy.SupportedEnvoyMinor {
+			if minor != tt.want || minor < envoy.SupportedEnvoyMinor {
 				t.Errorf("needs Envoy 1.%d, want 1.%d (supported from 1.%d)", minor, tt.want, envoy.SupportedEnvoyMinor)
 			}
 			var names []string
@@ -377,5 +384,56 @@ func TestRequiredEnvoy(t *testing.T) {
 				t.Errorf("features %q do not name %q", names, tt.has)
 			}
 		})
+	}
+}
+
+// TestCrossClusterPicksTheClusterFromFilterState: with failover.crossCluster the routed
+// route picks its cluster with the matcher specifier on the filter's filter state, one exact
+// entry per provider cluster, and refreshes it before each retry; the route is still matched
+// by the cluster header, and everything validates with go-control-plane.
+func TestCrossClusterPicksTheClusterFromFilterState(t *testing.T) {
+	p := load(t, twoClusters+"\nresilience: {failover: {via: router, crossCluster: true}}\n", envoy.LoadOptions{})
+	b := bootstrap(t, p, envoy.Options{Upstreams: map[string]string{"ollama": "http://10.0.0.7:11434"}})
+	if err := b.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	ps := dig(t, b)
+	routed := ps.routes[0]
+	if !routed.GetRoute().GetRetryPolicy().GetRefreshClusterOnRetry() {
+		t.Error("refresh_cluster_on_retry is off: a retry would stay on the first cluster")
+	}
+	if routed.GetRoute().GetClusterHeader() != "" {
+		t.Errorf("the routed route still takes its cluster from %q (resolved once per request)", routed.GetRoute().GetClusterHeader())
+	}
+	plugin := routed.GetRoute().GetInlineClusterSpecifierPlugin().GetExtension()
+	if plugin.GetName() != envoy.CrossClusterSpecifier {
+		t.Fatalf("cluster specifier %q", plugin.GetName())
+	}
+	var spec matcherspecv3.MatcherClusterSpecifier
+	if err := plugin.GetTypedConfig().UnmarshalTo(&spec); err != nil {
+		t.Fatal(err)
+	}
+	tree := spec.GetClusterMatcher().GetMatcherTree()
+	var input networkinputsv3.FilterStateInput
+	if err := tree.GetInput().GetTypedConfig().UnmarshalTo(&input); err != nil || input.GetKey() != envoy.FilterStateTargetKey {
+		t.Fatalf("matcher input %v (%v), want filter state %s", tree.GetInput(), err, envoy.FilterStateTargetKey)
+	}
+	got := map[string]string{}
+	for key, m := range tree.GetExactMatchMap().GetMap() {
+		var action matcherspecv3.ClusterAction
+		if err := m.GetAction().GetTypedConfig().UnmarshalTo(&action); err != nil {
+			t.Fatal(err)
+		}
+		got[key] = action.GetCluster()
+	}
+	if want := map[string]string{"openai": "openai", "ollama": "ollama"}; !maps.Equal(got, want) {
+		t.Errorf("matcher map %v, want %v", got, want)
+	}
+	if h := routed.GetMatch().GetHeaders(); len(h) != 1 || h[0].GetName() != p.Resolved.Routing.ClusterHeader {
+		t.Errorf("route match %v, want the cluster header's presence", h)
+	}
+	minor, _ := envoy.RequiredEnvoy(p)
+	if minor != 39 {
+		t.Errorf("needs Envoy 1.%d, want 1.39", minor)
 	}
 }

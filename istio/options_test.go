@@ -58,6 +58,8 @@ func TestRenderRejects(t *testing.T) {
 		{"cluster from the environment", []byte(strings.Replace(string(examples.Demo()), "cluster: fake-anthropic", "cluster: ${ANTHROPIC_CLUSTER:-fake-anthropic}", 1)), func(*Options) {}, "must be literal in a mesh"},
 		{"provider host is a frontend host", nil, func(o *Options) { o.Hosts = []string{"api.openai.com"} }, `Hosts: "api.openai.com" is also a provider's upstream host`},
 		{"invalid policy", []byte("providers: []\nroutes: []\n"), func(*Options) {}, "istio: policy:"},
+		{"cross-cluster router retries", []byte(strings.Replace(string(examples.Demo()), "\nresilience:\n", "\nresilience:\n  failover: {via: router, crossCluster: true}\n", 1)),
+			func(*Options) {}, "resilience.failover.crossCluster: not rendered for Istio"},
 		{"WasmPlugin with a body-routed policy", nil, func(o *Options) { o.Mode = ModeWasmPlugin }, "needs a policy with routing.mode: headers"},
 		{"TrafficExtension with a body-routed policy", nil, func(o *Options) { o.Mode = ModeTrafficExtension }, "needs a policy with routing.mode: headers"},
 	} {

@@ -136,6 +136,14 @@ func (s *settings) mapUpstreams(doc []byte, res *policies.Resolved) error {
 		errs = append(errs, policies.FieldError{Path: path, Message: fmt.Sprintf(format, args...)})
 	}
 	s.upstreams = map[string]upstream{}
+	if res.Failover.CrossCluster {
+		// A retry to another provider needs refresh_cluster_on_retry (Envoy 1.39) and a route
+		// that may reach every provider's cluster; a mesh routes each provider on a virtual
+		// host of its own, found by :authority (see routerPatches), and Istio 1.28 ships 1.36.
+		policyProblem("resilience.failover.crossCluster", "not rendered for Istio: a retry to another provider needs Envoy ≥ 1.39 "+
+			"and one route that reaches every provider's cluster, where a mesh gives each provider a virtual host of its own; "+
+			"drop it (cross-provider failover then goes by callout)")
+	}
 	for _, cluster := range slices.Sorted(maps.Keys(s.Upstreams)) {
 		if !slices.ContainsFunc(res.Providers, func(pv policies.ResolvedProvider) bool { return pv.Cluster == cluster }) {
 			errs.badKey("Upstreams", cluster, "no provider has this cluster")
