@@ -51,6 +51,7 @@ import (
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
 	"github.com/spillwayproxy/spillway/internal/retrymarker"
 	"github.com/spillwayproxy/spillway/internal/rootid"
+	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/examples"
 )
 
@@ -62,7 +63,7 @@ const (
 // routerBenchPath is one failover, run through the three modules.
 type routerBenchPath struct {
 	req *hostsim.Request
-	// keyB is key B's answer; wantBody is what the client must get (its whole body).
+	// keyB is key B's answer; wantBody is its whole body, what the client must get.
 	keyB     func() *hostsim.UpstreamResponse
 	wantBody []byte
 }
@@ -100,9 +101,12 @@ func BenchmarkRouterFailoverStreamPath(b *testing.B) {
 // routerFakes is the provider behind both the router and the callout: key B's answer for
 // key B's credential, key A's 429 for any other. It counts what it was asked.
 type routerFakes struct {
-	keyB     func() *hostsim.UpstreamResponse
-	tries    atomic.Int64 // upstream requests through the router
-	callouts atomic.Int64
+	keyB func() *hostsim.UpstreamResponse
+	// keyBWhole is key B's body in one piece, what the callout's answer carries (made once:
+	// the fake's own allocations would count as hostsim's)
+	keyBWhole []byte
+	tries     atomic.Int64 // upstream requests through the router
+	callouts  atomic.Int64
 	// the last callout's cluster and credential
 	calloutCluster, calloutCredential atomic.Value // string
 }
@@ -127,11 +131,8 @@ func (f *routerFakes) callout(_ context.Context, c *hostsim.Callout) *hostsim.Ca
 	f.calloutCredential.Store(credential)
 	r := f.answer(credential)
 	body := r.Body
-	if r.BodyChunks != nil {
-		body = nil
-		for _, ch := range r.BodyChunks {
-			body = append(body, ch...)
-		}
+	if credential == routerBenchKeyB {
+		body = f.keyBWhole
 	}
 	return &hostsim.CalloutResponse{Headers: r.Headers, Body: body}
 }
@@ -156,12 +157,13 @@ func newRouterSide(tb testing.TB, via string, p routerBenchPath) *routerSide {
 			r["failover"] = map[string]any{"via": via}
 		}
 	})
-	f := &routerFakes{keyB: p.keyB}
+	f := &routerFakes{keyB: p.keyB, keyBWhole: p.wantBody}
 	opts := []hostsim.Option{hostsim.WithPluginConfiguration(policy), hostsim.WithUpstream(f.upstream),
 		hostsim.WithCalloutHandler(f.callout), hostsim.WithCluster("fake-openai", "fake-openrouter", "fake-anthropic")}
 	if via == "router" {
 		opts = append(opts, hostsim.WithUpstreamFilter(rootid.Upstream, policy))
-		opts = append(opts, routerRetries(2)...) // the demo's openai provider: two connections
+		// The demo sets no failover.maxAttempts: the generator's num_retries is the default's.
+		opts = append(opts, routerRetries(policies.FailoverMaxAttempts)...)
 	}
 	host := hostsimtest.New(tb, hostsimtest.ReadModule(tb, module), opts...)
 	if host.StartPlugin() != types.OnPluginStartStatusOK {
