@@ -62,6 +62,10 @@
 //     through, or let the router answer (URX, UO) — with the cluster's max_retries breaker,
 //     the attempt count and the retry buffer limit. The exchanges ask it (tries.go; see
 //     "Router retries and upstream filters" below).
+//   - internal/envoy/route: the route's cluster specifier (cluster_header, the matcher
+//     cluster specifier plugin over a request header or filter state), the per-request
+//     pick and its refresh before a retry (HeaderClusterSpecifierPlugin::route,
+//     MatcherRouteEntry::refreshRouteCluster). See "Route cluster" below.
 //   - internal/envoy/connmgr: the connection manager's stream idle timer (ActiveStream::
 //     resetIdleTimer, onIdleTimeout) and its 408/504 "stream timeout".
 //   - internal/envoy/callout: what proxy_http_call accepts and sends (Context::httpCall),
@@ -125,7 +129,12 @@
 //     envoyproxy/envoy#42607 (WithRouteBufferLimitAtRouter), once the request headers reach
 //     the router.
 //     Maps and buffers are reachable only in their phase (BadArgument elsewhere, read-only in
-//     on_log with NotFound for a missing map); proxy_continue_stream clears them. continue,
+//     on_log with NotFound for a missing map); proxy_continue_stream clears them. The request
+//     headers go once the filter continues them (context.cc Context::decodeHeaders sets
+//     request_headers_ to nullptr on Continue; getMap and getConstMap then answer nullptr,
+//     and addHeaderMapValue, replaceHeaderMapValue, removeHeaderMapValue, setHeaderMapPairs
+//     and getHeaderMapValue BadArgument), for the downstream filter and an upstream filter
+//     alike: a request-header write from on_response_* is BadArgument. continue,
 //     close and local replies are deferred until the callback returns; a local reply forces
 //     stop. A close resets the stream before what its callback let through goes on (what
 //     earlier callbacks let through has reached the client) and sets the details
@@ -176,8 +185,9 @@
 // FAIL_RELOAD has no backoff; guest stdout/stderr are logged line by line (cpp-host logs each
 // fd_write as it comes); a buffered upstream (WithUpstream) is called once the whole request
 // has passed the filter (a streaming one, WithStreamingUpstream, as soon as the headers did,
-// like Envoy's router); no hedging or shadowing; one cluster (one route, one retry policy,
-// one max_retries breaker per Host).
+// like Envoy's router); no hedging or shadowing; one route (one retry policy, one
+// max_retries breaker per Host), whose cluster the upstream function picks unless
+// WithRouteCluster models the route's cluster specifier.
 //
 // # Differences from the SDK's proxytest
 //
@@ -325,6 +335,56 @@
 //     upstream.request_attempt_count is the try's number (the router sets the attempt count
 //     before each try), as an 8-byte little-endian integer like the other integer attributes
 //     (its CEL type is inferred from expr/context.h's name only).
+//
+// # Route cluster and cross-cluster retries
+//
+// WithRouteCluster gives the route a cluster specifier (RouteCluster: cluster_header, or
+// the matcher cluster specifier plugin with one exact_match_map over a request header or a
+// filter-state key, and on_no_match); each try's UpstreamRequest.Cluster (UpstreamCall.
+// Cluster) is its cluster. Modelled from Envoy's source:
+//
+//   - The first pick: the connection manager matches the route on the client's request
+//     headers before any filter runs (ActiveStream::decodeHeaders → refreshCachedRoute), and
+//     the router uses that route unless a filter cleared the route cache: a downstream Wasm
+//     filter's request-header write (add, replace, remove, set pairs: context.cc
+//     addHeaderMapValue and the others call onHeadersModified, which clears the route
+//     cache; its body in context.h was not re-read for this model, nor whether ABI 0.1.0
+//     differs) or clear_route_cache (foreign.cc). Then the router resolves it again on the
+//     headers and filter state as they are when the headers reach it. Filter state alone
+//     does not re-route. An upstream filter clears nothing (its callbacks have no
+//     downstream callbacks).
+//   - cluster_header: the header's first value (HeaderClusterSpecifierPlugin::route), held
+//     in a DynamicRouteEntry whose name never changes. The matcher: MatcherRouteEntry
+//     starts without a cluster and evaluates the tree (MatcherRouteEntry::
+//     refreshRouteCluster); the request-header input joins a header's values with ","
+//     (HttpHeadersDataInputBase::get), the filter-state input reads the object's
+//     serializeAsString (FilterStateInput), and proxy_set_property(["name"], v) is key
+//     "wasm.name" holding the raw v (Context::setProperty, CelState). No match keeps the
+//     cluster, so a first pick without a match has none.
+//   - A cluster is known when declared with WithCluster (the cluster manager's clusters,
+//     the same list proxy_http_call checks), or, when none is declared, any non-empty
+//     name. An unknown first pick is the router's 503 NC cluster_not_found
+//     (Filter::decodeHeaders).
+//   - RetryPolicy.RefreshClusterOnRetry (refresh_cluster_on_retry, Envoy ≥ 1.39,
+//     envoyproxy/envoy#44719): Filter::doRetry refreshes the route's cluster
+//     (downstreamCallbacks()->refreshRouteCluster()) on the router's request headers and the
+//     downstream stream info's filter state, which the first try's upstream filter may have
+//     written at its response; then the retry looks the cluster up, and a missing one is
+//     sendNoHealthyUpstreamResponse (503 "no healthy upstream", UH), the request's end. The
+//     order — the attempt count set on the stream info, the refresh, the lookup, then
+//     x-envoy-attempt-count written into the headers, so a matcher on that header sees the
+//     previous try's count — is the pre-1.39 doRetry's (attempt count, cluster lookup,
+//     attempt header) with the refresh placed as PR #44719's review shows it; the merged
+//     1.39 doRetry was not read, nor what it does for a missing cluster beyond the older
+//     lookup's answer (a flag or stat of its own is not modelled). Without the flag, and
+//     with cluster_header, every try goes to the first pick's cluster.
+//   - What the retry keeps from the first cluster: the retry state and its max_retries
+//     breaker (one per Host here; Envoy creates retry_state_ on the first cluster in
+//     decodeHeaders, and whether 1.39 rebuilds it on a refresh was not verified), the
+//     transport socket options and auto_sni (not modelled: no TLS). The body is a fresh copy
+//     per try as for every retry. Every cluster runs the same upstream filter
+//     (WithUpstreamFilter): per-cluster http_filters and plugin configurations are not
+//     modelled, nor xds.cluster_name for the try.
 //
 // Not modelled: hedging, retry host predicates and priorities (every try goes to the same
 // upstream function), rate_limited_retry_back_off, auto_host_rewrite's per-try :authority,

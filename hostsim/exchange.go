@@ -8,9 +8,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/connmgr"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/retry"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/route"
 )
 
 // Request is a whole downstream request for StartHTTP and RunHTTP.
@@ -33,7 +35,10 @@ type Request struct {
 // upstream filter (WithUpstreamFilter) if there is one.
 type UpstreamRequest struct {
 	// Attempt is the try's number, 1 for the first (the router's attempt count).
-	Attempt           uint32
+	Attempt uint32
+	// Cluster is the try's cluster, the route's pick (WithRouteCluster; refreshed before a
+	// retry with RetryPolicy.RefreshClusterOnRetry); empty without WithRouteCluster.
+	Cluster           string
 	Headers, Trailers [][2]string
 	// Body is the whole body (not kept for a StartStream exchange with a streaming upstream,
 	// which reads it as it passes).
@@ -182,6 +187,11 @@ type Exchange struct {
 	waiting     bool     // a retry's back-off is running: no try in flight
 	respStarted bool     // a try's response went downstream (downstream_response_started_)
 	tries       []*upTry // every try, in order
+	// routeEntry is the request's route entry's cluster pick (WithRouteCluster; nil:
+	// none); clientHeaders the request headers as the client sent them, which the
+	// connection manager matched the route on.
+	routeEntry    *route.Entry
+	clientHeaders [][2]string
 	*upTry
 
 	// The client side.
@@ -245,6 +255,7 @@ func (vm *VM) StartHTTPContext(ctx context.Context, req *Request) (*Exchange, er
 		ex.reqDelays, ex.reqTrailers = req.ChunkDelays, req.Trailers
 		eos := len(ex.reqChunks) == 0 && req.Trailers == nil
 		ex.fromClient(eos)
+		ex.clientHeaders = abi.ClonePairs(req.Headers)
 		_, err := s.OnHeaders(&s.Req, req.Headers, eos)
 		ex.note(err)
 		ex.feedRequest()
@@ -274,6 +285,7 @@ func (vm *VM) StartStream(ctx context.Context, headers [][2]string, endOfStream 
 	n := len(ex.errs)
 	if s := ex.s; s.Final == nil {
 		ex.fromClient(endOfStream)
+		ex.clientHeaders = abi.ClonePairs(headers)
 		_, err := s.OnHeaders(&s.Req, headers, endOfStream)
 		ex.note(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/callout"
+	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/route"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/stream"
 	"github.com/spillwayproxy/spillway/hostsim/internal/hostcalls"
 	"github.com/spillwayproxy/spillway/hostsim/internal/metrics"
@@ -50,6 +51,8 @@ type Host struct {
 	rr atomic.Uint64 // RunHTTP round-robin
 
 	retries *retrySetup // the route's retry policy and the cluster's breaker (nil: none)
+	// routeSpec is the route's cluster specifier (WithRouteCluster; nil: none).
+	routeSpec *route.Specifier
 
 	loop *sched.Loop[event] // ticks, callouts, queue notifications, exchanges' timers
 }
@@ -79,8 +82,14 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
+	var spec *route.Specifier
+	if rc := cfg.routeCluster; rc != nil {
+		if spec, err = rc.specifier(); err != nil {
+			return nil, err
+		}
+	}
 	h := &Host{cfg: cfg, rt: cfg.runtime, clock: cfg.clock, realtime: cfg.realtime,
-		metrics: metrics.NewStore(), retries: retries}
+		metrics: metrics.NewStore(), retries: retries, routeSpec: spec}
 	h.loop = sched.New(h.dispatch)
 	if h.clock == nil {
 		h.clock = manualclock.New(VirtualStart())

@@ -59,6 +59,8 @@ type config struct {
 	upstreamFilter *upstreamFilter
 	// upstreamNoStopIteration: the upstream filter lacks allow_on_headers_stop_iteration.
 	upstreamNoStopIteration bool
+	// routeCluster is the route's cluster specifier (WithRouteCluster; nil: none).
+	routeCluster *RouteCluster
 }
 
 // upstreamFilter is the second plugin on the module's VMs: the upstream HTTP filter.

@@ -49,6 +49,11 @@ type RetryPolicy struct {
 	// IncludeAttemptCountInResponse is include_attempt_count_in_response: the router sets
 	// x-envoy-attempt-count on the response it sends downstream.
 	IncludeAttemptCountInResponse bool
+	// RefreshClusterOnRetry is refresh_cluster_on_retry (Envoy ≥ 1.39,
+	// envoyproxy/envoy#44719): before each retry the router refreshes the route's cluster
+	// (WithRouteCluster): a matcher re-evaluates on the current request headers and filter
+	// state, so the retry may go to another cluster; cluster_header never changes.
+	RefreshClusterOnRetry bool
 }
 
 // RetryHeaderMatcher is a header matcher of a retry policy (envoy.config.route.v3.
@@ -152,6 +157,8 @@ type retrySetup struct {
 	policy  retry.Policy
 	breaker *retry.Breaker
 	rnd     RetryRandom
+	// refreshCluster is RetryPolicy.RefreshClusterOnRetry.
+	refreshCluster bool
 }
 
 func newRetrySetup(c *config) (*retrySetup, error) {
@@ -173,5 +180,6 @@ func newRetrySetup(c *config) (*retrySetup, error) {
 	if c.retryRandom != nil {
 		rnd = c.retryRandom
 	}
-	return &retrySetup{policy: p, breaker: retry.NewBreaker(max), rnd: &lockedRandom{r: rnd}}, nil
+	return &retrySetup{policy: p, breaker: retry.NewBreaker(max), rnd: &lockedRandom{r: rnd},
+		refreshCluster: c.retryPolicy.RefreshClusterOnRetry}, nil
 }

@@ -126,6 +126,9 @@ func (ex *Exchange) stepRequest() {
 	}
 	if !ex.routed {
 		ex.routed = true
+		if !ex.pickCluster() {
+			return
+		}
 		if resolve := h.cfg.routeResolver; resolve != nil {
 			if err := resolve(abi.ClonePairs(d.Headers)); err != nil {
 				ex.up.Failed(err)

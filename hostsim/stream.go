@@ -233,7 +233,16 @@ func (vm *VM) headerMap(t abi.MapType, mutable bool) (*[][2]string, Status) {
 	if fr.stream == nil {
 		return nil, abi.StatusBadArgument
 	}
-	return fr.stream.HeaderMap(t, mutable)
+	m, st := fr.stream.HeaderMap(t, mutable)
+	if st == StatusOK && mutable && t == abi.MapRequestHeaders && fr.stream.try == nil {
+		// A request-header write clears the route cache (Context::onHeadersModified →
+		// downstreamCallbacks()->clearRouteCache(); its body in context.h was not re-read
+		// for this model). Counted when the map is granted, so a write that then fails on
+		// guest memory counts too. An upstream filter's write clears nothing (its
+		// callbacks have no downstream callbacks).
+		fr.stream.RouteCacheClears++
+	}
+	return m, st
 }
 
 // bufferRW returns the buffer of type t visible in the running callback; mutable reports

@@ -27,8 +27,10 @@ import (
 // upTry is one try of an exchange's request (VM locked).
 type upTry struct {
 	ex *Exchange
-	n  uint32      // the attempt count (1 for the first try)
-	u  *httpStream // the upstream filter's stream (nil: no upstream filter)
+	n  uint32 // the attempt count (1 for the first try)
+	// cluster is the try's cluster (WithRouteCluster; "": none configured).
+	cluster string
+	u       *httpStream // the upstream filter's stream (nil: no upstream filter)
 
 	upReq     *UpstreamRequest // what reached the upstream (nil until the headers did)
 	upStarted bool             // the upstream was called
@@ -76,6 +78,9 @@ func (ex *Exchange) newTry() *upTry {
 func (ex *Exchange) startTry(t *upTry) {
 	h, s := ex.vm.host, ex.s
 	ex.upTry = t
+	if e := ex.routeEntry; e != nil {
+		t.cluster = e.Cluster()
+	}
 	if rs := h.retries; rs != nil && rs.policy.IncludeAttemptCountInRequest {
 		s.Req.Headers = abi.SetHeader(s.Req.Headers, retry.HeaderAttemptCount, strconv.FormatUint(uint64(t.n), 10))
 	}
@@ -148,10 +153,10 @@ func (ex *Exchange) tryTrailers(t *upTry, trailers [][2]string) {
 // opened now, a buffered one once the try's whole request went (tryOutEnd).
 func (ex *Exchange) tryOutHeaders(t *upTry, hdrs [][2]string) {
 	h := ex.vm.host
-	t.upReq = &UpstreamRequest{Attempt: t.n, Headers: hdrs}
+	t.upReq = &UpstreamRequest{Attempt: t.n, Cluster: t.cluster, Headers: hdrs}
 	if h.cfg.streamUpstream != nil && !t.upStarted {
 		t.upStarted = true
-		t.call = &UpstreamCall{ex: ex, t: t, ctx: t.upCtx, headers: abi.ClonePairs(hdrs)}
+		t.call = &UpstreamCall{ex: ex, t: t, ctx: t.upCtx, headers: abi.ClonePairs(hdrs), cluster: t.cluster}
 		t.up.Activity()
 		go h.cfg.streamUpstream(t.call)
 	}
@@ -318,7 +323,11 @@ func (ex *Exchange) retryAfter(t *upTry, d retry.Decision) {
 		if err := ex.retry.StartRetry(); err != nil {
 			return fmt.Errorf("hostsim: router: %w", err)
 		}
-		ex.startTry(ex.newTry())
+		next := ex.newTry() // the attempt count is set on the stream info
+		if !ex.refreshCluster(next) {
+			return nil
+		}
+		ex.startTry(next)
 		return nil
 	})
 }

@@ -23,6 +23,7 @@ type UpstreamCall struct {
 	t       *upTry // the try it serves
 	ctx     context.Context
 	headers [][2]string
+	cluster string
 
 	body      router.RequestBody // guarded by the VM's lock
 	responded bool
@@ -34,6 +35,10 @@ func (c *UpstreamCall) Context() context.Context { return c.ctx }
 
 // Headers are the request headers as they passed the filter (what the router routes on).
 func (c *UpstreamCall) Headers() [][2]string { return c.headers }
+
+// Cluster is the try's cluster (see UpstreamRequest.Cluster); empty without
+// WithRouteCluster.
+func (c *UpstreamCall) Cluster() string { return c.cluster }
 
 // Body reads the request body as it passes the filter: io.EOF at its end, an error wrapping
 // ErrUpstreamGone if the exchange gives up first.

@@ -148,7 +148,8 @@ type Stream struct {
 	HasDetails bool
 	// FilterState is what the plugin stored with proxy_set_property.
 	FilterState map[string][]byte
-	// RouteCacheClears counts clear_route_cache foreign calls.
+	// RouteCacheClears counts the clears of the route cache: clear_route_cache foreign calls
+	// and, on a downstream stream, request-header writes (Context::onHeadersModified).
 	RouteCacheClears int
 
 	deferred []deferredOp
