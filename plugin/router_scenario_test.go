@@ -8,9 +8,13 @@ package main
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/filter"
 
 	"github.com/spillwayproxy/spillway/hostsim"
 	"github.com/spillwayproxy/spillway/internal/retrymarker"
@@ -458,6 +462,108 @@ func TestScenarioEnvoysOwnReplyIsNoMissingUpstreamFilter(t *testing.T) {
 		if strings.Contains(l, "no upstream instance saw a try") {
 			t.Errorf("critical log for Envoy's own reply: %s", l)
 		}
+	}
+	w.noStreamsLeft()
+}
+
+// crossPolicy fails over through the router to any cluster (failover.crossCluster, Envoy ≥
+// 1.39): key A, then the backup gateway (another cluster, model openai/gpt-4o), then key B.
+const crossPolicy = `
+providers:
+  - id: openai
+    api: openai
+    cluster: openai
+    authority: api.openai.com
+    connections:
+      - {id: key-a, credential: {header: authorization, value: "Bearer sk-a"}}
+      - {id: key-b, credential: {header: authorization, value: "Bearer sk-b"}}
+  - id: backup
+    api: openai
+    cluster: backup
+    connections:
+      - {id: backup-a, credential: {header: x-api-key, value: "sk-backup"}}
+routes:
+  - model: gpt-4o
+    targets:
+      - {provider: openai, connection: key-a}
+      - {provider: backup, model: openai/gpt-4o}
+      - {provider: openai, connection: key-b}
+resilience:
+  failover: {via: router, crossCluster: true}
+`
+
+// newCrossWorld runs policyYAML with the route the Envoy generator writes for crossCluster:
+// the matcher specifier on the filter's filter state, refreshed before each retry.
+func newCrossWorld(t *testing.T, policyYAML string) *world {
+	t.Helper()
+	config, err := policyfile.ToJSON([]byte(policyYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newWorld(t, policyYAML, 1,
+		hostsim.WithUpstreamFilter(rootid.Upstream, config),
+		hostsim.WithRouteCluster(hostsim.RouteCluster{Matcher: &hostsim.ClusterMatcher{
+			FilterState: "wasm." + filter.TargetProperty,
+			Clusters:    map[string]string{"openai": "openai", "backup": "backup", "anthropic": "anthropic"},
+		}}),
+		hostsim.WithRetryPolicy(hostsim.RetryPolicy{
+			RetryOn:               "retriable-headers",
+			NumRetries:            hostsim.RetryCount(2),
+			RetriableHeaders:      []hostsim.RetryHeaderMatcher{{Name: retrymarker.Header, Kind: hostsim.RetryHeaderPresent}},
+			BaseInterval:          time.Millisecond,
+			MaxInterval:           10 * time.Millisecond,
+			RefreshClusterOnRetry: true,
+		}),
+		hostsim.WithMaxRetries(1024))
+}
+
+// TestScenarioACrossProviderFallbackStreamsWithCrossCluster: the issue's third proof. Key
+// A answers 429, the backup gateway (another cluster) 503, key B streams: every failover is
+// a router retry, each try reaches its own cluster with its own credential and a body for
+// its own model with an exact content-length, and key B's stream flows.
+func TestScenarioACrossProviderFallbackStreamsWithCrossCluster(t *testing.T) {
+	w := newCrossWorld(t, crossPolicy)
+	w.fakes.set("sk-a", slowRateLimit)
+	w.fakes.set("sk-backup", func(upstreamCall) *hostsim.UpstreamResponse {
+		r := jsonError(503, `{"error":{"message":"overloaded","type":"server_error"}}`)
+		r.Delay = 50 * time.Millisecond
+		return r
+	})
+	w.fakes.set("sk-b", slowStream)
+	resp := w.run(0, streamReq("gpt-4o"))
+	expect(t, "stream", resp, 200, "openai/key-b/gpt-4o/3")
+	if want := chatRoleEvent + chatContentEvent + chatDoneEvent; string(resp.Body) != want {
+		t.Fatalf("client got %q", resp.Body)
+	}
+	var got []string
+	for _, c := range w.fakes.received() {
+		cl := header(c.headers, "content-length")
+		got = append(got, fmt.Sprintf("%s %s %s callout=%v length-exact=%v", c.cluster, c.credential, c.model, c.viaCallout,
+			cl == strconv.Itoa(len(c.body))))
+	}
+	want := []string{
+		"openai sk-a gpt-4o callout=false length-exact=true",
+		"backup sk-backup openai/gpt-4o callout=false length-exact=true",
+		"openai sk-b gpt-4o callout=false length-exact=true",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the providers received:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for _, c := range w.fakes.received() {
+		if c.cluster == "backup" && header(c.headers, "authorization") != "" {
+			t.Errorf("the backup gateway got key A's authorization header: %v", c.headers)
+		}
+		if c.cluster == "openai" && header(c.headers, "x-api-key") != "" {
+			t.Errorf("OpenAI got the backup gateway's x-api-key: %v", c.headers)
+		}
+	}
+	first, _ := resp.TimeToFirstData()
+	ownFirst := 300*time.Millisecond + 2*200*time.Millisecond
+	if lag := first - keyADelay - 50*time.Millisecond - ownFirst; lag < 0 || lag > 20*time.Millisecond {
+		t.Fatalf("first event after %v: %v past the failed tries' times plus key B's own", first, lag)
+	}
+	if n := w.metric("spillway_router_retries_total"); n != 2 {
+		t.Errorf("router retries %d, want 2", n)
 	}
 	w.noStreamsLeft()
 }

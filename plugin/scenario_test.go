@@ -181,7 +181,10 @@ func newWorld(t *testing.T, policyYAML string, workers int, opts ...hostsim.Opti
 	upstream := func(_ context.Context, req *hostsim.UpstreamRequest) (*hostsim.UpstreamResponse, error) {
 		// The route's cluster_header: the cluster the filter named (Envoy answers 404 NR
 		// when the header is missing).
-		cluster := header(req.Headers, "x-spillway-cluster")
+		cluster := req.Cluster // the route's pick, when the world models one (WithRouteCluster)
+		if cluster == "" {
+			cluster = header(req.Headers, "x-spillway-cluster")
+		}
 		if cluster == "" {
 			return jsonError(404, `{"error":"no route"}`), nil
 		}

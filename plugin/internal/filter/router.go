@@ -58,11 +58,19 @@ import (
 //     and released marked or not. The held try's first-event bound and the detector for an
 //     upstream filter without allow_on_headers_stop_iteration run on the downstream
 //     instance's tick (heldTryTick), which makes the try's context effective to let it go.
-//   - A retry to another cluster: not before Envoy 1.39, where the route's cluster_header is
-//     resolved once per request (HeaderClusterSpecifierPlugin's DynamicRouteEntry keeps its
-//     cluster name) and Filter::doRetry reuses the route entry's cluster; 1.39's
-//     RetryPolicy.refresh_cluster_on_retry re-runs a matcher cluster specifier instead, which
-//     this filter does not use yet.
+//   - A retry to another cluster (failover.crossCluster, Envoy ≥ 1.39): the route's
+//     cluster_header is resolved once per request (HeaderClusterSpecifierPlugin's
+//     DynamicRouteEntry keeps its cluster name) and Filter::doRetry reuses it, so the route
+//     picks its cluster with the matcher cluster specifier on the filter state
+//     TargetProperty instead, and RetryPolicy.refresh_cluster_on_retry has doRetry re-run it
+//     before each retry (MatcherRouteEntry::refreshRouteCluster). The downstream instance
+//     names the first try's cluster there (its header edits clear the route cache, so the
+//     router resolves the route after it); a failed try names its retry's cluster before it
+//     is marked (proxy_set_property works from a response callback, where the request
+//     headers no longer can be written: context.cc Context::decodeHeaders drops them). A try
+//     for another model holds its request headers and rewrites its own copy of the body
+//     (rewriteTryBody). Without crossCluster a retry reaches only targets on the current
+//     try's cluster with the replayed body's model.
 //   - A marked try the router does not retry after all (its retries or its retry budget
 //     spent, the body over the retry buffer) reaches the downstream instance with the
 //     target taken for the retry unused: its slots are given back unrecorded, and the
