@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+	"github.com/tidwall/sjson"
 
 	"github.com/spillwayproxy/spillway/hostsim"
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
@@ -141,6 +142,12 @@ func scenarios(t *testing.T) []scenario {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The demo failing over through the router (the link is written to filter state; no
+	// upstream filter runs here, so the request fails over by callout).
+	router, err := sjson.SetBytes(demo, "resilience.failover.via", "router")
+	if err != nil {
+		t.Fatal(err)
+	}
 	body := `{"model":"gpt-4o","stream":false,"messages":[{"role":"user","content":"héllo, 世界"}]}`
 	return append([]scenario{
 		{name: "chat completion passes through with spillway headers", config: demo, run: func(r *recorder) {
@@ -169,6 +176,22 @@ func scenarios(t *testing.T) []scenario {
 			chatRequest(r, "/v1/chat/completions")
 		}},
 		{name: "a 429 fails over with a callout", config: demo, run: func(r *recorder) {
+			id := r.e.InitializeHttpContext()
+			hs := [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "spillway.local"},
+				{"content-type", "application/json"}}
+			r.act("request headers", r.e.CallOnRequestHeaders(id, hs, false))
+			r.act("request body", r.e.CallOnRequestBody(id, []byte(body), true))
+			r.act("response headers", r.e.CallOnResponseHeaders(id, [][2]string{{":status", "429"},
+				{"retry-after", "30"}, {"content-type", "application/json"}}, false))
+			r.act("response body", r.e.CallOnResponseBody(id, []byte(`{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}`), true))
+			for _, c := range r.callouts(id) {
+				r.obs.Actions = append(r.obs.Actions, fmt.Sprintf("callout to %s: %q %s", c.upstream, calloutHeaders(c.headers), c.body))
+				r.e.CallOnHttpCallResponse(c.id, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, nil, []byte(`{"id":"b"}`))
+			}
+			r.snapshot(id)
+			r.e.CompleteHttpContext(id)
+		}},
+		{name: "router mode without an upstream filter fails over by callout", config: router, run: func(r *recorder) {
 			id := r.e.InitializeHttpContext()
 			hs := [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "spillway.local"},
 				{"content-type", "application/json"}}
@@ -220,6 +243,11 @@ func TestDifferentialProxytestVersusHostsim(t *testing.T) {
 			// Native: the filter's Go code under proxytest.
 			native, reset := proxytest.NewHostEmulator(proxytest.NewEmulatorOption().
 				WithVMContext(filter.NewVMContext()).WithPluginConfiguration(sc.config))
+			// Envoy's response.code_details of an upstream's response, which hostsim answers
+			// for the responses a scenario hands the filter and proxytest knows nothing of.
+			if err := native.SetProperty([]string{"response", "code_details"}, []byte("via_upstream")); err != nil {
+				t.Fatal(err)
+			}
 			nativeLogs := map[string]func() []string{"debug": native.GetDebugLogs, "info": native.GetInfoLogs,
 				"warn": native.GetWarnLogs, "error": native.GetErrorLogs, "critical": native.GetCriticalLogs}
 			want := observe(sc, native, func(id uint32) string {
