@@ -342,6 +342,11 @@ func TestPauseHoldsAStreamUntilReleased(t *testing.T) {
 			resp := rawStream(t, s, "/v1/chat/completions", streamChat, nil)
 			r := bufio.NewReader(resp.Body)
 			readEvents(t, r, tt.before)
+			// A part is noted just after it is flushed: at most tt.sent now, then exactly.
+			if n := len(p.Requests()[0].Sent); n > tt.sent {
+				t.Fatalf("the fake sent %d parts while paused, want %d", n, tt.sent)
+			}
+			waitFor(t, func() bool { return len(p.Requests()[0].Sent) >= tt.sent })
 			if n := len(p.Requests()[0].Sent); n != tt.sent {
 				t.Fatalf("the fake sent %d parts while paused, want %d", n, tt.sent)
 			}
