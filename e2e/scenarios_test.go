@@ -33,6 +33,10 @@ var scenarios = []scenario{
 	{"a client disconnect gives its slot back", testClientDisconnect},
 	{"openai-go and anthropic-sdk-go, JSON and streaming, first key rate-limited", testSDKs},
 	{"the SDKs' own retry honours the proxy's Retry-After", testSDKRetryAfter},
+	{"router failover: a 429 fails over as the router's retry and streams; the callout path buffers", testRouterFailoverStreams},
+	{"router failover with held tries: an error event first fails over and streams", testRouterHeldTryErrorEvent},
+	{"router failover to another provider by callout, every try counted once", testRouterCrossProviderFallback},
+	{"router failover: a client gone mid-failover leaks no slot", testRouterClientGoneMidFailover},
 }
 
 // runScenarios runs every scenario as a parallel subtest on start: each waits on its own

@@ -116,6 +116,13 @@ type Fault struct {
 	// provider answering, so the provider has counted the request out before the answer
 	// ends (a client that gives up instead is counted out whenever the fake notices).
 	Until <-chan struct{}
+	// Pause, when set, stops a "stream": true answer after AfterEvents content events
+	// (its headers and preamble sent, each event flushed) until the channel is closed; the
+	// stream then goes on as the rest of the fault says. A client that goes away first
+	// gets nothing more. Only a script can set it: a test sees the first events reach its
+	// client while the provider provably holds the rest (a proof of streaming by order,
+	// not by timing).
+	Pause <-chan struct{}
 	// Reset resets the connection (TCP RST) instead of answering.
 	Reset bool
 	// Stream is how a "stream": true answer goes wrong.

@@ -100,7 +100,7 @@ func (c *call) stream(st streamer, text string) {
 		return
 	}
 	if f.Stream == StreamError && f.AfterEvents == 0 {
-		if c.wait(pace.First) {
+		if c.waitFor(f.Pause) && c.wait(pace.First) {
 			_ = st.fail(sw, f)
 		}
 		return
@@ -110,6 +110,9 @@ func (c *call) stream(st streamer, text string) {
 	}
 	pieces := words(text)
 	for i, piece := range pieces {
+		if i == f.AfterEvents && !c.waitFor(f.Pause) {
+			return
+		}
 		if f.Stream != StreamOK && i == f.AfterEvents {
 			c.streamFault(st, sw, f)
 			return
@@ -121,6 +124,9 @@ func (c *call) stream(st streamer, text string) {
 		if !c.wait(gap) || st.delta(sw, piece) != nil {
 			return
 		}
+	}
+	if f.AfterEvents >= len(pieces) && !c.waitFor(f.Pause) {
+		return
 	}
 	if f.Stream != StreamOK {
 		c.streamFault(st, sw, f)

@@ -309,3 +309,76 @@ func TestHeaderFaultsForOneKey(t *testing.T) {
 		t.Fatalf("key b: %d, want 503", status)
 	}
 }
+
+// A scripted Pause stops a stream after AfterEvents content events until the test closes
+// it: the client reads those events while the fake has sent nothing more (Sent is the
+// headers, the role chunk and those events), and after the release the stream goes on as
+// the fault says. A client that goes away during the pause is counted out.
+func TestPauseHoldsAStreamUntilReleased(t *testing.T) {
+	tests := []struct {
+		name   string
+		fault  Fault  // scripted, Pause set by the test
+		before int    // events the client reads before the release
+		sent   int    // parts the fake has sent meanwhile (its headers included)
+		last   string // what the stream's last event says after the release
+	}{
+		// A normal stream held after its first content: the rest, then [DONE].
+		{"after the first content", Fault{AfterEvents: 1}, 2, 3, "data: [DONE]"},
+		// Held before any content: only the role chunk goes first.
+		{"before any content", Fault{}, 1, 2, "data: [DONE]"},
+		// An error-mid stream held at its fault: the error event comes after the release.
+		{"at an error event", Fault{Scenario: ScenarioErrorMid, AfterEvents: 2}, 3, 4, `"error"`},
+		// An error first: only the headers go before the release, then the error event.
+		{"before an error first", Fault{Scenario: ScenarioErrorFirst}, 0, 1, `"error"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := mustNew(t, OpenAI)
+			s := serve(t, p)
+			release := make(chan struct{})
+			f := tt.fault
+			f.Pause = release
+			p.ScriptFor("k", f)
+			resp := rawStream(t, s, "/v1/chat/completions", streamChat, nil)
+			r := bufio.NewReader(resp.Body)
+			readEvents(t, r, tt.before)
+			// A part is noted just after it is flushed: at most tt.sent now, then exactly.
+			if n := len(p.Requests()[0].Sent); n > tt.sent {
+				t.Fatalf("the fake sent %d parts while paused, want %d", n, tt.sent)
+			}
+			waitFor(t, func() bool { return len(p.Requests()[0].Sent) >= tt.sent })
+			if n := len(p.Requests()[0].Sent); n != tt.sent {
+				t.Fatalf("the fake sent %d parts while paused, want %d", n, tt.sent)
+			}
+			close(release)
+			rest, err := io.ReadAll(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			events := strings.Split(strings.TrimSpace(string(rest)), "\n\n")
+			if last := events[len(events)-1]; !strings.Contains(last, tt.last) {
+				t.Errorf("last event %q, want %q", last, tt.last)
+			}
+		})
+	}
+
+	t.Run("the client goes away during the pause", func(t *testing.T) {
+		p := mustNew(t, OpenAI)
+		s := serve(t, p)
+		p.ScriptFor("k", Fault{AfterEvents: 1, Pause: make(chan struct{})}) // never released
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/v1/chat/completions", strings.NewReader(streamChat))
+		req.Header.Set("Authorization", "Bearer k")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readEvents(t, bufio.NewReader(resp.Body), 2)
+		if st := p.StatsFor("k"); st.InFlight != 1 {
+			t.Fatalf("in flight %d while paused, want 1", st.InFlight)
+		}
+		cancel()
+		resp.Body.Close()
+		waitFor(t, func() bool { return p.StatsFor("k").InFlight == 0 })
+	})
+}

@@ -50,3 +50,43 @@ admin: {token: "${SPILLWAY_ADMIN_TOKEN}"}
 		t.Errorf("a fake's cluster has TLS:\n%s", yaml)
 	}
 }
+
+// A router-mode policy (resilience.failover.via: router) renders, through the same
+// package envoy call, with the module as the upstream HTTP filter on every fake's
+// cluster (before the upstream codec), the routed route's retry policy on the marker
+// header alone, and the clusters' raised max_retries: what the router scenarios need from
+// a real Envoy, checked here where none runs.
+func TestRenderBootstrapRouterFailover(t *testing.T) {
+	policy := `
+providers:
+  - {id: openai, cluster: fake-openai, connections: [{id: a, credential: {header: authorization, value: "Bearer k"}}, {id: b, credential: {header: authorization, value: "Bearer l"}}]}
+  - {id: backup, cluster: fake-backup, connections: [{id: c, credential: {header: authorization, value: "Bearer m"}}]}
+routes:
+  - {model: gpt-4o, targets: [{provider: openai}, {provider: backup}]}
+resilience:
+  failover: {via: router, holdTries: true}
+`
+	_, p := loadPolicy(t, policy)
+	tg := &Target{Policy: p, Fakes: startFakes(t, p)}
+	yaml := string(renderBootstrap(t, tg, "/tmp/module.wasm", "127.0.0.1:10555", "127.0.0.1:10556"))
+	for w, n := range map[string]int{
+		"root_id: spillway.upstream":              len(tg.Fakes), // one upstream filter per cluster
+		"name: envoy.filters.http.upstream_codec": len(tg.Fakes),
+		"retry_on: retriable-headers":             1,
+		"- name: x-spillway-retry":                1, // the retriable header
+		"- x-spillway-retry":                      1, // response_headers_to_remove
+		"num_retries: 2":                          1,
+		"max_retries: 1024":                       len(tg.Fakes),
+		"allow_on_headers_stop_iteration: true":   1 + len(tg.Fakes),
+	} {
+		if got := strings.Count(yaml, w); got != n {
+			t.Errorf("the bootstrap has %q %d times, want %d", w, got, n)
+		}
+	}
+	if strings.Contains(yaml, "transport_socket") {
+		t.Errorf("a fake's cluster has TLS:\n%s", yaml)
+	}
+	if t.Failed() {
+		t.Logf("bootstrap:\n%s", yaml)
+	}
+}

@@ -3,6 +3,7 @@ package e2etest
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,9 +14,11 @@ import (
 type Stream struct {
 	Status int
 	Header http.Header
-	resp   *http.Response
-	r      *bufio.Reader
-	cancel context.CancelFunc
+	// HeadersAt is when the answer's headers arrived.
+	HeadersAt time.Time
+	resp      *http.Response
+	r         *bufio.Reader
+	cancel    context.CancelFunc
 }
 
 // Event is one SSE event as it reached the client.
@@ -31,11 +34,23 @@ type Event struct {
 // client going away). It is closed when the test ends.
 func OpenStream(t testing.TB, url, body string, header map[string]string) *Stream {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	s, err := DialStream(context.Background(), url, body, header)
+	if err != nil {
+		t.Fatalf("e2etest: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// DialStream is OpenStream for a goroutine of its own (a test that must look at the
+// fakes while the answer's headers have not come): it returns the error instead of
+// failing the test, and the caller closes the stream. Cancelling ctx goes away.
+func DialStream(ctx context.Context, url, body string, header map[string]string) (*Stream, error) {
+	ctx, cancel := context.WithCancel(ctx)
 	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
 	if err != nil {
 		cancel()
-		t.Fatalf("e2etest: %v", err)
+		return nil, fmt.Errorf("e2etest: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+ClientKey)
@@ -45,11 +60,10 @@ func OpenStream(t testing.TB, url, body string, header map[string]string) *Strea
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		cancel()
-		t.Fatalf("e2etest: POST %s: %v", url, err)
+		return nil, fmt.Errorf("e2etest: POST %s: %w", url, err)
 	}
-	s := &Stream{Status: resp.StatusCode, Header: resp.Header, resp: resp, r: bufio.NewReader(resp.Body), cancel: cancel}
-	t.Cleanup(s.Close)
-	return s
+	return &Stream{Status: resp.StatusCode, Header: resp.Header, HeadersAt: time.Now(), resp: resp,
+		r: bufio.NewReader(resp.Body), cancel: cancel}, nil
 }
 
 // Next reads the next event; the error is the body's end (io.EOF for a clean one) or
