@@ -40,7 +40,7 @@
 //     The Wasm filter's vm_config is the connection manager's, so Envoy runs both instances
 //     in one VM and they share its shared data; same plugin configuration, failure policy and
 //     allow_on_headers_stop_iteration. The upstream instance fails over on a try's status and
-//     headers: on a try that should fail over it adds the response header retrymarker.Header
+//     headers: on a try that should fail over it adds the response header routerretry.MarkerHeader
 //     (what it does per try is described in the plugin's docs). The codec must be last: Envoy
 //     refuses any other terminal upstream filter.
 //   - The routed route gets a retry policy that retries on that header alone (retry_on

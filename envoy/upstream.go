@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/spillwayproxy/spillway/internal/retrymarker"
+	"github.com/spillwayproxy/spillway/internal/routerretry"
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
@@ -53,7 +53,7 @@ func RouterRetryPolicy(res *policies.Resolved) *routev3.RetryPolicy {
 	return &routev3.RetryPolicy{
 		RetryOn: "retriable-headers",
 		RetriableHeaders: []*routev3.HeaderMatcher{{
-			Name:                 retrymarker.Header,
+			Name:                 routerretry.MarkerHeader,
 			HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true},
 		}},
 		NumRetries: wrapperspb.UInt32(envoylimits.RetryNumRetries(res)),
@@ -73,7 +73,7 @@ func RouterRetryPolicy(res *policies.Resolved) *routev3.RetryPolicy {
 func addRetries(routed *routev3.Route, res *policies.Resolved) {
 	routed.GetRoute().RetryPolicy = RouterRetryPolicy(res)
 	routed.RequestBodyBufferLimit = wrapperspb.UInt64(envoylimits.RetryBufferLimit(res))
-	routed.ResponseHeadersToRemove = append(routed.ResponseHeadersToRemove, retrymarker.Header)
+	routed.ResponseHeadersToRemove = append(routed.ResponseHeadersToRemove, routerretry.MarkerHeader)
 }
 
 // upstreamFilters is a provider cluster's upstream HTTP filter chain: Spillway's upstream
@@ -128,7 +128,7 @@ func addUpstreamFilter(c *clusterv3.Cluster, filters []*hcmv3.HttpFilter) error 
 // context.cc, Context::setProperty, under the "wasm." prefix).
 const (
 	CrossClusterSpecifier = "envoy.router.cluster_specifier_plugin.matcher"
-	FilterStateTargetKey  = "wasm.spillway_target"
+	FilterStateTargetKey  = routerretry.TargetFilterStateKey
 )
 
 // addCrossClusterRetries makes the routed route pick its cluster with a matcher on the

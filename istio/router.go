@@ -16,8 +16,8 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/spillwayproxy/spillway/envoy"
-	"github.com/spillwayproxy/spillway/internal/retrymarker"
 	"github.com/spillwayproxy/spillway/internal/rootid"
+	"github.com/spillwayproxy/spillway/internal/routerretry"
 	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
 
@@ -101,7 +101,7 @@ func (b *builder) routerPatches(providerHosts []string) ([]*networking.EnvoyFilt
 		RequestBodyBufferLimit: wrapperspb.UInt64(envoylimits.RetryBufferLimit(b.res)),
 		// The router decides on a try before it applies the route's response headers, so
 		// the marker never reaches a client (router.cc, Filter::onUpstreamHeaders).
-		ResponseHeadersToRemove: []string{retrymarker.Header},
+		ResponseHeadersToRemove: []string{routerretry.MarkerHeader},
 	})
 	if err != nil {
 		return nil, err

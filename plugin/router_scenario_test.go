@@ -14,11 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spillwayproxy/spillway/plugin/internal/filter"
-
 	"github.com/spillwayproxy/spillway/hostsim"
-	"github.com/spillwayproxy/spillway/internal/retrymarker"
 	"github.com/spillwayproxy/spillway/internal/rootid"
+	"github.com/spillwayproxy/spillway/internal/routerretry"
 	"github.com/spillwayproxy/spillway/plugin/stats"
 	"github.com/spillwayproxy/spillway/policies/policyfile"
 )
@@ -39,7 +37,7 @@ func routerRetries(maxAttempts uint32) []hostsim.Option {
 		hostsim.WithRetryPolicy(hostsim.RetryPolicy{
 			RetryOn:          "retriable-headers",
 			NumRetries:       hostsim.RetryCount(maxAttempts - 1),
-			RetriableHeaders: []hostsim.RetryHeaderMatcher{{Name: retrymarker.Header, Kind: hostsim.RetryHeaderPresent}},
+			RetriableHeaders: []hostsim.RetryHeaderMatcher{{Name: routerretry.MarkerHeader, Kind: hostsim.RetryHeaderPresent}},
 			BaseInterval:     time.Millisecond, MaxInterval: 10 * time.Millisecond,
 		}),
 		hostsim.WithMaxRetries(1024),
@@ -238,7 +236,7 @@ func TestScenarioAMarkedTryTheRouterDoesNotRetryFailsOverByCallout(t *testing.T)
 	if got := w.via(); got != "sk-a/router sk-b/callout" {
 		t.Fatalf("the providers received %s", got)
 	}
-	if header(resp.Headers, retrymarker.Header) != "" {
+	if header(resp.Headers, routerretry.MarkerHeader) != "" {
 		t.Fatal("the retry marker reached the client")
 	}
 	if n := w.metric("spillway_router_retries_total"); n != 0 {
@@ -503,13 +501,13 @@ func newCrossWorld(t *testing.T, policyYAML string) *world {
 	return newWorld(t, policyYAML, 1,
 		hostsim.WithUpstreamFilter(rootid.Upstream, config),
 		hostsim.WithRouteCluster(hostsim.RouteCluster{Matcher: &hostsim.ClusterMatcher{
-			FilterState: "wasm." + filter.TargetProperty,
+			FilterState: routerretry.TargetFilterStateKey,
 			Clusters:    map[string]string{"openai": "openai", "backup": "backup", "anthropic": "anthropic"},
 		}}),
 		hostsim.WithRetryPolicy(hostsim.RetryPolicy{
 			RetryOn:               "retriable-headers",
 			NumRetries:            hostsim.RetryCount(2),
-			RetriableHeaders:      []hostsim.RetryHeaderMatcher{{Name: retrymarker.Header, Kind: hostsim.RetryHeaderPresent}},
+			RetriableHeaders:      []hostsim.RetryHeaderMatcher{{Name: routerretry.MarkerHeader, Kind: hostsim.RetryHeaderPresent}},
 			BaseInterval:          time.Millisecond,
 			MaxInterval:           10 * time.Millisecond,
 			RefreshClusterOnRetry: true,

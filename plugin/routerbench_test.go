@@ -49,8 +49,8 @@ import (
 
 	"github.com/spillwayproxy/spillway/hostsim"
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
-	"github.com/spillwayproxy/spillway/internal/retrymarker"
 	"github.com/spillwayproxy/spillway/internal/rootid"
+	"github.com/spillwayproxy/spillway/internal/routerretry"
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/examples"
 )
@@ -201,7 +201,7 @@ func (s *routerSide) request(tb testing.TB, p routerBenchPath, m *benchMeter) {
 		tb.Fatalf("%s: %d %q, want 200 with key B's body", s.name, resp.StatusCode, resp.Body)
 	}
 	requireRouted(tb, s.benchSide, resp.Headers, "openai-b", "2")
-	if v := benchHeader(resp.Headers, retrymarker.Header); v != "" {
+	if v := benchHeader(resp.Headers, routerretry.MarkerHeader); v != "" {
 		tb.Fatalf("%s: the retry marker reached the client (%q)", s.name, v)
 	}
 	wantTries := []string{routerBenchKeyA}

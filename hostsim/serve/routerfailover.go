@@ -2,8 +2,8 @@ package serve
 
 import (
 	"github.com/spillwayproxy/spillway/hostsim"
-	"github.com/spillwayproxy/spillway/internal/retrymarker"
 	"github.com/spillwayproxy/spillway/internal/rootid"
+	"github.com/spillwayproxy/spillway/internal/routerretry"
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
@@ -30,6 +30,11 @@ type RouterFailover struct {
 	Retry hostsim.RetryPolicy
 	// MaxRetries is each cluster's max_retries circuit breaker.
 	MaxRetries uint32
+	// Cluster, under failover.crossCluster, is how the routed route picks its cluster: the
+	// matcher cluster specifier on the filter state the filter writes
+	// (routerretry.TargetFilterStateKey), refreshed before each retry
+	// (Retry.RefreshClusterOnRetry), instead of the cluster header. nil: the cluster header.
+	Cluster *hostsim.RouteCluster
 }
 
 // routerFailoverFor returns the router failover a policy asks for, nil when it fails over
@@ -39,14 +44,25 @@ func routerFailoverFor(res *policies.Resolved) *RouterFailover {
 		return nil
 	}
 	limit := envoylimits.RetryBufferLimit(res)
+	var cluster *hostsim.RouteCluster
+	if res.Failover.CrossCluster {
+		m := &hostsim.ClusterMatcher{FilterState: routerretry.TargetFilterStateKey, Clusters: map[string]string{}}
+		for i := range res.Providers {
+			m.Clusters[res.Providers[i].Cluster] = res.Providers[i].Cluster
+		}
+		cluster = &hostsim.RouteCluster{Matcher: m}
+	}
 	return &RouterFailover{
+		Cluster: cluster,
 		Retry: hostsim.RetryPolicy{
 			RetryOn:          "retriable-headers",
 			NumRetries:       hostsim.RetryCount(envoylimits.RetryNumRetries(res)),
-			RetriableHeaders: []hostsim.RetryHeaderMatcher{{Name: retrymarker.Header, Kind: hostsim.RetryHeaderPresent}},
+			RetriableHeaders: []hostsim.RetryHeaderMatcher{{Name: routerretry.MarkerHeader, Kind: hostsim.RetryHeaderPresent}},
 			BaseInterval:     envoylimits.RetryBackOffBase,
 			MaxInterval:      envoylimits.RetryBackOffMax,
 			BufferLimit:      &limit,
+			// refresh_cluster_on_retry, with the matcher (Envoy ≥ 1.39).
+			RefreshClusterOnRetry: cluster != nil,
 		},
 		MaxRetries: envoylimits.ClusterMaxRetries,
 	}
@@ -58,9 +74,13 @@ func (r *RouterFailover) options(pluginConfig []byte) []hostsim.Option {
 	if r == nil {
 		return nil
 	}
-	return []hostsim.Option{
+	opts := []hostsim.Option{
 		hostsim.WithUpstreamFilter(rootid.Upstream, pluginConfig),
 		hostsim.WithRetryPolicy(r.Retry),
 		hostsim.WithMaxRetries(r.MaxRetries),
 	}
+	if r.Cluster != nil {
+		opts = append(opts, hostsim.WithRouteCluster(*r.Cluster))
+	}
+	return opts
 }

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	networkinputsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/matching/common_inputs/network/v3"
+	matcherspecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/matcher/v3"
+
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/google/go-cmp/cmp"
@@ -22,11 +25,16 @@ import (
 
 // routerDemo writes the demo policy with failover.via (and maxAttempts when > 0) set, and
 // returns its path and document.
-func routerDemo(t *testing.T, via string, maxAttempts int) (string, []byte) {
+func routerDemo(t *testing.T, via string, maxAttempts int, crossCluster ...bool) (string, []byte) {
 	t.Helper()
 	doc, err := policyfile.ToJSON(examples.Demo())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(crossCluster) > 0 && crossCluster[0] {
+		if doc, err = sjson.SetBytes(doc, "resilience.failover.crossCluster", true); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if doc, err = sjson.SetBytes(doc, "resilience.failover.via", via); err != nil {
 		t.Fatal(err)
@@ -53,17 +61,20 @@ func TestRouterFailoverIsTheGeneratedBootstrap(t *testing.T) {
 		via         string // resilience.failover.via
 		maxAttempts int    // resilience.failover.maxAttempts (0: the default, 3)
 		router      bool   // serve runs the router failover
+		cross       bool   // resilience.failover.crossCluster
 	}{
 		// The default path: no upstream filter, no retry policy, as the shipped envoy.yaml.
-		{"callout", "callout", 0, false},
+		{"callout", "callout", 0, false, false},
 		// The router with the default three attempts: two retries.
-		{"router", "router", 0, true},
+		{"router", "router", 0, true, false},
 		// More attempts change num_retries in both.
-		{"router, seven attempts", "router", 7, true},
+		{"router, seven attempts", "router", 7, true, false},
+		// Retries to any cluster: the matcher on the filter's filter state, refreshed.
+		{"router, cross cluster", "router", 0, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			path, doc := routerDemo(t, tt.via, tt.maxAttempts)
+			path, doc := routerDemo(t, tt.via, tt.maxAttempts, tt.cross)
 			p, err := LoadPolicy(path, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -104,6 +115,15 @@ func TestRouterFailoverIsTheGeneratedBootstrap(t *testing.T) {
 			}
 			limit := routed.GetRequestBodyBufferLimit().GetValue()
 			want.Retry.BufferLimit = &limit
+			want.Retry.RefreshClusterOnRetry = rp.GetRefreshClusterOnRetry()
+			if plugin := routed.GetRoute().GetInlineClusterSpecifierPlugin(); plugin != nil {
+				want.Cluster = routeClusterOf(t, plugin)
+			} else if routed.GetRoute().GetClusterHeader() == "" {
+				t.Fatal("the routed route has neither a cluster header nor a cluster specifier plugin")
+			}
+			if (want.Cluster != nil) != tt.cross {
+				t.Fatalf("bootstrap cluster specifier %v, want a matcher: %v", want.Cluster, tt.cross)
+			}
 			for _, c := range b.GetStaticResources().GetClusters() {
 				th := c.GetCircuitBreakers().GetThresholds()
 				if len(th) != 1 {
@@ -119,6 +139,33 @@ func TestRouterFailoverIsTheGeneratedBootstrap(t *testing.T) {
 			}
 		})
 	}
+}
+
+// routeClusterOf converts the bootstrap's matcher cluster specifier (a filter-state input,
+// an exact map of cluster actions, no on_no_match) to hostsim's.
+func routeClusterOf(t *testing.T, plugin *routev3.ClusterSpecifierPlugin) *hostsim.RouteCluster {
+	t.Helper()
+	var spec matcherspecv3.MatcherClusterSpecifier
+	if err := plugin.GetExtension().GetTypedConfig().UnmarshalTo(&spec); err != nil {
+		t.Fatal(err)
+	}
+	tree := spec.GetClusterMatcher().GetMatcherTree()
+	var input networkinputsv3.FilterStateInput
+	if err := tree.GetInput().GetTypedConfig().UnmarshalTo(&input); err != nil {
+		t.Fatal(err)
+	}
+	if spec.GetClusterMatcher().GetOnNoMatch() != nil {
+		t.Fatalf("on_no_match %v", spec.GetClusterMatcher().GetOnNoMatch())
+	}
+	m := &hostsim.ClusterMatcher{FilterState: input.GetKey(), Clusters: map[string]string{}}
+	for key, om := range tree.GetExactMatchMap().GetMap() {
+		var action matcherspecv3.ClusterAction
+		if err := om.GetAction().GetTypedConfig().UnmarshalTo(&action); err != nil {
+			t.Fatal(err)
+		}
+		m.Clusters[key] = action.GetCluster()
+	}
+	return &hostsim.RouteCluster{Matcher: m}
 }
 
 // retryMatchers converts the bootstrap's retriable_headers, which must be present matches.

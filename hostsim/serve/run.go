@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
-	"github.com/spillwayproxy/spillway/internal/retrymarker"
 	"github.com/spillwayproxy/spillway/internal/rootid"
+	"github.com/spillwayproxy/spillway/internal/routerretry"
 	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
 
@@ -299,8 +299,12 @@ func (inst *Instance) Banner() string {
 	if r := l.Router; r != nil {
 		fmt.Fprintf(&b, "  failover:  through the router (failover.via: router): upstream filter %s, retry on %s, "+
 			"num_retries %d, back-off %v–%v, retry buffer %d bytes, max_retries %d, as the generated bootstrap\n",
-			rootid.Upstream, retrymarker.Header, *r.Retry.NumRetries, r.Retry.BaseInterval, r.Retry.MaxInterval,
+			rootid.Upstream, routerretry.MarkerHeader, *r.Retry.NumRetries, r.Retry.BaseInterval, r.Retry.MaxInterval,
 			*r.Retry.BufferLimit, r.MaxRetries)
+		if r.Cluster != nil {
+			fmt.Fprintf(&b, "             retries to any provider (failover.crossCluster): the route's cluster from filter state %s, "+
+				"refreshed before each retry (Envoy >= 1.39)\n", r.Cluster.Matcher.FilterState)
+		}
 	}
 	if inst.AdminAddr != "" {
 		fmt.Fprintf(&b, "  admin:     http://%s (/stats/prometheus, /stats, /ready)\n", inst.AdminAddr)

@@ -46,7 +46,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim"
-	"github.com/spillwayproxy/spillway/internal/retrymarker"
+	"github.com/spillwayproxy/spillway/internal/routerretry"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
@@ -553,7 +553,7 @@ func (s *Server) receive(ctx context.Context, r *http.Request, ex *hostsim.Excha
 			status, h := responseHeaders(ev.Headers)
 			if s.cfg.RouterFailover != nil {
 				// The routed route's response_headers_to_remove (see RouterFailover).
-				h.Del(retrymarker.Header)
+				h.Del(routerretry.MarkerHeader)
 			}
 			res.Status, res.Header, sent = status, h, true
 			werr = out.headers(status, h)

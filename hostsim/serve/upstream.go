@@ -73,7 +73,10 @@ func (s *Server) resolveRoute(headers [][2]string) error {
 func (s *Server) upstream(call *hostsim.UpstreamCall) {
 	ctx := call.Context()
 	headers := call.Headers()
-	name := s.routeCluster(headers)
+	name := call.Cluster() // the route's matcher pick (failover.crossCluster), else the header
+	if name == "" {
+		name = s.routeCluster(headers)
+	}
 	base, ok := s.clusters[name]
 	switch {
 	case !ok:

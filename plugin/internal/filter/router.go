@@ -10,7 +10,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
-	"github.com/spillwayproxy/spillway/internal/retrymarker"
+	"github.com/spillwayproxy/spillway/internal/routerretry"
 	"github.com/spillwayproxy/spillway/plugin/hostabi"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
 	"github.com/spillwayproxy/spillway/plugin/internal/llmapi"
@@ -42,7 +42,7 @@ import (
 //     next target of the plan can go now — on the same cluster (a retry goes to the route's
 //     cluster: the router picks it once, in Filter::decodeHeaders) with the same upstream
 //     model (the router replays the body the first try was sent with) — its slots are taken
-//     and the marker header retrymarker.Header is added, on which alone the route retries.
+//     and the marker header routerretry.MarkerHeader is added, on which alone the route retries.
 //     The failed try's response then never reaches the client.
 //   - The next try's request headers record the failed try (engine.Record, its slots given
 //     back), make the taken target the attempt in flight and set its credential and
@@ -86,13 +86,11 @@ import (
 // LinkProperty is the filter state property that links a try to its request.
 const LinkProperty = "spillway.link"
 
-// TargetProperty is the filter state property that names the cluster of the request's next
-// try under failover.crossCluster: the route's matcher cluster specifier reads it
-// (envoy.matching.inputs.filter_state, key "wasm.spillway_target": proxy_set_property stores
-// a path under "wasm.", source/extensions/common/wasm/context.cc Context::setProperty) when
-// the route resolves and again before each retry (RetryPolicy.refresh_cluster_on_retry,
-// Envoy ≥ 1.39). One segment without dots, so the key is exactly that.
-const TargetProperty = "spillway_target"
+// TargetProperty (routerretry.TargetProperty) is the filter state property that names the
+// cluster of the request's next try under failover.crossCluster: the route's matcher
+// cluster specifier reads it (routerretry.TargetFilterStateKey) when the route resolves and
+// again before each retry (RetryPolicy.refresh_cluster_on_retry, Envoy ≥ 1.39).
+const TargetProperty = routerretry.TargetProperty
 
 var propLink = hostabi.JoinPath(nil, LinkProperty)
 
@@ -263,7 +261,7 @@ func (h *httpContext) tryFailed(o engine.Outcome) (marked bool) {
 		return false
 	}
 	h.rt.failed = o
-	replaceResponseHeader(retrymarker.Header, "1")
+	replaceResponseHeader(routerretry.MarkerHeader, "1")
 	return true
 }
 
@@ -336,7 +334,7 @@ func (h *httpContext) responseAfterTries() {
 		// gone to.
 		h.next = h.rt.pendingAt
 		h.dropPendingTry()
-		removeResponseHeader(retrymarker.Header) // the route removes it too; a client never sees it
+		removeResponseHeader(routerretry.MarkerHeader) // the route removes it too; a client never sees it
 	}
 	if h.rt.tries == 0 && h.cameFromUpstream() {
 		p.metrics.unlinked.Increment(1)
