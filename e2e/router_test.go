@@ -396,6 +396,50 @@ func testRouterCrossProviderFallback(t *testing.T, start e2etest.Starter) {
 	})
 }
 
+// With failover.crossCluster (Envoy >= 1.39) the fallback to the backup provider is a
+// router retry too: key-a's 429 and key-b's 503 fail over as retries, the route refreshes
+// its cluster from the filter state the upstream instance wrote, the backup's try carries
+// its own credential and model, and its stream reaches the client as it comes: it holds the
+// rest after its first content, and the client has that content meanwhile.
+func testRouterCrossClusterStreams(t *testing.T, start e2etest.Starter) {
+	tg := start(t, withFailover(routerFallbackPolicy, "{via: router, crossCluster: true}"))
+	oa, bk := tg.Fake(t, "fake-openai"), tg.Fake(t, "fake-backup")
+	oa.ScriptFor("key-a", rateLimited)
+	oa.ScriptFor("key-b", fakeprovider.Fault{Scenario: fakeprovider.ScenarioUnavailable})
+	hold := newReleaser(t)
+	bk.ScriptFor("key-backup", fakeprovider.Fault{AfterEvents: 1, Pause: hold.ch})
+
+	s := openStream(t, tg, "gpt-4o", nil)
+	if got := s.Header.Get("x-spillway-provider") + "/" + s.Header.Get("x-spillway-connection") + "/" +
+		s.Header.Get("x-spillway-model") + "/" + s.Header.Get("x-spillway-attempts"); got != "backup/backup-a/vendor/gpt-4o/3" {
+		t.Errorf("answered by %s, want backup/backup-a/vendor/gpt-4o/3", got)
+	}
+	if cl := s.Header.Get("Content-Length"); cl != "" {
+		t.Errorf("a streamed failover has Content-Length %s: the answer was buffered whole", cl)
+	}
+	firstContent(t, s)
+	if n := len(requestOf(t, bk, "key-backup").Sent); n > 3 {
+		t.Fatalf("the backup sent %d parts when the client had its first content, want at most 3 (it holds the rest)", n)
+	}
+	hold.release()
+	rest, err := s.Rest()
+	if all := joinEvents(rest); !errors.Is(err, io.EOF) || !strings.HasSuffix(all, "data: [DONE]\n\n") {
+		t.Fatalf("after the release the stream ended in %v:\n%s", err, all)
+	}
+	requireRequests(t, "openai", oa, map[string]int{"key-a": 1, "key-b": 1})
+	requireRequests(t, "backup", bk, map[string]int{"key-backup": 1})
+	b := requestOf(t, bk, "key-backup")
+	if !strings.Contains(string(b.Body), `"model":"vendor/gpt-4o"`) {
+		t.Errorf("the backup was asked %s", b.Body)
+	}
+	requireCounters(t, tg, oneSuccess, map[string]int{
+		"spillway_attempts_total{}":        3,
+		"spillway_failovers_total{}":       2,
+		"spillway_router_retries_total{}":  2,
+		"spillway_router_unlinked_total{}": 0,
+	})
+}
+
 // A client that goes away while key-b's retry is held by the fake leaks no slot: the
 // upstream try is cancelled, key-b's one slot is given back (the admin API's running goes
 // back to 0), and the next request is served by key-b at once (a leaked slot would queue

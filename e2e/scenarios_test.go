@@ -36,6 +36,7 @@ var scenarios = []scenario{
 	{"router failover: a 429 fails over as the router's retry and streams; the callout path buffers", testRouterFailoverStreams},
 	{"router failover with held tries: an error event first fails over and streams", testRouterHeldTryErrorEvent},
 	{"router failover to another provider by callout, every try counted once", testRouterCrossProviderFallback},
+	{"router failover: a cross-cluster retry streams the other provider (crossCluster, Envoy >= 1.39)", testRouterCrossClusterStreams},
 	{"router failover: a client gone mid-failover leaks no slot", testRouterClientGoneMidFailover},
 }
 
