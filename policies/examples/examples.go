@@ -1,6 +1,6 @@
 // Package examples embeds Spillway's example policies (YAML): demo.yaml, the policy
-// `hostsim serve` runs by default, and the documented multi-provider, agentrouter and
-// header-routed setups.
+// `hostsim serve` runs by default, and the documented multi-provider, agentrouter,
+// header-routed and router-failover (router.yaml) setups.
 package examples
 
 import (

@@ -60,9 +60,16 @@ func readRootID() string {
 func (p *pluginContext) startUpstream() types.OnPluginStartStatus {
 	p.role = roleUpstream
 	p.engine, p.cache = nil, nil
-	if p.res.Failover.ViaRouter {
+	if f := p.res.Failover; f.ViaRouter {
+		on, to := "its status and headers", "a connection of the same cluster with the same model"
+		if f.HoldTries {
+			on = "its status, headers, error body or first event"
+		}
+		if f.CrossCluster {
+			to = "any target (the route refreshes its cluster)"
+		}
 		proxywasm.LogInfof("spillway: upstream filter (root_id %s): a try of a request routed on this VM fails over "+
-			"as the router's retry when its status and headers say so", rootid.Upstream)
+			"as the router's retry, on %s, to %s", rootid.Upstream, on, to)
 	} else {
 		proxywasm.LogInfof("spillway: upstream filter (root_id %s): every try passes through untouched "+
 			"(resilience.failover.via is callout)", rootid.Upstream)
