@@ -3,6 +3,7 @@ package serve
 import (
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +87,38 @@ func TestSlowUpstreamTimesOut(t *testing.T) {
 	}
 	if status, _, body := post(t, d.URL()+"/v1/chat/completions", chatBody, nil); status != 200 {
 		t.Errorf("next request: %d %s", status, body)
+	}
+}
+
+// The README's router example (policies/examples/router.yaml): a streamed request whose
+// first key is rate-limited is answered by openai-b after 2 attempts as a stream (no
+// Content-Length: the router's retry streams), where the demo's callout failover answers
+// with the whole stream as a local reply (its Content-Length).
+func TestTheRouterExampleStreamsItsFailover(t *testing.T) {
+	stream := `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"Hello"}]}`
+	fault := map[string]string{"x-fake-scenario": "rate-limit", "x-fake-key-suffix": "key-a"}
+	for _, tt := range []struct {
+		name     string // the policy
+		policy   string // its path ("" the demo)
+		streamed bool   // the failover's answer streams
+	}{
+		{"router example", filepath.Join("..", "..", "policies", "examples", "router.yaml"), true},
+		{"demo (callout)", "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := startDemo(t, func(o *Options) { o.PolicyPath = tt.policy })
+			resp, body := postJSON(t, d.URL()+"/v1/chat/completions", strings.NewReader(stream), fault)
+			if resp.StatusCode != 200 || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+			requireSpillwayHeaders(t, resp.Header, "openai", "openai-b", "gpt-4o", "2")
+			if cl := resp.Header.Get("Content-Length"); (cl == "") != tt.streamed {
+				t.Errorf("Content-Length %q: streamed %v, want %v", cl, cl == "", tt.streamed)
+			}
+			fake := d.fake(t, "fake-openai")
+			if a, b := fake.StatsFor("demo-key-a").Requests, fake.StatsFor("demo-key-b").Requests; a != 1 || b != 1 {
+				t.Errorf("requests: openai-a %d, openai-b %d; want one each", a, b)
+			}
+		})
 	}
 }
