@@ -137,6 +137,25 @@ func chatExchange(r *recorder, path string, respHeaders [][2]string, respBody st
 	return id
 }
 
+// failoverByCallout sends a chat completion whose response is a 429 and answers the
+// failover callout it makes with a 200.
+func failoverByCallout(r *recorder, body string) {
+	id := r.e.InitializeHttpContext()
+	hs := [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "spillway.local"},
+		{"content-type", "application/json"}}
+	r.act("request headers", r.e.CallOnRequestHeaders(id, hs, false))
+	r.act("request body", r.e.CallOnRequestBody(id, []byte(body), true))
+	r.act("response headers", r.e.CallOnResponseHeaders(id, [][2]string{{":status", "429"},
+		{"retry-after", "30"}, {"content-type", "application/json"}}, false))
+	r.act("response body", r.e.CallOnResponseBody(id, []byte(`{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}`), true))
+	for _, c := range r.callouts(id) {
+		r.obs.Actions = append(r.obs.Actions, fmt.Sprintf("callout to %s: %q %s", c.upstream, calloutHeaders(c.headers), c.body))
+		r.e.CallOnHttpCallResponse(c.id, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, nil, []byte(`{"id":"b"}`))
+	}
+	r.snapshot(id)
+	r.e.CompleteHttpContext(id)
+}
+
 func scenarios(t *testing.T) []scenario {
 	demo, err := policyfile.ToJSON(examples.Demo())
 	if err != nil {
@@ -175,37 +194,9 @@ func scenarios(t *testing.T) []scenario {
 		{name: "bodyless LLM request gets 400", config: demo, run: func(r *recorder) {
 			chatRequest(r, "/v1/chat/completions")
 		}},
-		{name: "a 429 fails over with a callout", config: demo, run: func(r *recorder) {
-			id := r.e.InitializeHttpContext()
-			hs := [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "spillway.local"},
-				{"content-type", "application/json"}}
-			r.act("request headers", r.e.CallOnRequestHeaders(id, hs, false))
-			r.act("request body", r.e.CallOnRequestBody(id, []byte(body), true))
-			r.act("response headers", r.e.CallOnResponseHeaders(id, [][2]string{{":status", "429"},
-				{"retry-after", "30"}, {"content-type", "application/json"}}, false))
-			r.act("response body", r.e.CallOnResponseBody(id, []byte(`{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}`), true))
-			for _, c := range r.callouts(id) {
-				r.obs.Actions = append(r.obs.Actions, fmt.Sprintf("callout to %s: %q %s", c.upstream, calloutHeaders(c.headers), c.body))
-				r.e.CallOnHttpCallResponse(c.id, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, nil, []byte(`{"id":"b"}`))
-			}
-			r.snapshot(id)
-			r.e.CompleteHttpContext(id)
-		}},
+		{name: "a 429 fails over with a callout", config: demo, run: func(r *recorder) { failoverByCallout(r, body) }},
 		{name: "router mode without an upstream filter fails over by callout", config: router, run: func(r *recorder) {
-			id := r.e.InitializeHttpContext()
-			hs := [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "spillway.local"},
-				{"content-type", "application/json"}}
-			r.act("request headers", r.e.CallOnRequestHeaders(id, hs, false))
-			r.act("request body", r.e.CallOnRequestBody(id, []byte(body), true))
-			r.act("response headers", r.e.CallOnResponseHeaders(id, [][2]string{{":status", "429"},
-				{"retry-after", "30"}, {"content-type", "application/json"}}, false))
-			r.act("response body", r.e.CallOnResponseBody(id, []byte(`{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}`), true))
-			for _, c := range r.callouts(id) {
-				r.obs.Actions = append(r.obs.Actions, fmt.Sprintf("callout to %s: %q %s", c.upstream, calloutHeaders(c.headers), c.body))
-				r.e.CallOnHttpCallResponse(c.id, [][2]string{{":status", "200"}, {"content-type", "application/json"}}, nil, []byte(`{"id":"b"}`))
-			}
-			r.snapshot(id)
-			r.e.CompleteHttpContext(id)
+			failoverByCallout(r, body)
 		}},
 		{name: "invalid policy refuses to start", config: []byte(`{"providers":[{"id":"p","profile":"apikey","cluster":"c","connections":[{"id":"c1"}]}],` +
 			`"routes":[{"model":"m","targets":[{"provider":"nope"}]}],"resilience":{"modelLockout":{"baseCoolDownMs":1}}}`)},

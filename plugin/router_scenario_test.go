@@ -78,6 +78,17 @@ func slowRateLimit(c upstreamCall) *hostsim.UpstreamResponse {
 	return r
 }
 
+// criticalLines counts the critical log lines that contain s, on every VM.
+func (w *world) criticalLines(s string) int {
+	n := 0
+	for _, l := range w.host.Host.GetCriticalLogs() {
+		if strings.Contains(l, s) {
+			n++
+		}
+	}
+	return n
+}
+
 // via lists what the fakes received: credential, and callout or router.
 func (w *world) via() string {
 	var out []string
@@ -264,14 +275,8 @@ func TestScenarioWithoutTheUpstreamFilterRouterModeFailsOverByCallout(t *testing
 	if n := w.metric("spillway_router_unlinked_total"); n != 2 {
 		t.Errorf("unlinked %d, want 2", n)
 	}
-	crit := 0
-	for _, l := range w.host.Host.GetCriticalLogs() {
-		if strings.Contains(l, "no upstream instance saw a try") {
-			crit++
-		}
-	}
-	if crit != 1 {
-		t.Errorf("%d critical lines about the missing upstream filter, want 1", crit)
+	if n := w.criticalLines("no upstream instance saw a try"); n != 1 {
+		t.Errorf("%d critical lines about the missing upstream filter, want 1", n)
 	}
 	w.noStreamsLeft()
 }
@@ -426,14 +431,8 @@ func TestScenarioAnUpstreamFilterWithoutTheOptionIsDetected(t *testing.T) {
 	if n := w.metric("spillway_misconfigured_total"); n != 1 {
 		t.Errorf("misconfigured %d, want 1", n)
 	}
-	crit := 0
-	for _, l := range w.host.Host.GetCriticalLogs() {
-		if strings.Contains(l, "upstream filter lacks allow_on_headers_stop_iteration") {
-			crit++
-		}
-	}
-	if crit != 1 {
-		t.Errorf("%d critical lines, want 1", crit)
+	if n := w.criticalLines("upstream filter lacks allow_on_headers_stop_iteration"); n != 1 {
+		t.Errorf("%d critical lines about the upstream filter's missing option, want 1", n)
 	}
 	w.noStreamsLeft()
 }
@@ -456,10 +455,8 @@ func TestScenarioEnvoysOwnReplyIsNoMissingUpstreamFilter(t *testing.T) {
 	if n := w.metric("spillway_router_unlinked_total"); n != 0 {
 		t.Errorf("unlinked %d, want 0: no try started, so no upstream instance could see one", n)
 	}
-	for _, l := range w.host.Host.GetCriticalLogs() {
-		if strings.Contains(l, "no upstream instance saw a try") {
-			t.Errorf("critical log for Envoy's own reply: %s", l)
-		}
+	if n := w.criticalLines("no upstream instance saw a try"); n != 0 {
+		t.Errorf("%d critical lines for Envoy's own reply", n)
 	}
 	w.noStreamsLeft()
 }

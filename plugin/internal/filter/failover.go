@@ -41,20 +41,8 @@ func (h *httpContext) dispatchFailover() bool {
 		}
 		t := h.plan.Targets[h.next]
 		h.next++
-		d, err := p.engine.Dispatch(t)
-		if d.Wake {
-			p.peers.wakeAll(p)
-		}
-		switch {
-		case errors.Is(err, engine.ErrTargetUnavailable), isRefusal(err):
-			continue // its provider's probe is taken, or its queue is full: the next one
-		case err != nil:
-			proxywasm.LogWarnf("spillway: admission: %v", err) // shared data failed: fail open
-		case d.Waiting:
-			// A failover attempt does not queue: the client has waited already.
-			if _, err := p.engine.Abandon(d); err != nil {
-				proxywasm.LogWarnf("spillway: cancel queue ticket: %v", err)
-			}
+		d, ok := h.dispatchNow(t)
+		if !ok {
 			continue
 		}
 		h.startAttempt(d)
@@ -66,6 +54,31 @@ func (h *httpContext) dispatchFailover() bool {
 		h.abandon()
 	}
 	return false
+}
+
+// dispatchNow dispatches t for an attempt that goes now or not at all: a failover attempt
+// (a callout, or the router's retry). ok is false when t cannot take it — its provider's
+// probe is taken, its queue is full, or it would queue, which a failover attempt never does
+// (the client has waited already): the caller tries the next target. A shared-data failure
+// fails open: the attempt goes.
+func (h *httpContext) dispatchNow(t engine.Target) (d engine.Dispatch, ok bool) {
+	p := h.plugin
+	d, err := p.engine.Dispatch(t)
+	if d.Wake {
+		p.peers.wakeAll(p)
+	}
+	switch {
+	case errors.Is(err, engine.ErrTargetUnavailable), isRefusal(err):
+		return d, false
+	case err != nil:
+		proxywasm.LogWarnf("spillway: admission: %v", err)
+	case d.Waiting:
+		if _, err := p.engine.Abandon(d); err != nil {
+			proxywasm.LogWarnf("spillway: cancel queue ticket: %v", err)
+		}
+		return d, false
+	}
+	return d, true
 }
 
 // afterRateLimit is comboCooldownWait after a failed attempt (guide §4): when the request's

@@ -395,21 +395,32 @@ func (h *httpContext) applyTarget() {
 	h.setTargetHeaders()
 	sent := len(h.body)
 	if model := h.d.Target.Model; model != h.model {
-		body, err := llmapi.RewriteModel(h.body, model)
-		if err != nil {
-			proxywasm.LogWarnf("spillway: %v", err)
+		n, ok := h.sendBodyFor(model)
+		if !ok {
 			return
 		}
-		if err := hostabi.ReplaceBuffer(hostabi.RequestBody, body); err != nil {
-			proxywasm.LogWarnf("spillway: replace request body: %v", err)
-			return
-		}
-		replaceRequestHeader("content-length", strconv.Itoa(len(body)))
-		sent = len(body)
+		sent = n
 	}
 	if h.plugin.res.Failover.ViaRouter && h.rt.link == 0 {
 		h.linkTries(sent) // router.go: later attempts may be the router's retries
 	}
+}
+
+// sendBodyFor replaces the request body the stream holds with the client's body for model,
+// and its content-length on the request headers the stream still holds; it returns the
+// new body's length, ok false (logged) when the body could not be rewritten or replaced.
+func (h *httpContext) sendBodyFor(model string) (n int, ok bool) {
+	body, err := llmapi.RewriteModel(h.body, model)
+	if err != nil {
+		proxywasm.LogWarnf("spillway: %v", err)
+		return 0, false
+	}
+	if err := hostabi.ReplaceBuffer(hostabi.RequestBody, body); err != nil {
+		proxywasm.LogWarnf("spillway: replace request body: %v", err)
+		return 0, false
+	}
+	replaceRequestHeader("content-length", strconv.Itoa(len(body)))
+	return len(body), true
 }
 
 // setTargetHeaders sets the attempt's target on the request headers: the cluster header,

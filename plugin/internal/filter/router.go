@@ -3,7 +3,6 @@ package filter
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"strconv"
 	"time"
 
@@ -234,17 +233,9 @@ func (h *httpContext) tryStarted() (rewrite bool) {
 // the first try was sent), with the content-length it needs on the request headers the try
 // still holds. A body that cannot be rewritten goes as it is, logged.
 func (h *httpContext) rewriteTryBody() {
-	body, err := llmapi.RewriteModel(h.body, h.d.Target.Model)
-	if err != nil {
-		proxywasm.LogWarnf("spillway: router failover: %v", err)
-		return
+	if _, ok := h.sendBodyFor(h.d.Target.Model); ok {
+		h.rt.lengthSet = true
 	}
-	if err := hostabi.ReplaceBuffer(hostabi.RequestBody, body); err != nil {
-		proxywasm.LogWarnf("spillway: router failover: replace the try's body: %v", err)
-		return
-	}
-	replaceRequestHeader("content-length", strconv.Itoa(len(body)))
-	h.rt.lengthSet = true
 }
 
 // tryFailed decides on a failed try's outcome o (its status and headers, and with
@@ -288,8 +279,7 @@ func (h *httpContext) retryReaches(t engine.Target) bool {
 // takeRetryTarget takes the slots of the next target in the plan a retry can reach, within
 // the failover bounds. It stops at the first target a retry cannot reach (another cluster
 // or model), which the downstream instance's callout failover then starts from; a target
-// that cannot take the attempt now is passed over, as in dispatchFailover, and a retry never
-// queues.
+// that cannot take the attempt now is passed over (dispatchNow), as in dispatchFailover.
 func (h *httpContext) takeRetryTarget() bool {
 	p := h.plugin
 	budget := p.res.Failover
@@ -303,19 +293,8 @@ func (h *httpContext) takeRetryTarget() bool {
 			return false
 		}
 		h.next++
-		d, err := p.engine.Dispatch(t)
-		if d.Wake {
-			p.peers.wakeAll(p)
-		}
-		switch {
-		case errors.Is(err, engine.ErrTargetUnavailable), isRefusal(err):
-			continue
-		case err != nil:
-			proxywasm.LogWarnf("spillway: admission: %v", err) // shared data failed: fail open
-		case d.Waiting:
-			if _, err := p.engine.Abandon(d); err != nil {
-				proxywasm.LogWarnf("spillway: cancel queue ticket: %v", err)
-			}
+		d, ok := h.dispatchNow(t)
+		if !ok {
 			continue
 		}
 		h.rt.pending, h.rt.hasPending, h.rt.pendingAt = d, true, h.next-1
