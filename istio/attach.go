@@ -133,23 +133,30 @@ func envoyFailurePolicy(f FailurePolicy) wasmv3.FailurePolicy {
 // alone, so other hosts of a shared gateway or of the sidecar's listener never run it.
 // The same virtual hosts, and the listener they are served on, get a buffer limit above
 // the policy's (see bufferPatches).
-func (b *builder) fullEnvoyFilter(providerHosts []string) (Object, error) {
-	ext := &corev3.TypedExtensionConfig{Name: b.filterName(), TypedConfig: mustAny(b.wasmFilterConfig())}
-	httpFilter := &hcmv3.HttpFilter{
-		Name: b.filterName(),
+// ecdsFilter is an HTTP filter whose config comes over ECDS (ADS) as the extension config
+// name. Its initial fetch timeout is 0: the listener (or, upstream, the try) waits for the
+// extension config, so no request runs without Spillway (istio-agent answers a failed fetch
+// with an RBAC filter per the failure policy: pkg/wasm/convert.go,
+// MaybeConvertWasmExtensionConfig); whether a cluster warms on an upstream filter's was not
+// verified.
+func ecdsFilter(name string) *hcmv3.HttpFilter {
+	return &hcmv3.HttpFilter{
+		Name: name,
 		ConfigType: &hcmv3.HttpFilter_ConfigDiscovery{ConfigDiscovery: &corev3.ExtensionConfigSource{
 			ConfigSource: &corev3.ConfigSource{
 				ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
 				ResourceApiVersion:    corev3.ApiVersion_V3,
-				// 0: the listener waits for the extension config; no request runs without
-				// Spillway (istio-agent answers a failed fetch with an RBAC filter per the
-				// failure policy: pkg/wasm/convert.go, MaybeConvertWasmExtensionConfig).
-				InitialFetchTimeout: durationpb.New(0),
+				InitialFetchTimeout:   durationpb.New(0),
 			},
 			TypeUrls: []string{wasmTypeURL},
 		}},
-		Disabled: true,
 	}
+}
+
+func (b *builder) fullEnvoyFilter(providerHosts []string) (Object, error) {
+	ext := &corev3.TypedExtensionConfig{Name: b.filterName(), TypedConfig: mustAny(b.wasmFilterConfig())}
+	httpFilter := ecdsFilter(b.filterName())
+	httpFilter.Disabled = true
 	listener := &networking.EnvoyFilter_ListenerMatch{
 		FilterChain: &networking.EnvoyFilter_ListenerMatch_FilterChainMatch{
 			Filter: &networking.EnvoyFilter_ListenerMatch_FilterMatch{

@@ -11,7 +11,6 @@ import (
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -148,19 +147,7 @@ func (b *builder) upstreamCluster() *clusterv3.Cluster {
 		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
 			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}}}},
 		HttpFilters: []*hcmv3.HttpFilter{
-			{
-				Name: b.upstreamFilterName(),
-				ConfigType: &hcmv3.HttpFilter_ConfigDiscovery{ConfigDiscovery: &corev3.ExtensionConfigSource{
-					ConfigSource: &corev3.ConfigSource{
-						ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
-						ResourceApiVersion:    corev3.ApiVersion_V3,
-						// As the downstream filter's: wait for the extension config rather than
-						// run a try without it (whether a cluster warms on it was not verified).
-						InitialFetchTimeout: durationpb.New(0),
-					},
-					TypeUrls: []string{wasmTypeURL},
-				}},
-			},
+			ecdsFilter(b.upstreamFilterName()),
 			{Name: envoy.UpstreamCodecFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&upstreamcodecv3.UpstreamCodec{})}},
 		},
 	}
