@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -74,6 +76,32 @@ func TestExamplesAreUpToDate(t *testing.T) {
 	}
 }
 
+// TestRenderSaysWhichEnvoyAPolicyNeeds: the bootstrap's header names the oldest Envoy it
+// runs on, and each feature that raises it above the supported 1.36: the router example's
+// held tries (1.37) and cross-cluster retries (1.39).
+func TestRenderSaysWhichEnvoyAPolicyNeeds(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "envoy.yaml")
+	code, _, stderr := runCLI(t, "render", "envoy", "-o", out, "-policy", routerExample,
+		"-cluster", "fake-openai=https://api.openai.com", "-cluster", "fake-openrouter=https://openrouter.ai")
+	if code != exitOK {
+		t.Fatalf("render exited %d: %s", code, stderr)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := string(data[:bytes.Index(data, []byte("\nnode:"))])
+	for _, want := range []string{"# Envoy (>= 1.39) bootstrap", "# Needs Envoy 1.37 for a try held by the upstream filter",
+		"# Needs Envoy 1.39 for RetryPolicy.refresh_cluster_on_retry"} {
+		if !strings.Contains(head, want) {
+			t.Errorf("header lacks %q:\n%s", want, head)
+		}
+	}
+}
+
+// routerExample is the router-failover example policy.
+var routerExample = filepath.Join("..", "..", "..", "policies", "examples", "router.yaml")
+
 // TestEnvoyAcceptsTheExamples runs a real Envoy's config check when ENVOY_BIN names one.
 func TestEnvoyAcceptsTheExamples(t *testing.T) {
 	bin := os.Getenv("ENVOY_BIN")
@@ -102,6 +130,29 @@ func TestEnvoyAcceptsTheExamples(t *testing.T) {
 			}
 		})
 	}
+	// The router example needs Envoy 1.39 (cross-cluster retries): checked only by one.
+	t.Run("router.yaml", func(t *testing.T) {
+		msg, err := exec.Command(bin, "--version").CombinedOutput()
+		if err != nil {
+			t.Fatalf("envoy --version: %v\n%s", err, msg)
+		}
+		m := regexp.MustCompile(`/1\.(\d+)\.\d+/`).FindSubmatch(msg)
+		if m == nil {
+			t.Fatalf("envoy --version: no release in %q", msg)
+		}
+		if minor, _ := strconv.Atoi(string(m[1])); minor < 39 {
+			t.Skipf("SKIPPED: %s is Envoy 1.%d; the router example needs 1.39 (refresh_cluster_on_retry)", bin, minor)
+		}
+		out := filepath.Join(t.TempDir(), "envoy-router.yaml")
+		code, _, stderr := runCLI(t, "render", "envoy", "-o", out, "-wasm", module, "-policy", routerExample,
+			"-cluster", "fake-openai=https://api.openai.com", "-cluster", "fake-openrouter=https://openrouter.ai")
+		if code != exitOK {
+			t.Fatalf("render exited %d: %s", code, stderr)
+		}
+		if msg, err := exec.Command(bin, "--mode", "validate", "-c", out, "--log-level", "warn").CombinedOutput(); err != nil {
+			t.Fatalf("envoy --mode validate: %v\n%s", err, msg)
+		}
+	})
 }
 
 func TestLint(t *testing.T) {

@@ -82,7 +82,13 @@ func renderEnvoy(_ context.Context, args []string, stdout, stderr io.Writer) int
 		return exitProblem
 	}
 	var doc bytes.Buffer
-	fmt.Fprintf(&doc, "# Envoy (>= 1.36) bootstrap for Spillway, generated from %s by:\n#   %s\n", source, commandLine("envoy", args))
+	minor, features := envoy.RequiredEnvoy(p)
+	fmt.Fprintf(&doc, "# Envoy (>= 1.%d) bootstrap for Spillway, generated from %s by:\n#   %s\n", minor, source, commandLine("envoy", args))
+	for _, f := range features {
+		if f.Since > envoy.SupportedEnvoyMinor {
+			fmt.Fprintf(&doc, "# Needs Envoy 1.%d for %s.\n", f.Since, f.What)
+		}
+	}
 	doc.WriteString("# Do not edit: change the policy or the flags and render again. Secrets come from Envoy's\n" +
 		"# environment (host_env_keys), never from this file. See envoy/README.md.\n")
 	doc.Write(body)
