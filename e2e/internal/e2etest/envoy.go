@@ -2,13 +2,17 @@ package e2etest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,10 +37,23 @@ const EnvEnvoyBin = "ENVOY_BIN"
 // here (the machine it was written on has none). The ports are picked by binding :0 and
 // closing it, so another process could take one before Envoy does (the start then fails,
 // with Envoy's log).
+//
+// A scenario whose policy needs a newer Envoy than bin (envoy.RequiredEnvoy: failover's
+// holdTries 1.37, crossCluster 1.39) is skipped, saying so.
 func EnvoyStarter(bin string) Starter {
+	var once sync.Once
+	var minor int
+	var versionErr error
 	return func(t testing.TB, policy string) *Target {
 		t.Helper()
 		_, p := loadPolicy(t, policy)
+		once.Do(func() { minor, versionErr = envoyMinor(bin) })
+		if versionErr != nil {
+			t.Fatalf("e2etest: %v", versionErr)
+		}
+		if need, features := envoy.RequiredEnvoy(p); need > minor {
+			t.Skipf("SKIPPED on %s: Envoy 1.%d; this scenario's policy needs 1.%d (%v)", bin, minor, need, features)
+		}
 		tg := &Target{Kind: "envoy", Policy: p, Fakes: startFakes(t, p), Logs: &hostsimtest.Lines{}}
 		listen, admin := freeAddr(t), freeAddr(t)
 		yaml := renderBootstrap(t, tg, WasmPath(t), listen, admin)
@@ -68,6 +85,20 @@ func EnvoyStarter(bin string) Starter {
 		waitReady(t, tg, exited)
 		return tg
 	}
+}
+
+// envoyMinor reads bin's release from `envoy --version` ("envoy  version:
+// <sha>/1.36.2/Clean/RELEASE/BoringSSL"): its minor number.
+func envoyMinor(bin string) (int, error) {
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("%s --version: %w: %s", bin, err, out)
+	}
+	m := regexp.MustCompile(`/1\.(\d+)\.\d+/`).FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("%s --version: no release in %q", bin, out)
+	}
+	return strconv.Atoi(string(m[1]))
 }
 
 // renderBootstrap renders the Envoy bootstrap for tg's policy as `spillway render envoy`

@@ -2,6 +2,8 @@ package e2etest
 
 import (
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -88,5 +90,36 @@ resilience:
 	}
 	if t.Failed() {
 		t.Logf("bootstrap:\n%s", yaml)
+	}
+}
+
+// envoyMinor reads the release from `envoy --version` as Envoy prints it, and refuses
+// output without one (a stand-in script plays the binary: no Envoy runs here).
+func TestEnvoyMinor(t *testing.T) {
+	for _, tt := range []struct {
+		name   string // the case
+		output string // what --version prints
+		want   int    // the minor read (-1: an error)
+	}{
+		// Envoy's own format: <sha>/<release>/<status>/<build type>/<ssl>.
+		{"release build", "envoy  version: 2d8a1ee0e0c3dc6dc7b8f8c6b9e3c8c2d8a1ee0e/1.39.1/Clean/RELEASE/BoringSSL", 39},
+		// The supported floor.
+		{"1.36", "envoy  version: 0123456789abcdef0123456789abcdef01234567/1.36.7/Clean/RELEASE/BoringSSL", 36},
+		// Not Envoy's format at all.
+		{"no release", "something else", -1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bin := filepath.Join(t.TempDir(), "envoy")
+			if err := os.WriteFile(bin, []byte("#!/bin/sh\necho '"+tt.output+"'\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			got, err := envoyMinor(bin)
+			switch {
+			case tt.want < 0 && err == nil:
+				t.Errorf("read 1.%d from %q, want an error", got, tt.output)
+			case tt.want >= 0 && (err != nil || got != tt.want):
+				t.Errorf("got 1.%d, %v; want 1.%d", got, err, tt.want)
+			}
+		})
 	}
 }
