@@ -3,6 +3,7 @@ package hostsim
 import (
 	"context"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/stream"
@@ -61,6 +62,9 @@ type config struct {
 	upstreamNoStopIteration bool
 	// routeCluster is the route's cluster specifier (WithRouteCluster; nil: none).
 	routeCluster *RouteCluster
+	// respHeadersToRemove is the route's response_headers_to_remove
+	// (WithRouteResponseHeadersToRemove), lower-cased.
+	respHeadersToRemove []string
 }
 
 // upstreamFilter is the second plugin on the module's VMs: the upstream HTTP filter.
@@ -344,3 +348,19 @@ type CalloutHandler func(ctx context.Context, c *Callout) *CalloutResponse
 // context the exchange started with and is cancelled when the exchange ends or is reset, or
 // the router gives up on the upstream, so the call can stop when nobody waits for its answer.
 type UpstreamFunc func(ctx context.Context, req *UpstreamRequest) (*UpstreamResponse, error)
+
+// WithRouteResponseHeadersToRemove gives the route response_headers_to_remove: the router
+// removes these headers from an upstream's response before the downstream filters see it
+// (source/common/router/router.cc, Filter::onUpstreamHeaders: the retry state decides on the
+// try's headers first, then route_entry_->finalizeResponseHeaders applies the route's
+// response header mutations, then callbacks_->encodeHeaders hands them downstream). So a
+// header an upstream filter added to make the route retry a try never reaches the
+// downstream filter or the client, whether the try is retried or not. Names are
+// case-insensitive.
+func WithRouteResponseHeadersToRemove(names ...string) Option {
+	return func(c *config) {
+		for _, n := range names {
+			c.respHeadersToRemove = append(c.respHeadersToRemove, strings.ToLower(n))
+		}
+	}
+}

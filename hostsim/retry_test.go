@@ -717,3 +717,45 @@ response_headers@4 ret 1
 		})
 	}
 }
+
+// WithRouteResponseHeadersToRemove: the route removes a header from an upstream's response
+// after the retry decision and before the downstream filter: a marker the upstream filter
+// added reaches neither the downstream filter nor the client, on a try that is retried and
+// on the one that is not.
+func TestRouteRemovesResponseHeadersBeforeTheDownstreamFilter(t *testing.T) {
+	down := `
+response_headers get_header 2 x-marker
+`
+	up := `
+response_headers add_header 2 x-marker 1
+`
+	for _, remove := range []bool{false, true} {
+		t.Run(fmt.Sprintf("remove=%v", remove), func(t *testing.T) {
+			var tr tries
+			clock := hostClock()
+			opts := []hostsim.Option{hostsim.WithClock(clock),
+				hostsim.WithUpstream(tr.upstream(clock, func(uint32) *hostsim.UpstreamResponse { return status("200") })),
+				hostsim.WithRetryPolicy(hostsim.RetryPolicy{RetryOn: "retriable-headers", NumRetries: hostsim.RetryCount(1),
+					RetriableHeaders: []hostsim.RetryHeaderMatcher{{Name: "x-marker", Kind: hostsim.RetryHeaderPresent}}})}
+			if remove {
+				opts = append(opts, hostsim.WithRouteResponseHeadersToRemove("X-Marker"))
+			}
+			h := probeUp(t, down, up, opts...)
+			resp := h.RunHTTP(&hostsim.Request{Headers: getReq})
+			// Retried on the marker either way (the decision comes first); the second try's
+			// marker is not retried (one retry), and goes downstream unless removed.
+			if len(tr.reqs) != 2 {
+				t.Fatalf("%d tries, want 2: the retry decision reads the marker before the route removes it", len(tr.reqs))
+			}
+			_, atClient := headerValue(resp.Headers, "x-marker")
+			seen := "op get_header 2 x-marker -> Ok 1"
+			if remove {
+				seen = "op get_header 2 x-marker -> NotFound"
+			}
+			requireTrace(t, h.Host, "worker-0", "cb response_headers ctx=3", seen)
+			if atClient == remove {
+				t.Errorf("marker at the client %v, want %v", atClient, !remove)
+			}
+		})
+	}
+}

@@ -289,6 +289,10 @@ func (ex *Exchange) upstreamHeaders(t *upTry, hdrs [][2]string, eos bool) {
 	if rs := ex.vm.host.retries; rs != nil && rs.policy.IncludeAttemptCountInResponse {
 		hdrs = abi.SetHeader(hdrs, retry.HeaderAttemptCount, strconv.FormatUint(uint64(t.n), 10))
 	}
+	// finalizeResponseHeaders: the route's response_headers_to_remove.
+	for _, name := range ex.vm.host.cfg.respHeadersToRemove {
+		hdrs = abi.RemoveHeader(hdrs, name)
+	}
 	s.SetDetails(DetailsViaUpstream)
 	_, err := s.OnHeaders(&s.Resp, hdrs, eos)
 	ex.note(err)

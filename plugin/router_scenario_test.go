@@ -30,9 +30,15 @@ resilience:
   failover: {via: router}
 `
 
-// routerRetries are the route's retry policy and the cluster's retry breaker as the Envoy
-// generator writes them for a policy of maxAttempts attempts.
+// routerRetries are the route's retry policy, its removal of the marker and the cluster's
+// retry breaker as the Envoy generator writes them for a policy of maxAttempts attempts.
 func routerRetries(maxAttempts uint32) []hostsim.Option {
+	return append(routerRetriesKeepingTheMarker(maxAttempts), hostsim.WithRouteResponseHeadersToRemove(routerretry.MarkerHeader))
+}
+
+// routerRetriesKeepingTheMarker is routerRetries on a route without the marker's
+// response_headers_to_remove (a hand-written configuration).
+func routerRetriesKeepingTheMarker(maxAttempts uint32) []hostsim.Option {
 	return []hostsim.Option{
 		hostsim.WithRetryPolicy(hostsim.RetryPolicy{
 			RetryOn:          "retriable-headers",
@@ -559,6 +565,32 @@ func TestScenarioACrossProviderFallbackStreamsWithCrossCluster(t *testing.T) {
 	}
 	if n := w.metric("spillway_router_retries_total"); n != 2 {
 		t.Errorf("router retries %d, want 2", n)
+	}
+	w.noStreamsLeft()
+}
+
+// TestScenarioAMarkedTryThatIsTheAnswerLosesItsMarker: a marked 429 the router does not
+// retry becomes the client's answer when the failover callouts (key B, the backup) fail
+// without a response; on a
+// route that keeps the marker (no response_headers_to_remove) the filter removes it, so a
+// client never sees it.
+func TestScenarioAMarkedTryThatIsTheAnswerLosesItsMarker(t *testing.T) {
+	config, err := policyfile.ToJSON([]byte(routerPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorld(t, routerPolicy, 1, append(routerRetriesKeepingTheMarker(1), hostsim.WithUpstreamFilter(rootid.Upstream, config))...)
+	w.fakes.set("sk-a", rateLimited("30"))
+	failed := func(upstreamCall) *hostsim.UpstreamResponse { return &hostsim.UpstreamResponse{} } // the callout fails
+	w.fakes.set("sk-b", failed)
+	w.fakes.set("sk-backup", failed)
+	resp := w.run(0, chatReq("gpt-4o"))
+	expect(t, "answer", resp, 429, "openai/key-a/gpt-4o/3")
+	if got := w.via(); got != "sk-a/router sk-b/callout sk-backup/callout" {
+		t.Fatalf("the providers received %s", got)
+	}
+	if v := header(resp.Headers, routerretry.MarkerHeader); v != "" {
+		t.Fatalf("the retry marker reached the client: %q", v)
 	}
 	w.noStreamsLeft()
 }

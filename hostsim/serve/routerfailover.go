@@ -16,15 +16,12 @@ import (
 // breaker is raised (hostsim.WithMaxRetries). Every number comes from policies/envoylimits,
 // as the bootstrap's do.
 //
-// Two differences from the bootstrap, both without effect on what a client sees: hostsim
-// has one route, so the retry policy covers the requests the bootstrap's passthrough route
-// takes too (the upstream instance never marks a try the downstream instance did not route,
-// so the router never retries one), and hostsim does not model the route's
-// response_headers_to_remove, so serve drops the marker from the response it writes to the
-// client (the bootstrap's routed route removes it in the router, before the downstream
-// filter sees the response: source/common/router/router.cc, Filter::onUpstreamHeaders,
-// finalizeResponseHeaders; under serve the downstream instance may see a marker on a try
-// whose retries were exhausted).
+// The route removes the marker from every upstream response before the downstream filter
+// sees it (hostsim.WithRouteResponseHeadersToRemove), as the bootstrap's routed route does.
+// One difference from the bootstrap, without effect on what a client sees: hostsim has one
+// route, so the retry policy covers the requests the bootstrap's passthrough route takes
+// too (the upstream instance never marks a try the downstream instance did not route, so
+// the router never retries one).
 type RouterFailover struct {
 	// Retry is the routed route's retry policy.
 	Retry hostsim.RetryPolicy
@@ -78,6 +75,7 @@ func (r *RouterFailover) options(pluginConfig []byte) []hostsim.Option {
 		hostsim.WithUpstreamFilter(rootid.Upstream, pluginConfig),
 		hostsim.WithRetryPolicy(r.Retry),
 		hostsim.WithMaxRetries(r.MaxRetries),
+		hostsim.WithRouteResponseHeadersToRemove(routerretry.MarkerHeader),
 	}
 	if r.Cluster != nil {
 		opts = append(opts, hostsim.WithRouteCluster(*r.Cluster))

@@ -46,7 +46,6 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim"
-	"github.com/spillwayproxy/spillway/internal/routerretry"
 	"github.com/spillwayproxy/spillway/policies"
 )
 
@@ -551,10 +550,6 @@ func (s *Server) receive(ctx context.Context, r *http.Request, ex *hostsim.Excha
 		switch ev.Kind {
 		case hostsim.ClientHeaders:
 			status, h := responseHeaders(ev.Headers)
-			if s.cfg.RouterFailover != nil {
-				// The routed route's response_headers_to_remove (see RouterFailover).
-				h.Del(routerretry.MarkerHeader)
-			}
 			res.Status, res.Header, sent = status, h, true
 			werr = out.headers(status, h)
 		case hostsim.ClientData:

@@ -51,3 +51,24 @@ func SetHeader(h [][2]string, k, v string) [][2]string {
 	}
 	return append(h, [2]string{k, v})
 }
+
+// RemoveHeader returns h without any entry for key k (every value, as Envoy's
+// HeaderMap::remove), h itself when it has none.
+func RemoveHeader(h [][2]string, k string) [][2]string {
+	n := 0
+	for _, kv := range h {
+		if kv[0] == k {
+			n++
+		}
+	}
+	if n == 0 {
+		return h
+	}
+	out := make([][2]string, 0, len(h)-n)
+	for _, kv := range h {
+		if kv[0] != k {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

@@ -33,4 +33,11 @@ func TestHeaderLists(t *testing.T) {
 	if want := [][2]string{{"a", "2"}, {"c", "3"}}; !reflect.DeepEqual(h, want) {
 		t.Fatalf("SetHeader = %q, want %q", h, want)
 	}
+	multi := [][2]string{{"a", "1"}, {"m", "x"}, {"b", "2"}, {"m", "y"}}
+	if got, want := RemoveHeader(multi, "m"), [][2]string{{"a", "1"}, {"b", "2"}}; !reflect.DeepEqual(got, want) || len(multi) != 4 {
+		t.Fatalf("RemoveHeader = %q (input %q), want %q, every value gone and the input kept", got, multi, want)
+	}
+	if got := RemoveHeader(multi, "z"); &got[0] != &multi[0] {
+		t.Fatal("RemoveHeader of a missing key copied the list")
+	}
 }
