@@ -385,6 +385,11 @@
 //     per try as for every retry. Every cluster runs the same upstream filter
 //     (WithUpstreamFilter): per-cluster http_filters and plugin configurations are not
 //     modelled, nor xds.cluster_name for the try.
+//   - WithRouteResponseHeadersToRemove is the route's response_headers_to_remove: applied to
+//     the response of the try the router passes on, after the retry decision read it and
+//     before the downstream filter (router.cc Filter::onUpstreamHeaders: shouldRetryHeaders,
+//     then route_entry_->finalizeResponseHeaders, then encodeHeaders). Not to Envoy's own
+//     replies.
 //
 // Not modelled: hedging, retry host predicates and priorities (every try goes to the same
 // upstream function), rate_limited_retry_back_off, auto_host_rewrite's per-try :authority,
