@@ -388,8 +388,10 @@
 //   - WithRouteResponseHeadersToRemove is the route's response_headers_to_remove: applied to
 //     the response of the try the router passes on, after the retry decision read it and
 //     before the downstream filter (router.cc Filter::onUpstreamHeaders: shouldRetryHeaders,
-//     then route_entry_->finalizeResponseHeaders, then encodeHeaders). Not to Envoy's own
-//     replies.
+//     then route_entry_->finalizeResponseHeaders, then encodeHeaders). The router's own
+//     replies (no healthy upstream, a reset) are not changed here; Envoy may apply the
+//     route's response headers to them too (through the modify_headers callback it gives
+//     sendLocalReply), which was not verified.
 //
 // Not modelled: hedging, retry host predicates and priorities (every try goes to the same
 // upstream function), rate_limited_retry_back_off, auto_host_rewrite's per-try :authority,
