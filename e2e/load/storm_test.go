@@ -217,11 +217,15 @@ func (s *storm) check(t *testing.T, health gjson.Result) {
 		seen[r.Credential] = true
 	}
 	lastFailure, probe1, probe2 := recs[s.failures-1].Start, recs[s.failures].Start, recs[s.failures+1].Start
+	// A probe too early says which request it was: the answers and what the fake received
+	// (a recurrence of the early probe seen once under full machine load needs them).
 	if gap := probe1.Sub(lastFailure); gap < s.open1-clockSlack {
-		t.Errorf("the first probe came %v after the failure that opened the breaker, within its OPEN period %v", gap, s.open1)
+		t.Errorf("the first probe came %v after the failure that opened the breaker, within its OPEN period %v\n"+
+			"the storm's answers other than a refusal: %s\nthe fake's requests: %s", gap, s.open1, s.unrefused(), s.received(recs))
 	}
 	if gap := probe2.Sub(probe1); gap < s.open2-clockSlack {
-		t.Errorf("the second probe came %v after the first failed, within the reopened OPEN period %v", gap, s.open2)
+		t.Errorf("the second probe came %v after the first failed, within the reopened OPEN period %v\n"+
+			"the storm's answers other than a refusal: %s\nthe fake's requests: %s", gap, s.open2, s.unrefused(), s.received(recs))
 	}
 	// The clients were refused in both OPEN periods: they did ask.
 	var refused1, refused2 int
