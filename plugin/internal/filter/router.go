@@ -164,6 +164,12 @@ func (l *routerLinks) unlink(id uint64) {
 // target is set on it already; bodyLen is the length of the body it was sent).
 func (h *httpContext) linkTries(bodyLen int) {
 	p := h.plugin
+	// Under crossCluster the route reads the request's cluster from the filter state alone
+	// (its matcher), so it is named first, linked or not: a request that cannot be linked
+	// still reaches its first target, and fails over by callout.
+	if p.res.Failover.CrossCluster && !h.setTargetCluster(h.provider().Cluster) {
+		return
+	}
 	n, value, ok := p.vm.links.link(h, h.bufs.prop)
 	h.bufs.prop = value
 	if !ok {
@@ -175,13 +181,11 @@ func (h *httpContext) linkTries(bodyLen int) {
 		return
 	}
 	h.rt.link, h.rt.cluster, h.rt.model, h.rt.bodyLen = n, h.provider().Cluster, h.d.Target.Model, bodyLen
-	if p.res.Failover.CrossCluster && !h.setTargetCluster(h.rt.cluster) {
-		p.vm.links.unlink(n)
-		h.rt.link = 0
-	}
 }
 
-// setTargetCluster names the cluster the route sends the next try to (crossCluster).
+// setTargetCluster names the cluster the route sends the next try to (crossCluster). A
+// failure (the host refused the write) is logged: the route then finds no cluster for the
+// first try (503 NC), and a failed try is not marked (it fails over by callout).
 func (h *httpContext) setTargetCluster(cluster string) bool {
 	if err := proxywasm.SetProperty([]string{TargetProperty}, []byte(cluster)); err != nil {
 		proxywasm.LogWarnf("spillway: router failover: set %s: %v; failing over by callout", TargetProperty, err)
