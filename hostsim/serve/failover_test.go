@@ -119,6 +119,16 @@ func TestTheRouterExampleStreamsItsFailover(t *testing.T) {
 			if a, b := fake.StatsFor("demo-key-a").Requests, fake.StatsFor("demo-key-b").Requests; a != 1 || b != 1 {
 				t.Errorf("requests: openai-a %d, openai-b %d; want one each", a, b)
 			}
+			// What the filter does not route still passes through to the default cluster
+			// (under the example's crossCluster, a request without the filter state).
+			models, err := http.Get(d.URL() + "/v1/models")
+			if err != nil {
+				t.Fatal(err)
+			}
+			models.Body.Close()
+			if models.StatusCode != 200 {
+				t.Errorf("GET /v1/models: %d, want the default cluster's 200", models.StatusCode)
+			}
 		})
 	}
 }

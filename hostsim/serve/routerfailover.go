@@ -35,15 +35,19 @@ type RouterFailover struct {
 }
 
 // routerFailoverFor returns the router failover a policy asks for, nil when it fails over
-// by callout (the default).
-func routerFailoverFor(res *policies.Resolved) *RouterFailover {
+// by callout (the default). defaultCluster is where unrouted requests go: under
+// crossCluster the matcher sends a request without the filter state there (hostsim has one
+// route, where the bootstrap has a passthrough route to that cluster for the requests the
+// filter does not route; the routed route's matcher has no on_no_match).
+func routerFailoverFor(res *policies.Resolved, defaultCluster string) *RouterFailover {
 	if !res.Failover.ViaRouter {
 		return nil
 	}
 	limit := envoylimits.RetryBufferLimit(res)
 	var cluster *hostsim.RouteCluster
 	if res.Failover.CrossCluster {
-		m := &hostsim.ClusterMatcher{FilterState: routerretry.TargetFilterStateKey, Clusters: map[string]string{}}
+		m := &hostsim.ClusterMatcher{FilterState: routerretry.TargetFilterStateKey, Clusters: map[string]string{},
+			OnNoMatch: defaultCluster}
 		for i := range res.Providers {
 			m.Clusters[res.Providers[i].Cluster] = res.Providers[i].Cluster
 		}

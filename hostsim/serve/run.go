@@ -90,7 +90,7 @@ func limitsFor(o Options, p *Policy) Limits {
 	}
 	// Envoy only ever raises a stream's buffer limit.
 	l.RequestBufferLimit = max(l.RequestBufferLimit, l.BufferLimit)
-	l.Router = routerFailoverFor(p.Resolved)
+	l.Router = routerFailoverFor(p.Resolved, p.DefaultCluster())
 	return l
 }
 
