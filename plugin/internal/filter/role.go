@@ -18,8 +18,9 @@ const (
 	// describes. Every root id but rootid.Upstream, "" included, is this role.
 	roleDownstream role = iota
 	// roleUpstream is the provider cluster's upstream HTTP filter (root id rootid.Upstream),
-	// whose streams are the router's tries. For now it passes every try through untouched;
-	// streaming failover through the router's retries will act here.
+	// whose streams are the router's tries: under failover.via router a try of a linked
+	// request acts on that request's state (router.go), every other try passes through
+	// untouched (passTry).
 	roleUpstream
 )
 
@@ -56,7 +57,9 @@ func readRootID() string {
 // admin API, no metric definitions, no shared-data write, no engine or cache over shared
 // data; and its policy warnings are left to the downstream plugin, which logs them for the
 // same configuration. Everything it keeps is its own context's, so the downstream plugin
-// on the VM is the same whether this one starts before it, after it or not at all.
+// on the VM is the same whether this one starts before it, after it or not at all. Its
+// tries reach the downstream plugin's state through the VM's links (vmContext.links) and
+// use that plugin's engine, cache and metrics.
 func (p *pluginContext) startUpstream() types.OnPluginStartStatus {
 	p.role = roleUpstream
 	p.engine, p.cache = nil, nil
