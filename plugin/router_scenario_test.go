@@ -39,14 +39,17 @@ func routerRetries(maxAttempts uint32) []hostsim.Option {
 // routerRetriesKeepingTheMarker is routerRetries on a route without the marker's
 // response_headers_to_remove (a hand-written configuration).
 func routerRetriesKeepingTheMarker(maxAttempts uint32) []hostsim.Option {
-	return []hostsim.Option{
-		hostsim.WithRetryPolicy(hostsim.RetryPolicy{
-			RetryOn:          "retriable-headers",
-			NumRetries:       hostsim.RetryCount(maxAttempts - 1),
-			RetriableHeaders: []hostsim.RetryHeaderMatcher{{Name: routerretry.MarkerHeader, Kind: hostsim.RetryHeaderPresent}},
-			BaseInterval:     time.Millisecond, MaxInterval: 10 * time.Millisecond,
-		}),
-		hostsim.WithMaxRetries(1024),
+	return []hostsim.Option{hostsim.WithRetryPolicy(routerRetryPolicy(maxAttempts)), hostsim.WithMaxRetries(1024)}
+}
+
+// routerRetryPolicy is the routed route's retry policy as the Envoy generator writes it for
+// a policy of maxAttempts attempts (crossCluster adds RefreshClusterOnRetry).
+func routerRetryPolicy(maxAttempts uint32) hostsim.RetryPolicy {
+	return hostsim.RetryPolicy{
+		RetryOn:          "retriable-headers",
+		NumRetries:       hostsim.RetryCount(maxAttempts - 1),
+		RetriableHeaders: []hostsim.RetryHeaderMatcher{{Name: routerretry.MarkerHeader, Kind: hostsim.RetryHeaderPresent}},
+		BaseInterval:     time.Millisecond, MaxInterval: 10 * time.Millisecond,
 	}
 }
 
@@ -501,21 +504,16 @@ func newCrossWorld(t *testing.T, policyYAML string) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
+	retries := routerRetryPolicy(3)
+	retries.RefreshClusterOnRetry = true
 	return newWorld(t, policyYAML, 1,
 		hostsim.WithUpstreamFilter(rootid.Upstream, config),
 		hostsim.WithRouteCluster(hostsim.RouteCluster{Matcher: &hostsim.ClusterMatcher{
 			FilterState: routerretry.TargetFilterStateKey,
 			Clusters:    map[string]string{"openai": "openai", "backup": "backup", "anthropic": "anthropic"},
 		}}),
-		hostsim.WithRetryPolicy(hostsim.RetryPolicy{
-			RetryOn:               "retriable-headers",
-			NumRetries:            hostsim.RetryCount(2),
-			RetriableHeaders:      []hostsim.RetryHeaderMatcher{{Name: routerretry.MarkerHeader, Kind: hostsim.RetryHeaderPresent}},
-			BaseInterval:          time.Millisecond,
-			MaxInterval:           10 * time.Millisecond,
-			RefreshClusterOnRetry: true,
-		}),
-		hostsim.WithMaxRetries(1024))
+		hostsim.WithRetryPolicy(retries), hostsim.WithMaxRetries(1024),
+		hostsim.WithRouteResponseHeadersToRemove(routerretry.MarkerHeader))
 }
 
 // TestScenarioACrossProviderFallbackStreamsWithCrossCluster: the third proof. Key

@@ -34,9 +34,8 @@ func (h *httpContext) startFailover() bool {
 // dispatchFailover is startFailover on a cache refreshed already.
 func (h *httpContext) dispatchFailover() bool {
 	p := h.plugin
-	budget := p.res.Failover
 	for h.next < len(h.plan.Targets) {
-		if h.attempts >= budget.MaxAttempts || p.clock().Sub(h.started) >= budget.Budget {
+		if !h.budgetLeft() {
 			return false
 		}
 		t := h.plan.Targets[h.next]
@@ -46,7 +45,7 @@ func (h *httpContext) dispatchFailover() bool {
 			continue
 		}
 		h.startAttempt(d)
-		if h.callout(budget.Budget - p.clock().Sub(h.started)) {
+		if h.callout(p.res.Failover.Budget - p.clock().Sub(h.started)) {
 			h.phase = phaseCallout
 			return true
 		}
@@ -54,6 +53,13 @@ func (h *httpContext) dispatchFailover() bool {
 		h.abandon()
 	}
 	return false
+}
+
+// budgetLeft reports whether the request may make another attempt: resilience.failover's
+// attempts and time are not spent.
+func (h *httpContext) budgetLeft() bool {
+	b := h.plugin.res.Failover
+	return h.attempts < b.MaxAttempts && h.plugin.clock().Sub(h.started) < b.Budget
 }
 
 // dispatchNow dispatches t for an attempt that goes now or not at all: a failover attempt
@@ -92,7 +98,7 @@ func (h *httpContext) dispatchNow(t engine.Target) (d engine.Dispatch, ok bool) 
 func (h *httpContext) afterRateLimit() step {
 	p := h.plugin
 	budget := p.res.Failover
-	if h.attempts >= budget.MaxAttempts || p.clock().Sub(h.started) >= budget.Budget {
+	if !h.budgetLeft() {
 		return stepProceed
 	}
 	p.refreshCache()

@@ -49,8 +49,9 @@
 // anything reached the client is retried on the next candidate with proxy_http_call, and
 // the final result replaces the response with a local reply; a failover attempt's response
 // is therefore buffered, not streamed — unless the policy fails over through the router's
-// retries (router.go), where an attempt on the first target's cluster streams. A stream that ends without its terminal event is a
-// failure of its connection unless the provider is set not to count it. The opt-in stream
+// retries (router.go), where an attempt a retry can reach streams. A stream that ends
+// without its terminal event is a failure of its connection unless the provider is set not
+// to count it. The opt-in stream
 // watchdogs (guide §6 throughput, §2 content stall; watchdog.go) end a committed stream
 // whose model output is too slow or stops: its API's error event, then a reset.
 //

@@ -395,9 +395,7 @@ func (h *httpContext) readsNoBody(ruleID string) bool {
 // attempt and time left in the budget (whether the candidate can take it is known only at
 // its dispatch).
 func (h *httpContext) failoverLeft() bool {
-	p := h.plugin
-	b := p.res.Failover
-	return h.next < len(h.plan.Targets) && h.attempts < b.MaxAttempts && p.clock().Sub(h.started) < b.Budget
+	return h.next < len(h.plan.Targets) && h.budgetLeft()
 }
 
 // heldResponseBody keeps the given-up header attempt's response held: its body only

@@ -51,7 +51,7 @@ type pluginContext struct {
 	types.DefaultPluginContext
 	vm *vmContext // the VM's context, shared by its plugins
 	// role is what this root does (role.go), chosen by its root id at start: the upstream
-	// role keeps only the policy and passes its streams through.
+	// role keeps only the policy; its tries act on the downstream plugin's state (router.go).
 	role    role
 	policy  *policies.Policy
 	res     *policies.Resolved
@@ -102,9 +102,6 @@ type pluginContext struct {
 	timeNow func() time.Time
 }
 
-// clock is the time of the callback being run, the engine's clock too: read at most once
-// per callback, and only by a callback that needs it (each read of the WASI clock is two
-// host calls).
 // refreshCache brings the VM's shared-data cache up to date with the generation key before a
 // decision that must see other workers' writes; a failure is logged and the decision goes on
 // with what the cache holds.
@@ -114,6 +111,9 @@ func (p *pluginContext) refreshCache() {
 	}
 }
 
+// clock is the time of the callback being run, the engine's clock too: read at most once
+// per callback, and only by a callback that needs it (each read of the WASI clock is two
+// host calls).
 func (p *pluginContext) clock() time.Time {
 	if !p.nowValid {
 		if p.timeNow != nil {

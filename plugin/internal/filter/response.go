@@ -315,16 +315,14 @@ func (h *httpContext) afterFailure(fr failureResult, f *attemptFailure) step {
 	}
 	h.envoyReply = ""
 	if fr.fallback && h.startFailover() {
-		h.plugin.metrics.connFailovers.add(h.plugin.metrics.connIndex(failed), 1)
-		h.logFailure(failed, &fr.log, nextFailover, &h.d.Target, 0, "")
+		h.failedOver(failed, &fr)
 		return stepWait
 	}
 	if fr.waitable {
 		switch s := h.afterRateLimit(); s {
 		case stepWait:
 			if h.phase == phaseCallout {
-				h.plugin.metrics.connFailovers.add(h.plugin.metrics.connIndex(failed), 1)
-				h.logFailure(failed, &fr.log, nextFailover, &h.d.Target, 0, "")
+				h.failedOver(failed, &fr)
 			} else {
 				h.logFailure(failed, &fr.log, nextWait, nil, 0, "")
 			}
@@ -337,6 +335,13 @@ func (h *httpContext) afterFailure(fr failureResult, f *attemptFailure) step {
 		h.logFailure(failed, &fr.log, nextAnswer, nil, 502, replies.CodeUpstreamError)
 	}
 	return h.finalAnswer()
+}
+
+// failedOver counts and logs the failed attempt on failed that the request failed over from,
+// to the attempt now in flight (h.d).
+func (h *httpContext) failedOver(failed engine.Target, fr *failureResult) {
+	h.plugin.metrics.connFailovers.add(h.plugin.metrics.connIndex(failed), 1)
+	h.logFailure(failed, &fr.log, nextFailover, &h.d.Target, 0, "")
 }
 
 // finalAnswer answers with the last failure: the router's held response (restated where a
@@ -382,6 +387,14 @@ func appendRestatement(hdrs [][2]string, f *attemptFailure) [][2]string {
 		hdrs = append(hdrs, [2]string{"retry-after", strconv.FormatInt(s, 10)})
 	}
 	return hdrs
+}
+
+// replaceResponseHeader and removeResponseHeader edit the held response headers; a failure
+// (the map is gone) only logs.
+func removeResponseHeader(name string) {
+	if err := hostabi.RemoveHeader(hostabi.ResponseHeaders, name); err != nil {
+		proxywasm.LogDebugf("spillway: remove %s: %v", name, err)
+	}
 }
 
 func replaceResponseHeader(name, value string) {

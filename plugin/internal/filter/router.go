@@ -104,9 +104,8 @@ type routerTries struct {
 	lengthSet  bool            // a try set content-length for a body of its own (crossCluster)
 	tries      int             // tries an upstream instance saw start
 	pending    engine.Dispatch // the target taken for the router's next try
-	hasPending bool
-	pendingAt  int            // the pending target's index in the plan
-	failed     engine.Outcome // the marked try's outcome, recorded when the retry starts
+	hasPending bool            // pending is set: its target is plan.Targets[next-1]
+	failed     engine.Outcome  // the marked try's outcome, recorded when the retry starts
 }
 
 // routerLinks is the VM-wide index of linked requests, shared by the VM's plugins.
@@ -211,14 +210,12 @@ func (h *httpContext) tryStarted() (rewrite bool) {
 	fr := h.recordFailure(rt.failed)
 	fr.log.attempt = h.attempts
 	h.startAttempt(next)
-	p := h.plugin
-	p.metrics.routerRetries.Increment(1)
-	p.metrics.connFailovers.add(p.metrics.connIndex(failed), 1)
+	h.plugin.metrics.routerRetries.Increment(1)
+	h.failedOver(failed, &fr)
 	if cn := h.connection(); previous != "" && previous != cn.CredentialHeader {
 		removeRequestHeader(previous) // the failed connection's credential, under another name
 	}
 	h.setConnectionHeaders()
-	h.logFailure(failed, &fr.log, nextFailover, &h.d.Target, 0, "")
 	rt.cluster = h.provider().Cluster
 	if h.d.Target.Model != rt.model {
 		return true
@@ -251,8 +248,7 @@ func (h *httpContext) tryFailed(o engine.Outcome) (marked bool) {
 		return false
 	}
 	if next := h.plugin.res.Providers[h.rt.pending.Target.Provider].Cluster; next != h.rt.cluster && !h.setTargetCluster(next) {
-		h.next = h.rt.pendingAt // the downstream instance fails over by callout from there
-		h.dropPendingTry()
+		h.returnPendingTry()
 		return false
 	}
 	h.rt.failed = o
@@ -264,12 +260,7 @@ func (h *httpContext) tryFailed(o engine.Outcome) (marked bool) {
 // the budget, and a next target in the plan on the first target's cluster with its model
 // (whether it can take the attempt is known only at its dispatch).
 func (h *httpContext) retryTargetLeft() bool {
-	p := h.plugin
-	b := p.res.Failover
-	if h.next >= len(h.plan.Targets) || h.attempts >= b.MaxAttempts || p.clock().Sub(h.started) >= b.Budget {
-		return false
-	}
-	return h.retryReaches(h.plan.Targets[h.next])
+	return h.failoverLeft() && h.retryReaches(h.plan.Targets[h.next])
 }
 
 // retryReaches reports whether a router retry can go to t: with crossCluster any target
@@ -285,11 +276,9 @@ func (h *httpContext) retryReaches(t engine.Target) bool {
 // or model), which the downstream instance's callout failover then starts from; a target
 // that cannot take the attempt now is passed over (dispatchNow), as in dispatchFailover.
 func (h *httpContext) takeRetryTarget() bool {
-	p := h.plugin
-	budget := p.res.Failover
-	p.refreshCache()
+	h.plugin.refreshCache()
 	for h.next < len(h.plan.Targets) {
-		if h.attempts >= budget.MaxAttempts || p.clock().Sub(h.started) >= budget.Budget {
+		if !h.budgetLeft() {
 			return false
 		}
 		t := h.plan.Targets[h.next]
@@ -301,7 +290,7 @@ func (h *httpContext) takeRetryTarget() bool {
 		if !ok {
 			continue
 		}
-		h.rt.pending, h.rt.hasPending, h.rt.pendingAt = d, true, h.next-1
+		h.rt.pending, h.rt.hasPending = d, true
 		return true
 	}
 	return false
@@ -313,10 +302,7 @@ func (h *httpContext) takeRetryTarget() bool {
 func (h *httpContext) responseAfterTries() {
 	p := h.plugin
 	if h.rt.hasPending {
-		// The callout failover that may follow starts from the target the retry would have
-		// gone to.
-		h.next = h.rt.pendingAt
-		h.dropPendingTry()
+		h.returnPendingTry()
 		removeResponseHeader(routerretry.MarkerHeader) // the route removes it too; a client never sees it
 	}
 	if h.rt.tries == 0 && h.cameFromUpstream() {
@@ -339,6 +325,16 @@ func (h *httpContext) cameFromUpstream() bool {
 	return ok && string(details) == viaUpstream
 }
 
+// returnPendingTry gives back the target taken for a retry that will not come, and puts it
+// back in the plan: the callout failover that may follow starts from it (takeRetryTarget
+// took it at plan.Targets[next-1], and nothing moves next while a retry is pending).
+func (h *httpContext) returnPendingTry() {
+	if h.rt.hasPending {
+		h.next--
+		h.dropPendingTry()
+	}
+}
+
 // dropPendingTry gives back, unrecorded, the target taken for a retry that did not start.
 func (h *httpContext) dropPendingTry() {
 	if !h.rt.hasPending {
@@ -352,12 +348,6 @@ func (h *httpContext) dropPendingTry() {
 	}
 	if waiters || d.Wake {
 		h.plugin.peers.wakeAll(h.plugin)
-	}
-}
-
-func removeResponseHeader(name string) {
-	if err := hostabi.RemoveHeader(hostabi.ResponseHeaders, name); err != nil {
-		proxywasm.LogDebugf("spillway: remove %s: %v", name, err)
 	}
 }
 
