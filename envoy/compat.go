@@ -1,6 +1,8 @@
 package envoy
 
 import (
+	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,6 +79,20 @@ func via(router bool) string {
 type EnvoyFeature struct {
 	What  string
 	Since int // Envoy 1.Since
+}
+
+// releaseInVersion finds the release in `envoy --version`'s output
+// ("envoy  version: <sha>/1.36.2/Clean/RELEASE/BoringSSL").
+var releaseInVersion = regexp.MustCompile(`/1\.(\d+)\.\d+/`)
+
+// VersionMinor reads the minor number of the Envoy release from the output of
+// `envoy --version`, for comparing a binary with RequiredEnvoy.
+func VersionMinor(versionOutput []byte) (int, error) {
+	m := releaseInVersion.FindSubmatch(versionOutput)
+	if m == nil {
+		return 0, fmt.Errorf("envoy: no release in the version output %q", versionOutput)
+	}
+	return strconv.Atoi(string(m[1]))
 }
 
 // SupportedEnvoyMinor is the oldest supported Envoy, 1.36: every configuration this package

@@ -437,3 +437,30 @@ func TestCrossClusterPicksTheClusterFromFilterState(t *testing.T) {
 		t.Errorf("needs Envoy 1.%d, want 1.39", minor)
 	}
 }
+
+// TestVersionMinor reads the release from `envoy --version` as Envoy prints it, and refuses
+// output without one.
+func TestVersionMinor(t *testing.T) {
+	for _, tt := range []struct {
+		name   string // the case
+		output string // what --version prints
+		want   int    // the minor read (-1: an error)
+	}{
+		// Envoy's format: <sha>/<release>/<status>/<build type>/<ssl>.
+		{"1.39", "envoy  version: 2d8a1ee0e0c3dc6dc7b8f8c6b9e3c8c2d8a1ee0e/1.39.1/Clean/RELEASE/BoringSSL\n", 39},
+		// The supported floor.
+		{"1.36", "envoy  version: 0123456789abcdef0123456789abcdef01234567/1.36.7/Modified/DEBUG/BoringSSL", 36},
+		// Not Envoy's format.
+		{"no release", "something else", -1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := envoy.VersionMinor([]byte(tt.output))
+			switch {
+			case tt.want < 0 && err == nil:
+				t.Errorf("read 1.%d from %q, want an error", got, tt.output)
+			case tt.want >= 0 && (err != nil || got != tt.want):
+				t.Errorf("got 1.%d, %v; want 1.%d", got, err, tt.want)
+			}
+		})
+	}
+}

@@ -9,8 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -87,18 +85,17 @@ func EnvoyStarter(bin string) Starter {
 	}
 }
 
-// envoyMinor reads bin's release from `envoy --version` ("envoy  version:
-// <sha>/1.36.2/Clean/RELEASE/BoringSSL"): its minor number.
+// envoyMinor reads bin's release from `envoy --version`: its minor number.
 func envoyMinor(bin string) (int, error) {
 	out, err := exec.Command(bin, "--version").CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("%s --version: %w: %s", bin, err, out)
 	}
-	m := regexp.MustCompile(`/1\.(\d+)\.\d+/`).FindSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("%s --version: no release in %q", bin, out)
+	minor, err := envoy.VersionMinor(out)
+	if err != nil {
+		return 0, fmt.Errorf("%s --version: %w", bin, err)
 	}
-	return strconv.Atoi(string(m[1]))
+	return minor, nil
 }
 
 // renderBootstrap renders the Envoy bootstrap for tg's policy as `spillway render envoy`
