@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/callout"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/route"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/stream"
@@ -708,26 +707,3 @@ func (h *Host) dispatch(ev event) error {
 }
 
 func joinPath(path []string) string { return strings.Join(path, "\x00") }
-
-// callForeign runs a foreign function registered with WithForeignFunction or
-// RegisterForeignFunction, or Envoy's built-in clear_route_cache (Envoy ≥ 1.33 registers
-// it), which answers nothing.
-func (vm *VM) callForeign(n string, args []byte) ([]byte, bool, Status) {
-	vm.host.mu.Lock()
-	f := vm.host.cfg.foreign[n]
-	vm.host.mu.Unlock()
-	if f == nil {
-		if n == "clear_route_cache" {
-			if fr := vm.frame; fr != nil && fr.stream != nil {
-				fr.stream.RouteCacheClears++
-			}
-			return nil, false, StatusOK
-		}
-		return nil, false, StatusNotFound
-	}
-	out, err := f(append([]byte(nil), args...))
-	if err != nil {
-		return nil, false, abi.StatusInternalFailure
-	}
-	return out, true, StatusOK
-}

@@ -148,6 +148,9 @@ type Stream struct {
 	HasDetails bool
 	// FilterState is what the plugin stored with proxy_set_property.
 	FilterState map[string][]byte
+	// EnvoyFilterState is the objects set_envoy_filter_state made with Envoy's filter-state
+	// factories, by key: what each holds (Context::setEnvoyFilterState).
+	EnvoyFilterState map[string][]byte
 	// RouteCacheClears counts the clears of the route cache: clear_route_cache foreign calls
 	// and, on a downstream stream, request-header writes (Context::onHeadersModified).
 	RouteCacheClears int
