@@ -52,6 +52,8 @@ type Host struct {
 	retries *retrySetup // the route's retry policy and the cluster's breaker (nil: none)
 	// routeSpec is the route's cluster specifier (WithRouteCluster; nil: none).
 	routeSpec *route.Specifier
+	// more are the plugins every VM starts after the first (config.morePlugins).
+	more []*pluginSpec
 
 	loop *sched.Loop[event] // ticks, callouts, queue notifications, exchanges' timers
 }
@@ -81,6 +83,10 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
+	more, err := cfg.morePlugins()
+	if err != nil {
+		return nil, err
+	}
 	var spec *route.Specifier
 	if rc := cfg.routeCluster; rc != nil {
 		if spec, err = rc.specifier(); err != nil {
@@ -88,7 +94,7 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 		}
 	}
 	h := &Host{cfg: cfg, rt: cfg.runtime, clock: cfg.clock, realtime: cfg.realtime,
-		metrics: metrics.NewStore(), retries: retries, routeSpec: spec}
+		metrics: metrics.NewStore(), retries: retries, routeSpec: spec, more: more}
 	h.loop = sched.New(h.dispatch)
 	if h.clock == nil {
 		h.clock = manualclock.New(VirtualStart())
@@ -200,7 +206,7 @@ func (h *Host) StartPlugin() (bool, error) {
 	if err != nil || !ok {
 		return ok, err
 	}
-	if ok, err := h.upstreamCanary(); err != nil || !ok {
+	if ok, err := h.pluginCanaries(); err != nil || !ok {
 		return ok, err
 	}
 	if ok, err := h.startClones(true); err != nil || !ok {
@@ -212,24 +218,26 @@ func (h *Host) StartPlugin() (bool, error) {
 	return true, nil
 }
 
-// upstreamCanary runs the upstream filter plugin's own canary (WithUpstreamFilter): cpp-host
-// WasmHandleBase::canary runs once per plugin key, on a fresh clone of the base VM that
-// starts and configures that plugin alone and is then killed (no on_done/on_delete).
-func (h *Host) upstreamCanary() (bool, error) {
-	if h.cfg.upstreamFilter == nil {
-		return true, nil
+// pluginCanaries runs each further plugin's own canary (WithPlugin, WithUpstreamFilter):
+// cpp-host WasmHandleBase::canary runs once per plugin key, on a fresh clone of the base VM
+// that starts and configures that plugin alone and is then killed (no on_done/on_delete).
+func (h *Host) pluginCanaries() (bool, error) {
+	for i, p := range h.more {
+		c := h.newVM(vmCanary, i+1)
+		if err := c.instantiate(); err != nil {
+			return false, err
+		}
+		ok, err := c.startPlugin(p)
+		c.kill()
+		if err != nil || !ok {
+			return ok, err
+		}
 	}
-	c := h.newVM(vmCanary, 1)
-	if err := c.instantiate(); err != nil {
-		return false, err
-	}
-	ok, err := c.startUpstreamPlugin()
-	c.kill()
-	return ok, err
+	return true, nil
 }
 
 // startClones creates the main-thread VM and the workers; with configure it also runs
-// on_configure in each, and then starts the upstream filter plugin (WithUpstreamFilter).
+// on_configure in each, and then starts the further plugins (WithPlugin, WithUpstreamFilter).
 func (h *Host) startClones(configure bool) (bool, error) {
 	h.mainVM = h.newVM(vmMain, 0)
 	vms := []*VM{h.mainVM}
@@ -249,7 +257,7 @@ func (h *Host) startClones(configure bool) (bool, error) {
 			ok, err = vm.configureRoot()
 		}
 		if ok && configure {
-			ok, err = vm.startUpstreamPlugin()
+			ok, err = vm.startMorePlugins()
 		}
 		if err != nil && !errors.Is(err, ErrStartRefused) {
 			return false, err
@@ -266,7 +274,7 @@ func (h *Host) configureClones() (bool, error) {
 	for _, vm := range h.VMs() {
 		ok, err := vm.configureRoot()
 		if ok {
-			ok, err = vm.startUpstreamPlugin()
+			ok, err = vm.startMorePlugins()
 		}
 		if err != nil && !errors.Is(err, ErrStartRefused) {
 			return false, err
@@ -695,7 +703,7 @@ func (h *Host) dispatch(ev event) error {
 		return vm.onQueueReady(ev.root, ev.token)
 	case evTick:
 		if ev.root != 0 {
-			return vm.onUpstreamTick(ev.root, ev.tickGen)
+			return vm.onPluginTick(ev.root, ev.tickGen)
 		}
 		return vm.onTick(ev.tickGen)
 	case evCalloutDeliver, evCalloutTimeout:
