@@ -19,8 +19,10 @@ import (
 	"github.com/spillwayproxy/spillway/internal/manualclock"
 )
 
-// Host is one simulated Envoy process running one HTTP wasm filter: a base VM, a canary,
-// the main-thread VM and N worker VMs, plus the process-wide state they share.
+// Host is one simulated Envoy process running one module's HTTP wasm filters (its first
+// plugin, and those of WithPlugin and WithUpstreamFilter, sharing each VM): a base VM, a
+// canary per plugin, the main-thread VM and N worker VMs, plus the process-wide state they
+// share.
 type Host struct {
 	cfg      config
 	rt       *Runtime
