@@ -80,6 +80,20 @@ soak: build ## Opt-in soak, not in make test: the load test (e2e/load) for SOAK_
 serve: build ## Run the main job: hostsim serve on the embedded demo policy (http://127.0.0.1:10000, admin :9901).
 	$(GO) run ./hostsim/cmd/hostsim serve -wasm $(BUILD)/spillway.wasm -admin 127.0.0.1:9901 -cache-dir $(BUILD)/.hostsim-cache
 
+# The Envoy binary `make envoy-check` runs (Envoy >= 1.36); nothing here has one.
+ENVOY_BIN ?=
+
+.PHONY: envoy-check
+envoy-check: ## Evidence from a real Envoy (ENVOY_BIN=...): the probe's traces and their diff with hostsim, then the e2e scenarios.
+	@if [ -z "$(ENVOY_BIN)" ]; then \
+	  echo "envoy-check: set ENVOY_BIN=/path/to/envoy (Envoy >= 1.36): make envoy-check ENVOY_BIN=\$$(which envoy)" >&2; exit 2; fi
+	@$(MAKE) --no-print-directory build
+	$(GO) run ./e2e/cmd/envoycheck -envoy "$(ENVOY_BIN)" -out $(BUILD)/envoy-check
+	@# The e2e scenarios in that Envoy: each passes under hostsim serve in make test.
+	ENVOY_BIN="$(ENVOY_BIN)" $(GO) test -count=1 -v -run 'TestScenariosEnvoy' ./e2e > $(BUILD)/envoy-check/e2e.txt 2>&1; \
+	  status=$$?; grep -E '^\s*--- (PASS|FAIL|SKIP)|^(ok|FAIL)\s' $(BUILD)/envoy-check/e2e.txt; \
+	  echo "envoy-check: e2e log in $(BUILD)/envoy-check/e2e.txt"; exit $$status
+
 .PHONY: clean
 clean: ## Remove build outputs, their stamps, derived build files and hostsim's compilation cache.
 	rm -rf $(BUILD)

@@ -110,7 +110,7 @@ func (vm *VM) deliverCallout(c *Callout, resp *CalloutResponse, timedOut bool) e
 	if timedOut {
 		resp = callout.TimeoutResponse()
 	}
-	fr := vm.rootFrame()
+	fr := vm.rootFrameFor(c.RootID)
 	var nh, nb, nt int
 	cr, st, msg := callout.Received(resp)
 	if cr != nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/spillwayproxy/spillway/hostsim"
 )
 
-// proxy_http_call validation: :method, :path, :authority required; a declared cluster set
+// proxy_http_call validation: :method, :path, :authority present; a declared cluster set
 // rejects unknown clusters; the token is written even on failure.
 func TestHTTPCallValidation(t *testing.T) {
 	for _, tc := range []struct {
@@ -18,6 +18,8 @@ func TestHTTPCallValidation(t *testing.T) {
 	}{
 		{"http_call llm 0 :method=POST,:path=/v1,:authority=a -", "Ok"},
 		{"http_call llm 0 :method=POST,:path=/v1 -", "BadArgument"},
+		// Present but empty is enough (Context::httpCall checks headers().Host() != nullptr).
+		{"http_call llm 0 :method=GET,:path=/,:authority= -", "Ok"},
 		{"http_call llm 0 :path=/v1,:authority=a -", "BadArgument"},
 		{"http_call other 0 :method=POST,:path=/v1,:authority=a -", "BadArgument"},
 		{"http_call llm -5 :method=POST,:path=/v1,:authority=a -", "BadArgument"},

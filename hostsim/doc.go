@@ -74,6 +74,9 @@
 //   - internal/envoy/attributes: what proxy_get_property answers (Context::getProperty):
 //     plugin_*, the request.* and response.* attributes over a snapshot of the stream,
 //     filter state, the host's properties.
+//   - internal/envoy/foreign: Envoy's built-in foreign functions (foreign.cc) that hostsim
+//     runs — compress and uncompress (zlib), set_envoy_filter_state's arguments and the
+//     filter-state factories it looks up — and the names of those it does not.
 //
 // The package itself is where the VM and the model meet. It implements the lower layers'
 // interfaces on the VM (guest.go, hostfn.go, wasi.go: unexported methods, outside VM's API)
@@ -114,7 +117,10 @@
 //     during start-up only cpp-host's allow-list, inside proxy_on_memory_allocate only
 //     proxy_log, fd_write and clock_time_get.
 //   - Streams: the context is created lazily at request headers (or at log); teardown is
-//     log → done (result ignored) → delete. A headers Pause is a true StopIteration by
+//     log → done (result ignored) → delete. A response that comes without request headers
+//     having created the context passes the filter without callbacks (Context::
+//     encodeHeaders, encodeData, encodeTrailers: "if (!in_vm_context_created_ ||
+//     failure_local_reply_sent_) return Continue;"; Envoy's AllHeadersAndTrailersNotStarted). A headers Pause is a true StopIteration by
 //     default, as with allow_on_headers_stop_iteration (Envoy ≥ 1.35; Spillway ships it on):
 //     the headers are held, stay editable from the body callbacks, and are what the router
 //     routes on once the stream continues; a Continue from a body callback resumes them too.
@@ -163,8 +169,26 @@
 //   - Shared data per vm_id with one process-global CAS counter (cas 0 unconditional, a
 //     non-zero cas on a missing key succeeds); queues whose last registrant is notified,
 //     asynchronously, once per enqueue; ticks per VM root; callouts owned by the root
-//     context (:method/:path/:authority required, 0 = no timeout, failure = zero counts and
-//     BrokenConnection "reset", a timeout answers the async client's 504).
+//     context (:method, :path and :authority present — empty values are sent, as
+//     Context::httpCall checks only headers().Path(), Method() and Host() against nullptr —,
+//     0 = no timeout, failure = zero counts and BrokenConnection "reset", a timeout answers
+//     the async client's 504).
+//   - Properties (Context::getProperty): a path's segments are split on NUL and one
+//     trailing NUL ends the path, so the C++ SDK's form, which terminates every segment
+//     ("xds\0node\0metadata\0"), reads as the Go SDK's. Envoy ≥ 1.33's names: the
+//     top-level xDS names (node, route_metadata, cluster_name, ...) are gone, under xds.*.
+//   - Foreign functions (source/extensions/common/wasm/foreign.cc): compress and uncompress
+//     are zlib (the bytes compress answers may differ from C zlib's; any zlib decoder reads
+//     them); clear_route_cache clears a downstream stream's route cache (an upstream filter's
+//     or a root context's call clears nothing, Ok); set_envoy_filter_state
+//     (Context::setEnvoyFilterState) parses its SetEnvoyFilterStateArguments (BadArgument),
+//     looks the key's ObjectFactory up (NotFound without one: hostsim registers only
+//     envoy.network.upstream_server_name) and stores the object in the stream info's filter
+//     state (NotFound from a root context). wasm.spillway_target, which Spillway's routes
+//     read, has no factory in Envoy, so the filter writes it with proxy_set_property. Not
+//     modelled (NotFound, as for an unregistered name, unless a test registers one with
+//     WithForeignFunction, which takes precedence over the built-ins): declare_property,
+//     expr_create/expr_evaluate/expr_delete (CEL) and verify_signature/sign.
 //   - WASI: Envoy 1.33's set by default (poll_oneoff and fd_fdstat_set_flags answer ENOSYS,
 //     so a Go runtime timer kills the guest with "poll_oneoff failed"), Envoy ≤ 1.32,
 //     cpp-host head (#533) and wazero's full WASI.
@@ -180,14 +204,52 @@
 //     once, 503 wasm_fail_stream) — with an upstream filter the downstream stream and the
 //     try's share the VM.
 //
-// Known simplifications: at most two plugins per VM (the downstream filter and, with
-// WithUpstreamFilter, the upstream filter); no gRPC calls or TCP filters;
+// Known simplifications: plugins after the first (WithPlugin) share its VMs but each is the
+// Wasm filter of a filter chain of its own — two Wasm filters in one chain are not modelled;
+// no bootstrap (singleton) extensions; no gRPC calls or TCP filters;
 // FAIL_RELOAD has no backoff; guest stdout/stderr are logged line by line (cpp-host logs each
 // fd_write as it comes); a buffered upstream (WithUpstream) is called once the whole request
 // has passed the filter (a streaming one, WithStreamingUpstream, as soon as the headers did,
 // like Envoy's router); no hedging or shadowing; one route (one retry policy, one
 // max_retries breaker per Host), whose cluster the upstream function picks unless
 // WithRouteCluster models the route's cluster specifier.
+//
+// # Plugins sharing a VM
+//
+// WithPlugin adds another plugin configuration (PluginConfig: name, root_id, configuration)
+// on the module's vm_config, as WithUpstreamFilter adds the upstream filter's: Envoy keeps one
+// VM per worker per vm key (cpp-host makeVmKey: vm_id, VM configuration, code) and in it one
+// root context per plugin key (PluginBase::key(): root_id and configuration; WasmBase::start
+// keeps root_contexts_ by it), so two filters with the same root_id and different
+// configurations get two roots. On every VM the first plugin starts first, then WithPlugin's
+// in order, then the upstream filter, each with its own canary first; each root answers its
+// own plugin_name and plugin_root_id and has its own ticks, callouts (answered on it) and
+// queue registrations (notified on it). A Request whose Plugin names one goes through its
+// filter; the proxytest-shaped calls and StartStream use the first plugin's.
+//
+// # Expectations written for a real Envoy
+//
+// The proxy-wasm Go SDK's end-to-end suite (its examples run in Envoy, asserting logs and
+// responses) is replayed in sdkexamples_test.go, over a guest that does what each example
+// does (testdata/guests/sdkexamples); its doc comment lists the examples covered, the
+// assertions, and what is left out. Envoy's own Wasm filter tests
+// (test/extensions/filters/http/wasm/wasm_filter_test.cc, with its C++ test guest) drive the
+// filter through mocks; these of them hostsim cannot express:
+//
+//   - gRPC calls and streams (GrpcCall*, GrpcStream*): hostsim's proxy_grpc_* answer
+//     Unimplemented.
+//   - CEL: the Metadata case's expressions (expr_* foreign functions) and typed
+//     declare_property state; VerifySignature (verify_signature, BoringSSL).
+//   - METADATA frames: the decodeMetadata/encodeMetadata steps of AllHeadersAndTrailers and
+//     AllHeadersAndTrailersNotStarted (hostsim's streams carry no METADATA frames).
+//   - 1xx headers: encode1xxHeaders (HeadersOnlyRequestHeadersOnlyWithEnvVars); hostsim's
+//     upstreams answer one final response.
+//   - Stream-info and cluster state hostsim does not model: dynamic metadata, route,
+//     cluster and upstream host metadata (Property, ClusterMetadata; hostsim answers
+//     configured properties instead), the connection id, request duration.
+//   - What only the mocks see: calls on the decoder and encoder callbacks the guest cannot
+//     observe (beyond clearRouteCache's count, which routing reads here), a Context driven
+//     outside a stream's lifecycle, the null VM and the Rust test guests.
 //
 // # Differences from the SDK's proxytest
 //

@@ -35,10 +35,25 @@ func delayAt(delays []time.Duration, i int) time.Duration {
 	return 0
 }
 
-// newExchange allocates the stream and applies the failure policy (VM locked).
-func (vm *VM) newExchange(ctx context.Context, record bool) (*Exchange, error) {
+// ErrNoPlugin is wrapped by the error of a Request whose Plugin names no WithPlugin plugin.
+var ErrNoPlugin = errors.New("hostsim: no such plugin")
+
+// newExchange allocates the stream in plugin's filter (a WithPlugin name; empty: the first
+// plugin) and applies the failure policy (VM locked).
+func (vm *VM) newExchange(ctx context.Context, record bool, plugin string) (*Exchange, error) {
 	if vm.streams == nil {
 		return nil, errNotStarted
+	}
+	var spec *pluginSpec
+	if plugin != "" {
+		for _, p := range vm.host.cfg.plugins {
+			if p.name == plugin {
+				spec = p
+			}
+		}
+		if spec == nil {
+			return nil, fmt.Errorf("%w: %q", ErrNoPlugin, plugin)
+		}
 	}
 	s := vm.newStream()
 	ex := &Exchange{vm: vm, s: s, id: s.ID, gen: vm.gen, doneCh: make(chan struct{}), record: record,
@@ -51,6 +66,11 @@ func (vm *VM) newExchange(ctx context.Context, record bool) (*Exchange, error) {
 	ex.touchStreamIdle() // armed when the connection manager creates the stream
 	if err := vm.beginStream(s); err != nil {
 		ex.errs = append(ex.errs, err)
+	}
+	if spec != nil {
+		// Its plugin's root on the instance (a reload restarted it); none on a failed VM,
+		// whose stream already follows the failure policy.
+		s.root = vm.rootOf(spec)
 	}
 	ex.gen = vm.gen // FAIL_RELOAD may have replaced the instance
 	return ex, nil

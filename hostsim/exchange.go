@@ -29,6 +29,10 @@ type Request struct {
 	// details downstream_remote_disconnect) this long after the request started, unless the
 	// exchange ended before.
 	ResetAfter time.Duration
+	// Plugin names the WithPlugin plugin (PluginConfig.Name) whose filter the request goes
+	// through, in a filter chain of its own; empty: the first plugin's. An unknown name is
+	// ErrNoPlugin.
+	Plugin string
 }
 
 // UpstreamRequest is what reached the upstream after the filter: on one try, after the
@@ -244,7 +248,7 @@ func (vm *VM) StartHTTP(req *Request) (*Exchange, error) {
 // caller whose client went away calls Reset.
 func (vm *VM) StartHTTPContext(ctx context.Context, req *Request) (*Exchange, error) {
 	vm.mu.Lock()
-	ex, err := vm.newExchange(ctx, true)
+	ex, err := vm.newExchange(ctx, true, req.Plugin)
 	if ex == nil {
 		vm.mu.Unlock()
 		return nil, err
@@ -277,7 +281,7 @@ func (vm *VM) StartHTTPContext(ctx context.Context, req *Request) (*Exchange, er
 // body.
 func (vm *VM) StartStream(ctx context.Context, headers [][2]string, endOfStream bool) (*Exchange, error) {
 	vm.mu.Lock()
-	ex, err := vm.newExchange(ctx, false)
+	ex, err := vm.newExchange(ctx, false, "")
 	if ex == nil {
 		vm.mu.Unlock()
 		return nil, err

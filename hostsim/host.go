@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/callout"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/route"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/stream"
@@ -20,8 +19,10 @@ import (
 	"github.com/spillwayproxy/spillway/internal/manualclock"
 )
 
-// Host is one simulated Envoy process running one HTTP wasm filter: a base VM, a canary,
-// the main-thread VM and N worker VMs, plus the process-wide state they share.
+// Host is one simulated Envoy process running one module's HTTP wasm filters (its first
+// plugin, and those of WithPlugin and WithUpstreamFilter, sharing each VM): a base VM, a
+// canary per plugin, the main-thread VM and N worker VMs, plus the process-wide state they
+// share.
 type Host struct {
 	cfg      config
 	rt       *Runtime
@@ -53,6 +54,8 @@ type Host struct {
 	retries *retrySetup // the route's retry policy and the cluster's breaker (nil: none)
 	// routeSpec is the route's cluster specifier (WithRouteCluster; nil: none).
 	routeSpec *route.Specifier
+	// more are the plugins every VM starts after the first (config.morePlugins).
+	more []*pluginSpec
 
 	loop *sched.Loop[event] // ticks, callouts, queue notifications, exchanges' timers
 }
@@ -82,6 +85,10 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
+	more, err := cfg.morePlugins()
+	if err != nil {
+		return nil, err
+	}
 	var spec *route.Specifier
 	if rc := cfg.routeCluster; rc != nil {
 		if spec, err = rc.specifier(); err != nil {
@@ -89,7 +96,7 @@ func New(wasm []byte, opts ...Option) (*Host, error) {
 		}
 	}
 	h := &Host{cfg: cfg, rt: cfg.runtime, clock: cfg.clock, realtime: cfg.realtime,
-		metrics: metrics.NewStore(), retries: retries, routeSpec: spec}
+		metrics: metrics.NewStore(), retries: retries, routeSpec: spec, more: more}
 	h.loop = sched.New(h.dispatch)
 	if h.clock == nil {
 		h.clock = manualclock.New(VirtualStart())
@@ -201,7 +208,7 @@ func (h *Host) StartPlugin() (bool, error) {
 	if err != nil || !ok {
 		return ok, err
 	}
-	if ok, err := h.upstreamCanary(); err != nil || !ok {
+	if ok, err := h.pluginCanaries(); err != nil || !ok {
 		return ok, err
 	}
 	if ok, err := h.startClones(true); err != nil || !ok {
@@ -213,24 +220,26 @@ func (h *Host) StartPlugin() (bool, error) {
 	return true, nil
 }
 
-// upstreamCanary runs the upstream filter plugin's own canary (WithUpstreamFilter): cpp-host
-// WasmHandleBase::canary runs once per plugin key, on a fresh clone of the base VM that
-// starts and configures that plugin alone and is then killed (no on_done/on_delete).
-func (h *Host) upstreamCanary() (bool, error) {
-	if h.cfg.upstreamFilter == nil {
-		return true, nil
+// pluginCanaries runs each further plugin's own canary (WithPlugin, WithUpstreamFilter):
+// cpp-host WasmHandleBase::canary runs once per plugin key, on a fresh clone of the base VM
+// that starts and configures that plugin alone and is then killed (no on_done/on_delete).
+func (h *Host) pluginCanaries() (bool, error) {
+	for i, p := range h.more {
+		c := h.newVM(vmCanary, i+1)
+		if err := c.instantiate(); err != nil {
+			return false, err
+		}
+		ok, err := c.startPlugin(p)
+		c.kill()
+		if err != nil || !ok {
+			return ok, err
+		}
 	}
-	c := h.newVM(vmCanary, 1)
-	if err := c.instantiate(); err != nil {
-		return false, err
-	}
-	ok, err := c.startUpstreamPlugin()
-	c.kill()
-	return ok, err
+	return true, nil
 }
 
 // startClones creates the main-thread VM and the workers; with configure it also runs
-// on_configure in each, and then starts the upstream filter plugin (WithUpstreamFilter).
+// on_configure in each, and then starts the further plugins (WithPlugin, WithUpstreamFilter).
 func (h *Host) startClones(configure bool) (bool, error) {
 	h.mainVM = h.newVM(vmMain, 0)
 	vms := []*VM{h.mainVM}
@@ -250,7 +259,7 @@ func (h *Host) startClones(configure bool) (bool, error) {
 			ok, err = vm.configureRoot()
 		}
 		if ok && configure {
-			ok, err = vm.startUpstreamPlugin()
+			ok, err = vm.startMorePlugins()
 		}
 		if err != nil && !errors.Is(err, ErrStartRefused) {
 			return false, err
@@ -267,7 +276,7 @@ func (h *Host) configureClones() (bool, error) {
 	for _, vm := range h.VMs() {
 		ok, err := vm.configureRoot()
 		if ok {
-			ok, err = vm.startUpstreamPlugin()
+			ok, err = vm.startMorePlugins()
 		}
 		if err != nil && !errors.Is(err, ErrStartRefused) {
 			return false, err
@@ -696,7 +705,7 @@ func (h *Host) dispatch(ev event) error {
 		return vm.onQueueReady(ev.root, ev.token)
 	case evTick:
 		if ev.root != 0 {
-			return vm.onUpstreamTick(ev.root, ev.tickGen)
+			return vm.onPluginTick(ev.root, ev.tickGen)
 		}
 		return vm.onTick(ev.tickGen)
 	case evCalloutDeliver, evCalloutTimeout:
@@ -708,26 +717,3 @@ func (h *Host) dispatch(ev event) error {
 }
 
 func joinPath(path []string) string { return strings.Join(path, "\x00") }
-
-// callForeign runs a foreign function registered with WithForeignFunction or
-// RegisterForeignFunction, or Envoy's built-in clear_route_cache (Envoy ≥ 1.33 registers
-// it), which answers nothing.
-func (vm *VM) callForeign(n string, args []byte) ([]byte, bool, Status) {
-	vm.host.mu.Lock()
-	f := vm.host.cfg.foreign[n]
-	vm.host.mu.Unlock()
-	if f == nil {
-		if n == "clear_route_cache" {
-			if fr := vm.frame; fr != nil && fr.stream != nil {
-				fr.stream.RouteCacheClears++
-			}
-			return nil, false, StatusOK
-		}
-		return nil, false, StatusNotFound
-	}
-	out, err := f(append([]byte(nil), args...))
-	if err != nil {
-		return nil, false, abi.StatusInternalFailure
-	}
-	return out, true, StatusOK
-}

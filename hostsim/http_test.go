@@ -29,6 +29,28 @@ func TestStreamLifecycleOrder(t *testing.T) {
 		"cb log ctx=2", "cb done ctx=2", "cb delete ctx=2")
 }
 
+// A response whose request headers never reached the filter passes it without callbacks
+// (Context::encodeHeaders/encodeData/encodeTrailers return Continue while
+// in_vm_context_created_ is false); the end of the stream still creates the context for
+// on_log (Context::log calls onCreate), then done and delete.
+func TestResponseWithoutContextSkipsTheFilter(t *testing.T) {
+	h := probe(t, "response_headers add_header 2 x-seen yes")
+	id := h.InitializeHttpContext()
+	for _, a := range []types.Action{
+		h.CallOnResponseHeaders(id, hdrs(":status", "200"), false),
+		h.CallOnResponseBody(id, []byte("abc"), false),
+		h.CallOnResponseTrailers(id, hdrs("grpc-status", "0")),
+	} {
+		if a != types.ActionContinue {
+			t.Fatalf("action %v, want Continue", a)
+		}
+	}
+	requireNoLine(t, h.Host, "worker-0", "cb ")
+	h.CompleteHttpContext(id)
+	requireTrace(t, h.Host, "worker-0", "cb context_create ctx=2 1", "cb log ctx=2", "cb done ctx=2", "cb delete ctx=2")
+	requireNoLine(t, h.Host, "worker-0", "cb response_")
+}
+
 // Without allow_on_headers_stop_iteration a headers Pause stops all iteration: body chunks
 // are held without callbacks and delivered (cumulatively) when the plugin continues from its
 // callout callback.

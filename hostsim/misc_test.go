@@ -1,9 +1,17 @@
 package hostsim_test
 
 import (
+	"bytes"
+	"compress/zlib"
 	"context"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
+	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/spillwayproxy/spillway/hostsim"
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
@@ -38,6 +46,66 @@ request_headers get_pairs 0
 		"op time_ns -> Ok "+itoa(h.Clock().Now().UnixNano()),
 		"op set_pairs 0 - -> Ok",
 		"op get_pairs 0 -> Ok n=0 ")
+}
+
+// Envoy's built-in foreign functions (foreign.cc) without any registration: compress and
+// uncompress are zlib (uncompress reads C zlib's stream; what compress answers decodes back),
+// a stream that is not zlib is SerializationFailure; set_envoy_filter_state stores an object
+// made by the key's factory in the stream's filter state, answers NotFound for a key no
+// factory has — the filter state Spillway's routes read among them, which must be (and is)
+// written with proxy_set_property — and for a root context, which has no stream info.
+func TestBuiltinForeignFunctions(t *testing.T) {
+	const cZlibABC = "0x789c4b4c4a0600024d0127" // CPython's zlib.compress(b"abc"), C zlib
+	setFS := func(key, value string) string {
+		b := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), key)
+		b = protowire.AppendString(protowire.AppendTag(b, 2, protowire.BytesType), value)
+		return fmt.Sprintf("0x%x", b)
+	}
+	sni := setFS("envoy.network.upstream_server_name", "api.example")
+	target := setFS("wasm.spillway_target", "openai")
+	h := probe(t, `
+request_headers foreign compress abc
+request_headers foreign uncompress `+cZlibABC+`
+request_headers foreign uncompress abc
+request_headers foreign set_envoy_filter_state `+sni+`
+request_headers foreign set_envoy_filter_state `+target+`
+request_headers foreign set_envoy_filter_state 0xffff
+request_headers foreign declare_property -
+tick foreign set_envoy_filter_state `+sni+`
+`)
+	id := h.InitializeHttpContext()
+	h.CallOnRequestHeaders(id, getReq, true)
+	h.Tick()
+	requireTrace(t, h.Host, "worker-0",
+		"op foreign compress abc -> Ok 0x789c",
+		"op foreign uncompress "+cZlibABC+" -> Ok abc",
+		"op foreign uncompress abc -> SerializationFailure",
+		"op foreign set_envoy_filter_state "+sni+" -> Ok",
+		"op foreign set_envoy_filter_state "+target+" -> NotFound",
+		"op foreign set_envoy_filter_state 0xffff -> BadArgument",
+		"op foreign declare_property - -> NotFound", // not modelled
+		"cb tick", "op foreign set_envoy_filter_state "+sni+" -> NotFound")
+	var compressed string
+	for _, l := range trace(h.Host, "worker-0") {
+		if c, ok := strings.CutPrefix(l, "op foreign compress abc -> Ok 0x"); ok {
+			compressed = c
+		}
+	}
+	z, err := hex.DecodeString(compressed)
+	if err != nil {
+		t.Fatalf("compress answered %q", compressed)
+	}
+	if r, err := zlib.NewReader(bytes.NewReader(z)); err != nil {
+		t.Fatalf("compress's answer is not zlib: %v", err)
+	} else if b, err := io.ReadAll(r); err != nil || string(b) != "abc" {
+		t.Fatalf("compress's answer decodes to %q, %v", b, err)
+	}
+	if v, ok := h.Worker(0).GetEnvoyFilterState(id, "envoy.network.upstream_server_name"); !ok || string(v) != "api.example" {
+		t.Fatalf("filter state object %q, %v", v, ok)
+	}
+	if _, ok := h.Worker(0).GetFilterState(id, []string{"spillway_target"}); ok {
+		t.Fatal("set_envoy_filter_state wrote the filter's own filter state")
+	}
 }
 
 // Request trailers can be added from the last request body callback (Envoy's

@@ -2,6 +2,7 @@ package hostsim
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -57,7 +58,9 @@ type config struct {
 	retryPolicy    *RetryPolicy
 	maxRetries     *uint32
 	retryRandom    RetryRandom
-	upstreamFilter *upstreamFilter
+	upstreamFilter *pluginSpec
+	// plugins are WithPlugin's plugin configurations, in the order given.
+	plugins []*pluginSpec
 	// upstreamNoStopIteration: the upstream filter lacks allow_on_headers_stop_iteration.
 	upstreamNoStopIteration bool
 	// routeCluster is the route's cluster specifier (WithRouteCluster; nil: none).
@@ -67,10 +70,24 @@ type config struct {
 	respHeadersToRemove []string
 }
 
-// upstreamFilter is the second plugin on the module's VMs: the upstream HTTP filter.
-type upstreamFilter struct {
-	rootID string
-	config []byte
+// pluginSpec is a plugin configuration on the module's vm_config beyond the first (cpp-host
+// PluginBase: name, root_id, configuration): a WithPlugin filter or the upstream HTTP filter.
+type pluginSpec struct {
+	name, rootID string
+	config       []byte
+	upstream     bool // the cluster's upstream HTTP filter (WithUpstreamFilter)
+}
+
+// PluginConfig is one more Wasm filter configuration (Envoy's PluginConfig) on the module's
+// vm_config: WithPlugin.
+type PluginConfig struct {
+	// Name is the plugin's name (plugin_name), which Request.Plugin selects it by; it must
+	// be unique among the plugins added.
+	Name string
+	// RootID is its root_id (plugin_root_id): it may repeat another plugin's, as two filters
+	// whose root_id is empty do.
+	RootID        string
+	Configuration []byte
 }
 
 // WithUpstreamFilter adds a second plugin on the same vm_config, as the provider cluster's
@@ -82,8 +99,46 @@ type upstreamFilter struct {
 // try of an exchange gets a new stream context in it (UpstreamRequest's own filter chain).
 func WithUpstreamFilter(rootID string, configuration []byte) Option {
 	return func(c *config) {
-		c.upstreamFilter = &upstreamFilter{rootID: rootID, config: append([]byte(nil), configuration...)}
+		c.upstreamFilter = &pluginSpec{name: rootID, rootID: rootID, config: append([]byte(nil), configuration...), upstream: true}
 	}
+}
+
+// WithPlugin adds another HTTP filter configuration on the same vm_config, sharing each VM
+// with the first plugin as Envoy shares it: one VM per worker per vm key (cpp-host makeVmKey:
+// vm_id, VM configuration, code), and in it a root context per plugin key (root_id and
+// configuration: WasmBase::start keeps root_contexts_ by PluginBase::key()). Each VM starts it
+// after the first plugin — getOrCreateThreadLocalPlugin: WasmBase::start (a new root:
+// proxy_on_context_create, proxy_on_vm_start with the VM configuration again) then
+// WasmBase::configure (proxy_on_configure with its configuration) — after a canary of its
+// own (WasmHandleBase::canary is per plugin key). Its contexts answer plugin_name and
+// plugin_root_id with its own; its ticks, callouts and queue registrations belong to its
+// root. A Request with Plugin set to its Name goes through its filter instead of the first
+// plugin's: each plugin is the Wasm filter of its own filter chain (a listener of its own,
+// as in the SDK's http_body example); two Wasm filters in one chain are not modelled.
+func WithPlugin(p PluginConfig) Option {
+	return func(c *config) {
+		c.plugins = append(c.plugins, &pluginSpec{name: p.Name, rootID: p.RootID,
+			config: append([]byte(nil), p.Configuration...)})
+	}
+}
+
+// morePlugins are the plugins every VM starts after the first: WithPlugin's in order, then
+// the upstream filter. The order Envoy loads a listener's and a cluster's filters in was not
+// verified.
+func (c *config) morePlugins() ([]*pluginSpec, error) {
+	var out []*pluginSpec
+	names := map[string]bool{}
+	for _, p := range c.plugins {
+		if names[p.name] {
+			return nil, fmt.Errorf("hostsim: WithPlugin: two plugins named %q", p.name)
+		}
+		names[p.name] = true
+		out = append(out, p)
+	}
+	if c.upstreamFilter != nil {
+		out = append(out, c.upstreamFilter)
+	}
+	return out, nil
 }
 
 // WithoutUpstreamAllowOnHeadersStopIteration models an upstream filter (WithUpstreamFilter)

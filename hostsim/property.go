@@ -11,8 +11,8 @@ import "github.com/spillwayproxy/spillway/hostsim/internal/envoy/attributes"
 func (vm *VM) getProperty(path string) ([]byte, Status) {
 	h := vm.host
 	p := attributes.Plugin{Name: h.cfg.pluginName, RootID: h.cfg.rootID, VMID: h.cfg.vmID}
-	if up := h.cfg.upstreamFilter; up != nil && vm.callerRoot() == vm.upRootID {
-		p.Name, p.RootID = up.rootID, up.rootID
+	if r := vm.pluginRoot(vm.callerRoot()); r != nil {
+		p.Name, p.RootID = r.spec.name, r.spec.rootID // a further plugin's own identity
 	}
 	var sp *attributes.Stream
 	if fr := vm.frame; fr != nil && fr.stream != nil {

@@ -8,7 +8,8 @@ import (
 
 // Properties as Envoy ≥ 1.33 resolves them: plugin_*, xds.* (configured), request.* and
 // response.* from the stream (NotFound in a root context), integers as 8-byte LE, removed
-// top-level xDS names NotFound, filter state written by set_property.
+// top-level xDS names NotFound, filter state written by set_property; a path ending in NUL
+// (the C++ SDK's form) reads as without it.
 func TestProperties(t *testing.T) {
 	h := probe(t, `
 request_headers get_property plugin_name
@@ -22,6 +23,7 @@ request_headers get_property request.headers.:scheme
 request_headers get_property xds.cluster_name
 request_headers get_property cluster_name
 request_headers get_property xds.node.metadata.NAMESPACE
+request_headers get_property xds.node.metadata.NAMESPACE.
 request_headers set_property my.key hello
 request_headers get_property my.key
 response_headers get_property response.code
@@ -46,6 +48,7 @@ tick get_property xds.cluster_name
 		"op get_property xds.cluster_name -> Ok outbound|443||api",
 		"op get_property cluster_name -> NotFound", // removed in Envoy 1.33
 		"op get_property xds.node.metadata.NAMESPACE -> Ok llm",
+		"op get_property xds.node.metadata.NAMESPACE. -> Ok llm", // the C++ SDK's trailing NUL
 		"op set_property my.key hello -> Ok",
 		"op get_property my.key -> Ok hello",
 		"op get_property response.code -> Ok 0xad01000000000000", // 429 as 8-byte little endian

@@ -56,10 +56,10 @@ func (vm *VM) newStream() *httpStream {
 // answered 503 wasm_fail_stream, which goes to the client like any upstream filter's reply.
 func (vm *VM) newUpstreamStream(ex *Exchange, t *upTry) *httpStream {
 	s := vm.newStream()
-	s.root, s.ex, s.try = vm.upRootID, ex, t
+	s.root, s.ex, s.try = vm.upRoot(), ex, t
 	s.NoHeadersStopIteration = vm.host.cfg.upstreamNoStopIteration
 	s.SetDriver((*tryDriver)(t))
-	if vm.failed != nil || vm.dead || vm.upRootID == 0 {
+	if vm.failed != nil || vm.dead || s.root == 0 {
 		if vm.host.cfg.failurePolicy == FailOpen {
 			s.Skip = true
 		} else {

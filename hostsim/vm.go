@@ -69,22 +69,31 @@ type VM struct {
 	nextID      uint32
 	rootID      uint32
 	rootCreated bool
-	// upRootID is the upstream filter plugin's root context (WithUpstreamFilter; 0: none).
-	upRootID      uint32
-	upRootCreated bool
-	upTickPeriod  time.Duration
-	upTickSeq     uint64
-	streams       map[uint32]*httpStream
-	thread        *stream.Thread // the streams' deferred actions, settled after each callback
-	frame         *frame
-	tickPeriod    time.Duration
-	tickGen       uint64
-	status        Status // proxy_get_status: last callout result
-	statusMsg     string
-	recent        []*httpStream // the last finished streams, for the getters
-	free          []*httpStream // finished streams evicted from recent, for reuse
-	fr            frame         // the frame of the running callback
-	recentNext    int
+	// more are the root contexts of the plugins after the first (Host.more) that started
+	// on this instance, in start order.
+	more       []pluginRoot
+	streams    map[uint32]*httpStream
+	thread     *stream.Thread // the streams' deferred actions, settled after each callback
+	frame      *frame
+	tickPeriod time.Duration
+	tickGen    uint64
+	status     Status // proxy_get_status: last callout result
+	statusMsg  string
+	recent     []*httpStream // the last finished streams, for the getters
+	free       []*httpStream // finished streams evicted from recent, for reuse
+	fr         frame         // the frame of the running callback
+	recentNext int
+}
+
+// pluginRoot is the root context of a plugin after the first on a VM (WithPlugin,
+// WithUpstreamFilter): cpp-host keeps one per plugin key (WasmBase::root_contexts_), and
+// Envoy a tick period per root context (Wasm::setTickPeriod(root_context_id, ...)).
+type pluginRoot struct {
+	spec       *pluginSpec
+	id         uint32
+	created    bool
+	tickPeriod time.Duration
+	tickSeq    uint64
 }
 
 type vmFuncs struct {
@@ -168,7 +177,7 @@ func (vm *VM) instantiate() error {
 	vm.allocStack = make([]uint64, 1)
 	vm.streams = map[uint32]*httpStream{}
 	vm.nextID, vm.rootID, vm.rootCreated = 1, 0, false
-	vm.upRootID, vm.upRootCreated = 0, false
+	vm.more = vm.more[:0]
 	vm.failed, vm.exited, vm.dead = nil, false, false
 	vm.tickPeriod = 0
 	vm.tickGen++
@@ -375,30 +384,75 @@ func (vm *VM) startRootContext(id uint32, created *bool) (bool, error) {
 	return true, nil
 }
 
-// startUpstreamPlugin starts and configures the upstream filter plugin's root context
-// (WithUpstreamFilter) on a VM whose first plugin started: cpp-host's
-// getOrCreateThreadLocalPlugin for a second plugin key on the thread's existing VM —
+// startMorePlugins starts and configures the plugins after the first (Host.more: WithPlugin's,
+// then the upstream filter) on a VM whose first plugin started: cpp-host's
+// getOrCreateThreadLocalPlugin for another plugin key on the thread's existing VM —
 // WasmBase::start (a new root context, ContextBase::onStart) then WasmBase::configure
-// (ContextBase::onConfigure). A no-op without the option or on a failed VM.
-func (vm *VM) startUpstreamPlugin() (bool, error) {
+// (ContextBase::onConfigure). A no-op without them or on a failed VM.
+func (vm *VM) startMorePlugins() (bool, error) {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
-	return vm.startUpstreamPluginLocked()
+	return vm.startMorePluginsLocked()
 }
 
-func (vm *VM) startUpstreamPluginLocked() (bool, error) {
-	up := vm.host.cfg.upstreamFilter
-	if up == nil || vm.failed != nil || vm.upRootID != 0 {
+func (vm *VM) startMorePluginsLocked() (bool, error) {
+	for _, p := range vm.host.more {
+		if ok, err := vm.startPluginLocked(p); err != nil || !ok {
+			return ok, err
+		}
+	}
+	return true, nil
+}
+
+// startPlugin starts and configures plugin p alone (its own canary).
+func (vm *VM) startPlugin(p *pluginSpec) (bool, error) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.startPluginLocked(p)
+}
+
+func (vm *VM) startPluginLocked(p *pluginSpec) (bool, error) {
+	if vm.failed != nil || vm.rootOf(p) != 0 {
 		return true, nil
 	}
-	vm.upRootID = vm.nextID
+	id := vm.nextID
 	vm.nextID++
-	ok, err := vm.startRootContext(vm.upRootID, &vm.upRootCreated)
+	vm.more = append(vm.more, pluginRoot{spec: p, id: id})
+	created := false
+	ok, err := vm.startRootContext(id, &created)
+	vm.pluginRoot(id).created = created
 	if err != nil || !ok {
 		return ok, err
 	}
-	return vm.configureRootContext(vm.upRootID, up.config)
+	return vm.configureRootContext(id, p.config)
 }
+
+// pluginRoot is the root context id of a plugin after the first (nil: none, or the first
+// plugin's).
+func (vm *VM) pluginRoot(id uint32) *pluginRoot {
+	for i := range vm.more {
+		if id != 0 && vm.more[i].id == id {
+			return &vm.more[i]
+		}
+	}
+	return nil
+}
+
+// rootOf is plugin p's root context id on the VM (0: not started).
+func (vm *VM) rootOf(p *pluginSpec) uint32 {
+	for i := range vm.more {
+		if vm.more[i].spec == p {
+			return vm.more[i].id
+		}
+	}
+	return 0
+}
+
+// upRoot is the upstream filter plugin's root context id (0: none).
+func (vm *VM) upRoot() uint32 { return vm.rootOf(vm.host.cfg.upstreamFilter) }
+
+// isRoot reports whether id is one of the VM's root contexts.
+func (vm *VM) isRoot(id uint32) bool { return id == vm.rootID || vm.pluginRoot(id) != nil }
 
 // ErrStartRefused is wrapped by the error StartVM/StartPlugin return when a root context
 // answered false (Envoy rejects the configuration: an xDS NACK, or a start-up failure).
@@ -467,8 +521,11 @@ func (vm *VM) failedErr() error {
 	return fmt.Errorf("%w: %s is gone", errVMFailedSentinel, vm.name)
 }
 
-func (vm *VM) rootFrame() *frame {
-	vm.fr = frame{ctxID: vm.rootID, effective: vm.rootID}
+func (vm *VM) rootFrame() *frame { return vm.rootFrameFor(vm.rootID) }
+
+// rootFrameFor is the frame of a callback on root context id.
+func (vm *VM) rootFrameFor(id uint32) *frame {
+	vm.fr = frame{ctxID: id, effective: id}
 	return &vm.fr
 }
 
@@ -499,10 +556,8 @@ func (vm *VM) shutdown() error {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
 	var err error
-	for _, root := range [...]struct {
-		id      uint32
-		created bool
-	}{{vm.rootID, vm.rootCreated}, {vm.upRootID, vm.upRootCreated}} {
+	roots := []pluginRoot{{id: vm.rootID, created: vm.rootCreated}}
+	for _, root := range append(roots, vm.more...) {
 		if err != nil || vm.isFailed() || !root.created {
 			continue
 		}
@@ -532,7 +587,7 @@ func (vm *VM) reload() error {
 		ok, err = vm.configureRootLocked()
 	}
 	if err == nil && ok {
-		ok, err = vm.startUpstreamPluginLocked()
+		ok, err = vm.startMorePluginsLocked()
 	}
 	if err == nil && !ok {
 		err = vm.failed
@@ -579,13 +634,13 @@ func (vm *VM) place(n uint32) uint32 {
 // Ticks and queue notifications
 
 func (vm *VM) setTickPeriod(ms uint32) {
-	if root := vm.callerRoot(); root != vm.rootID {
+	if r := vm.pluginRoot(vm.callerRoot()); r != nil {
 		// Envoy keeps a tick period per root context (Wasm::setTickPeriod(root_context_id,
-		// ...)); the upstream filter plugin's root ticks on its own.
-		vm.upTickSeq++
-		vm.upTickPeriod = time.Duration(ms) * time.Millisecond
+		// ...)); each plugin's root ticks on its own.
+		r.tickSeq++
+		r.tickPeriod = time.Duration(ms) * time.Millisecond
 		if ms > 0 && vm.kind != vmCanary && vm.kind != vmBase {
-			vm.host.schedule(vm.host.clock.Now().Add(vm.upTickPeriod), event{kind: evTick, vm: vm, gen: vm.gen, root: root, tickGen: vm.upTickSeq})
+			vm.host.schedule(vm.host.clock.Now().Add(r.tickPeriod), event{kind: evTick, vm: vm, gen: vm.gen, root: r.id, tickGen: r.tickSeq})
 		}
 		return
 	}
@@ -596,18 +651,17 @@ func (vm *VM) setTickPeriod(ms uint32) {
 	}
 }
 
-// onUpstreamTick is a tick of the upstream filter plugin's root context.
-func (vm *VM) onUpstreamTick(root uint32, seq uint64) error {
-	if root != vm.upRootID || seq != vm.upTickSeq {
+// onPluginTick is a tick of the root context of a plugin after the first.
+func (vm *VM) onPluginTick(root uint32, seq uint64) error {
+	if r := vm.pluginRoot(root); r == nil || seq != r.tickSeq {
 		return nil
 	}
-	fr := &frame{ctxID: root, effective: root}
-	if _, err := vm.call("proxy_on_tick", vm.fns.tick, fr, uint64(root)); err != nil {
+	if _, err := vm.call("proxy_on_tick", vm.fns.tick, vm.rootFrameFor(root), uint64(root)); err != nil {
 		return err
 	}
 	vm.afterCallback()
-	if seq == vm.upTickSeq && vm.upTickPeriod > 0 {
-		vm.host.schedule(vm.host.clock.Now().Add(vm.upTickPeriod), event{kind: evTick, vm: vm, gen: vm.gen, root: root, tickGen: seq})
+	if r := vm.pluginRoot(root); r != nil && seq == r.tickSeq && r.tickPeriod > 0 {
+		vm.host.schedule(vm.host.clock.Now().Add(r.tickPeriod), event{kind: evTick, vm: vm, gen: vm.gen, root: root, tickGen: seq})
 	}
 	return nil
 }
@@ -650,10 +704,10 @@ func (vm *VM) GetTickPeriod() uint32 {
 }
 
 func (vm *VM) onQueueReady(root, token uint32) error {
-	if root != vm.rootID && (root == 0 || root != vm.upRootID) {
+	if !vm.isRoot(root) {
 		return nil
 	}
-	_, err := vm.call("proxy_on_queue_ready", vm.fns.queueReady, vm.rootFrame(), uint64(root), uint64(token))
+	_, err := vm.call("proxy_on_queue_ready", vm.fns.queueReady, vm.rootFrameFor(root), uint64(root), uint64(token))
 	if err == nil {
 		vm.afterCallback()
 	}
@@ -676,7 +730,7 @@ func (vm *VM) setEffectiveContext(id uint32) Status {
 	if fr == nil {
 		return abi.StatusBadArgument
 	}
-	if id == vm.rootID || (id != 0 && id == vm.upRootID) {
+	if vm.isRoot(id) {
 		fr.effective, fr.stream = id, nil
 		return StatusOK
 	}
@@ -695,8 +749,8 @@ func (vm *VM) callerRoot() uint32 {
 		if fr.stream != nil {
 			return fr.stream.root
 		}
-		if fr.effective != 0 && fr.effective == vm.upRootID {
-			return vm.upRootID
+		if vm.pluginRoot(fr.effective) != nil {
+			return fr.effective
 		}
 	}
 	return vm.rootID

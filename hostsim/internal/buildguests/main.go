@@ -52,7 +52,8 @@ var guests = []guest{
 	{name: "gcstress-nopatch", pkg: guestsDir + "gcstress", sdk: true, flags: []string{"-no-runtime-patch"}},
 	{name: "noop-nobridge", pkg: "plugin/noop", sdk: true, flags: []string{"-no-bridge"}},
 	{name: "panicky", pkg: guestsDir + "panicky", sdk: true},
-	{name: "floor", pkg: "plugin/floor", sdk: true}, // the success path's host-call floor (plugin's benchmarks)
+	{name: "sdkexamples", pkg: guestsDir + "sdkexamples", sdk: true}, // the SDK's examples (sdkexamples_test.go)
+	{name: "floor", pkg: "plugin/floor", sdk: true},                  // the success path's host-call floor (plugin's benchmarks)
 }
 
 func main() {

@@ -37,7 +37,13 @@ type Stream struct {
 // Get resolves a property path (segments joined by NUL) the way Envoy ≥ 1.33 does. s is nil
 // in a root context, which has no stream info; host looks up the host's configured
 // properties (xds.*, metadata, ...). A path nothing answers is NotFound.
+//
+// One trailing NUL ends the path without adding a segment: Context::getProperty splits the
+// path on NUL and stops once the next segment would start at the path's end, so the C++
+// SDK's form, which terminates every segment ("xds\0node\0metadata\0"), reads as the Go
+// SDK's ("xds\0node\0metadata"). A second NUL makes an empty segment, which names nothing.
 func Get(path string, p Plugin, s *Stream, host func(string) ([]byte, bool)) ([]byte, abi.Status) {
+	path = strings.TrimSuffix(path, "\x00")
 	top, rest, _ := abi.CutPath(path)
 	switch top {
 	case "plugin_name":

@@ -61,6 +61,11 @@ func TestGet(t *testing.T) {
 		{"xds from the host", path("xds", "cluster_name"), nil, []byte("from host"), abi.StatusOK},
 		{"filter state", path("my.state"), stream, []byte("v"), abi.StatusOK},
 		{"unknown", path("nope"), stream, nil, abi.StatusNotFound},
+		// The C++ SDK terminates every segment; Context::getProperty ignores the empty tail.
+		{"trailing NUL", path("xds", "cluster_name") + "\x00", nil, []byte("from host"), abi.StatusOK},
+		{"trailing NUL, plugin attribute", path("plugin_root_id") + "\x00", nil, []byte("root"), abi.StatusOK},
+		{"trailing NUL, request attribute", path("request", "host") + "\x00", stream, []byte("api"), abi.StatusOK},
+		{"two trailing NULs: an empty last segment", path("xds", "cluster_name") + "\x00\x00", nil, nil, abi.StatusNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, st := Get(tc.path, plugin, tc.s, host)

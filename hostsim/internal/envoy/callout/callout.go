@@ -26,14 +26,17 @@ type Response struct {
 }
 
 // Check validates a call as Context::httpCall does: a cluster the host knows (clusters
-// empty: any cluster), :path, :method and :authority present and non-empty, a timeout that
-// is not negative. Anything else is BadArgument.
+// empty: any cluster), :path, :method and :authority present, a timeout that is not
+// negative. Anything else is BadArgument. Present is all Envoy checks: httpCall builds the
+// header map from the pairs (buildRequestHeaderMapFromPairs adds every pair, an empty value
+// too) and refuses the call only when headers().Path(), Method() or Host() is nullptr, so a
+// present but empty :authority (the SDK's multiple_dispatches example sends one) is sent.
 func Check(cluster []byte, clusters map[string]bool, headers [][2]string, timeoutMs int32) abi.Status {
 	if len(clusters) > 0 && !clusters[string(cluster)] {
 		return abi.StatusBadArgument
 	}
 	for _, k := range [...]string{":path", ":method", ":authority"} {
-		if v, ok := abi.HeaderValue(headers, k); !ok || v == "" {
+		if _, ok := abi.HeaderValue(headers, k); !ok {
 			return abi.StatusBadArgument
 		}
 	}

@@ -22,7 +22,11 @@ func TestCheck(t *testing.T) {
 		{"known cluster", "a", map[string]bool{"a": true}, ok, 100, abi.StatusOK},
 		{"unknown cluster", "b", map[string]bool{"a": true}, ok, 0, abi.StatusBadArgument},
 		{"no :authority", "x", nil, ok[:2], 0, abi.StatusBadArgument},
-		{"empty :path", "x", nil, [][2]string{{":method", "GET"}, {":path", ""}, {":authority", "a"}}, 0, abi.StatusBadArgument},
+		{"no :path", "x", nil, [][2]string{{":method", "GET"}, {":authority", "a"}}, 0, abi.StatusBadArgument},
+		{"no :method", "x", nil, [][2]string{{":path", "/"}, {":authority", "a"}}, 0, abi.StatusBadArgument},
+		// Envoy checks presence only (headers().Host() != nullptr): empty values are sent.
+		{"empty :authority", "x", nil, [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", ""}}, 0, abi.StatusOK},
+		{"empty :path", "x", nil, [][2]string{{":method", "GET"}, {":path", ""}, {":authority", "a"}}, 0, abi.StatusOK},
 		{"negative timeout", "x", nil, ok, -1, abi.StatusBadArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -148,6 +148,9 @@ type Stream struct {
 	HasDetails bool
 	// FilterState is what the plugin stored with proxy_set_property.
 	FilterState map[string][]byte
+	// EnvoyFilterState is the objects set_envoy_filter_state made with Envoy's filter-state
+	// factories, by key: what each holds (Context::setEnvoyFilterState).
+	EnvoyFilterState map[string][]byte
 	// RouteCacheClears counts the clears of the route cache: clear_route_cache foreign calls
 	// and, on a downstream stream, request-header writes (Context::onHeadersModified).
 	RouteCacheClears int
@@ -207,6 +210,14 @@ func (s *Stream) ensureCreated() error {
 	return err
 }
 
+// uncreated reports that d is the response and the context was never created: Envoy's
+// encodeHeaders, encodeData and encodeTrailers return Continue without calling the VM
+// (Context::encodeHeaders: "if (!in_vm_context_created_ || failure_local_reply_sent_) return
+// Continue;", source/extensions/common/wasm/context.cc), so a response that comes without
+// request headers having reached the filter passes it untouched. Only the end of the stream
+// creates the context then (Context::log calls onCreate before onLog).
+func (s *Stream) uncreated(d *filtermanager.Direction) bool { return d == &s.Resp && !s.Created }
+
 // ---------------------------------------------------------------------------------------
 // Callbacks
 
@@ -262,7 +273,7 @@ func (s *Stream) OnHeaders(d *filtermanager.Direction, headers [][2]string, eos 
 		return types.ActionPause, nil
 	}
 	d.Headers, d.GotHeaders, d.EndStream = abi.AppendLower(d.Headers[:0], headers), true, eos
-	if s.Skip {
+	if s.Skip || s.uncreated(d) {
 		d.ForwardHeaders(s.filter())
 		return types.ActionContinue, nil
 	}
@@ -303,7 +314,7 @@ func (s *Stream) OnBody(d *filtermanager.Direction, chunk []byte, eos bool) (typ
 		return types.ActionPause, nil
 	}
 	d.EndStream = eos
-	if s.Skip {
+	if s.Skip || s.uncreated(d) {
 		d.ForwardBody(chunk, eos, s.filter())
 		return types.ActionContinue, nil
 	}
@@ -346,7 +357,7 @@ func (s *Stream) OnTrailers(d *filtermanager.Direction, trailers [][2]string) (t
 		return types.ActionPause, nil
 	}
 	d.Trailers, d.HasTrailers = abi.AppendLower(d.Trailers[:0], trailers), true
-	if s.Skip {
+	if s.Skip || s.uncreated(d) {
 		d.ForwardTrailers(s.filter())
 		return types.ActionContinue, nil
 	}

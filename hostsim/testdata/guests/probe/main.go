@@ -19,6 +19,7 @@ package main
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"os"
 	"runtime"
 	"strconv"
@@ -288,6 +289,16 @@ func unpairs(s string) string {
 	return strings.Join(out, ",")
 }
 
+// unhex decodes a "0x"-prefixed hex argument; anything else is itself.
+func unhex(s string) string {
+	if h, ok := strings.CutPrefix(s, "0x"); ok {
+		if b, err := hex.DecodeString(h); err == nil {
+			return string(b)
+		}
+	}
+	return s
+}
+
 func dash(s string) string {
 	if s == "-" {
 		return ""
@@ -437,9 +448,9 @@ func exec(cb string, a []string) {
 	case "get_status":
 		s := proxyGetStatus(&retU32, &retPtr, &retSize)
 		out(s, strconv.Itoa(int(retU32))+" "+taken())
-	case "foreign":
+	case "foreign": // an argument "0x..." is hex (binary arguments: zlib, protobuf)
 		n, nn := ptr(arg(1))
-		v, vn := ptr(dash(arg(2)))
+		v, vn := ptr(unhex(dash(arg(2))))
 		s := proxyCallForeign(n, nn, v, vn, &retPtr, &retSize)
 		out(s, show(taken()))
 	case "time_ns":
