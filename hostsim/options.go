@@ -35,6 +35,7 @@ type config struct {
 	foreign        map[string]func([]byte) ([]byte, error)
 	logWriter      io.Writer
 	logLevel       LogLevel
+	logRetention   int
 	process        *Process
 	random         io.Reader
 	maxVirtualWait time.Duration
@@ -223,6 +224,11 @@ func WithForeignFunction(name string, f func(args []byte) ([]byte, error)) Optio
 
 // WithLogWriter also writes every guest log line to w ("[level] vm: message").
 func WithLogWriter(w io.Writer) Option { return func(c *config) { c.logWriter = w } }
+
+// WithLogRetention keeps the last n guest log lines for Logs and LogsAt (default
+// DefaultLogRetention; n ≤ 0 keeps the default). Older lines are counted (LogCount,
+// LogsDropped), not kept.
+func WithLogRetention(n int) Option { return func(c *config) { c.logRetention = n } }
 
 // WithLogLevel sets the level proxy_get_log_level reports (ABI 0.2.1).
 func WithLogLevel(l LogLevel) Option { return func(c *config) { c.logLevel = l } }
