@@ -671,6 +671,10 @@ func (h *Host) Advance(d time.Duration) error {
 	return h.loop.Advance(sc, d)
 }
 
+// FailurePolicy is what the Host does with a VM's streams once the VM failed
+// (WithFailurePolicy).
+func (h *Host) FailurePolicy() FailurePolicy { return h.cfg.failurePolicy }
+
 // NextTimer returns when the next timer fires (false if none is scheduled).
 func (h *Host) NextTimer() (time.Time, bool) { return h.loop.Next() }
 

@@ -105,6 +105,7 @@ func defaultConfig() config {
 		foreign:        map[string]func([]byte) ([]byte, error){},
 		maxVirtualWait: time.Hour,
 		bufferLimit:    1 << 20,
+		failurePolicy:  DefaultFailurePolicy,
 
 		allowHeadersStopIteration: true,
 	}
@@ -150,7 +151,8 @@ func WithProperty(path []string, value []byte) Option {
 	return func(c *config) { c.properties[joinPath(path)] = value }
 }
 
-// WithFailurePolicy sets what happens to streams once a VM has failed (default FailClosed).
+// WithFailurePolicy sets what happens to streams once a VM has failed (default
+// DefaultFailurePolicy, the one the Envoy configuration Spillway generates sets).
 func WithFailurePolicy(p FailurePolicy) Option { return func(c *config) { c.failurePolicy = p } }
 
 // WithClock sets the clock. A SettableClock is virtual: time moves only with Advance.

@@ -178,10 +178,12 @@ func (vm *VM) beginStream(s *httpStream) error {
 		s.Skip = true
 	case FailReload:
 		if err := vm.reload(); err != nil {
+			vm.reloadFailures++
 			s.Skip = false
 			s.ReplaceResponse(filtermanager.FailStream())
 			return err
 		}
+		vm.reloads++
 		// The stream was allocated on the old instance; keep its id on the new one.
 		vm.streams[s.ID] = s
 		s.gen = vm.gen

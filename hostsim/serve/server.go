@@ -105,7 +105,9 @@ type Config struct {
 	Workers int
 	// Env is the VM environment.
 	Env []EnvVar
-	// WASI and FailurePolicy are passed to hostsim.
+	// WASI and FailurePolicy are passed to hostsim as they are: the zero FailurePolicy is
+	// FAIL_CLOSED, Envoy's for an unset failure_policy; Start passes the generated
+	// bootstrap's (hostsim.DefaultFailurePolicy) unless -failure-policy says otherwise.
 	WASI          hostsim.WASIMode
 	FailurePolicy hostsim.FailurePolicy
 	// WithoutHeadersStopIteration models a proxy without allow_on_headers_stop_iteration
