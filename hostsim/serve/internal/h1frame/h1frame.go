@@ -48,15 +48,15 @@ const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 type state int
 
 const (
-	stStart      state = iota // nothing yet: the HTTP/2 preface, or a request head
-	stHead                    // a request head, held back until it is complete
-	stBody                    // remain bytes of a content-length body
-	stChunkSize               // a chunk-size line (in line)
-	stChunkData               // remain bytes of a chunk's data
-	stChunkCRLF               // the CRLF after a chunk's data (crlf of it seen)
-	stTrailers                // the trailer section after the last chunk (in line)
-	stOpaque                  // h2c: everything passes
-	stStopped                 // a refusal, or a body net/http fails too: nothing more passes
+	stStart     state = iota // nothing yet: the HTTP/2 preface, or a request head
+	stHead                   // a request head, held back until it is complete
+	stBody                   // remain bytes of a content-length body
+	stChunkSize              // a chunk-size line (in line)
+	stChunkData              // remain bytes of a chunk's data
+	stChunkCRLF              // the CRLF after a chunk's data (crlf of it seen)
+	stTrailers               // the trailer section after the last chunk (in line)
+	stOpaque                 // h2c: everything passes
+	stStopped                // a refusal, or a body net/http fails too: nothing more passes
 )
 
 // Framer follows one connection. The zero value is ready for its first byte.
