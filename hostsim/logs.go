@@ -25,7 +25,7 @@ func (b *logBuffer) add(e LogEntry, retention int) {
 	if retention <= 0 {
 		retention = DefaultLogRetention
 	}
-	if e.Level >= 0 && int(e.Level) < len(b.counts) {
+	if int(e.Level) < len(b.counts) {
 		b.counts[e.Level]++
 	}
 	b.lines = append(b.lines, e)
@@ -48,7 +48,7 @@ func (b *logBuffer) add(e LogEntry, retention int) {
 func (b *logBuffer) kept() []LogEntry { return b.lines[b.head:] }
 
 func (b *logBuffer) count(l LogLevel) uint64 {
-	if l < 0 || int(l) >= len(b.counts) {
+	if int(l) >= len(b.counts) {
 		return 0
 	}
 	return b.counts[l]

@@ -45,9 +45,9 @@ func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// readiness is /ready. Envoy's (AdminImpl's handler, source/server/admin/admin.cc) says
-// 200 "LIVE" while the server is live and 503 with the state otherwise ("DRAINING" during
-// shutdown); it does not look at Wasm VMs. hostsim adds them: while a worker's VM is failed
+// readiness is /ready. Envoy's (source/server/admin/server_info_handler.cc,
+// ServerInfoHandler::handlerReady) says 200 "LIVE" while the server is live and 503 with the
+// state otherwise ("DRAINING" during shutdown); it does not look at Wasm VMs. hostsim adds them: while a worker's VM is failed
 // and its failure policy does not replace it (FAIL_CLOSED answers that worker's streams 503
 // wasm_fail_stream, FAIL_OPEN lets them pass the filter unrouted, both until a restart),
 // /ready is 503 "VM_FAILED" with a line per such worker. Under FAIL_RELOAD a failed VM is
