@@ -99,8 +99,9 @@ func TestFailurePolicies(t *testing.T) {
 				t.Fatalf("filter ran=%v on the second request, want %v", saw == "ran", tc.wantFilter)
 			}
 			if tc.wantStatus == 503 {
-				if v, _ := headerOf(resp.Headers, ":status"); v != "503" || resp.Upstream != nil {
-					t.Fatalf("fail-closed reply %+v", resp)
+				// Envoy's Context::failStream: sendLocalReply(503, ..., "wasm_fail_stream").
+				if v, _ := headerOf(resp.Headers, ":status"); v != "503" || resp.Upstream != nil || resp.Details != "wasm_fail_stream" {
+					t.Fatalf("fail-closed reply %+v (details %q)", resp, resp.Details)
 				}
 			}
 			inits := 0
