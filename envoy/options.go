@@ -15,6 +15,7 @@ import (
 
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 
+	"github.com/spillwayproxy/spillway/internal/failurepolicy"
 	"github.com/spillwayproxy/spillway/internal/rootid"
 	"github.com/spillwayproxy/spillway/policies"
 )
@@ -58,11 +59,11 @@ const (
 	DefaultModulePath = "/etc/envoy/spillway.wasm"
 	// DefaultConnectTimeout bounds connecting to a provider (as hostsim serve's default).
 	DefaultConnectTimeout = 5 * time.Second
-	// DefaultFailurePolicy: after a VM trap Envoy starts a fresh VM for the next request
-	// instead of answering 503 on that worker until a restart (FAIL_CLOSED) or letting
-	// requests through unrouted and without credentials (FAIL_OPEN).
-	DefaultFailurePolicy = wasmv3.FailurePolicy_FAIL_RELOAD
 )
+
+// DefaultFailurePolicy is the plugin's failure_policy when Options set none: the one
+// Spillway ships, internal/failurepolicy.Default (FAIL_RELOAD), which hostsim models too.
+var DefaultFailurePolicy = wasmv3.FailurePolicy(wasmv3.FailurePolicy_value[failurepolicy.Default])
 
 // Options say how the configuration is deployed: what the policy does not know.
 type Options struct {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/abi"
+	"github.com/spillwayproxy/spillway/internal/failurepolicy"
 )
 
 // The ABI's vocabulary that the public API speaks, from hostsim/internal/abi.
@@ -65,6 +66,19 @@ const (
 	// FailReload replaces the failed VM with a fresh one (new Go heap) at the next stream.
 	FailReload
 )
+
+// DefaultFailurePolicy is the failure policy a Host models unless WithFailurePolicy says
+// otherwise: the one the Envoy configuration Spillway generates sets
+// (internal/failurepolicy.Default, FAIL_RELOAD), as hostsim models that configuration
+// elsewhere too (allow_on_headers_stop_iteration on).
+var DefaultFailurePolicy = func() FailurePolicy {
+	for p := FailClosed; p <= FailReload; p++ {
+		if p.String() == failurepolicy.Default {
+			return p
+		}
+	}
+	panic("hostsim: unknown failure policy " + failurepolicy.Default)
+}()
 
 // String names the policy as the proto does.
 func (p FailurePolicy) String() string {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/callout"
+	"github.com/spillwayproxy/spillway/hostsim/internal/sched"
 )
 
 // Callout is an HTTP callout a plugin dispatched with proxy_http_call. It belongs to the
@@ -29,9 +30,10 @@ type Callout struct {
 	// Sent is the host time of the call.
 	Sent time.Time
 
-	vm   *VM
-	gen  uint64
-	done bool
+	vm      *VM
+	gen     uint64
+	done    bool
+	timeout *sched.Timer[event] // cancelled once the callout is answered
 }
 
 // CalloutResponse answers a callout.
@@ -80,7 +82,7 @@ func (vm *VM) httpCall(token uint32, up []byte, headers, trailers [][2]string, b
 		h.post(event{kind: evCalloutInvoke, callout: c})
 	}
 	if c.Timeout > 0 {
-		h.schedule(c.Sent.Add(c.Timeout), event{kind: evCalloutTimeout, vm: vm, gen: vm.gen, callout: c})
+		c.timeout = h.schedule(c.Sent.Add(c.Timeout), event{kind: evCalloutTimeout, vm: vm, gen: vm.gen, callout: c})
 	}
 	return StatusOK
 }
@@ -106,7 +108,12 @@ func (vm *VM) deliverCallout(c *Callout, resp *CalloutResponse, timedOut bool) e
 	}
 	c.done = true
 	h.callouts.Remove(c.Token)
+	timeout := c.timeout
+	c.timeout = nil
 	h.mu.Unlock()
+	// An answered callout's timeout is taken off the loop, which would otherwise keep the
+	// callout (its request and answer) until the timeout passed.
+	h.cancel(timeout)
 	if timedOut {
 		resp = callout.TimeoutResponse()
 	}

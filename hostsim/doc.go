@@ -202,13 +202,18 @@
 //     still live on it at their next callback, which does not run (cpp-host
 //     CHECK_FAIL_HTTP: FAIL_OPEN goes on without the filter, otherwise the stream fails
 //     once, 503 wasm_fail_stream) — with an upstream filter the downstream stream and the
-//     try's share the VM.
+//     try's share the VM. The default policy is the one Spillway's generated Envoy
+//     configuration sets, FAIL_RELOAD (DefaultFailurePolicy): the next stream on the VM
+//     gets a fresh instance. VM.Health reports a VM's failure and counts its failures and
+//     replacements.
 //
 // Known simplifications: plugins after the first (WithPlugin) share its VMs but each is the
 // Wasm filter of a filter chain of its own — two Wasm filters in one chain are not modelled;
 // no bootstrap (singleton) extensions; no gRPC calls or TCP filters;
-// FAIL_RELOAD has no backoff; guest stdout/stderr are logged line by line (cpp-host logs each
-// fd_write as it comes); a buffered upstream (WithUpstream) is called once the whole request
+// FAIL_RELOAD has no back-off (Envoy tries a replacement at most once per reload_config
+// back-off, at least 1 s by default, answering 503 wasm_fail_stream in between and
+// counting vm_reload_backoff); guest stdout/stderr are logged line by line (cpp-host logs
+// each fd_write as it comes); a buffered upstream (WithUpstream) is called once the whole request
 // has passed the filter (a streaming one, WithStreamingUpstream, as soon as the headers did,
 // like Envoy's router); no hedging or shadowing; one route (one retry policy, one
 // max_retries breaker per Host), whose cluster the upstream function picks unless

@@ -83,9 +83,35 @@ func (ex *Exchange) note(err error) {
 }
 
 // after runs f on the exchange d from now on the host's clock (VM locked when it runs).
+// finish cancels what is still pending, so an ended exchange is not kept alive by its
+// timers (the stream idle timer's check lies up to the timeout ahead).
 func (ex *Exchange) after(d time.Duration, f func(ex *Exchange) error) {
 	h := ex.vm.host
-	h.schedule(h.clock.Now().Add(d), event{kind: evExchange, vm: ex.vm, gen: ex.gen, ex: ex, exFn: f})
+	if ex.done {
+		return
+	}
+	if len(ex.timers) == cap(ex.timers) && len(ex.timers) >= 8 {
+		// Forget the timers that fired, so a long stream (a per-try idle timer re-armed by
+		// every chunk) keeps what is pending only.
+		live := ex.timers[:0]
+		for _, t := range ex.timers {
+			if h.loop.Pending(t) {
+				live = append(live, t)
+			}
+		}
+		clear(ex.timers[len(live):])
+		ex.timers = live
+	}
+	ex.timers = append(ex.timers, h.schedule(h.clock.Now().Add(d), event{kind: evExchange, vm: ex.vm, gen: ex.gen, ex: ex, exFn: f}))
+}
+
+// stopTimers cancels the exchange's pending timers (VM locked; finish).
+func (ex *Exchange) stopTimers() {
+	for i, t := range ex.timers {
+		ex.vm.host.cancel(t)
+		ex.timers[i] = nil
+	}
+	ex.timers = nil
 }
 
 // runEvent runs a timer's work on a live exchange (VM locked).
@@ -296,6 +322,7 @@ func (ex *Exchange) finish() {
 	ex.note(s.Complete())
 	r.Flags, r.Details = s.Flags, s.Details
 	ex.resp = r
+	ex.stopTimers()
 	ex.cancel()
 	close(ex.doneCh)
 	ex.signal()

@@ -13,6 +13,7 @@ import (
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/filtermanager"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/retry"
 	"github.com/spillwayproxy/spillway/hostsim/internal/envoy/route"
+	"github.com/spillwayproxy/spillway/hostsim/internal/sched"
 )
 
 // Request is a whole downstream request for StartHTTP and RunHTTP.
@@ -177,6 +178,8 @@ type Exchange struct {
 
 	// The connection manager's stream idle timer (WithStreamIdleTimeout).
 	idle connmgr.IdleTimer
+	// timers are the exchange's scheduled events (after), cancelled when it finishes.
+	timers []*sched.Timer[event]
 
 	// The router: what passed the filter, the retry state, and the current try (embedded:
 	// its fields are the upstream request's, replaced on each retry).

@@ -42,7 +42,7 @@ type Host struct {
 	workers   []*VM
 
 	mu        sync.Mutex // guards everything below
-	logs      []LogEntry
+	logs      logBuffer
 	metrics   *metrics.Store // the plugin's metrics (locked on their own)
 	callouts  callout.Pending[*Callout]
 	vmSeq     int
@@ -383,7 +383,7 @@ func (h *Host) random(buf []byte) {
 
 func (h *Host) log(vm *VM, level LogLevel, msg string) {
 	h.mu.Lock()
-	h.logs = append(h.logs, LogEntry{Level: level, VM: vm.name, Message: msg})
+	h.logs.add(LogEntry{Level: level, VM: vm.name, Message: msg}, h.cfg.logRetention)
 	w := h.cfg.logWriter
 	h.mu.Unlock()
 	if w != nil {
@@ -419,24 +419,39 @@ func (h *Host) stdio(vm *VM, fd uint32, b []byte, level LogLevel) {
 	}
 }
 
-// Logs returns every log line so far.
+// Logs returns the log lines kept (the last WithLogRetention of them), oldest first.
 func (h *Host) Logs() []LogEntry {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]LogEntry(nil), h.logs...)
+	return append([]LogEntry(nil), h.logs.kept()...)
 }
 
-// LogsAt returns the messages logged at level, in order.
+// LogsAt returns the kept messages logged at level, in order.
 func (h *Host) LogsAt(level LogLevel) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []string
-	for _, e := range h.logs {
+	for _, e := range h.logs.kept() {
 		if e.Level == level {
 			out = append(out, e.Message)
 		}
 	}
 	return out
+}
+
+// LogCount is how many lines were logged at level since the start (or ResetLogs), the
+// ones no longer kept included.
+func (h *Host) LogCount(level LogLevel) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.logs.count(level)
+}
+
+// LogsDropped is how many lines were forgotten to keep the retention bound.
+func (h *Host) LogsDropped() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.logs.dropped
 }
 
 // GetTraceLogs returns the trace-level messages (proxytest).
@@ -460,7 +475,7 @@ func (h *Host) GetCriticalLogs() []string { return h.LogsAt(LogCritical) }
 // ResetLogs forgets the logs collected so far.
 func (h *Host) ResetLogs() {
 	h.mu.Lock()
-	h.logs = nil
+	h.logs = logBuffer{}
 	h.mu.Unlock()
 }
 
@@ -613,8 +628,11 @@ type event struct {
 	exFn    func(*Exchange) error
 }
 
-// schedule runs ev on the event loop once the clock reaches at.
-func (h *Host) schedule(at time.Time, ev event) { h.loop.Schedule(at, ev) }
+// schedule runs ev on the event loop once the clock reaches at; cancel takes it off.
+func (h *Host) schedule(at time.Time, ev event) *sched.Timer[event] { return h.loop.Schedule(at, ev) }
+
+// cancel takes a timer off the event loop (nil, or one that fired: nothing to do).
+func (h *Host) cancel(t *sched.Timer[event]) { h.loop.Cancel(t) }
 
 // post runs ev on the event loop next, outside the VM that posts it.
 func (h *Host) post(ev event) { h.loop.Post(ev) }
@@ -661,6 +679,10 @@ func (h *Host) Advance(d time.Duration) error {
 	}
 	return h.loop.Advance(sc, d)
 }
+
+// FailurePolicy is what the Host does with a VM's streams once the VM failed
+// (WithFailurePolicy).
+func (h *Host) FailurePolicy() FailurePolicy { return h.cfg.failurePolicy }
 
 // NextTimer returns when the next timer fires (false if none is scheduled).
 func (h *Host) NextTimer() (time.Time, bool) { return h.loop.Next() }

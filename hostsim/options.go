@@ -36,6 +36,7 @@ type config struct {
 	foreign        map[string]func([]byte) ([]byte, error)
 	logWriter      io.Writer
 	logLevel       LogLevel
+	logRetention   int
 	process        *Process
 	random         io.Reader
 	maxVirtualWait time.Duration
@@ -159,6 +160,7 @@ func defaultConfig() config {
 		foreign:        map[string]func([]byte) ([]byte, error){},
 		maxVirtualWait: time.Hour,
 		bufferLimit:    1 << 20,
+		failurePolicy:  DefaultFailurePolicy,
 
 		allowHeadersStopIteration: true,
 	}
@@ -204,7 +206,8 @@ func WithProperty(path []string, value []byte) Option {
 	return func(c *config) { c.properties[joinPath(path)] = value }
 }
 
-// WithFailurePolicy sets what happens to streams once a VM has failed (default FailClosed).
+// WithFailurePolicy sets what happens to streams once a VM has failed (default
+// DefaultFailurePolicy, the one the Envoy configuration Spillway generates sets).
 func WithFailurePolicy(p FailurePolicy) Option { return func(c *config) { c.failurePolicy = p } }
 
 // WithClock sets the clock. A SettableClock is virtual: time moves only with Advance.
@@ -278,6 +281,11 @@ func WithForeignFunction(name string, f func(args []byte) ([]byte, error)) Optio
 
 // WithLogWriter also writes every guest log line to w ("[level] vm: message").
 func WithLogWriter(w io.Writer) Option { return func(c *config) { c.logWriter = w } }
+
+// WithLogRetention keeps the last n guest log lines for Logs and LogsAt (default
+// DefaultLogRetention; n ≤ 0 keeps the default). Older lines are counted (LogCount,
+// LogsDropped), not kept.
+func WithLogRetention(n int) Option { return func(c *config) { c.logRetention = n } }
 
 // WithLogLevel sets the level proxy_get_log_level reports (ABI 0.2.1).
 func WithLogLevel(l LogLevel) Option { return func(c *config) { c.logLevel = l } }

@@ -178,10 +178,12 @@ func (vm *VM) beginStream(s *httpStream) error {
 		s.Skip = true
 	case FailReload:
 		if err := vm.reload(); err != nil {
+			vm.reloadFailures++
 			s.Skip = false
-			s.ReplaceResponse(filtermanager.FailStream())
+			failStream(s)
 			return err
 		}
+		vm.reloads++
 		// The stream was allocated on the old instance; keep its id on the new one.
 		vm.streams[s.ID] = s
 		s.gen = vm.gen
@@ -189,9 +191,17 @@ func (vm *VM) beginStream(s *httpStream) error {
 			vm.nextID = s.ID + 1
 		}
 	default:
-		s.ReplaceResponse(filtermanager.FailStream())
+		failStream(s)
 	}
 	return nil
+}
+
+// failStream answers a stream that starts on a failed VM: the context Envoy creates for it
+// has no VM (PluginConfig::createContext), so its first callback fails the stream
+// (CHECK_FAIL_HTTP, Context::failStream): 503, details wasm_fail_stream.
+func failStream(s *httpStream) {
+	s.SetDetails(filtermanager.DetailsWasmFailStream)
+	s.ReplaceResponse(filtermanager.FailStream())
 }
 
 // afterCallback runs what Envoy defers until the VM call returns (stream.Thread.Settle).

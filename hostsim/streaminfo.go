@@ -17,7 +17,8 @@ type ResponseFlags = streaminfo.ResponseFlags
 
 // The response flags hostsim sets (what Response.Flags and response.flags can hold), in
 // Envoy's CoreResponseFlag order: the router's for its own replies and for upstream resets
-// (streaminfo.ResetFlag), the connection manager's for idle timeouts and downstream resets.
+// (streaminfo.ResetFlag), the connection manager's for idle timeouts and downstream resets,
+// and DPE, which hostsim serve's front end sets on a request Envoy's HTTP/1 codec refuses.
 // ResponseFlags.String prints any of Envoy's.
 const (
 	FlagNoHealthyUpstream               = streaminfo.FlagNoHealthyUpstream               // UH
@@ -30,6 +31,7 @@ const (
 	FlagUpstreamRetryLimitExceeded      = streaminfo.FlagUpstreamRetryLimitExceeded      // URX
 	FlagDownstreamConnectionTermination = streaminfo.FlagDownstreamConnectionTermination // DC
 	FlagStreamIdleTimeout               = streaminfo.FlagStreamIdleTimeout               // SI
+	FlagDownstreamProtocolError         = streaminfo.FlagDownstreamProtocolError         // DPE
 	FlagUpstreamProtocolError           = streaminfo.FlagUpstreamProtocolError           // UPE
 	FlagNoClusterFound                  = streaminfo.FlagNoClusterFound                  // NC
 	FlagOverloadManager                 = streaminfo.FlagOverloadManager                 // OM

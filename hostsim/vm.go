@@ -62,9 +62,12 @@ type VM struct {
 	exitCode int32
 	failed   error
 	dead     bool
-	stdout   []byte // partial lines
-	stderr   []byte
-	fatal    string // first "fatal error:"/"panic:" line since the last trap
+	// failures counts the instances that failed; reloads and reloadFailures FAIL_RELOAD's
+	// replacements that started and that did not.
+	failures, reloads, reloadFailures uint64
+	stdout                            []byte // partial lines
+	stderr                            []byte
+	fatal                             string // first "fatal error:"/"panic:" line since the last trap
 
 	nextID      uint32
 	rootID      uint32
@@ -125,6 +128,37 @@ func (vm *VM) Err() error {
 }
 
 func (vm *VM) isFailed() bool { return vm.failed != nil || vm.dead }
+
+// VMHealth is a VM's failure state and what the failure policy did about its failures, since
+// the Host started.
+type VMHealth struct {
+	// Failed is the failure of the VM's running instance (Err); nil while it runs.
+	Failed error
+	// Recovers: the failure policy replaces the failed instance when the VM's next stream
+	// starts (FAIL_RELOAD; a replacement that fails too answers that stream 503 and is
+	// tried again at the next). Under FAIL_CLOSED and FAIL_OPEN a failed VM stays failed
+	// until the Host closes: Envoy replaces a VM only under FAIL_RELOAD
+	// (source/extensions/common/wasm/wasm.cc, PluginConfig::maybeReloadHandleIfNeeded
+	// returns the failed VM otherwise).
+	Recovers bool
+	// Failures counts the instances that failed: a trap or a Go fatal error in a
+	// callback, or a root that refused to start (Envoy counts none: it logs "Wasm VM
+	// failed", wasm.cc, Wasm::error).
+	Failures uint64
+	// Reloads and ReloadFailures count FAIL_RELOAD's replacements that started and that
+	// did not: Envoy's wasm.<plugin name>.vm_reload_success and vm_reload_failure
+	// (source/extensions/common/wasm/stats_handler.h, WASM_STATS; counted in
+	// maybeReloadHandleIfNeeded).
+	Reloads, ReloadFailures uint64
+}
+
+// Health returns the VM's failure state and counts.
+func (vm *VM) Health() VMHealth {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return VMHealth{Failed: vm.failed, Recovers: vm.failed != nil && vm.host.cfg.failurePolicy == FailReload,
+		Failures: vm.failures, Reloads: vm.reloads, ReloadFailures: vm.reloadFailures}
+}
 
 // MemoryPages returns the size of the VM's linear memory in 64 KiB pages.
 func (vm *VM) MemoryPages() uint32 {
@@ -343,6 +377,7 @@ func (vm *VM) trap(name string, err error) error {
 func (vm *VM) fail(err error) {
 	if vm.failed == nil {
 		vm.failed = err
+		vm.failures++
 	}
 	vm.tickGen++
 	vm.host.log(vm, LogCritical, "VM failed: "+firstLine(err.Error()))

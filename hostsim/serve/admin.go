@@ -14,9 +14,9 @@ import (
 )
 
 // admin is the Envoy-like admin listener's handler: /stats/prometheus and /stats with the
-// filter's metrics, /ready with the server state. It models an Envoy whose bootstrap
-// carries Spillway's stats_tags (plugin/stats), so labelled Spillway stats show their
-// labels.
+// filter's metrics and the VMs' failure stats (vmStats), /ready with the server state and
+// the workers' VMs. It models an Envoy whose bootstrap carries Spillway's stats_tags
+// (plugin/stats), so labelled Spillway stats show their labels.
 type admin struct {
 	host  *hostsim.Host
 	ready *atomic.Bool
@@ -31,23 +31,103 @@ func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/stats/prometheus":
 		w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
-		_, _ = w.Write([]byte(prometheusText(a.host.Metrics())))
+		_, _ = w.Write([]byte(prometheusText(a.host.Metrics(), vmStats(a.host))))
 	case "/stats":
 		w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
-		_, _ = w.Write([]byte(statsText(a.host.Metrics())))
+		_, _ = w.Write([]byte(statsText(a.host.Metrics(), vmStats(a.host))))
 	case "/ready":
-		// AdminImpl's /ready: 200 "LIVE" while the server is live, 503 with the state
-		// otherwise.
 		w.Header().Set("Content-Type", "text/plain; charset=UTF-8")
-		if a.ready.Load() {
-			_, _ = w.Write([]byte("LIVE\n"))
-			return
-		}
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte("DRAINING\n"))
+		status, body := readiness(a.ready.Load(), a.host)
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
 	default:
 		http.Error(w, "hostsim admin: no such endpoint (try /stats/prometheus, /stats or /ready)", http.StatusNotFound)
 	}
+}
+
+// readiness is /ready. Envoy's (source/server/admin/server_info_handler.cc,
+// ServerInfoHandler::handlerReady) says 200 "LIVE" while the server is live and 503 with the
+// state otherwise ("DRAINING" during shutdown); it does not look at Wasm VMs. hostsim adds them: while a worker's VM is failed
+// and its failure policy does not replace it (FAIL_CLOSED answers that worker's streams 503
+// wasm_fail_stream, FAIL_OPEN lets them pass the filter unrouted, both until a restart),
+// /ready is 503 "VM_FAILED" with a line per such worker. Under FAIL_RELOAD a failed VM is
+// replaced when its next stream starts (wasm.cc, PluginConfig::maybeReloadHandleIfNeeded),
+// so the server stays LIVE and the replacement is counted (vm_reload_success).
+func readiness(live bool, h *hostsim.Host) (int, string) {
+	if !live {
+		return http.StatusServiceUnavailable, "DRAINING\n"
+	}
+	var b strings.Builder
+	for _, vm := range h.Workers() {
+		if hl := vm.Health(); hl.Failed != nil && !hl.Recovers {
+			fmt.Fprintf(&b, "%s: VM failed under %s: %s\n", vm.Name(), FailurePolicyName(h.FailurePolicy()),
+				firstLine(hl.Failed.Error()))
+		}
+	}
+	if b.Len() > 0 {
+		return http.StatusServiceUnavailable, "VM_FAILED\n" + b.String()
+	}
+	return http.StatusOK, "LIVE\n"
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// pluginName is the filter's PluginConfig name, as the generated bootstrap names it
+// (package envoy, ExtensionConfigName): Envoy files a plugin's own stats under
+// wasm.<name>. (source/extensions/common/wasm/wasm.cc, PluginConfig::PluginConfig).
+const pluginName = "spillway"
+
+// hostStat is one stat serve's admin shows besides the filter's: Envoy's own stats for the
+// plugin, and hostsim's.
+type hostStat struct {
+	typ       hostsim.MetricType
+	stat      string // the name /stats shows; for Envoy's stats, Envoy's
+	extracted string // the name without its tags, which groups the series
+	prom      string // the Prometheus name
+	labels    string // formatted Prometheus labels
+	value     uint64
+}
+
+// vmStats are the worker VMs' failure stats:
+//   - Envoy's wasm.<plugin>.vm_reload_success and vm_reload_failure (counters over every
+//     worker: source/extensions/common/wasm/stats_handler.h, WASM_STATS; counted in
+//     wasm.cc, PluginConfig::maybeReloadHandleIfNeeded), under their Prometheus names
+//     envoy_wasm_spillway_vm_reload_success and _failure (no default tag extractor matches
+//     them). Envoy's vm_reload_backoff is left out: hostsim has no reload back-off.
+//   - hostsim's own, as Envoy counts no VM failure (it logs "Wasm VM failed"):
+//     hostsim_wasm_vm_failures_total{worker}, the VM instances that failed on each worker,
+//     under every failure policy, and hostsim_wasm_vm_failed{worker}, 1 while its VM is
+//     failed (under FAIL_RELOAD until its next stream replaces it).
+func vmStats(h *hostsim.Host) []hostStat {
+	var reloads, reloadFailures uint64
+	var out []hostStat
+	for _, vm := range h.Workers() {
+		hl := vm.Health()
+		reloads += hl.Reloads
+		reloadFailures += hl.ReloadFailures
+		failed := uint64(0)
+		if hl.Failed != nil {
+			failed = 1
+		}
+		labels := promLabels([]stats.Label{{Name: "worker", Value: vm.Name()}})
+		out = append(out,
+			hostStat{hostsim.MetricCounter, "hostsim.wasm_vm_failures_total." + vm.Name(), "hostsim.wasm_vm_failures_total",
+				"hostsim_wasm_vm_failures_total", labels, hl.Failures},
+			hostStat{hostsim.MetricGauge, "hostsim.wasm_vm_failed." + vm.Name(), "hostsim.wasm_vm_failed",
+				"hostsim_wasm_vm_failed", labels, failed})
+	}
+	for _, e := range []struct {
+		name string
+		n    uint64
+	}{{"vm_reload_success", reloads}, {"vm_reload_failure", reloadFailures}} {
+		stat := "wasm." + pluginName + "." + e.name
+		prom, _ := prometheusName(stat)
+		out = append(out, hostStat{hostsim.MetricCounter, stat, stat, prom, "", e.n})
+	}
+	return out
 }
 
 // wasmStatPrefix is where Envoy files the metrics a Wasm plugin defines: its custom stat
@@ -110,34 +190,53 @@ type promSeries struct {
 // then gauges, then histograms; within each, the stats grouped by their tag-extracted name
 // (groups in name order, series in stat-name order), a "# TYPE" line per group, then
 // "name{labels} value" per series (labels extracted by the stats_tags), histograms as
-// cumulative buckets with _sum and _count.
-func prometheusText(ms []hostsim.MetricValue) string {
+// cumulative buckets with _sum and _count. host are the stats that are not the filter's,
+// in the same order.
+func prometheusText(ms []hostsim.MetricValue, host []hostStat) string {
 	var b strings.Builder
 	for _, typ := range []hostsim.MetricType{hostsim.MetricCounter, hostsim.MetricGauge, hostsim.MetricHistogram} {
-		groups := map[string][]promSeries{}
+		type group struct {
+			name   string // the Prometheus name
+			series []promSeries
+		}
+		groups := map[string]*group{} // by tag-extracted name
 		for _, m := range ms {
 			if m.Type != typ {
 				continue
 			}
 			stat := wasmStatPrefix + m.Name
 			extracted, tags := tagExtractor.Extract(stat)
-			groups[extracted] = append(groups[extracted], promSeries{stat: stat, labels: promLabels(tags), m: m})
-		}
-		names := make([]string, 0, len(groups))
-		for n := range groups {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, extracted := range names {
 			name, ok := prometheusName(extracted)
 			if !ok {
 				continue
 			}
-			group := groups[extracted]
-			sort.Slice(group, func(i, j int) bool { return group[i].stat < group[j].stat })
-			fmt.Fprintf(&b, "# TYPE %s %s\n", name, typ)
-			for _, s := range group {
-				writeSeries(&b, name, s)
+			if groups[extracted] == nil {
+				groups[extracted] = &group{name: name}
+			}
+			groups[extracted].series = append(groups[extracted].series, promSeries{stat: stat, labels: promLabels(tags), m: m})
+		}
+		for _, hs := range host {
+			if hs.typ != typ {
+				continue
+			}
+			key := hs.extracted
+			if groups[key] == nil {
+				groups[key] = &group{name: hs.prom}
+			}
+			groups[key].series = append(groups[key].series, promSeries{stat: hs.stat, labels: hs.labels,
+				m: hostsim.MetricValue{Type: hs.typ, Value: hs.value}})
+		}
+		keys := make([]string, 0, len(groups))
+		for k := range groups {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			g := groups[k]
+			sort.Slice(g.series, func(i, j int) bool { return g.series[i].stat < g.series[j].stat })
+			fmt.Fprintf(&b, "# TYPE %s %s\n", g.name, typ)
+			for _, s := range g.series {
+				writeSeries(&b, g.name, s)
 			}
 		}
 	}
@@ -172,8 +271,9 @@ func writeSeries(b *strings.Builder, name string, s promSeries) {
 	}
 }
 
-// statsText is /stats: "name: value" lines (a histogram shows its sample count).
-func statsText(ms []hostsim.MetricValue) string {
+// statsText is /stats: "name: value" lines (a histogram shows its sample count), the
+// filter's stats, then the host's.
+func statsText(ms []hostsim.MetricValue, host []hostStat) string {
 	var b strings.Builder
 	for _, m := range ms {
 		switch m.Type {
@@ -184,6 +284,9 @@ func statsText(ms []hostsim.MetricValue) string {
 		default:
 			fmt.Fprintf(&b, "%s%s: %d\n", wasmStatPrefix, m.Name, m.Value)
 		}
+	}
+	for _, hs := range host {
+		fmt.Fprintf(&b, "%s: %d\n", hs.stat, hs.value)
 	}
 	return b.String()
 }

@@ -22,6 +22,12 @@ import (
 // the series of one family under one TYPE line, counters before gauges before histograms,
 // histograms as cumulative buckets with _sum and _count.
 func TestPrometheusText(t *testing.T) {
+	host := []hostStat{
+		{hostsim.MetricCounter, "hostsim.wasm_vm_failures_total.worker-1", "hostsim.wasm_vm_failures_total", "hostsim_wasm_vm_failures_total", `worker="worker-1"`, 0},
+		{hostsim.MetricCounter, "hostsim.wasm_vm_failures_total.worker-0", "hostsim.wasm_vm_failures_total", "hostsim_wasm_vm_failures_total", `worker="worker-0"`, 2},
+		{hostsim.MetricCounter, "wasm.spillway.vm_reload_success", "wasm.spillway.vm_reload_success", "envoy_wasm_spillway_vm_reload_success", "", 1},
+		{hostsim.MetricGauge, "hostsim.wasm_vm_failed.worker-0", "hostsim.wasm_vm_failed", "hostsim_wasm_vm_failed", `worker="worker-0"`, 1},
+	}
 	got := prometheusText([]hostsim.MetricValue{
 		{Name: stats.ConnectionAttempts.Stat("openai", "key-b"), Type: hostsim.MetricCounter, Value: 2},
 		{Name: stats.ConnectionAttempts.Stat("openai", "key-a"), Type: hostsim.MetricCounter, Value: 5},
@@ -30,11 +36,17 @@ func TestPrometheusText(t *testing.T) {
 		{Name: "spillway.queue-depth", Type: hostsim.MetricGauge, Value: 3},
 		{Name: "spillway_ttfb_ms", Type: hostsim.MetricHistogram, Samples: []uint64{3, 40, 7000}},
 		{Name: "9lives", Type: hostsim.MetricCounter, Value: 1}, // a digit first: Envoy leaves it out
-	})
-	want := "# TYPE spillway_connection_attempts_total counter\n" +
+	}, host)
+	// The host's stats sort among the filter's by their names without tags (hostsim.…,
+	// then wasm.spillway.…, then wasmcustom.…).
+	want := "# TYPE hostsim_wasm_vm_failures_total counter\n" +
+		`hostsim_wasm_vm_failures_total{worker="worker-0"} 2` + "\n" + `hostsim_wasm_vm_failures_total{worker="worker-1"} 0` + "\n" +
+		"# TYPE envoy_wasm_spillway_vm_reload_success counter\nenvoy_wasm_spillway_vm_reload_success{} 1\n" +
+		"# TYPE spillway_connection_attempts_total counter\n" +
 		`spillway_connection_attempts_total{spillway_provider="openai",spillway_connection="key-a"} 5` + "\n" +
 		`spillway_connection_attempts_total{spillway_provider="openai",spillway_connection="key-b"} 2` + "\n" +
 		"# TYPE spillway_requests_total counter\nspillway_requests_total{} 7\n" +
+		"# TYPE hostsim_wasm_vm_failed gauge\n" + `hostsim_wasm_vm_failed{worker="worker-0"} 1` + "\n" +
 		"# TYPE spillway_queue_depth gauge\nspillway_queue_depth{} 3\n" +
 		"# TYPE spillway_breaker_state gauge\n" + `spillway_breaker_state{spillway_provider="openai"} 2` + "\n" +
 		"# TYPE spillway_ttfb_ms histogram\n"
@@ -124,6 +136,13 @@ func TestAdminListener(t *testing.T) {
 	if status, body := get(t, "http://"+d.AdminAddr+"/ready"); status != 200 || body != "LIVE\n" {
 		t.Errorf("/ready %d %q", status, body)
 	}
+	// No VM failed: hostsim's failure stats and Envoy's reload counters are there, at 0.
+	if _, body := get(t, "http://"+d.AdminAddr+"/stats/prometheus"); !containsAll(body, []string{
+		`hostsim_wasm_vm_failures_total{worker="worker-0"} 0` + "\n", `hostsim_wasm_vm_failures_total{worker="worker-1"} 0` + "\n",
+		`hostsim_wasm_vm_failed{worker="worker-1"} 0` + "\n", "envoy_wasm_spillway_vm_reload_success{} 0\n",
+		"envoy_wasm_spillway_vm_reload_failure{} 0\n"}) {
+		t.Errorf("/stats/prometheus lacks the VM stats:\n%s", body)
+	}
 	if status, _ := get(t, "http://"+d.AdminAddr+"/nope"); status != 404 {
 		t.Errorf("unknown endpoint: %d", status)
 	}
@@ -133,6 +152,79 @@ func TestAdminListener(t *testing.T) {
 	(&admin{host: d.Server.Host(), ready: &ready}).ServeHTTP(rec, httptest.NewRequest("GET", "/ready", nil))
 	if b, _ := io.ReadAll(rec.Body); rec.Code != 503 || string(b) != "DRAINING\n" {
 		t.Errorf("/ready while draining: %d %q", rec.Code, b)
+	}
+}
+
+// A VM that trapped is counted on the admin listener, and /ready reports a worker whose VM
+// stays failed. Envoy's own /ready does not look at VMs; what each policy does to the next
+// stream is Envoy's (source/extensions/common/wasm/wasm.cc, PluginConfig::createContext and
+// maybeReloadHandleIfNeeded): FAIL_CLOSED answers 503 and FAIL_OPEN skips the filter until
+// a restart, FAIL_RELOAD starts a fresh VM for it and counts vm_reload_success.
+func TestVMFailureOnTheAdminListener(t *testing.T) {
+	for _, tt := range []struct {
+		policy     hostsim.FailurePolicy
+		first      int    // the trapping request's status (FAIL_OPEN lets it pass unfiltered)
+		readyAfter int    // /ready's status once the VM failed, and after the next request
+		second     int    // the next request's status
+		reloads    string // envoy_wasm_spillway_vm_reload_success after the next request
+		failed     string // hostsim_wasm_vm_failed after the next request
+	}{
+		{hostsim.FailClosed, 503, 503, 503, "0", "1"},
+		{hostsim.FailOpen, 200, 503, 200, "0", "1"},
+		{hostsim.FailReload, 503, 200, 200, "1", "0"},
+	} {
+		t.Run(tt.policy.String(), func(t *testing.T) {
+			// The first stream (context 2) traps in proxy_on_request_headers.
+			env := probeStream(t, "request_headers@2 trap", func(c *Config) { c.FailurePolicy = tt.policy })
+			var ready atomic.Bool
+			ready.Store(true)
+			a := &admin{host: env.srv.Host(), ready: &ready}
+			scrape := func(path string) (int, string) {
+				rec := httptest.NewRecorder()
+				a.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+				return rec.Code, rec.Body.String()
+			}
+			if code, body := scrape("/ready"); code != 200 || body != "LIVE\n" {
+				t.Fatalf("/ready before the trap: %d %q", code, body)
+			}
+			get := func() int {
+				resp, err := http.Get(env.url + "/v1/models")
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			if got := get(); got != tt.first {
+				t.Fatalf("trapping request: %d, want %d", got, tt.first)
+			}
+			code, body := scrape("/ready")
+			if code != tt.readyAfter || tt.readyAfter == 503 && !strings.HasPrefix(body,
+				"VM_FAILED\nworker-0: VM failed under "+FailurePolicyName(tt.policy)+": hostsim: worker-0: proxy_on_request_headers trapped") {
+				t.Fatalf("/ready after the trap: %d %q, want %d naming worker-0", code, body, tt.readyAfter)
+			}
+			if _, body := scrape("/stats/prometheus"); !containsAll(body, []string{
+				`hostsim_wasm_vm_failures_total{worker="worker-0"} 1` + "\n", `hostsim_wasm_vm_failed{worker="worker-0"} 1` + "\n"}) {
+				t.Fatalf("/stats/prometheus after the trap:\n%s", body)
+			}
+			if got := get(); got != tt.second {
+				t.Fatalf("next request: %d, want %d", got, tt.second)
+			}
+			if code, _ := scrape("/ready"); code != tt.readyAfter {
+				t.Fatalf("/ready after the next request: %d, want %d", code, tt.readyAfter)
+			}
+			_, body = scrape("/stats/prometheus")
+			if !containsAll(body, []string{`hostsim_wasm_vm_failures_total{worker="worker-0"} 1` + "\n",
+				`hostsim_wasm_vm_failed{worker="worker-0"} ` + tt.failed + "\n",
+				"envoy_wasm_spillway_vm_reload_success{} " + tt.reloads + "\n", "envoy_wasm_spillway_vm_reload_failure{} 0\n"}) {
+				t.Fatalf("/stats/prometheus after the next request:\n%s", body)
+			}
+			if _, body := scrape("/stats"); !strings.Contains(body, "hostsim.wasm_vm_failures_total.worker-0: 1\n") ||
+				!strings.Contains(body, "wasm.spillway.vm_reload_success: "+tt.reloads+"\n") {
+				t.Fatalf("/stats:\n%s", body)
+			}
+		})
 	}
 }
 

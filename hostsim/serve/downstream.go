@@ -2,12 +2,16 @@ package serve
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"sync/atomic"
 
 	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/hostsim/serve/internal/h1frame"
 )
 
 // A client that goes away is recorded as Envoy's connection manager records it. Closing the
@@ -20,14 +24,17 @@ import (
 // write on it that fails (other than a deadline serve set) means the client's connection is
 // gone, and that failure happens before the HTTP/2 server cancels the connection's streams.
 
-// clientConn is a downstream connection that notes when it broke.
+// clientConn is a downstream connection that notes when it broke, and hands the server
+// only what Envoy's HTTP/1 codec would let through (framing, below).
 type clientConn struct {
 	net.Conn
 	broken atomic.Bool
+
+	framing
 }
 
 func (c *clientConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
+	n, err := c.framing.read(c.Conn, p)
 	c.note(err)
 	return n, err
 }
@@ -81,4 +88,98 @@ func downstreamReset(r *http.Request) hostsim.DownstreamReset {
 		return hostsim.DownstreamDisconnect
 	}
 	return hostsim.DownstreamStreamReset
+}
+
+// A request Envoy's HTTP/1 codec refuses never reaches its filters: the codec answers it
+// itself and closes the connection (codec_impl.cc, ServerConnectionImpl::sendProtocolError;
+// ConnectionManagerImpl::handleCodecError). Go's parser is laxer (it drops a
+// Content-Length beside Transfer-Encoding: chunked and reads the chunked body, after which
+// a second request can follow), so each connection's bytes pass h1frame first, which
+// hands Go's server the requests Envoy accepts, a head only once it is complete. For a
+// refused request the server reads, in its place, a stand-in request that only this
+// connection's refusal token makes recognisable (refusalOf), then the end of the
+// connection: the handler answers it as Envoy does (Server.refuse), after the answers to
+// the requests before it, and nothing the client sent after it is read.
+
+// refusalHeader carries the connection's refusal token on the stand-in request.
+const refusalHeader = "Hostsim-Refusal"
+
+// readBuf is how much of the client's bytes a connection reads at a time.
+const readBuf = 32 << 10
+
+// refusal is the request the stand-in stands for.
+type refusal struct {
+	h1frame.Refusal
+	token string
+}
+
+// framing is a connection's side of h1frame. Go's server never reads a connection from
+// two goroutines at once; refused is read by the handler.
+type framing struct {
+	fr      h1frame.Framer
+	buf     []byte // read from the client
+	out     []byte // passed on, out[pos:] not read by the server yet
+	pos     int
+	end     bool  // after out: io.EOF
+	err     error // the client's read error, after out
+	refused atomic.Pointer[refusal]
+}
+
+func (f *framing) read(src io.Reader, p []byte) (int, error) {
+	for f.pos == len(f.out) {
+		switch {
+		case f.err != nil:
+			err := f.err
+			f.err = nil
+			return 0, err
+		case f.end:
+			return 0, io.EOF
+		case f.fr.Opaque():
+			return src.Read(p) // h2c: nothing to follow
+		}
+		if f.buf == nil {
+			f.buf = make([]byte, readBuf)
+		}
+		n, err := src.Read(f.buf)
+		f.out, f.pos = f.out[:0], 0
+		if n > 0 {
+			var r *h1frame.Refusal
+			var stop bool
+			f.out, r, stop = f.fr.Feed(f.out, f.buf[:n])
+			if r != nil {
+				f.standIn(*r)
+			}
+			f.end = r != nil || stop
+		}
+		if err != nil && !f.end {
+			if f.pos == len(f.out) {
+				return 0, err
+			}
+			f.err = err // hand over what passed first
+		}
+	}
+	n := copy(p, f.out[f.pos:])
+	f.pos += n
+	return n, nil
+}
+
+// standIn queues the stand-in request for r.
+func (f *framing) standIn(r h1frame.Refusal) {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	ref := &refusal{Refusal: r, token: hex.EncodeToString(b[:])}
+	f.refused.Store(ref)
+	f.out = append(f.out, "GET / HTTP/1.1\r\nHost: hostsim\r\n"+refusalHeader+": "+ref.token+"\r\n\r\n"...)
+}
+
+// refusalOf is the refusal r stands in for, or nil for a request of the client's.
+func refusalOf(r *http.Request) *refusal {
+	cc, ok := r.Context().Value(clientConnKey{}).(*clientConn)
+	if !ok || r.ProtoMajor != 1 {
+		return nil
+	}
+	if ref := cc.refused.Load(); ref != nil && r.Header.Get(refusalHeader) == ref.token {
+		return ref
+	}
+	return nil
 }

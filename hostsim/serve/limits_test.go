@@ -67,6 +67,14 @@ func TestDefaultsModelTheGeneratedBootstrap(t *testing.T) {
 	if strings.Contains(string(yaml), "per_try_idle_timeout") || l.IdleTimeout != 0 {
 		t.Errorf("upstream idle timeout %v: the bootstrap sets none", l.IdleTimeout)
 	}
+	// What a worker does once its VM failed, and the plugin name Envoy files the plugin's
+	// own stats under (wasm.<name>.vm_reload_success, served by serve's admin).
+	if fp := field(`\n\s+failure_policy: (\S+)\n`); len(fp) != 1 || fp[0] != DefaultOptions().FailurePolicy.String() {
+		t.Errorf("failure policy %v, bootstrap %v", DefaultOptions().FailurePolicy, fp)
+	}
+	if names := field(`\n\s+name: (\S+)\n\s+root_id: `); len(names) != 1 || names[0] != pluginName {
+		t.Errorf("plugin name %q, bootstrap %v", pluginName, names)
+	}
 }
 
 // The flags override the policy's values; the request side never buffers less than the

@@ -70,7 +70,8 @@ type Options struct {
 	Env []EnvVar
 	// WASI is the WASI surface (-wasi).
 	WASI hostsim.WASIMode
-	// FailurePolicy is what happens to streams once a VM failed (-failure-policy).
+	// FailurePolicy is what happens to streams once a VM failed (-failure-policy); by
+	// default the generated bootstrap's (hostsim.DefaultFailurePolicy, FAIL_RELOAD).
 	FailurePolicy hostsim.FailurePolicy
 	// AllowOnHeadersStopIteration models Envoy's PluginConfig.allow_on_headers_stop_iteration
 	// (-allow-on-headers-stop-iteration, default true: the configuration Spillway ships);
@@ -122,7 +123,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{WasmPath: DefaultWasm, Listen: DefaultListen, Workers: DefaultWorkers, Timeout: DefaultTimeout,
 		ConnectTimeout: DefaultConnectTimeout, BufferLimit: FromPolicy, RequestBufferLimit: FromPolicy,
-		StreamIdleTimeout: FromPolicy, AllowOnHeadersStopIteration: true}
+		StreamIdleTimeout: FromPolicy, AllowOnHeadersStopIteration: true, FailurePolicy: hostsim.DefaultFailurePolicy}
 }
 
 // RegisterFlags defines the flags shared by serve and run on fs, writing into o (whose

@@ -27,7 +27,7 @@ func TestFlagDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.WasmPath != "build/spillway.wasm" || o.PolicyPath != "" || o.Listen != "127.0.0.1:10000" || o.Workers != 2 ||
-		len(o.Clusters) != 0 || len(o.Env) != 0 || o.WASI != hostsim.WASIEnvoy133 || o.FailurePolicy != hostsim.FailClosed ||
+		len(o.Clusters) != 0 || len(o.Env) != 0 || o.WASI != hostsim.WASIEnvoy133 || o.FailurePolicy != hostsim.FailReload ||
 		o.Timeout != 10*time.Minute || o.ConnectTimeout != 5*time.Second || o.RouteTimeout != 0 || o.IdleTimeout != 0 ||
 		o.BufferLimit != FromPolicy || !o.AllowOnHeadersStopIteration || o.Admin != "" || o.RouteBufferLimitAtRouter ||
 		o.RequestBufferLimit != FromPolicy || o.StreamIdleTimeout != FromPolicy {

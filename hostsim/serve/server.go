@@ -105,7 +105,9 @@ type Config struct {
 	Workers int
 	// Env is the VM environment.
 	Env []EnvVar
-	// WASI and FailurePolicy are passed to hostsim.
+	// WASI and FailurePolicy are passed to hostsim as they are: the zero FailurePolicy is
+	// FAIL_CLOSED, Envoy's for an unset failure_policy; Start passes the generated
+	// bootstrap's (hostsim.DefaultFailurePolicy) unless -failure-policy says otherwise.
 	WASI          hostsim.WASIMode
 	FailurePolicy hostsim.FailurePolicy
 	// WithoutHeadersStopIteration models a proxy without allow_on_headers_stop_iteration
@@ -694,6 +696,10 @@ func (c *responseClient) trailers(h http.Header) error {
 // (full duplex on HTTP/1.1 too), and a stream that ends in a reset drops the connection
 // (HTTP/1.1) or resets the stream (HTTP/2), as Envoy does.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if ref := refusalOf(r); ref != nil {
+		s.refuse(w, ref)
+		return
+	}
 	rc := http.NewResponseController(w)
 	_ = rc.EnableFullDuplex() // HTTP/2 is full duplex already
 	var body io.Reader
@@ -710,15 +716,38 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// closes the connection), in time for the server to stop that read.
 		_ = r.Body.Close()
 	}
-	s.logRequest(r, res)
+	s.logRequest(r.Method, r.URL.RequestURI(), res)
 	if res.Reset != "" || res.ClientGone || res.Status == 0 {
 		panic(http.ErrAbortHandler)
 	}
 }
 
+// refuse answers a request Envoy's HTTP/1 codec refuses (h1frame) as its connection
+// manager does: sendLocalReply with the status's text as the body, text/plain
+// (Utility::sendLocalReply), "connection: close" on a 400
+// (ConnectionManagerImpl::ActiveStream::onLocalReply), and the connection closed after it
+// (handleCodecError; the framing ends what the server reads). The access log shows flag
+// DPE (handleCodecError sets DownstreamProtocolError) and the codec's details, and no
+// method or path: the headers never reached the connection manager. No filter runs; Envoy
+// would run the filter chain's encoder side on the local reply, and its proxy_on_log
+// (FilterManager::sendLocalReplyViaFilterChain creates the chain for it; cpp-host
+// ContextBase::onResponseHeaders creates the stream's context), without the request.
+func (s *Server) refuse(w http.ResponseWriter, ref *refusal) {
+	body := http.StatusText(ref.Status)
+	h := w.Header()
+	h.Set("Content-Type", "text/plain")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	if ref.Status == http.StatusBadRequest {
+		h.Set("Connection", "close")
+	}
+	w.WriteHeader(ref.Status)
+	_, _ = io.WriteString(w, body)
+	s.logRequest("-", "-", &Result{Status: ref.Status, Flags: hostsim.FlagDownstreamProtocolError, Details: ref.Details})
+}
+
 // logRequest writes the access log line, with Envoy's %RESPONSE_FLAGS% and
 // %RESPONSE_CODE_DETAILS% at the end.
-func (s *Server) logRequest(r *http.Request, res *Result) {
+func (s *Server) logRequest(method, uri string, res *Result) {
 	var b strings.Builder
 	status := strconv.Itoa(res.Status)
 	switch {
@@ -731,7 +760,7 @@ func (s *Server) logRequest(r *http.Request, res *Result) {
 	if worker == "" {
 		worker = "-"
 	}
-	fmt.Fprintf(&b, "%s %s %s %s %s", r.Method, r.URL.RequestURI(), status,
+	fmt.Fprintf(&b, "%s %s %s %s %s", method, uri, status,
 		res.Duration.Round(10*time.Microsecond), worker)
 	for _, h := range accessLogHeaders {
 		v := res.Header.Get(h.header)

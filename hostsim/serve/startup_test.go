@@ -163,7 +163,7 @@ func TestBannerListsWhatRuns(t *testing.T) {
 		"fake-anthropic  -> " + d.Fakes["fake-anthropic"].URL + "  (built-in fake anthropic provider)",
 		"routing:   Spillway sets x-spillway-cluster to the chosen provider's cluster (a client's is removed); unrouted requests go to fake-openai\n",
 		"fakes:     misbehave on x-fake-* request headers (hostsim/cmd/hostsim/README.md)\n",
-		"3 VMs, WASI envoy133, fail-closed, allow_on_headers_stop_iteration on",
+		"3 VMs, WASI envoy133, fail-reload, allow_on_headers_stop_iteration on",
 		"timeouts:  stream idle 8m5s (the policy's longest silence + 30s, as the generated bootstrap), route none, " +
 			"upstream idle none, connect 5s, overall 10m0s\n",
 		"buffers:   route 9437184 bytes (maxRequestBodyBytes + 1 MiB, as the generated bootstrap), applied when the route " +

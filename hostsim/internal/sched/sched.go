@@ -39,13 +39,46 @@ type Loop[E any] struct {
 // New returns a loop that runs each event with run.
 func New[E any](run func(E) error) *Loop[E] { return &Loop[E]{run: run} }
 
-// Schedule runs ev once the clock reaches at.
-func (l *Loop[E]) Schedule(at time.Time, ev E) {
+// Schedule runs ev once the clock reaches at. The Timer cancels it.
+func (l *Loop[E]) Schedule(at time.Time, ev E) *Timer[E] {
 	l.mu.Lock()
 	l.seq++
-	heap.Push(&l.timers, timer[E]{at: at, seq: l.seq, ev: ev})
+	t := &Timer[E]{at: at, seq: l.seq, ev: ev}
+	heap.Push(&l.timers, t)
 	l.mu.Unlock()
 	l.kick()
+	return t
+}
+
+// Cancel takes t off the loop before it fires, so the loop keeps nothing of its event
+// (false if it already fired or was cancelled). nil is a no-op.
+func (l *Loop[E]) Cancel(t *Timer[E]) bool {
+	if t == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t.index < 0 {
+		return false
+	}
+	heap.Remove(&l.timers, t.index)
+	var zero E
+	t.ev = zero
+	return true
+}
+
+// Pending reports whether t still waits to fire.
+func (l *Loop[E]) Pending(t *Timer[E]) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return t != nil && t.index >= 0
+}
+
+// Len is the number of timers waiting to fire.
+func (l *Loop[E]) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.timers)
 }
 
 // Post runs ev next: at the next drain, or at once on the dispatcher.
@@ -95,6 +128,7 @@ func (l *Loop[E]) Drain() error {
 func (l *Loop[E]) Advance(c Clock, d time.Duration) error {
 	target := c.Now().Add(d)
 	var errs []error
+	var zero E
 	if err := l.Drain(); err != nil {
 		errs = append(errs, err)
 	}
@@ -104,12 +138,14 @@ func (l *Loop[E]) Advance(c Clock, d time.Duration) error {
 			l.mu.Unlock()
 			break
 		}
-		t := heap.Pop(&l.timers).(timer[E])
+		t := heap.Pop(&l.timers).(*Timer[E])
 		l.mu.Unlock()
 		if t.at.After(c.Now()) {
 			c.Set(t.at)
 		}
-		if err := l.run(t.ev); err != nil {
+		ev := t.ev
+		t.ev = zero // a Timer its owner keeps holds nothing once it fired
+		if err := l.run(ev); err != nil {
 			errs = append(errs, err)
 		}
 		if err := l.Drain(); err != nil {
@@ -175,16 +211,19 @@ func (l *Loop[E]) dispatch() {
 		now := time.Now()
 		wait := time.Hour
 		l.mu.Lock()
-		var due []timer[E]
+		var due []*Timer[E]
 		for len(l.timers) > 0 && !l.timers[0].at.After(now) {
-			due = append(due, heap.Pop(&l.timers).(timer[E]))
+			due = append(due, heap.Pop(&l.timers).(*Timer[E]))
 		}
 		if len(l.timers) > 0 {
 			wait = l.timers[0].at.Sub(now)
 		}
 		l.mu.Unlock()
+		var zero E
 		for _, d := range due {
-			if err := l.run(d.ev); err != nil {
+			ev := d.ev
+			d.ev = zero // a Timer its owner keeps holds nothing once it fired
+			if err := l.run(ev); err != nil {
 				l.asyncErr(err)
 			}
 		}
@@ -207,14 +246,16 @@ func (l *Loop[E]) dispatch() {
 	}
 }
 
-type timer[E any] struct {
-	at  time.Time
-	seq uint64
-	ev  E
+// Timer is a scheduled event (Schedule); Cancel takes it off the loop.
+type Timer[E any] struct {
+	at    time.Time
+	seq   uint64
+	ev    E
+	index int // in the heap; -1 once it left it (fired or cancelled)
 }
 
 // timerHeap orders timers by time, then by the order they were scheduled.
-type timerHeap[E any] []timer[E]
+type timerHeap[E any] []*Timer[E]
 
 func (t timerHeap[E]) Len() int { return len(t) }
 func (t timerHeap[E]) Less(i, j int) bool {
@@ -223,11 +264,22 @@ func (t timerHeap[E]) Less(i, j int) bool {
 	}
 	return t[i].at.Before(t[j].at)
 }
-func (t timerHeap[E]) Swap(i, j int) { t[i], t[j] = t[j], t[i] }
-func (t *timerHeap[E]) Push(x any)   { *t = append(*t, x.(timer[E])) }
+func (t timerHeap[E]) Swap(i, j int) {
+	t[i], t[j] = t[j], t[i]
+	t[i].index, t[j].index = i, j
+}
+func (t *timerHeap[E]) Push(x any) {
+	tm := x.(*Timer[E])
+	tm.index = len(*t)
+	*t = append(*t, tm)
+}
+
+// Pop removes the last timer: the heap no longer references it.
 func (t *timerHeap[E]) Pop() any {
 	old := *t
 	x := old[len(old)-1]
+	old[len(old)-1] = nil
 	*t = old[:len(old)-1]
+	x.index = -1
 	return x
 }

@@ -64,3 +64,41 @@ func TestDrainBoundsAnEventStorm(t *testing.T) {
 		t.Fatalf("ran %d events, want the bound %d", n, maxDrain)
 	}
 }
+
+// A cancelled timer never runs and leaves the loop; the Timer its owner keeps holds no event
+// once it was cancelled or fired, so a long timer cannot keep what its event references.
+func TestCancelTakesATimerOff(t *testing.T) {
+	clock := manualclock.New(t0)
+	var ran []string
+	l := New(func(ev *string) error { ran = append(ran, *ev); return nil })
+	a, b, c := "a", "b", "c"
+	ta := l.Schedule(t0.Add(time.Second), &a)
+	tb := l.Schedule(t0.Add(2*time.Second), &b)
+	tc := l.Schedule(t0.Add(8*time.Minute), &c)
+	if !l.Cancel(tb) || l.Cancel(tb) {
+		t.Fatal("Cancel: want true once, then false")
+	}
+	if l.Pending(tb) || !l.Pending(tc) || l.Len() != 2 {
+		t.Fatalf("after Cancel: Pending(b)=%v Pending(c)=%v Len=%d; want false, true, 2", l.Pending(tb), l.Pending(tc), l.Len())
+	}
+	if err := l.Advance(clock, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(ran, []string{"a"}) {
+		t.Fatalf("ran %q, want only a", ran)
+	}
+	if l.Cancel(ta) {
+		t.Fatal("Cancel of a fired timer: want false")
+	}
+	if !l.Cancel(tc) || l.Len() != 0 {
+		t.Fatalf("the long timer is still on the loop (Len %d)", l.Len())
+	}
+	for name, tm := range map[string]*Timer[*string]{"fired": ta, "cancelled": tb, "cancelled long": tc} {
+		if tm.ev != nil {
+			t.Fatalf("%s timer still holds its event", name)
+		}
+	}
+	if l.Cancel(nil) {
+		t.Fatal("Cancel(nil): want false")
+	}
+}
