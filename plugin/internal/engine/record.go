@@ -84,6 +84,9 @@ func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 		}
 	}
 	if o.Status > 0 && o.Status < 400 {
+		if d.Target.invented {
+			cn.served.Note(d.Target.Model) // in memory: the evidence a later lockout of it carries
+		}
 		// A target its clean memo vouches for has nothing stored that a success could clear.
 		if !e.stillClean(d.Target.clean) {
 			_, err := e.breakers.RecordSuccess(pv.breaker, d.attempt())
@@ -149,7 +152,7 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 	locked := false
 	if modelLevel && !terminal {
 		out, err := pv.lockout.RecordFailure(cn.lockout, lockout.Failure{Model: d.Target.Model, Verdict: v,
-			Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait})
+			Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait, Served: cn.served.Has(d.Target.Model)})
 		note(err)
 		locked = out.Locked
 		fx.Locked, fx.Lockout = out.Locked, out.Lock
@@ -234,7 +237,7 @@ func (e *Engine) RecordTruncation(d Dispatch) Result {
 	var r Result
 	v := failure.Verdict{Status: TruncatedStatus, Reason: failure.ReasonStreamTruncated, Scope: failure.ScopeExact}
 	out, err := pv.lockout.RecordFailure(cn.lockout, lockout.Failure{Model: d.Target.Model, Verdict: v,
-		Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait})
+		Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait, Served: cn.served.Has(d.Target.Model)})
 	r.Verdict, r.Errors = v, err
 	r.Effects.Locked, r.Effects.Lockout = out.Locked, out.Lock
 	if !out.Locked {
