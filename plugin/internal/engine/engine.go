@@ -34,6 +34,9 @@
 //     cooling the whole connection would let a client that probes model names through a
 //     glob route take the connection out for every model. An operator who wants such
 //     models kept out turns model lockout on (404 is in its default errorCodes).
+//   - A request-scoped failure (failure.ScopeRequest: the account's project lacks the API)
+//     is recorded in no layer; the request that saw it moves on from the connection, which
+//     stays active for every other request.
 //   - A stream stall (RecordStall) records the error on the connection without a cooldown
 //     unless streamStallCooldown is on, and never counts for the breaker (guide §2).
 //   - Operators read and reset the layers through admin.go (the admin API's health snapshot,

@@ -158,7 +158,8 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 		fx.Locked, fx.Lockout = out.Locked, out.Lock
 	}
 	switch {
-	case v.Reason == failure.ReasonNone || v.Scope == failure.ScopeNone, locked, providerScoped && !terminal:
+	case v.Reason == failure.ReasonNone || v.Scope == failure.ScopeNone || v.Scope == failure.ScopeRequest,
+		locked, providerScoped && !terminal:
 	case modelLevel && !terminal && missingModel(v.Reason):
 		requestOnly = true
 	default:
@@ -172,11 +173,11 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 	}
 	// Same-request failover skips what the failure blamed, under any model (a locked model
 	// spares the connection's other models for other requests, not for this one): the
-	// provider for a provider-scoped failure, else the connection, unless the failure blamed
-	// only the request itself or only the model (a missing or retired model, one this
-	// account may not use: guide "Foutopsporing", §3 and §7 — the connection serves its other
-	// models, the route's next model on it included; the failed target itself is not planned
-	// twice).
+	// provider for a provider-scoped failure, else the connection (for a request-scoped
+	// failure, which no layer recorded, too), unless the failure blamed only the request
+	// itself or only the model (a missing or retired model, one this account may not use:
+	// guide "Foutopsporing", §3 and §7 — the connection serves its other models, the route's
+	// next model on it included; the failed target itself is not planned twice).
 	switch {
 	case v.Scope == failure.ScopeNone: // the request's own fault: another target may take it
 	case v.ModelOnly && !providerScoped:
