@@ -25,6 +25,27 @@
 // model, a rule that blames the model — is Verdict.ModelOnly: a model lockout may record it,
 // the connection is not to be cooled for it (guide "Foutopsporing").
 //
+// Precedence, when one body matches several signals: a restatement rule, then a provider
+// error rule, decide first; then banned > credits exhausted > quota exhausted (daily, then
+// subscription and long-period caps) > on a 403 the route and project texts below >
+// concurrency limit > rate limit. So "The free tier of the model has been exhausted; daily
+// rate limit exceeded" is credits_exhausted, and "daily rate limit exceeded; too many
+// requests" a quota.
+//
+// Where the guide is silent, Spillway follows OmniRoute 3.7.9 (accountFallback.ts
+// checkFallbackError, CREDITS_EXHAUSTED_SIGNALS, classify429):
+//   - "The free tier of the model has been exhausted" (Alibaba, on a 429 or a 403) and
+//     "payment required" (in any status's body) are credits_exhausted, terminal;
+//   - "daily rate limit exceeded" on a 429 names a daily cap: quota_exhausted until midnight;
+//   - a 403 "not authorized for this route" (a key valid but not for the route) is the
+//     request's own: bad_request, no fallback, nothing cooled;
+//   - a 403 "… has not been used in project …" (Google: the project lacks the API) falls
+//     back with failure.ScopeRequest: auth_error, the connection stays active;
+//   - a 4xx no rule names (418, 409, 421, 451, …) is unknown: fall back, and the connection
+//     cools for its base cooldown, never terminal; the 4xx that describe the request as
+//     sent (405, 406, 411–417, 422, 428, 431: see clientFault) stay bad_request, no
+//     fallback, like a plain 400.
+//
 // Classification is pure: no state, no clock but Input.Now, bounded work on arbitrary input
 // (at most textscan.MaxScanBytes of a body), and it never panics.
 package classify
@@ -324,6 +345,18 @@ func (c *Classifier) generic(a *attempt, in Input) failure.Verdict {
 			// Google APIs answer an exhausted daily quota with 403 "Daily Limit Exceeded".
 			return c.quota(a, daily, in.Now)
 		}
+		if a.folded.anyOf(routeDeniedSignals) {
+			// The key may not call this route: the request's own, no fallback, nothing
+			// cooled (OmniRoute 3.7.9; the guide is silent).
+			return newVerdict(s, failure.ReasonBadRequest)
+		}
+		if a.folded.anyOf(projectSetupSignals) {
+			// The account's project lacks the API: another target may serve the request,
+			// and the connection stays active (OmniRoute 3.7.9; the guide is silent).
+			v := newVerdict(s, failure.ReasonAuthError)
+			v.Scope = failure.ScopeRequest
+			return v
+		}
 		// A generic 403 stays recoverable (guide: not terminal unless classified so).
 		return newVerdict(s, failure.ReasonAuthError)
 	case s == 404 || s == 410:
@@ -336,8 +369,13 @@ func (c *Classifier) generic(a *attempt, in Input) failure.Verdict {
 		return newVerdict(s, failure.ReasonTimeout)
 	case s == 400:
 		return badRequest(a)
-	case s < 500:
+	case clientFault(s):
 		return newVerdict(s, failure.ReasonBadRequest)
+	case s < 500:
+		// A 4xx no rule names (418, 409, 421, 451, ...): distrust the target, not the
+		// request — fall back, and the connection cools for its base cooldown
+		// (OmniRoute 3.7.9 checkFallbackError's last branch; the guide is silent).
+		return newVerdict(s, failure.ReasonUnknown)
 	case s == 504:
 		return newVerdict(s, failure.ReasonTimeout)
 	case s == 529 || a.typ == "overloaded_error" || a.folded.anyOf(capacitySignals):
@@ -436,6 +474,18 @@ func badRequest(a *attempt) failure.Verdict {
 		return v
 	}
 	return newVerdict(s, failure.ReasonBadRequest)
+}
+
+// clientFault reports the 4xx statuses (beyond 400, which badRequest refines) that say the
+// request as sent cannot be processed — its method, its Accept, length, preconditions,
+// size, URI, media type, range, expectation or content (RFC 9110 §15.5.6–15.5.21, RFC 6585
+// §3 and §5) — which every target would refuse alike: the client's own fault, no fallback.
+func clientFault(status int) bool {
+	switch status {
+	case 405, 406, 411, 412, 413, 414, 415, 416, 417, 422, 428, 431:
+		return true
+	}
+	return false
 }
 
 // newVerdict fills the consequences every layer reads from a reason and a status.

@@ -381,7 +381,7 @@ func TestSignalFragmentsAreLowerCase(t *testing.T) {
 		"expired": expiredSignals, "rejected": requestRejectedSignals, "capacity": capacitySignals,
 		"credential": credentialSignals, "rateLimit": rateLimitSignals, "modelMissing": modelMissingSignals,
 		"dailyQuota": dailyQuotaSignals, "quotaWord": quotaWordSignals, "subscription": subscriptionSignals,
-		"contextOverflow": contextOverflowSignals,
+		"contextOverflow": contextOverflowSignals, "routeDenied": routeDeniedSignals, "projectSetup": projectSetupSignals,
 	}
 	for name, list := range lists {
 		for _, s := range list {

@@ -319,3 +319,109 @@ func TestQuotaAndCreditListsArePhrases(t *testing.T) {
 		}
 	}
 }
+
+// Issue 19's bodies, in the issue's own words. The guide is silent on each; Spillway follows
+// OmniRoute 3.7.9 (accountFallback.ts checkFallbackError, CREDITS_EXHAUSTED_SIGNALS,
+// classify429).
+const (
+	alibabaFreeTier   = `The free tier of the model has been exhausted`
+	dailyRateLimit    = `daily rate limit exceeded`
+	paymentRequired   = `payment required`
+	teapot            = `teapot`
+	routeNotAllowed   = `not authorized for this route`
+	geminiAPIDisabled = `Generative Language API has not been used in project 123 before or it is disabled`
+)
+
+func TestProviderErrorsTheGuideLeavesOpen(t *testing.T) {
+	// issue 19 "Classification still wrong on real provider errors", each text bare and in
+	// its provider's envelope.
+	wrap := func(message string) string { return `{"error":{"message":"` + message + `"}}` }
+	gemini := func(message string) string {
+		return `{"error":{"code":403,"message":"` + message + `. Enable it by visiting https://console.developers.google.com/apis/api/generativelanguage.googleapis.com/overview?project=123 then retry.","status":"PERMISSION_DENIED"}}`
+	}
+	unknown := func(status int) failure.Verdict {
+		return failure.Verdict{Status: status, Reason: failure.ReasonUnknown, Fallback: true, Scope: failure.ScopeExact}
+	}
+	daily := quotaFor(12 * time.Hour) // until UTC midnight: the clock stands at 12:00 UTC
+	routeDenied := failure.Verdict{Status: 403, Reason: failure.ReasonBadRequest}
+	projectSetup := failure.Verdict{Status: 403, Reason: failure.ReasonAuthError, Fallback: true, Scope: failure.ScopeRequest}
+	var cases []classifyCase
+	for _, form := range []struct {
+		name string
+		body func(string) string
+	}{{"bare", func(s string) string { return s }}, {"in an error envelope", wrap}} {
+		cases = append(cases,
+			classifyCase{"429 Alibaba free tier (" + form.name + "): credits exhausted, terminal", "qwen", apikey, 429, false, nil,
+				form.body(alibabaFreeTier), credits(429)},
+			classifyCase{"403 Alibaba free tier (" + form.name + "): credits exhausted, terminal", "qwen", apikey, 403, false, nil,
+				form.body(alibabaFreeTier), credits(403)},
+			classifyCase{"429 daily rate limit (" + form.name + "): a daily quota, until midnight", "x", apikey, 429, false, nil,
+				form.body(dailyRateLimit), daily},
+			classifyCase{"403 payment required (" + form.name + "): credits exhausted, terminal", "x", apikey, 403, false, nil,
+				form.body(paymentRequired), credits(403)},
+			classifyCase{"418 teapot (" + form.name + "): unknown, falls back, nothing terminal", "x", apikey, 418, false, nil,
+				form.body(teapot), unknown(418)},
+			classifyCase{"403 route not authorized (" + form.name + "): no fallback, nothing to blame", "fireworks", apikey, 403, false, nil,
+				form.body(routeNotAllowed), routeDenied},
+			classifyCase{"OAuth 403 route not authorized (" + form.name + ")", "fireworks", oauth, 403, false, nil,
+				form.body(routeNotAllowed), routeDenied},
+			classifyCase{"Gemini 403 API not used in project (" + form.name + "): falls back, the connection stays active", "gemini", apikey, 403, false, nil,
+				form.body(geminiAPIDisabled), projectSetup},
+		)
+	}
+	cases = append(cases,
+		classifyCase{"Fireworks' own route text", "fireworks", apikey, 403, false, nil,
+			wrap(`Fire Pass API keys are not authorized for this route.`), routeDenied},
+		classifyCase{"Gemini's whole SERVICE_DISABLED body", "gemini", apikey, 403, false, nil, gemini(geminiAPIDisabled), projectSetup},
+		classifyCase{"OAuth Gemini 403 API not used in project", "gemini-cli", oauth, 403, false, nil, gemini(geminiAPIDisabled), projectSetup},
+	)
+	runCases(t, New(nil, nil), cases)
+}
+
+func TestOneBodyManySignals(t *testing.T) {
+	// The precedence when one body matches several signals (classify's package doc):
+	// banned > credits > quota > (on a 403) the route and project texts > rate limit.
+	runCases(t, New(nil, nil), []classifyCase{
+		{"credits and a daily cap and a rate limit: credits", "x", apikey, 429, false, nil,
+			alibabaFreeTier + "; " + dailyRateLimit + "; rate limit reached", credits(429)},
+		{"payment required and a daily cap: credits", "x", apikey, 429, false, nil, paymentRequired + ", " + dailyRateLimit, credits(429)},
+		{"a daily cap and a rate limit: quota", "x", apikey, 429, false, nil, dailyRateLimit + "; too many requests, rate limit", quotaFor(12 * time.Hour)},
+		{"a daily cap with a 30 s hint: the hint says it clears soon, rate limit", "x", apikey, 429, false,
+			[][2]string{{"Retry-After", "30"}}, dailyRateLimit, testfixture.WithHint(rateLimit(429), 30*time.Second, failure.HintRetryAfter)},
+		{"403 payment required on a route not authorized: credits", "x", apikey, 403, false, nil,
+			paymentRequired + "; " + routeNotAllowed, credits(403)},
+		{"403 daily limit in a project not set up: quota", "x", apikey, 403, false, nil,
+			geminiAPIDisabled + "; daily limit exceeded", func() failure.Verdict { v := quotaFor(12 * time.Hour); v.Status = 403; return v }()},
+		{"403 banned and out of credits: banned", "x", apikey, 403, false, nil,
+			"account has been suspended; " + paymentRequired, failure.Verdict{Status: 403, Reason: failure.ReasonBanned, Fallback: true,
+				Scope: failure.ScopeConnection, Terminal: failure.TerminalBanned}},
+	})
+}
+
+func TestUnlistedClientErrorsFallBack(t *testing.T) {
+	// issue 19: a 4xx the classifier has no rule for falls back (reason unknown, the
+	// connection's base cooldown, OmniRoute 3.7.9 checkFallbackError's last branch). The
+	// statuses that describe the request as sent stay the client's own fault, no fallback:
+	// 405 method, 406 Accept, 411 length, 412 precondition, 413 size, 414 URI, 415 media
+	// type, 416 range, 417 expectation, 422 content (RFC 9110 §15.5.6–§15.5.21), 428
+	// precondition required and 431 header size (RFC 6585 §3, §5).
+	clientFaults := map[int]bool{405: true, 406: true, 411: true, 412: true, 413: true, 414: true, 415: true,
+		416: true, 417: true, 422: true, 428: true, 431: true}
+	// The statuses with a rule of their own (guide §2 and §3): 400, 401, 402, 403, 404,
+	// 408, 410, 429.
+	ruled := map[int]bool{400: true, 401: true, 402: true, 403: true, 404: true, 408: true, 410: true, 429: true}
+	c := New(nil, nil)
+	for status := 400; status <= 499; status++ {
+		if ruled[status] {
+			continue
+		}
+		v, _ := c.Classify(Input{Provider: "x", Profile: apikey, Status: status, Body: []byte(`{"error":{"message":"` + teapot + `"}}`), Now: now})
+		want := failure.Verdict{Status: status, Reason: failure.ReasonUnknown, Fallback: true, Scope: failure.ScopeExact}
+		if clientFaults[status] {
+			want = failure.Verdict{Status: status, Reason: failure.ReasonBadRequest}
+		}
+		if v != want {
+			t.Errorf("%d:\n got %+v\nwant %+v", status, v, want)
+		}
+	}
+}

@@ -15,8 +15,11 @@ func FuzzClassify(f *testing.F) {
 		geminiPerDay, glmConcurrency, glmConcurrencyEscaped, glmBalance, agentrouterUserQuota, agentrouterNoModel,
 		cloudflareBadGateway, geminiResourceExhausted, claudeUsageLimit, vertexPerDay, `[{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"99999999999999999999s"}]}}]`,
 		`{"error":{"code":{"nested":[1,2,3]},"type":["x"]}}`, "\\u\\ud800\\udc00\xff", "",
+		// issue 19's texts
+		alibabaFreeTier, dailyRateLimit, paymentRequired, teapot, routeNotAllowed, geminiAPIDisabled,
+		alibabaFreeTier + "; " + dailyRateLimit + "; rate limit reached",
 	} {
-		for _, status := range []int{0, 200, 400, 401, 402, 403, 404, 429, 500, 503, 529, 999} {
+		for _, status := range []int{0, 200, 400, 401, 402, 403, 404, 418, 422, 429, 500, 503, 529, 999} {
 			f.Add("agentrouter", status, []byte(body), "Retry-After", "30")
 		}
 	}
@@ -59,6 +62,12 @@ func FuzzClassify(f *testing.F) {
 		}
 		if v.Terminal != failure.TerminalNone && v.Scope != failure.ScopeConnection {
 			t.Fatalf("terminal state not on the connection: %+v", v)
+		}
+		if v.Scope == failure.ScopeRequest && (!v.Fallback || v.CountBreaker || v.Cooldown != 0) {
+			t.Fatalf("a request-scoped verdict must fall back and blame nothing: %+v", v)
+		}
+		if !v.Fallback && v.Scope != failure.ScopeNone {
+			t.Fatalf("a verdict without fallback blames %q: %+v", v.Scope, v)
 		}
 		if v.CountBreaker && !(status == 0 || c.TripsBreaker(provider, v.Status)) {
 			t.Fatalf("breaker counted status %d: %+v", v.Status, v)

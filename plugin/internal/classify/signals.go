@@ -96,10 +96,12 @@ var creditSignals = []signal{
 	{"monthly included credits"},   // Hugging Face Inference Providers: "exceeded your monthly included credits"
 	{"insufficient balance"}, {"insufficient_balance"}, {"insufficient account balance"},
 	{"insufficient funds"},
+	{"payment required"}, // a 402's reason phrase, in any status's body (OmniRoute 3.7.9 CREDITS_EXHAUSTED_SIGNALS)
 	// Exhausted free tiers (Alibaba Model Studio AllocationQuota.FreeTierOnly "The free tier
 	// of the model has been exhausted", AllocationQuota.FreeAllocatedQuotaExceeded "Free
 	// allocated quota exceeded", and the other providers' wordings of the same).
 	{"tier has been exhausted"}, {"free tier is exhausted"}, {"free tier exhausted"},
+	{"free tier of the model has been exhausted"}, // Alibaba's own text (OmniRoute 3.7.9 CREDITS_EXHAUSTED_SIGNALS)
 	{"exhausted your free tier"}, {"exhausted the free tier"},
 	{"free tier quota has been exhausted"}, {"free tier quota is exhausted"}, {"free tier quota exhausted"},
 	{"freetieronly"}, {"free allocated quota exceeded"}, {"freeallocatedquotaexceeded"},
@@ -118,6 +120,8 @@ var creditSignals = []signal{
 // the wait is short. Phrases, never words in any order.
 var dailyQuotaSignals = []signal{
 	{"daily limit"}, {"daily request limit"}, {"daily token limit"}, {"daily usage limit"},
+	// "daily rate limit exceeded" names a daily cap (OmniRoute 3.7.9 classify429: /daily.*limit/).
+	{"daily rate limit"},
 	{"daily quota"}, {"daily free allocation"}, // Cloudflare Workers AI neurons
 	{"per day"}, {"per-day"}, {"perday"}, // Groq "tokens per day (TPD)", OpenRouter "free-models-per-day", Gemini quotaId "...PerDay..."
 	{"tpd rate limit"}, {"today's quota"}, {"try again tomorrow"},
@@ -164,6 +168,18 @@ var concurrencySignals = []signal{
 	{"concurrency", "exceeded"}, {"parallel request"}, {"max concurrency"}, {"maximum concurrency"},
 	{"并发"}, // GLM 1302 "您当前使用该API的并发数过高"
 }
+
+// routeDeniedSignals, on a 403, say the key is valid but may not call this route (Fireworks
+// Fire Pass keys: "Fire Pass API keys are not authorized for this route."): the request's
+// own route, answered as it is, with nothing cooled (OmniRoute 3.7.9 checkFallbackError,
+// #2929).
+var routeDeniedSignals = []signal{{"not authorized for this route"}}
+
+// projectSetupSignals, on a 403, say the account's project is not set up for the API
+// (Google: "Generative Language API has not been used in project 123 before or it is
+// disabled"): not the key's fault, so the connection stays active (OmniRoute 3.7.9
+// checkFallbackError leaves such a 403 out of its auth-error branch).
+var projectSetupSignals = []signal{{"has not been used in project"}}
 
 // expiredSignals, on a 401, say the credential expired (not that it is wrong).
 var expiredSignals = []signal{{"expired"}, {"过期"}}

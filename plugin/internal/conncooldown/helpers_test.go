@@ -58,6 +58,7 @@ var (
 	vRateLimit   = failure.Verdict{Status: 429, Reason: failure.ReasonRateLimit, Scope: failure.ScopeConnection}
 	vConcurrency = failure.Verdict{Status: 429, Reason: failure.ReasonConcurrencyLimited, Scope: failure.ScopeConnection, KeepBackoff: true}
 	vStall       = failure.Verdict{Reason: failure.ReasonStreamStall, Scope: failure.ScopeConnection}
+	vUnknown     = failure.Verdict{Status: 418, Reason: failure.ReasonUnknown, Scope: failure.ScopeExact}
 	vBanned      = failure.Verdict{Status: 403, Reason: failure.ReasonBanned, Terminal: failure.TerminalBanned}
 	vCredits     = failure.Verdict{Status: 402, Reason: failure.ReasonCreditsExhausted, Terminal: failure.TerminalCreditsExhausted}
 	vExpired     = failure.Verdict{Status: 401, Reason: failure.ReasonExpired, Terminal: failure.TerminalExpired}

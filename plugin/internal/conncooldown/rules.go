@@ -43,6 +43,7 @@ type failureKind int
 const (
 	kindTransient   failureKind = iota // escalating backoff
 	kindConcurrency                    // busy account: fixed cooldown, backoff level kept
+	kindUnknown                        // no rule names it: the base cooldown, backoff level kept
 	kindStall                          // content stall: error recorded, cooling only if enabled
 	kindExpired                        // expired or revoked credential (any 401): cools, terminal on the Nth
 	kindRejected                       // upstream refused the request: cools, banned on a streak
@@ -64,6 +65,8 @@ func classify(v failure.Verdict) failureKind {
 		return kindStall
 	case v.KeepBackoff || v.Reason == failure.ReasonConcurrencyLimited:
 		return kindConcurrency
+	case v.Reason == failure.ReasonUnknown:
+		return kindUnknown
 	}
 	return kindTransient
 }
@@ -130,6 +133,17 @@ func (c Config) applyFailure(cur record, f Failure, now int64) (next record, wri
 		}
 		if d <= 0 {
 			d = c.ConcurrencyLimitCooldown
+		}
+		next.cool(min(d, c.MaxCooldown), now)
+		return next, true
+	case kindUnknown:
+		// A failure no classification rule names (an unlisted 4xx, a status outside HTTP):
+		// the base cooldown (a rule's declared one where given) each time, never a climb —
+		// OmniRoute 3.7.9 checkFallbackError's last branch, cooldownMs = baseCooldownMs with
+		// the backoff level untouched; the guide is silent.
+		d := c.BaseCooldown
+		if v.Cooldown > 0 {
+			d = v.Cooldown
 		}
 		next.cool(min(d, c.MaxCooldown), now)
 		return next, true

@@ -121,6 +121,19 @@ func TestFailureRules(t *testing.T) {
 			{advance: 3 * time.Second, verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 6 * time.Second, level: 2},
 			{advance: 6 * time.Second, verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 12 * time.Second, level: 3},
 		}},
+		// issue 19 (OmniRoute 3.7.9 checkFallbackError's last branch; the guide is silent):
+		// a failure no rule names cools for the base cooldown every time and leaves the
+		// ladder where it was.
+		{"unknown failure: the base cooldown, the ladder untouched", apikey(), []step{
+			{verdict: vUnknown, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 0},
+			{advance: gone, verdict: vUnknown, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 0},
+			{advance: gone, verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
+			{advance: gone, verdict: vUnknown, counted: true, status: StatusUnavailable, retryAfter: 3 * time.Second, level: 1},
+			{advance: gone, verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 6 * time.Second, level: 2},
+		}},
+		{"unknown failure on oauth: its 5 s base", oauth, []step{
+			{verdict: vUnknown, counted: true, status: StatusUnavailable, retryAfter: 5 * time.Second, level: 0},
+		}},
 		{"oauth base 5s", oauth, []step{
 			{verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 5 * time.Second, level: 1},
 			{advance: gone, verdict: vServer, counted: true, status: StatusUnavailable, retryAfter: 10 * time.Second, level: 2},

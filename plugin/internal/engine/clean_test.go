@@ -106,6 +106,45 @@ func TestSuccessPathOnCleanStateCounts(t *testing.T) {
 	}
 }
 
+// A model a glob route passes on is noted in its connection's served memory on success
+// (issue 18's evidence for the lockout pool): in worker memory only, so the warm success path
+// of a glob route costs the shared data it cost before — anthropic-a is capped like openai-a,
+// so the same admission traffic as gpt-4o's — and allocates nothing.
+func TestAGlobRoutesSuccessPathCostsNoMoreSharedData(t *testing.T) {
+	shared := &testfixture.Store{MemStore: state.NewMemStore()}
+	w := newWorker(t, examples.Demo(), shared, manualclock.New(start), 1)
+	request := func() (gets, sets int) {
+		g0, s0 := shared.Gets, shared.Sets
+		if err := w.cache.Refresh(); err != nil {
+			t.Fatal(err)
+		}
+		plan, err := w.e.Plan("claude-sonnet-4-5", policies.APIAnthropic, affinity.Key{}, &w.buf)
+		if err != nil || len(plan.Targets) != 1 {
+			t.Fatalf("plan: %v %v", err, plan.Excluded)
+		}
+		d, err := w.e.Dispatch(plan.Targets[0])
+		if err != nil || !d.Lease.Held() {
+			t.Fatalf("dispatch: %v held=%v", err, d.Lease.Held())
+		}
+		if r := w.e.Finish(d, Outcome{Status: 200, TTFB: time.Millisecond}, &plan); r.Errors != nil {
+			t.Fatal(r.Errors)
+		}
+		return shared.Gets - g0, shared.Sets - s0
+	}
+	request()
+	for i := 0; i < 3; i++ {
+		if gets, sets := request(); gets != 1+2 || sets != 2 {
+			t.Fatalf("warm request %d: %d shared-data reads and %d writes, want the generation key and the lease's 2 and 2", i, gets, sets)
+		}
+	}
+	quiet := newWorker(t, examples.Demo(), newQuietStore(), manualclock.New(start), 1)
+	w = quiet
+	request()
+	if allocs := testing.AllocsPerRun(100, func() { request() }); allocs != 0 {
+		t.Fatalf("a warm request allocated %v times, want 0", allocs)
+	}
+}
+
 // The warm success path allocates nothing in the engine, the cache or the mechanisms.
 func TestSuccessPathOnCleanStateAllocatesNothing(t *testing.T) {
 	w := newWorker(t, examples.Demo(), newQuietStore(), manualclock.New(start), 1)

@@ -703,3 +703,98 @@ routes:
 		})
 	}
 }
+
+// TestProviderErrorsTheGuideLeavesOpen drives issue 19's provider errors through the engine
+// (classified the way OmniRoute 3.7.9 does; the guide is silent): what the connection is left
+// in (active, cooling for how long, terminal), whether the request falls back, whether the
+// same request skips the connection afterwards, and whether the next request may use it.
+func TestProviderErrorsTheGuideLeavesOpen(t *testing.T) {
+	body := func(message string) []byte { return []byte(`{"error":{"message":"` + message + `"}}`) }
+	const lockoutOn = "resilience: {modelLockout: {enabled: true}}\n"
+	for _, tc := range []struct {
+		name       string
+		resilience string              // the policy's resilience block
+		outcome    Outcome             // acme-a's answer for m1
+		fallback   bool                // the request may go on to another target
+		status     conncooldown.Status // acme-a afterwards
+		retryAfter time.Duration       // its cooldown, when cooling
+		locked     time.Duration       // how long m1 is locked on acme-a (0 = not)
+		skipped    bool                // the same request skips acme-a (for m2) afterwards
+	}{
+		{"429 Alibaba free tier: credits exhausted, terminal", "", Outcome{Status: 429, Body: body("The free tier of the model has been exhausted")},
+			true, conncooldown.StatusCreditsExhausted, 0, 0, true},
+		{"403 Alibaba free tier: credits exhausted, terminal", lockoutOn, Outcome{Status: 403, Body: body("The free tier of the model has been exhausted")},
+			true, conncooldown.StatusCreditsExhausted, 0, 0, true},
+		{"403 payment required: credits exhausted, terminal", "", Outcome{Status: 403, Body: body("payment required")},
+			true, conncooldown.StatusCreditsExhausted, 0, 0, true},
+		// The clock stands at 12:00 UTC: a daily quota without a reset lasts until midnight.
+		{"429 daily rate limit: the connection cools until midnight", "", Outcome{Status: 429, Body: body("daily rate limit exceeded")},
+			true, conncooldown.StatusUnavailable, 12 * time.Hour, 0, true},
+		{"429 daily rate limit, lockout on: the model is locked until midnight", lockoutOn, Outcome{Status: 429, Body: body("daily rate limit exceeded")},
+			true, conncooldown.StatusAvailable, 0, 12 * time.Hour, true},
+		{"418 teapot: falls back, the apikey base cooldown of 3 s", "", Outcome{Status: 418, Body: body("teapot")},
+			true, conncooldown.StatusUnavailable, 3 * time.Second, 0, true},
+		{"418 teapot, lockout on (418 is not among its errorCodes): the connection cools", lockoutOn, Outcome{Status: 418, Body: body("teapot")},
+			true, conncooldown.StatusUnavailable, 3 * time.Second, 0, true},
+		{"403 not authorized for this route: no fallback, nothing cooled", "", Outcome{Status: 403, Body: body("not authorized for this route")},
+			false, conncooldown.StatusAvailable, 0, 0, false},
+		{"403 not authorized for this route, lockout on: nothing locked", lockoutOn, Outcome{Status: 403, Body: body("not authorized for this route")},
+			false, conncooldown.StatusAvailable, 0, 0, false},
+		{"Gemini 403 API not used in project: falls back, the connection stays active", "",
+			Outcome{Status: 403, Body: body("Generative Language API has not been used in project 123 before or it is disabled")},
+			true, conncooldown.StatusAvailable, 0, 0, true},
+		{"Gemini 403 API not used in project, lockout on: nothing locked", lockoutOn,
+			Outcome{Status: 403, Body: body("Generative Language API has not been used in project 123 before or it is disabled")},
+			true, conncooldown.StatusAvailable, 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, acmePolicy(tc.resilience))
+			a := f.target(t, "acme", "acme-a", "m1")
+			pv := &f.e.providers[a.Provider]
+			cn := &pv.conns[a.Connection]
+			plan := f.plan(t, "m1", affinity.Key{})
+			if got := f.names(plan); len(got) != 4 || got[0] != "acme/acme-a/m1" || got[1] != "acme/acme-a/m2" {
+				t.Fatalf("plan %v", got)
+			}
+			r := f.attempt(t, plan, tc.outcome)
+			if r.Verdict.Fallback != tc.fallback {
+				t.Fatalf("fallback %v, want %v (%+v)", r.Verdict.Fallback, tc.fallback, r.Verdict)
+			}
+			av, err := pv.cooldown.Check(cn.cooldown)
+			if err != nil || av.Status != tc.status || av.RetryAfter != tc.retryAfter {
+				t.Fatalf("acme-a %+v (%v), want %s for %v", av, err, tc.status, tc.retryAfter)
+			}
+			lock, locked, _ := pv.lockout.Locked(cn.lockout, "m1")
+			if left := lock.Until.Sub(f.clock.Now()); locked != (tc.locked > 0) || (locked && left != tc.locked) {
+				t.Fatalf("m1 locked %v for %v, want %v", locked, left, tc.locked)
+			}
+			d, err := f.e.Dispatch(plan.Targets[1]) // the same request, acme-a for m2
+			if skipped := errors.Is(err, ErrTargetUnavailable); skipped != tc.skipped {
+				t.Fatalf("the same request on acme-a for m2: %v, want skipped=%v", err, tc.skipped)
+			}
+			if err == nil {
+				f.e.Abandon(d)
+			}
+			// Another request may use acme-a exactly when nothing cooled it or made it terminal.
+			next := f.plan(t, "m1", affinity.Key{})
+			uses := false
+			for _, n := range f.names(next) {
+				uses = uses || strings.HasPrefix(n, "acme/acme-a/")
+			}
+			if want := tc.status == conncooldown.StatusAvailable; uses != want {
+				t.Fatalf("next request %v (excluded %+v): uses acme-a %v, want %v", f.names(next), next.Excluded, uses, want)
+			}
+		})
+	}
+	// The unknown 4xx's cooldown never climbs: the same 3 s after each.
+	f := newFixture(t, acmePolicy(""))
+	a := f.target(t, "acme", "acme-a", "m1")
+	pv := &f.e.providers[a.Provider]
+	for i := range 3 {
+		failOn(t, f.e, a, Outcome{Status: 418, Body: body("teapot")})
+		if av, _ := pv.cooldown.Check(pv.conns[a.Connection].cooldown); av.RetryAfter != 3*time.Second {
+			t.Fatalf("418 number %d: cooling %v, want the 3 s base again", i+1, av.RetryAfter)
+		}
+		f.clock.Advance(3 * time.Second)
+	}
+}

@@ -34,6 +34,9 @@
 //     cooling the whole connection would let a client that probes model names through a
 //     glob route take the connection out for every model. An operator who wants such
 //     models kept out turns model lockout on (404 is in its default errorCodes).
+//   - A request-scoped failure (failure.ScopeRequest: the account's project lacks the API)
+//     is recorded in no layer; the request that saw it moves on from the connection, which
+//     stays active for every other request.
 //   - A stream stall (RecordStall) records the error on the connection without a cooldown
 //     unless streamStallCooldown is on, and never counts for the breaker (guide §2).
 //   - Operators read and reset the layers through admin.go (the admin API's health snapshot,
@@ -42,6 +45,12 @@
 //     data has no key listing; resets write through the store, so every worker sees them at
 //     its next refresh. A provider reset is the guide's operator reset and clears terminal
 //     states too (§2); the cooldown manager never does (§3).
+//   - A model a glob route passes on is a name the policy does not spell, and its lockouts
+//     share the connection's bounded pool with every name clients invent. Each worker
+//     remembers, per connection and in memory only (lockout.Served), the ones the provider
+//     served it, and tells the lockout so when one of them fails (lockout.Failure.Served):
+//     no name the provider refused as unknown displaces such a model's lockout (the lockout
+//     package doc states the guarantee; issue 18).
 //   - A truncated stream (RecordTruncation) is a synthesised 502 at the exact model's scope
 //     (guide §3): the model lockout takes it when on, else the connection cools; never the
 //     breaker.
@@ -63,7 +72,8 @@
 // still, since the cache then answers every key it read as it did. For a clean candidate
 // Plan asks no mechanism, Dispatch neither re-checks its layers nor asks the breaker (with
 // no record it allows, CLOSED), and Record on success calls no mechanism's RecordSuccess
-// (each would find nothing and write nothing). Attempts are sampled for latency only when a
+// (each would find nothing and write nothing; it notes a glob-passed model in the
+// connection's in-memory served list, above). Attempts are sampled for latency only when a
 // route's strategy reads the samples (p2c with a latency weight).
 //
 // The staleness this accepts is the cache's, no more: what other workers wrote (an
@@ -163,6 +173,10 @@ type connection struct {
 	// (no cap applies to them, or they failed open), kept by Dispatch and Release: the load
 	// signal of the load-aware strategies where shared data has none.
 	unleased int
+	// served remembers the client-chosen models (a glob route's) this worker saw the
+	// connection serve: the evidence that ranks their lockouts in the lockout pool
+	// (lockout.Failure.Served), kept in memory at no shared-data cost.
+	served lockout.Served
 }
 
 // route is one route's expanded candidate list (a target naming no connection stands for
@@ -183,6 +197,9 @@ type candidateRef struct {
 	connection int
 	model      string // upstream model; "" = the requested model
 	weight     int
+	// invented: a glob route passes the client's model on (model ""), a name the policy
+	// does not spell; a success of it is noted in its connection's served memory.
+	invented bool
 }
 
 // settings are the mechanism configs of one resolved policy: the one place where the
@@ -274,14 +291,15 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 		for _, t := range rr.Targets {
 			rp := &res.Providers[t.Provider]
 			s.configureModel(rr, t)
+			invented := t.Model == "" && rr.IsGlob
 			if t.Connection >= 0 {
 				rs.candidates = append(rs.candidates, candidateRef{provider: t.Provider, connection: t.Connection,
-					model: t.Model, weight: weightOf(t, rp.Connections[t.Connection].Weight)})
+					model: t.Model, weight: weightOf(t, rp.Connections[t.Connection].Weight), invented: invented})
 				continue
 			}
 			for j := range rp.Connections {
 				rs.candidates = append(rs.candidates, candidateRef{provider: t.Provider, connection: j,
-					model: t.Model, weight: weightOf(t, rp.Connections[j].Weight)})
+					model: t.Model, weight: weightOf(t, rp.Connections[j].Weight), invented: invented})
 			}
 		}
 		strategy, err := selection.ParseStrategy(string(rr.Strategy))

@@ -9,6 +9,7 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
+	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/lockout"
 )
 
@@ -177,6 +178,71 @@ resilience: {modelLockout: {enabled: true}}
 	if len(plan.Excluded) != 1 || plan.Excluded[0].Reason != combo.ReasonModelLockout ||
 		plan.Excluded[0].RetryAfter != 120*time.Second-2*time.Second {
 		t.Fatalf("m1 after 200 invented 404s: targets %v excluded %+v, want its 120 s lockout intact", f.names(plan), plan.Excluded)
+	}
+}
+
+// TestJunkNamesCannotDisplaceAGlobServedModelsLockout: issue 18 — a model served only through
+// a glob route is a name the policy never spells, so its lockout shares the connection's pool
+// with every name clients invent, and "the 16th junk name evicts a live 2-minute lockout".
+// The model served a request here first, then hit a rate limit (guide §3: locked 120 s);
+// junk names that the provider refuses as unknown — after it, or filling the pool before it
+// — leave that lockout intact.
+func TestJunkNamesCannotDisplaceAGlobServedModelsLockout(t *testing.T) {
+	const real = "claude-sonnet-4-5"
+	missing := func(model string) Outcome {
+		return Outcome{Status: 404, Body: []byte(`{"type":"error","error":{"type":"not_found_error","message":"model: ` + model + `"}}`)}
+	}
+	limited := func(string) Outcome {
+		return Outcome{Status: 429, Body: []byte(`{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your rate limit"}}`)}
+	}
+	for _, tc := range []struct {
+		name          string
+		before, after int                        // junk names failing before and after the real model's 429
+		junk          func(model string) Outcome // how the provider fails each junk name
+		reason        failure.Reason             // its classification
+	}{
+		{"16 junk names after the lockout", 0, lockout.InventedSlots, missing, failure.ReasonNotFound},
+		{"16 junk names fill the pool first, 16 more after", lockout.InventedSlots, lockout.InventedSlots, missing, failure.ReasonNotFound},
+		// Only the worker's memory that the provider served the model tells it apart from
+		// junk the provider rate-limits as well.
+		{"32 junk names the provider rate-limits too", 0, 2 * lockout.InventedSlots, limited, failure.ReasonRateLimit},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, []byte(`
+providers:
+  - id: anthropic
+    api: anthropic
+    cluster: anthropic
+    connections:
+      - {id: anthropic-a, credential: {header: x-api-key, value: "k"}}
+routes:
+  - model: "claude-*"
+    targets: [{provider: anthropic}]
+resilience: {modelLockout: {enabled: true}}
+`))
+			junk := func(n int, prefix string) {
+				for i := range n {
+					f.clock.Advance(10 * time.Millisecond) // every junk lockout ends after the real one
+					model := fmt.Sprintf("claude-%s-%02d", prefix, i)
+					plan := f.plan(t, model, affinity.Key{})
+					if r := f.attempt(t, plan, tc.junk(model)); r.Verdict.Reason != tc.reason {
+						t.Fatalf("%s: verdict %+v", model, r.Verdict)
+					}
+				}
+			}
+			f.attempt(t, f.plan(t, real, affinity.Key{}), Outcome{Status: 200}) // the provider serves it
+			junk(tc.before, "junk-before")
+			lockedAt := f.clock.Now()
+			if r := f.attempt(t, f.plan(t, real, affinity.Key{}), limited(real)); !r.Effects.Locked {
+				t.Fatalf("the real model's 429 did not lock it: %+v", r.Effects)
+			}
+			junk(tc.after, "junk-after")
+			lock, locked, err := f.e.providers[0].lockout.Locked(f.e.providers[0].conns[0].lockout, real)
+			if err != nil || !locked || !lock.Until.Equal(lockedAt.Add(120*time.Second)) {
+				t.Fatalf("%s after junk: lockout %+v locked=%v (%v), want its 120 s lockout from %v intact", real,
+					lock, locked, err, lockedAt)
+			}
+		})
 	}
 }
 

@@ -84,6 +84,9 @@ func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 		}
 	}
 	if o.Status > 0 && o.Status < 400 {
+		if d.Target.invented {
+			cn.served.Note(d.Target.Model) // in memory: the evidence a later lockout of it carries
+		}
 		// A target its clean memo vouches for has nothing stored that a success could clear.
 		if !e.stillClean(d.Target.clean) {
 			_, err := e.breakers.RecordSuccess(pv.breaker, d.attempt())
@@ -149,13 +152,14 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 	locked := false
 	if modelLevel && !terminal {
 		out, err := pv.lockout.RecordFailure(cn.lockout, lockout.Failure{Model: d.Target.Model, Verdict: v,
-			Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait})
+			Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait, Served: cn.served.Has(d.Target.Model)})
 		note(err)
 		locked = out.Locked
 		fx.Locked, fx.Lockout = out.Locked, out.Lock
 	}
 	switch {
-	case v.Reason == failure.ReasonNone || v.Scope == failure.ScopeNone, locked, providerScoped && !terminal:
+	case v.Reason == failure.ReasonNone || v.Scope == failure.ScopeNone || v.Scope == failure.ScopeRequest,
+		locked, providerScoped && !terminal:
 	case modelLevel && !terminal && missingModel(v.Reason):
 		requestOnly = true
 	default:
@@ -169,11 +173,11 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 	}
 	// Same-request failover skips what the failure blamed, under any model (a locked model
 	// spares the connection's other models for other requests, not for this one): the
-	// provider for a provider-scoped failure, else the connection, unless the failure blamed
-	// only the request itself or only the model (a missing or retired model, one this
-	// account may not use: guide "Foutopsporing", §3 and §7 — the connection serves its other
-	// models, the route's next model on it included; the failed target itself is not planned
-	// twice).
+	// provider for a provider-scoped failure, else the connection (for a request-scoped
+	// failure, which no layer recorded, too), unless the failure blamed only the request
+	// itself or only the model (a missing or retired model, one this account may not use:
+	// guide "Foutopsporing", §3 and §7 — the connection serves its other models, the route's
+	// next model on it included; the failed target itself is not planned twice).
 	switch {
 	case v.Scope == failure.ScopeNone: // the request's own fault: another target may take it
 	case v.ModelOnly && !providerScoped:
@@ -234,7 +238,7 @@ func (e *Engine) RecordTruncation(d Dispatch) Result {
 	var r Result
 	v := failure.Verdict{Status: TruncatedStatus, Reason: failure.ReasonStreamTruncated, Scope: failure.ScopeExact}
 	out, err := pv.lockout.RecordFailure(cn.lockout, lockout.Failure{Model: d.Target.Model, Verdict: v,
-		Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait})
+		Started: d.Started, QueueMaxWait: cn.admit.Queue().MaxWait, Served: cn.served.Has(d.Target.Model)})
 	r.Verdict, r.Errors = v, err
 	r.Effects.Locked, r.Effects.Lockout = out.Locked, out.Lock
 	if !out.Locked {

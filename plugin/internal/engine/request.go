@@ -26,6 +26,8 @@ type Target struct {
 	// (0: not seen clean, or a Target built by hand): while the epoch stands, Dispatch and
 	// Record need not read the target's layers (see cleanMemo).
 	clean uint64
+	// invented: Model is the client's, passed on by a glob route (candidateRef.invented).
+	invented bool
 }
 
 // Plan is the routing decision for one request: the eligible targets in the order to try
@@ -183,7 +185,7 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	for _, c := range cands {
 		ref := rt.candidates[c.Index]
 		targets = append(targets, Target{Provider: ref.provider, Connection: ref.connection, Model: c.Model, req: buf,
-			clean: rt.clean[c.Index].at})
+			clean: rt.clean[c.Index].at, invented: ref.invented})
 	}
 	buf.targets = targets
 	plan.Targets = targets
@@ -213,7 +215,7 @@ func (e *Engine) planInOrder(rt *route, plan *Plan, epoch uint64) bool {
 			model = plan.Model
 		}
 		targets = append(targets, Target{Provider: c.provider, Connection: c.connection, Model: model, req: buf,
-			clean: rt.clean[i].at})
+			clean: rt.clean[i].at, invented: c.invented})
 	}
 	buf.targets, buf.excluded = targets, buf.excluded[:0]
 	plan.Targets, plan.Excluded = targets, buf.excluded

@@ -43,6 +43,12 @@ const (
 	ScopeQuotaFamily Scope = "quota"      // the model's quota family on one connection
 	ScopeModel       Scope = "model"      // the bare model on one connection
 	ScopeExact       Scope = "exact"      // exactly provider + connection + model
+
+	// ScopeRequest, outside that order, blames the attempt's connection for the rest of this
+	// request only: nothing is recorded in any layer and the connection stays active for
+	// every other request (an account's project not set up for the API, which says nothing
+	// about its key). Never a lockout key, never a rule's scope.
+	ScopeRequest Scope = "request"
 )
 
 // Terminal is a connection state that is not a cooldown: it stays until an operator resets

@@ -1,6 +1,37 @@
 // Package lockout keeps model lockouts (provider + connection + model) in shared data: keyed
 // by quota family, bare model or exact model according to the failing status, escalating,
 // decayed by successes, listed through a bounded per-connection index.
+//
+// Names a client chooses. Guide §3 scopes a lockout to "provider + connection +
+// model-triple" and keeps OmniRoute's in per-process maps, one entry per model; a glob route
+// (`claude-*`) passes on whatever model a client names, so in shared data, which has no
+// delete, that would be a key per name a client invents. The guide is silent on bounding
+// them; Spillway's rule is this. A model the policy routes to a connection by name keeps
+// keys of its own. Every other name's lockouts share the connection's InventedSlots fixed
+// keys (the pool), each ranked by the Evidence that its model is real: served (this worker
+// saw the provider serve it on the connection: Failure.Served, kept per worker by Served),
+// metered (the failure was a rate limit, an exhausted quota or concurrency, an overloaded
+// model: the provider meters or runs it), or none (the provider refused it as unknown, or
+// failed it as it can fail any name). A failure takes the slot its name already holds, else
+// a free one, else the slot whose holder has the least evidence (the one that ends first
+// among those), never one whose holder has more evidence than its own; with none to take it
+// locks nothing. A holder's evidence only grows while it holds the slot.
+//
+// What that guarantees, however many names clients invent and in whatever order:
+//   - no key grows with client input: the pool, the connection's index and the configured
+//     models' own keys are all the keys there are;
+//   - a configured model's lockout is never displaced by a client-chosen name;
+//   - a pool lockout — the lock and its escalation count, for its escalation window — of a
+//     model the provider served is displaced only by another served model's, and a metered
+//     one's only by a metered or served one: a name the provider refused as unknown never
+//     displaces a lockout a real model is under, and never keeps it from a slot (its
+//     lockouts are the first to make room). Only more real models locked at once than the
+//     pool holds displace one another, the one that ends first going first.
+//
+// The evidence is as strong as its source: a served model is one this worker saw succeed
+// (another worker's successes reach the pool when that worker records a failure of it, or
+// through the metered evidence of the failure itself), and a provider that rate-limits a
+// name it does not serve makes that name metered.
 package lockout
 
 import (

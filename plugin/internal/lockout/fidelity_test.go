@@ -136,3 +136,175 @@ func TestLockoutsFollowTheCredential(t *testing.T) {
 		}
 	}
 }
+
+func TestClientChosenNamesNeverDisplaceARealModelsLockout(t *testing.T) {
+	// issue 18: a model served only through a glob route (claude-*) is itself a name the
+	// policy does not spell, so its lockout lives in the pool; "the 16th junk name evicts a
+	// live 2-minute lockout". A name's evidence that it is real ranks the pool: junk names the
+	// provider refuses as unknown (404) or even rate-limits never displace the lockout of a
+	// model it served, nor keep it from a slot (guide §3: 120 s for the first failure).
+	const real = "claude-sonnet-4-5"
+	type junk struct {
+		n       int             // how many distinct junk names fail
+		verdict failure.Verdict // how each fails
+	}
+	cases := []struct {
+		name    string
+		before  junk            // junk failures before the real model's
+		verdict failure.Verdict // the real model's failure
+		served  bool            // the worker recording it saw the provider serve it
+		after   junk            // junk failures after it
+		locked  bool            // the real model is still locked at the end
+	}{
+		{"served, then 16 junk 404s (the issue's case)", junk{}, v429, true, junk{InventedSlots, v404}, true},
+		{"served, then 200 junk 404s", junk{}, v429, true, junk{200, v404}, true},
+		{"served, then 200 junk names the provider rate-limits", junk{}, v429, true, junk{200, v429}, true},
+		{"served 502, then 200 junk 404s", junk{}, v502, true, junk{200, v404}, true},
+		{"rate-limited but never seen served, then 200 junk 404s", junk{}, v429, false, junk{200, v404}, true},
+		{"overloaded but never seen served, then 200 junk 404s", junk{}, v503(), false, junk{200, v404}, true},
+		{"16 junk 404s fill the pool first: the served model still gets a slot", junk{InventedSlots, v404}, v429, true, junk{200, v404}, true},
+		{"16 junk 429s fill the pool first: the served model still gets a slot", junk{InventedSlots, v429}, v502, true, junk{200, v429}, true},
+		{"16 junk 404s first: a rate-limited model takes the slot of one", junk{InventedSlots, v404}, v429, false, junk{200, v404}, true},
+		// The contrast: with no evidence at all a name is one more junk name, and the
+		// newest InventedSlots hold the pool.
+		{"a 404 never seen served is junk among junk", junk{}, v404, false, junk{InventedSlots, v404}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, enabled()) // nothing configured: every name shares the pool
+			keys := recordKeys(f)
+			fail := func(j junk, prefix string) {
+				for i := range j.n {
+					f.clock.Advance(10 * time.Millisecond) // every junk lockout ends after the real one
+					f.fail(t, fmt.Sprintf("%s-%03d", prefix, i), j.verdict, f.clock.Now())
+				}
+			}
+			fail(tc.before, "claude-junk-before")
+			at := f.clock.Now()
+			out, err := f.tr.RecordFailure(f.conn, Failure{Model: real, Verdict: tc.verdict, Started: at, Served: tc.served})
+			if err != nil || !out.Locked {
+				t.Fatalf("the real model's failure: %+v %v, want it locked", out, err)
+			}
+			fail(tc.after, "claude-junk-after")
+			l, ok := f.locked(t, real)
+			if ok != tc.locked {
+				t.Fatalf("real model locked=%v (%+v), want %v", ok, l, tc.locked)
+			}
+			if ok && !l.Until.Equal(at.Add(120*time.Second)) {
+				t.Fatalf("real model's lockout changed: until %v, want %v", l.Until, at.Add(120*time.Second))
+			}
+			// The index and the pool: nothing else, ever.
+			if len(keys) > 1+InventedSlots {
+				t.Fatalf("%d keys written, want at most the index and %d pool slots", len(keys), InventedSlots)
+			}
+		})
+	}
+}
+
+func TestOnlyRealModelsDisplaceRealModels(t *testing.T) {
+	// The pool stays bounded when more real models are locked at once than it holds: the
+	// one that ends first makes room, for another served model only. A newcomer with less
+	// evidence than every holder locks nothing and writes nothing.
+	f := newFixture(t, enabled())
+	for i := range InventedSlots + 1 {
+		f.clock.Advance(10 * time.Millisecond)
+		if _, err := f.tr.RecordFailure(f.conn, Failure{Model: fmt.Sprintf("real-%02d", i), Verdict: v429, Served: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := f.locked(t, "real-00"); ok {
+		t.Fatal("the 17th served model did not take the slot of the one that ends first")
+	}
+	for i := 1; i <= InventedSlots; i++ {
+		if _, ok := f.locked(t, fmt.Sprintf("real-%02d", i)); !ok {
+			t.Fatalf("real-%02d lost its lockout", i)
+		}
+	}
+	sets := 0
+	f.store.BeforeSet = func(string) { sets++ }
+	for _, v := range []failure.Verdict{v404, v429, v502} {
+		out := f.fail(t, "junk", v, f.clock.Now())
+		if out.Locked || out.Counted {
+			t.Fatalf("junk %d with a pool of served models: %+v, want not locked", v.Status, out)
+		}
+	}
+	if sets != 0 {
+		t.Fatalf("refused junk failures wrote shared data %d times", sets)
+	}
+	// Rate-limited junk displaces nothing served either.
+	if _, ok := f.locked(t, "junk"); ok {
+		t.Fatal("junk locked")
+	}
+}
+
+func TestEvidenceGrowsWhileANameHoldsItsSlot(t *testing.T) {
+	// A model first seen failing with a 404 (no evidence) is later rate-limited on a worker
+	// that saw it served: the overlapping failure does not escalate (guide §3, herd
+	// protection), but the lockout now carries the served evidence, and junk cannot
+	// displace it.
+	f := newFixture(t, enabled())
+	f.fail(t, "claude-sonnet-4-5", withScope(v404, failure.ScopeExact), f.clock.Now())
+	out, err := f.tr.RecordFailure(f.conn, Failure{Model: "claude-sonnet-4-5", Verdict: withScope(v429, failure.ScopeExact),
+		Started: f.clock.Now(), Served: true})
+	if err != nil || !out.Locked || out.Counted || out.Lock.FailureCount != 1 {
+		t.Fatalf("overlapping served failure: %+v %v, want locked, not counted again", out, err)
+	}
+	for i := range 3 * InventedSlots {
+		f.clock.Advance(10 * time.Millisecond)
+		f.fail(t, fmt.Sprintf("claude-junk-%03d", i), v404, f.clock.Now())
+	}
+	if l, ok := f.locked(t, "claude-sonnet-4-5"); !ok || !l.Until.Equal(t0.Add(120*time.Second)) {
+		t.Fatalf("lockout after junk: %+v %v, want the first 120 s intact", l, ok)
+	}
+}
+
+func TestRacingJunkNeverOverwritesAServedLock(t *testing.T) {
+	// Two workers at once: a junk name reserves a pool slot, and before its lock is written a
+	// served model's failure takes that slot (the junk's fresh reservation ends first). The
+	// junk's write must not overwrite the served lock, nor its index entry hide it.
+	for _, at := range []string{"lock write", "index write"} {
+		t.Run(at, func(t *testing.T) {
+			f := newFixture(t, enabled())
+			for i := range InventedSlots - 1 { // leave one slot free for the racing junk
+				f.fail(t, fmt.Sprintf("junk-%02d", i), v404, f.clock.Now())
+			}
+			f.clock.Advance(time.Second)
+			served := func() {
+				out, err := f.tr.RecordFailure(f.conn, Failure{Model: "real", Verdict: v429, Started: f.clock.Now(), Served: true})
+				if err != nil || !out.Locked {
+					t.Errorf("served failure inside the race: %+v %v", out, err)
+				}
+			}
+			inside, n := false, 0
+			f.store.BeforeSet = func(k string) {
+				if inside {
+					return
+				}
+				switch {
+				case at == "lock write" && k != f.conn.indexKey:
+					n++ // the racing junk's lock write, the first Set of a slot key
+				case at == "index write" && k == f.conn.indexKey:
+					n += 2 // its reservation, then its index write after the lock
+					if n == 2 {
+						return
+					}
+				default:
+					return
+				}
+				if n == 1 || n == 4 {
+					inside = true
+					served()
+					inside = false
+				}
+			}
+			f.fail(t, "junk-racing", v404, f.clock.Now())
+			f.store.BeforeSet = nil
+			if _, ok := f.locked(t, "real"); !ok {
+				t.Fatal("the served model's lockout was lost to the racing junk")
+			}
+			if l, ok := f.locked(t, "junk-racing"); ok {
+				t.Fatalf("the racing junk holds the slot: %+v", l)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package lockout
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -150,6 +151,42 @@ func TestPropertyApplyFailureBounded(t *testing.T) {
 		}
 		if next.until < prev.until {
 			t.Fatalf("lockout shortened: %d -> %d", prev.until, next.until)
+		}
+	})
+}
+
+// Any sequence of failures of client-chosen names — refused as unknown, rate-limited, failed
+// by the server, each possibly seen served by its worker — leaves a served model's lockout in
+// place until it ends, unless another served name took its slot; and the pool never holds
+// more keys than its slots (issue 18, the package doc's guarantee).
+func TestPropertyServedLockoutsOutliveJunk(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		f := newFixture(t, enabled())
+		keys := recordKeys(f)
+		real := Failure{Model: "real", Verdict: rapid.SampledFrom([]failure.Verdict{v429, v502, v503()}).Draw(t, "realVerdict"),
+			Served: true}
+		out, err := f.tr.RecordFailure(f.conn, real)
+		if err != nil || !out.Locked {
+			t.Fatalf("the served model's failure: %+v %v", out, err)
+		}
+		until := out.Lock.Until
+		servedJunk := false
+		n := rapid.IntRange(1, 3*InventedSlots).Draw(t, "junk")
+		for i := 0; i < n; i++ {
+			f.clock.Advance(time.Duration(rapid.Int64Range(0, int64(5*time.Second)).Draw(t, "advance")))
+			served := rapid.IntRange(0, 9).Draw(t, "servedJunk") == 0
+			servedJunk = servedJunk || served
+			v := rapid.SampledFrom([]failure.Verdict{v404, v429, v502, v403, v503()}).Draw(t, "verdict")
+			name := fmt.Sprintf("junk-%d", rapid.IntRange(0, 2*InventedSlots).Draw(t, "name"))
+			if _, err := f.tr.RecordFailure(f.conn, Failure{Model: name, Verdict: v, Started: f.clock.Now(), Served: served}); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := f.locked(t, "real"); !ok && f.clock.Now().Before(until) && !servedJunk {
+				t.Fatalf("after %d junk failures the served model's lockout is gone %v before its end", i+1, until.Sub(f.clock.Now()))
+			}
+			if len(keys) > 1+InventedSlots {
+				t.Fatalf("%d keys written", len(keys))
+			}
 		}
 	})
 }

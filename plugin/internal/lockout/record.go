@@ -10,13 +10,13 @@ import (
 )
 
 // Record kinds and versions in shared data. Version 2 added the credential fingerprint, the
-// lock's own scope and name, and the index's pool slots; a version 1 record reads as
-// corrupt, which releases it.
+// lock's own scope and name, and the index's pool slots; version 3 the evidence that a pool
+// lockout's model is real. A record of an older version reads as corrupt, which releases it.
 const (
 	lockKind     = state.KindLockout
-	lockVersion  = 2
+	lockVersion  = 3
 	indexKind    = state.KindLockoutIndex
-	indexVersion = 2
+	indexVersion = 3
 )
 
 // Size bounds.
@@ -30,10 +30,10 @@ const (
 	maxIndexEntries = 64
 	// InventedSlots is how many lockouts of models the policy does not name (a glob
 	// route passes on whatever model a client asks for) one connection keeps. They live
-	// in this many fixed shared-data keys, so no client can create keys without bound,
-	// and when all are taken the one that ends first makes room: a client-invented name
-	// can only ever displace another client-invented name, never a configured model's
-	// lockout.
+	// in this many fixed shared-data keys, so no client can create keys without bound.
+	// A client-chosen name never displaces a configured model's lockout (those have keys
+	// of their own), nor a pool lockout with more evidence that its model is real than
+	// its own (see Evidence and the package doc).
 	InventedSlots  = 16
 	maxReasonBytes = 64
 )
@@ -188,6 +188,7 @@ type lock struct {
 	reason      failure.Reason // why (admin output)
 	scope       failure.Scope  // the key's scope and name, so a pool slot names its holder
 	name        string
+	evidence    Evidence // a pool lockout's evidence that its model is real (0 for a configured key)
 }
 
 func (l lock) encode() []byte {
@@ -200,6 +201,7 @@ func (l lock) encode() []byte {
 		String(string(l.reason)).
 		Uint(scopeCode(l.scope)).
 		String(l.name).
+		Uint(uint64(l.evidence)).
 		Bytes()
 }
 
@@ -214,6 +216,7 @@ func decodeLockOf(b []byte, want *indexEntry) (lock, error) {
 	l.reason = failure.Reason(d.String())
 	sc := d.Uint()
 	name := d.View()
+	ev := d.Uint()
 	if err := d.Err(); err != nil {
 		return lock{}, fmt.Errorf("lockout: %w", err)
 	}
@@ -223,10 +226,10 @@ func decodeLockOf(b []byte, want *indexEntry) (lock, error) {
 		l.name = string(name)
 	}
 	if count > maxBackoffStepsLimit+1 || status > 999 || len(l.reason) > maxReasonBytes ||
-		sc == 0 || sc >= uint64(len(scopeCodes)) || validModel(l.name) != nil {
+		sc == 0 || sc >= uint64(len(scopeCodes)) || validModel(l.name) != nil || ev > uint64(EvidenceServed) {
 		return lock{}, fmt.Errorf("lockout: %w: lock field out of range", state.ErrCorrupt)
 	}
-	l.count, l.status, l.scope = int(count), int(status), scopeCodes[sc]
+	l.count, l.status, l.scope, l.evidence = int(count), int(status), scopeCodes[sc], Evidence(ev)
 	return l, nil
 }
 
@@ -241,12 +244,15 @@ type indexEntry struct {
 	until int64 // the lockout's end as last written (an upper bound: lock records are authoritative)
 	hash  uint64
 	slot  int // 0 = the lock's own key (a configured model); 1..InventedSlots = a pool slot
-	name  string
+	// evidence is a pool entry's evidence that its model is real: what decides which
+	// entry a newcomer may displace (slotFor).
+	evidence Evidence
+	name     string
 }
 
 // index lists a connection's lockout keys. Encoded as: the credential fingerprint, the
-// latest until of all entries, the entry count, the fixed-size (scope, until, hash, slot)
-// quadruples, then the names; so the hot path reads the first values, or the quadruples,
+// latest until of all entries, the entry count, the fixed-size (scope, until, hash, slot,
+// evidence) tuples, then the names; so the hot path reads the first values, or the tuples,
 // and never decodes a string.
 type index struct {
 	fingerprint uint64
@@ -264,7 +270,7 @@ func (x index) maxUntil() int64 {
 func (x index) encode() []byte {
 	e := state.NewEncoder(nil, indexKind, indexVersion).Uint(x.fingerprint).Int(x.maxUntil()).Uint(uint64(len(x.entries)))
 	for _, en := range x.entries {
-		e.Uint(scopeCode(en.scope)).Int(en.until).Uint(en.hash).Uint(uint64(en.slot))
+		e.Uint(scopeCode(en.scope)).Int(en.until).Uint(en.hash).Uint(uint64(en.slot)).Uint(uint64(en.evidence))
 	}
 	for _, en := range x.entries {
 		e.String(en.name)
@@ -287,11 +293,11 @@ func decodeIndex(b []byte) (index, error) {
 			return index{}, fmt.Errorf("lockout: %w: index scope %d", state.ErrCorrupt, sc)
 		}
 		x.entries[i] = indexEntry{scope: scopeCodes[sc], until: d.Int(), hash: d.Uint()}
-		slot := d.Uint()
-		if slot > InventedSlots {
-			return index{}, fmt.Errorf("lockout: %w: index slot %d", state.ErrCorrupt, slot)
+		slot, ev := d.Uint(), d.Uint()
+		if slot > InventedSlots || ev > uint64(EvidenceServed) {
+			return index{}, fmt.Errorf("lockout: %w: index slot %d evidence %d", state.ErrCorrupt, slot, ev)
 		}
-		x.entries[i].slot = int(slot)
+		x.entries[i].slot, x.entries[i].evidence = int(slot), Evidence(ev)
 	}
 	for i := range x.entries {
 		x.entries[i].name = d.String()
@@ -310,12 +316,13 @@ func decodeIndex(b []byte) (index, error) {
 	return x, nil
 }
 
-// upsert records that (scope, name) is locked until until in slot (0 = its own key): the
-// entry keeps the later end if it was listed; another entry in the same pool slot (a
-// holder it evicted) is dropped; entries whose escalation window has passed are dropped;
-// and when more than maxIndexEntries configured entries remain, the configured entry that
-// ends first is evicted. Pool entries never count against, nor evict, configured ones.
-func (x *index) upsert(s failure.Scope, name string, until int64, slot int, now, window int64) {
+// upsert records that (scope, name) is locked until until in slot (0 = its own key) with
+// evidence ev: the entry keeps the later end and the stronger evidence if it was listed;
+// another entry in the same pool slot (a holder it displaced) is dropped; entries whose
+// escalation window has passed are dropped; and when more than maxIndexEntries configured
+// entries remain, the configured entry that ends first is evicted. Pool entries never count
+// against, nor evict, configured ones.
+func (x *index) upsert(s failure.Scope, name string, until int64, slot int, ev Evidence, now, window int64) {
 	kept := x.entries[:0]
 	found := false
 	configured := 0
@@ -326,9 +333,10 @@ func (x *index) upsert(s failure.Scope, name string, until int64, slot int, now,
 				continue // moved (a race): the new place wins
 			}
 			e.until = max(e.until, until)
+			e.evidence = max(e.evidence, ev)
 			found = true
 		case slot > 0 && e.slot == slot:
-			continue // the slot's previous holder, evicted
+			continue // the slot's previous holder, displaced
 		case e.until+window <= now:
 			continue
 		}
@@ -339,7 +347,7 @@ func (x *index) upsert(s failure.Scope, name string, until int64, slot int, now,
 	}
 	x.entries = kept
 	if !found {
-		x.entries = append(x.entries, indexEntry{scope: s, until: until, hash: entryHash(s, name), slot: slot, name: name})
+		x.entries = append(x.entries, indexEntry{scope: s, until: until, hash: entryHash(s, name), slot: slot, evidence: ev, name: name})
 		if slot == 0 {
 			configured++
 		}
@@ -355,9 +363,12 @@ func (x *index) upsert(s failure.Scope, name string, until int64, slot int, now,
 	}
 }
 
-// slotFor picks the pool slot for an invented (scope, name) at now: the slot it already
-// holds, else a slot no live entry holds, else the slot of the pool entry that ends first.
-func (x index) slotFor(s failure.Scope, name string, now, window int64) int {
+// slotFor picks the pool slot for an invented (scope, name) with evidence ev at now: the
+// slot it already holds; else a slot no live entry holds (one whose escalation window has
+// passed is free); else the slot of the live entry with the least evidence, the one that
+// ends first among those — but never an entry with more evidence than ev. It reports false
+// when every slot is held by more evidence: the newcomer is not locked.
+func (x index) slotFor(s failure.Scope, name string, ev Evidence, now, window int64) (int, bool) {
 	var used [InventedSlots + 1]bool
 	victim := -1
 	for i, e := range x.entries {
@@ -365,22 +376,39 @@ func (x index) slotFor(s failure.Scope, name string, now, window int64) int {
 			continue
 		}
 		if e.scope == s && e.name == name {
-			return e.slot
+			return e.slot, true
 		}
 		if e.until+window <= now {
 			continue // its escalation window passed: the slot is free
 		}
 		used[e.slot] = true
-		if victim < 0 || e.until < x.entries[victim].until {
+		if e.evidence > ev {
+			continue // a name with more evidence is never displaced by this one
+		}
+		if v := victim; v < 0 || e.evidence < x.entries[v].evidence ||
+			(e.evidence == x.entries[v].evidence && e.until < x.entries[v].until) {
 			victim = i
 		}
 	}
 	for n := 1; n <= InventedSlots; n++ {
 		if !used[n] {
-			return n
+			return n, true
 		}
 	}
-	return x.entries[victim].slot
+	if victim < 0 {
+		return 0, false
+	}
+	return x.entries[victim].slot, true
+}
+
+// slotTaken reports whether e's pool slot is listed under another name.
+func (x index) slotTaken(e indexEntry) bool {
+	for _, o := range x.entries {
+		if o.slot == e.slot && (o.scope != e.scope || o.name != e.name) {
+			return true
+		}
+	}
+	return false
 }
 
 // remove drops (scope, name) if it is listed in slot, and reports whether it was.

@@ -19,6 +19,11 @@ type Failure struct {
 	Started time.Time
 	// QueueMaxWait is the connection's queue wait budget; 0 means Config.QueueMaxWait.
 	QueueMaxWait time.Duration
+	// Served says the caller has seen the provider serve Model on this connection: a success
+	// recorded for it (the engine keeps each worker's memory of that in a Served). It is the
+	// strongest evidence that a name the policy does not name is a real model (see
+	// Evidence); configured models ignore it.
+	Served bool
 }
 
 // Outcome reports what a failure did.
@@ -65,7 +70,10 @@ func explicitScope(s failure.Scope) bool {
 // from the base.
 //
 // Where: a configured model's lockout (see NewConn) gets its own key; any other model's
-// goes to one of the connection's InventedSlots pool slots.
+// goes to one of the connection's InventedSlots pool slots, which it may take from a holder
+// with no more evidence than its own (EvidenceOf). When every slot is held by more evidence,
+// the failure locks nothing (Outcome.Locked false): the caller handles it as with the
+// lockout off.
 func (t *Tracker) RecordFailure(c Conn, f Failure) (Outcome, error) {
 	if err := validModel(f.Model); err != nil {
 		return Outcome{}, err
@@ -98,18 +106,28 @@ func (t *Tracker) RecordFailure(c Conn, f Failure) (Outcome, error) {
 	window := t.cfg.EscalationWindow.Milliseconds()
 	entry := indexEntry{scope: scope, name: name}
 	if !t.configured(c, scope, name) {
-		slot, err := t.reserveSlot(c, scope, name, now, window)
-		if err != nil {
-			return Outcome{}, err
+		entry.evidence = EvidenceOf(v.Reason, f.Served)
+		slot, ok, err := t.reserveSlot(c, scope, name, entry.evidence, now, window)
+		if err != nil || !ok {
+			return Outcome{}, err // !ok: every slot is held by more evidence
 		}
 		entry.slot = slot
 	}
 	started := millis(f.Started)
 	var after lock
-	var counted, write bool
+	var counted, write, refused bool
 	_, err := state.Update(t.store, c.keyOf(entry), func(cur []byte, found bool) ([]byte, state.Mutation, error) {
+		refused = entry.slot > 0 && t.heldByMore(c, entry, cur, found, now, window)
+		if refused {
+			// Another worker's failure with more evidence took the slot after this one
+			// reserved it: never overwrite its lock.
+			return nil, state.Keep, nil
+		}
 		prev := t.liveLock(c, entry, cur, found, now)
 		after, counted, write = t.applyFailure(prev, v, long, started, now)
+		if !write && entry.evidence > prev.evidence && prev.until+window > now {
+			after, write = prev, true // nothing else changes, but the evidence grows
+		}
 		if !write {
 			return nil, state.Keep, nil
 		}
@@ -117,12 +135,17 @@ func (t *Tracker) RecordFailure(c Conn, f Failure) (Outcome, error) {
 			after.fingerprint = c.fingerprint
 		}
 		after.scope, after.name = scope, name
+		after.evidence = max(prev.evidence, entry.evidence)
 		return after.encode(), state.Write, nil
 	})
 	if err != nil {
 		return Outcome{}, fmt.Errorf("lockout: record failure on %s/%s %s:%s: %w", c.provider, c.connection, scope, name, err)
 	}
+	if refused {
+		return Outcome{}, nil
+	}
 	if write {
+		entry.evidence = after.evidence
 		if err := t.indexUpsert(c, entry, after.until, now); err != nil {
 			return Outcome{}, err
 		}
@@ -133,27 +156,40 @@ func (t *Tracker) RecordFailure(c Conn, f Failure) (Outcome, error) {
 	return Outcome{Locked: true, Counted: counted, Lock: after.public(scope, name)}, nil
 }
 
-// reserveSlot claims a pool slot for an invented (scope, name) in the index before its lock
-// is written, so concurrent failures of different invented names pick different slots (the
-// index's CAS orders them). A name that already holds a slot keeps it.
-func (t *Tracker) reserveSlot(c Conn, s failure.Scope, name string, now, window int64) (int, error) {
+// reserveSlot claims a pool slot for an invented (scope, name) with evidence ev in the index
+// before its lock is written, so concurrent failures of different invented names pick
+// different slots (the index's CAS orders them). A name that already holds a slot keeps it.
+// It reports false, writing nothing, when every slot is held by more evidence (slotFor).
+func (t *Tracker) reserveSlot(c Conn, s failure.Scope, name string, ev Evidence, now, window int64) (int, bool, error) {
 	var slot int
+	var ok bool
 	_, err := state.Update(t.store, c.indexKey, func(cur []byte, found bool) ([]byte, state.Mutation, error) {
 		x := t.loadIndex(c, cur, found)
-		slot = x.slotFor(s, name, now, window)
-		if x.has(indexEntry{scope: s, name: name, slot: slot}) {
+		if slot, ok = x.slotFor(s, name, ev, now, window); !ok || x.has(indexEntry{scope: s, name: name, slot: slot}) {
 			return nil, state.Keep, nil
 		}
-		x.upsert(s, name, now+1, slot, now, window) // the lock's real end follows once it is written
+		x.upsert(s, name, now+1, slot, ev, now, window) // the lock's real end follows once it is written
 		if c.fingerprint != 0 {
 			x.fingerprint = c.fingerprint
 		}
 		return x.encode(), state.Write, nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("lockout: reserve a slot on %s/%s: %w", c.provider, c.connection, err)
+		return 0, false, fmt.Errorf("lockout: reserve a slot on %s/%s: %w", c.provider, c.connection, err)
 	}
-	return slot, nil
+	return slot, ok, nil
+}
+
+// heldByMore reports whether a pool slot's stored lock belongs, under c's credential and
+// within its escalation window, to another name with more evidence than e: the lock e's
+// failure must not overwrite.
+func (t *Tracker) heldByMore(c Conn, e indexEntry, cur []byte, found bool, now, window int64) bool {
+	if !found {
+		return false
+	}
+	l, err := decodeLockOf(cur, &e)
+	return err == nil && (l.scope != e.scope || l.name != e.name) && c.sameCredential(l.fingerprint) &&
+		l.until+window > now && l.evidence > e.evidence
 }
 
 // liveLock decodes the stored lock of an index entry; absent, corrupt and dead ones (their
@@ -252,12 +288,20 @@ func boundedReason(r failure.Reason) failure.Reason {
 	return r
 }
 
-// indexUpsert lists e in the connection's index until until.
+// indexUpsert lists e (with its evidence) in the connection's index until until, once its
+// lock is written. A pool slot the index already lists under another name — a race with
+// another worker's failure of another name — is listed as e only while the slot's lock
+// record is still e's, so the index names whoever holds the lock.
 func (t *Tracker) indexUpsert(c Conn, e indexEntry, until, now int64) error {
 	window := t.cfg.EscalationWindow.Milliseconds()
 	_, err := state.Update(t.store, c.indexKey, func(cur []byte, found bool) ([]byte, state.Mutation, error) {
 		x := t.loadIndex(c, cur, found)
-		x.upsert(e.scope, e.name, until, e.slot, now, window)
+		if e.slot > 0 && x.slotTaken(e) {
+			if _, mine, err := t.readLock(c, e); err != nil || !mine {
+				return nil, state.Keep, err
+			}
+		}
+		x.upsert(e.scope, e.name, until, e.slot, e.evidence, now, window)
 		if c.fingerprint != 0 {
 			x.fingerprint = c.fingerprint
 		}
@@ -385,5 +429,6 @@ func (t *Tracker) decay(c Conn, e indexEntry, started, now int64) error {
 	if err != nil || !ok || l.until+t.cfg.EscalationWindow.Milliseconds() <= now {
 		return err
 	}
+	e.evidence = l.evidence
 	return t.indexUpsert(c, e, l.until, now)
 }

@@ -24,9 +24,10 @@ import (
 //
 // Storage: lockouts are tied to the connection's credential fingerprint (a rotated key starts
 // clean). A configured model's keys are its own; a model the policy does not name — client
-// input on a glob route — shares the connection's InventedSlots pool slots, so nothing a
-// client sends creates keys without bound or displaces a configured model's lockout. One
-// index per connection lists them, since shared data has no key listing.
+// input on a glob route — shares the connection's InventedSlots pool slots, ranked by the
+// evidence that it is real (the package doc states the guarantee), so nothing a client sends
+// creates keys without bound or displaces a real model's lockout. One index per connection
+// lists them, since shared data has no key listing.
 type Tracker struct {
 	store   state.Store
 	clock   state.Clock
@@ -122,7 +123,7 @@ func (t *Tracker) candidates(model string) [3]candidate {
 	}
 }
 
-// scanIndex reads the index's fixed-size quadruples after its header and returns, per
+// scanIndex reads the index's fixed-size tuples after its header and returns, per
 // candidate, the until recorded for it (0 = not listed) and its slot. It decodes no string.
 // A corrupt index can only produce matches that the lock records then fail to confirm.
 func scanIndex(d *state.Decoder, cands *[3]candidate) (untils [3]int64, slots [3]int) {
@@ -135,6 +136,7 @@ func scanIndex(d *state.Decoder, cands *[3]candidate) (untils [3]int64, slots [3
 	}
 	for i := uint64(0); i < n; i++ {
 		sc, until, h, slot := d.Uint(), d.Int(), d.Uint(), d.Uint()
+		d.Uint() // evidence: only a failure's slot choice reads it
 		for j := range cands {
 			if h == cands[j].hash && sc == scopeCode(cands[j].scope) && until > untils[j] && slot <= InventedSlots {
 				untils[j], slots[j] = until, int(slot)

@@ -49,6 +49,11 @@ const (
 	HeaderRetryAfter      = "retry-after"
 	HeaderWWWAuthenticate = "www-authenticate"
 	ContentTypeJSON       = "application/json"
+	// HeaderBreaker marks Spillway's own breaker-open 503 (value BreakerOpen), so a client
+	// or an outer proxy tells it from a provider's 503 without parsing the body: Spillway's
+	// counterpart of OmniRoute's X-OmniRoute-Provider-Breaker: open (the guide is silent).
+	HeaderBreaker = "x-spillway-breaker"
+	BreakerOpen   = "open"
 )
 
 // MaxExcluded bounds the diagnostics list of a cooling-down reply; the rest are counted in
@@ -118,14 +123,17 @@ func AllTargetsCoolingDown(model string, retryAfter time.Duration, excluded []Ex
 	return finish(503, CodeAllTargetsCoolingDown, retryAfter, b)
 }
 
-// ProviderCircuitOpen is 503 provider_circuit_open: the provider's breaker is OPEN.
+// ProviderCircuitOpen is 503 provider_circuit_open: the provider's breaker is OPEN (or its
+// HALF_OPEN probe is in flight). It carries x-spillway-breaker: open.
 func ProviderCircuitOpen(provider string, retryAfter time.Duration) Reply {
 	msg := "provider " + strconv.Quote(provider) + " is temporarily unavailable (circuit open)" +
 		retrySuffix(retryAfter)
 	b := open(CodeProviderCircuitOpen, TypeServiceUnavailable, msg)
 	b = appendStringField(b, "provider", provider)
 	b = appendRetryAfter(b, retryAfter)
-	return finish(503, CodeProviderCircuitOpen, retryAfter, b)
+	r := finish(503, CodeProviderCircuitOpen, retryAfter, b)
+	r.Headers = append(r.Headers, [2]string{HeaderBreaker, BreakerOpen})
+	return r
 }
 
 // NoExecutableTargets is 404 no_executable_targets: the combo for model has nothing to run

@@ -94,6 +94,7 @@ func TestRepliesStatusCodeTypeAndHeaders(t *testing.T) {
 		bodyRetry  int64    // error.retry_after (0 = must be absent)
 		inMessage  []string // fragments the message must contain
 		keys       []string // keys of the error object, in order
+		breaker    string   // x-spillway-breaker ("" = must be absent; issue 19)
 	}{
 		{
 			name:       "cooling down",
@@ -125,6 +126,7 @@ func TestRepliesStatusCodeTypeAndHeaders(t *testing.T) {
 			bodyRetry:  30,
 			inMessage:  []string{`"openai"`, "circuit open"},
 			keys:       []string{"message", "type", "code", "provider", "retry_after"},
+			breaker:    "open",
 		},
 		{
 			name:      "no executable targets",
@@ -226,6 +228,9 @@ func TestRepliesStatusCodeTypeAndHeaders(t *testing.T) {
 			}
 			if ct, _ := header(r, HeaderContentType); ct != ContentTypeJSON {
 				t.Errorf("content-type = %q", ct)
+			}
+			if b, _ := header(r, "x-spillway-breaker"); b != tc.breaker {
+				t.Errorf("x-spillway-breaker = %q, want %q", b, tc.breaker)
 			}
 			ra, has := header(r, HeaderRetryAfter)
 			if tc.retryAfter == "" && has {
