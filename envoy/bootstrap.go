@@ -42,8 +42,8 @@ const (
 // PathUtil::unescapeSlashes, then NormalizePathAction::Reject). An escaped slash has no use in
 // the LLM APIs Spillway fronts, and the other choices are worse: UNESCAPE_AND_REDIRECT answers
 // 307, which SDKs that POST do not follow, and UNESCAPE_AND_FORWARD would turn
-// /spillway%2Fapi/ into a path the admin API matches only after the fact. hostsim serve reads
-// it from here.
+// /spillway%2Fapi/ into a path the admin API matches only after the fact. hostsim serve
+// models the same settings (serve.PathNormalization; a serve test compares them).
 const EscapedSlashesAction = hcmv3.HttpConnectionManager_REJECT_REQUEST
 
 // ClientClusterHeader is the request header the route removes from every request: the
