@@ -228,15 +228,20 @@ maxRequestBodyBytes: 33554432
 	if h := r.GetRoute().GetClusterHeader(); h != "" {
 		t.Errorf("cluster_header %q: a client could name its cluster", h)
 	}
-	key, clusters, onNoMatch := routeMatcher(t, r)
+	key, clusters, absent, unknown := routeMatcher(t, r)
 	if key != "wasm.spillway_target" {
 		t.Errorf("matcher input: filter state %q, want wasm.spillway_target", key)
 	}
 	if want := map[string]string{"openai": "openai", "ollama": "ollama"}; !maps.Equal(clusters, want) {
 		t.Errorf("matcher map %v, want %v", clusters, want)
 	}
-	if onNoMatch != "openai" {
-		t.Errorf("on_no_match %q, want the first provider's cluster", onNoMatch)
+	if absent != "openai" {
+		t.Errorf("without the filter state: %q, want the first provider's cluster", absent)
+	}
+	// A filter state the map lacks (a policy this bootstrap was not rendered for) must not
+	// take a connection's credential to the default cluster: a cluster no one has (NC).
+	if _, defined := ps.clusters[unknown]; defined || unknown == "" || unknown == absent {
+		t.Errorf("an unknown filter state goes to %q: want a cluster the bootstrap does not define", unknown)
 	}
 	if got := r.GetRequestHeadersToRemove(); !slices.Equal(got, []string{"x-spillway-cluster"}) {
 		t.Errorf("request_headers_to_remove %v, want [x-spillway-cluster]", got)
@@ -411,6 +416,9 @@ func TestBootstrapRefusesWhatEnvoyCouldNotServe(t *testing.T) {
 			envoy.Options{Upstreams: map[string]string{"typo": "https://x.example"}}, `"typo", which no provider names`, ""},
 		{"reserved cluster name",
 			"providers: [{id: p, cluster: spillway_xds, authority: h.example, connections: [{id: a}]}]\nroutes: [{model: m, targets: [{provider: p}]}]",
+			envoy.Options{}, "reserved", "providers[0].cluster"},
+		{"the route's unknown-cluster name",
+			"providers: [{id: p, cluster: spillway_unknown_cluster, authority: h.example, connections: [{id: a}]}]\nroutes: [{model: m, targets: [{provider: p}]}]",
 			envoy.Options{}, "reserved", "providers[0].cluster"},
 		{"remote module without sha256",
 			"providers: [{id: p, cluster: c, authority: h.example, connections: [{id: a}]}]\nroutes: [{model: m, targets: [{provider: p}]}]",
@@ -618,7 +626,7 @@ func TestShippedExamplesAreValid(t *testing.T) {
 				t.Fatal(err)
 			}
 			ps := dig(t, &b)
-			if key, _, _ := routeMatcher(t, ps.routes[0]); key != envoy.FilterStateTargetKey || ps.routes[0].GetRoute().GetTimeout().AsDuration() != 0 {
+			if key, _, _, _ := routeMatcher(t, ps.routes[0]); key != envoy.FilterStateTargetKey || ps.routes[0].GetRoute().GetTimeout().AsDuration() != 0 {
 				t.Errorf("route %v", ps.routes[0])
 			}
 			// Every supported Envoy buffers the demo's bodies: the route's limit (1.37+,

@@ -125,10 +125,14 @@ func addUpstreamFilter(c *clusterv3.Cluster, filters []*hcmv3.HttpFilter) error 
 // ClusterSpecifier is the cluster specifier plugin of the route, and FilterStateTargetKey
 // the filter state it reads: what the filter's proxy_set_property(["spillway_target"])
 // stores (source/extensions/common/wasm/context.cc, Context::setProperty, under the "wasm."
-// prefix).
+// prefix). UnknownCluster is where the route sends a request whose filter state names a
+// cluster the bootstrap lacks: no cluster has the name (it is reserved), so the router
+// answers 503 NC (cluster_not_found), and a connection's credential never goes to the
+// default cluster.
 const (
 	ClusterSpecifier     = "envoy.router.cluster_specifier_plugin.matcher"
 	FilterStateTargetKey = routerretry.TargetFilterStateKey
+	UnknownCluster       = "spillway_unknown_cluster"
 )
 
 // routeFor is the virtual host's one route: it takes every request and picks its cluster
@@ -136,13 +140,15 @@ const (
 // (FilterStateTargetKey: the cluster of a routed request, and under failover.crossCluster
 // of its current try), over an exact map of the provider clusters, and sends a request
 // without it (one Spillway does not route, such as GET /v1/models, or any request while the
-// filter is skipped after a VM failure under FAIL_OPEN) to defaultCluster: the map's
-// on_no_match, which Envoy takes both when the input has no value and when it matches no
-// key (source/common/matcher/map_matcher.h, MapMatcher::match and doNoMatch; the filter-state
+// filter is skipped after a VM failure under FAIL_OPEN) to defaultCluster. Envoy takes the
+// map's on_no_match both when the input has no value and when it matches no key
+// (source/common/matcher/map_matcher.h, MapMatcher::match and doNoMatch; the filter-state
 // input answers no value for a missing key: source/common/network/matching/inputs.h,
-// FilterStateInput::get). No request header takes part, so no client can choose a cluster:
-// only a filter can write filter state. The route removes ClientClusterHeader, so a
-// client's value never reaches a provider either.
+// FilterStateInput::get), so on_no_match is a nested matcher that tells the two apart: a
+// filter state that names no provider cluster (a policy the bootstrap was not rendered
+// for) goes to UnknownCluster, a request without one to defaultCluster. No request header
+// takes part, so no client can choose a cluster: only a filter can write filter state. The
+// route removes ClientClusterHeader, so a client's value never reaches a provider either.
 //
 // The matcher's pick (MatcherClusterSpecifierPlugin::route → MatcherRouteEntry::
 // refreshRouteCluster, source/extensions/router/cluster_specifiers/matcher/
@@ -174,17 +180,42 @@ func routeFor(clusters []string, defaultCluster string, idle *durationpb.Duratio
 		}
 		onMatch[c] = om
 	}
-	onNoMatch, err := clusterAction(defaultCluster)
+	toDefault, err := clusterAction(defaultCluster)
 	if err != nil {
 		return nil, err
 	}
-	input, err := anypb.New(&networkinputsv3.FilterStateInput{Key: FilterStateTargetKey})
+	toUnknown, err := clusterAction(UnknownCluster)
+	if err != nil {
+		return nil, err
+	}
+	typed, err := anypb.New(&networkinputsv3.FilterStateInput{Key: FilterStateTargetKey})
 	if err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)
 	}
+	input := &xdscorev3.TypedExtensionConfig{Name: "spillway_target", TypedConfig: typed}
+	// on_no_match: a filter state of any value (RE2, full match: "(?s).+" is every non-empty
+	// string) is one the map lacks; none at all (the single predicate does not match an input
+	// without a value) is a request the filter did not route.
+	onNoMatch := &xdsmatcherv3.Matcher_OnMatch{OnMatch: &xdsmatcherv3.Matcher_OnMatch_Matcher{Matcher: &xdsmatcherv3.Matcher{
+		MatcherType: &xdsmatcherv3.Matcher_MatcherList_{MatcherList: &xdsmatcherv3.Matcher_MatcherList{
+			Matchers: []*xdsmatcherv3.Matcher_MatcherList_FieldMatcher{{
+				Predicate: &xdsmatcherv3.Matcher_MatcherList_Predicate{MatchType: &xdsmatcherv3.Matcher_MatcherList_Predicate_SinglePredicate_{
+					SinglePredicate: &xdsmatcherv3.Matcher_MatcherList_Predicate_SinglePredicate{
+						Input: input,
+						Matcher: &xdsmatcherv3.Matcher_MatcherList_Predicate_SinglePredicate_ValueMatch{ValueMatch: &xdsmatcherv3.StringMatcher{
+							MatchPattern: &xdsmatcherv3.StringMatcher_SafeRegex{SafeRegex: &xdsmatcherv3.RegexMatcher{
+								EngineType: &xdsmatcherv3.RegexMatcher_GoogleRe2{GoogleRe2: &xdsmatcherv3.RegexMatcher_GoogleRE2{}},
+								Regex:      "(?s).+",
+							}}}},
+					}}},
+				OnMatch: toUnknown,
+			}},
+		}},
+		OnNoMatch: toDefault,
+	}}}
 	spec, err := anypb.New(&matcherspecv3.MatcherClusterSpecifier{ClusterMatcher: &xdsmatcherv3.Matcher{
 		MatcherType: &xdsmatcherv3.Matcher_MatcherTree_{MatcherTree: &xdsmatcherv3.Matcher_MatcherTree{
-			Input: &xdscorev3.TypedExtensionConfig{Name: "spillway_target", TypedConfig: input},
+			Input: input,
 			TreeType: &xdsmatcherv3.Matcher_MatcherTree_ExactMatchMap{
 				ExactMatchMap: &xdsmatcherv3.Matcher_MatcherTree_MatchMap{Map: onMatch}},
 		}},

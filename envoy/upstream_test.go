@@ -4,10 +4,12 @@ import (
 	"errors"
 	"maps"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	xdscorev3 "github.com/cncf/xds/go/xds/core/v3"
 	xdsmatcherv3 "github.com/cncf/xds/go/xds/type/matcher/v3"
 	networkinputsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/matching/common_inputs/network/v3"
 	matcherspecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/matcher/v3"
@@ -398,7 +400,7 @@ func TestCrossClusterRefreshesTheClusterBeforeEachRetry(t *testing.T) {
 	if !routed.GetRoute().GetRetryPolicy().GetRefreshClusterOnRetry() {
 		t.Error("refresh_cluster_on_retry is off: a retry would stay on the first cluster")
 	}
-	key, got, _ := routeMatcher(t, routed)
+	key, got, _, _ := routeMatcher(t, routed)
 	if key != "wasm.spillway_target" {
 		t.Errorf("matcher on filter state %q", key)
 	}
@@ -416,10 +418,11 @@ func TestCrossClusterRefreshesTheClusterBeforeEachRetry(t *testing.T) {
 	}
 }
 
-// routeMatcher reads a route's matcher cluster specifier: the filter-state key it reads,
-// its exact map (value → cluster) and on_no_match's cluster ("" none). It fails the test
-// for any other cluster specifier or input.
-func routeMatcher(t *testing.T, r *routev3.Route) (key string, clusters map[string]string, onNoMatch string) {
+// routeMatcher reads a route's matcher cluster specifier: the filter-state key it reads, its
+// exact map (value → cluster), the cluster of a request without the filter state and the
+// cluster of one whose filter state the map lacks (on_no_match's nested matcher). It fails
+// the test for any other shape.
+func routeMatcher(t *testing.T, r *routev3.Route) (key string, clusters map[string]string, absent, unknown string) {
 	t.Helper()
 	plugin := r.GetRoute().GetInlineClusterSpecifierPlugin().GetExtension()
 	if plugin.GetName() != envoy.ClusterSpecifier || envoy.ClusterSpecifier != "envoy.router.cluster_specifier_plugin.matcher" {
@@ -429,26 +432,41 @@ func routeMatcher(t *testing.T, r *routev3.Route) (key string, clusters map[stri
 	if err := plugin.GetTypedConfig().UnmarshalTo(&spec); err != nil {
 		t.Fatal(err)
 	}
-	tree := spec.GetClusterMatcher().GetMatcherTree()
-	var input networkinputsv3.FilterStateInput
-	if err := tree.GetInput().GetTypedConfig().UnmarshalTo(&input); err != nil {
-		t.Fatalf("matcher input %v: %v, want a filter-state input", tree.GetInput(), err)
+	inputKey := func(in *xdscorev3.TypedExtensionConfig) string {
+		var input networkinputsv3.FilterStateInput
+		if err := in.GetTypedConfig().UnmarshalTo(&input); err != nil {
+			t.Fatalf("matcher input %v: %v, want a filter-state input", in, err)
+		}
+		return input.GetKey()
 	}
 	action := func(m *xdsmatcherv3.Matcher_OnMatch) string {
 		var a matcherspecv3.ClusterAction
 		if err := m.GetAction().GetTypedConfig().UnmarshalTo(&a); err != nil {
-			t.Fatal(err)
+			t.Fatalf("on_match %v: %v, want a cluster action", m, err)
 		}
 		return a.GetCluster()
 	}
+	tree := spec.GetClusterMatcher().GetMatcherTree()
+	key = inputKey(tree.GetInput())
 	clusters = map[string]string{}
 	for k, m := range tree.GetExactMatchMap().GetMap() {
 		clusters[k] = action(m)
 	}
-	if m := spec.GetClusterMatcher().GetOnNoMatch(); m != nil {
-		onNoMatch = action(m)
+	nested := spec.GetClusterMatcher().GetOnNoMatch().GetMatcher()
+	list := nested.GetMatcherList().GetMatchers()
+	if len(list) != 1 {
+		t.Fatalf("on_no_match %v: want a matcher list of one predicate", spec.GetClusterMatcher().GetOnNoMatch())
 	}
-	return input.GetKey(), clusters, onNoMatch
+	p := list[0].GetPredicate().GetSinglePredicate()
+	if k := inputKey(p.GetInput()); k != key {
+		t.Fatalf("the nested predicate reads %q, the tree %q", k, key)
+	}
+	// Any non-empty value, as RE2 full-matches it (Envoy's safe_regex).
+	if re := p.GetValueMatch().GetSafeRegex().GetRegex(); !regexp.MustCompile(`^(?:`+re+`)$`).MatchString("some-cluster") ||
+		regexp.MustCompile(`^(?:`+re+`)$`).MatchString("") {
+		t.Fatalf("nested predicate regex %q: want one matching any non-empty value", re)
+	}
+	return key, clusters, action(nested.GetOnNoMatch()), action(list[0].GetOnMatch())
 }
 
 // TestVersionMinor reads the release from `envoy --version` as Envoy prints it, and refuses

@@ -92,3 +92,40 @@ func TestAFailedVMLetsNoClientPickTheCluster(t *testing.T) {
 		})
 	}
 }
+
+// TestAFilterStateTheRouteLacksIsNoRoute: a filter that names a cluster the route does not
+// map (a policy the bootstrap was not rendered for) gets the router's 503 NC, never the
+// default cluster: the credential it set for that cluster must not reach another provider.
+func TestAFilterStateTheRouteLacksIsNoRoute(t *testing.T) {
+	p, err := fakeprovider.New(fakeprovider.OpenAI, "up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := fakeprovider.Start(p, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close() })
+	access := &logBuf{}
+	script := "request_headers set_property spillway_target ghost\n" +
+		"request_headers replace_header 0 authorization ghost-credential\n" // a header edit clears the route cache
+	srv, err := New(Config{Wasm: hostsimtest.Guest(t, "probe"), PluginConfig: []byte(script),
+		Clusters: []Cluster{{"up", up.URL}}, DefaultCluster: "up", Workers: 1, Timeout: time.Minute,
+		AccessLog: access, Runtime: hostsimtest.Runtime(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		hs.Close()
+		srv.Close()
+	})
+	status, _, body := post(t, hs.URL+"/v1/chat/completions", chatBody, nil)
+	if status != 503 || body != "" {
+		t.Errorf("%d %q, want the router's 503 with an empty body", status, body)
+	}
+	requireOneLine(t, access, "flags=NC details=cluster_not_found")
+	if n := len(up.Requests()); n != 0 {
+		t.Errorf("the default cluster got %d requests, want none", n)
+	}
+}

@@ -180,7 +180,8 @@ func TestRouteIsTheGeneratedBootstraps(t *testing.T) {
 }
 
 // routeClusterOf converts the bootstrap's matcher cluster specifier (a filter-state input,
-// an exact map of cluster actions, on_no_match) to hostsim's.
+// an exact map of cluster actions, on_no_match telling an unknown value from none) to
+// hostsim's.
 func routeClusterOf(t *testing.T, plugin *routev3.ClusterSpecifierPlugin) *hostsim.RouteCluster {
 	t.Helper()
 	var spec matcherspecv3.MatcherClusterSpecifier
@@ -203,9 +204,16 @@ func routeClusterOf(t *testing.T, plugin *routev3.ClusterSpecifierPlugin) *hosts
 	for key, om := range tree.GetExactMatchMap().GetMap() {
 		m.Clusters[key] = cluster(om)
 	}
-	if om := spec.GetClusterMatcher().GetOnNoMatch(); om != nil {
-		m.OnNoMatch = cluster(om)
+	// on_no_match: a matcher list of one predicate on the same input (any value: the
+	// unknown cluster), whose own on_no_match is the default cluster.
+	nested := spec.GetClusterMatcher().GetOnNoMatch().GetMatcher()
+	list := nested.GetMatcherList().GetMatchers()
+	var predicateInput networkinputsv3.FilterStateInput
+	if len(list) != 1 || list[0].GetPredicate().GetSinglePredicate().GetInput().GetTypedConfig().UnmarshalTo(&predicateInput) != nil ||
+		predicateInput.GetKey() != input.GetKey() {
+		t.Fatalf("on_no_match %v: want one predicate on %s", spec.GetClusterMatcher().GetOnNoMatch(), input.GetKey())
 	}
+	m.OnUnknown, m.OnNoMatch = cluster(list[0].GetOnMatch()), cluster(nested.GetOnNoMatch())
 	return &hostsim.RouteCluster{Matcher: m}
 }
 

@@ -42,16 +42,22 @@ func newTransport(connectTimeout time.Duration) *http.Transport {
 	}
 }
 
+// UnknownCluster is where the route sends a request whose filter state names a cluster the
+// route does not map, as the bootstrap's does (envoy.UnknownCluster): no cluster has the
+// name, so the router answers 503 NC.
+const UnknownCluster = "spillway_unknown_cluster"
+
 // routeCluster is the route's cluster specifier, the generated bootstrap's (envoy.Bootstrap,
-// routeFor): the matcher on the filter state the filter writes, each cluster to itself,
-// anything else (no filter state: a request Spillway does not route, or one the filter
-// never saw) to defaultCluster. nil when there is nothing to route to.
+// routeFor): the matcher on the filter state the filter writes, each cluster to itself, a
+// filter state naming another cluster to UnknownCluster, a request without one (one
+// Spillway does not route, or one the filter never saw) to defaultCluster. nil when there
+// is nothing to route to.
 func routeCluster(clusters []string, defaultCluster string) *hostsim.RouteCluster {
 	if len(clusters) == 0 && defaultCluster == "" {
 		return nil
 	}
 	m := &hostsim.ClusterMatcher{FilterState: routerretry.TargetFilterStateKey, Clusters: make(map[string]string, len(clusters)),
-		OnNoMatch: defaultCluster}
+		OnNoMatch: defaultCluster, OnUnknown: UnknownCluster}
 	for _, c := range clusters {
 		m.Clusters[c] = c
 	}
