@@ -29,13 +29,45 @@ import (
 
 // Names of the generated resources (they show in Envoy's stats and admin pages).
 const (
-	listenerName     = "spillway"
-	routeConfigName  = "spillway"
-	virtualHostName  = "llm"
-	routedRouteName  = "spillway-routed"
-	defaultRouteName = "passthrough"
-	statPrefix       = "spillway"
+	listenerName    = "spillway"
+	routeConfigName = "spillway"
+	virtualHostName = "llm"
+	routeName       = "spillway"
+	statPrefix      = "spillway"
 )
+
+// EscapedSlashesAction is the connection manager's path_with_escaped_slashes_action: a
+// request whose path holds %2F, %2f, %5C or %5c is answered 400 before any filter runs
+// (source/common/http/conn_manager_utility.cc, ConnectionManagerUtility::maybeNormalizePath:
+// PathUtil::unescapeSlashes, then NormalizePathAction::Reject). An escaped slash has no use in
+// the LLM APIs Spillway fronts, and the other choices are worse: UNESCAPE_AND_REDIRECT answers
+// 307, which SDKs that POST do not follow, and UNESCAPE_AND_FORWARD would turn
+// /spillway%2Fapi/ into a path the admin API matches only after the fact. hostsim serve
+// models the same settings (serve.PathNormalization; a serve test compares them).
+const EscapedSlashesAction = hcmv3.HttpConnectionManager_REJECT_REQUEST
+
+// ClientClusterHeader is the request header the route removes from every request: the
+// header Spillway names the cluster in when a policy routes by header (Istio), so that a
+// client's value never reaches a provider, the filter run or skipped.
+const ClientClusterHeader = policies.RoutingClusterHeader
+
+// ErrClusterHeader refuses a policy that routes by header (routing.clusterHeader): the
+// bootstrap's route reads the cluster from filter state, which the filter would then not
+// write. Bootstrap and ExtensionConfig return it inside policies.Errors.
+var ErrClusterHeader = policies.FieldError{
+	Path: "routing.clusterHeader",
+	Message: "names the header Istio's routes match the cluster on; Envoy's route reads the cluster from the filter state " +
+		FilterStateTargetKey + ", which a client cannot write (a header route would let a client pick the cluster " +
+		"whenever the filter is skipped, as under failure_policy FAIL_OPEN): remove it",
+}
+
+// checkRouting refuses a policy the generated route cannot route.
+func checkRouting(p *Policy) error {
+	if p.Resolved.Routing.ClusterByHeader {
+		return fmt.Errorf("envoy: %w", policies.Errors{ErrClusterHeader})
+	}
+	return nil
+}
 
 // wasmTypeURL is the type of the filter's configuration; an ECDS resource must carry it.
 const wasmTypeURL = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
@@ -53,6 +85,9 @@ const accessLogFormat = `[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PA
 func Bootstrap(p *Policy, opts Options) (*bootstrapv3.Bootstrap, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if err := checkRouting(p); err != nil {
 		return nil, err
 	}
 	ups, err := upstreams(p, o)
@@ -73,13 +108,11 @@ func Bootstrap(p *Policy, opts Options) (*bootstrapv3.Bootstrap, error) {
 	if err != nil {
 		return nil, err
 	}
-	var retryClusters []string // the matcher's clusters (failover.crossCluster)
-	if p.Resolved.Failover.CrossCluster {
-		for _, u := range ups {
-			retryClusters = append(retryClusters, u.cluster)
-		}
+	clusters := make([]string, 0, len(ups)) // the route's matcher's
+	for _, u := range ups {
+		clusters = append(clusters, u.cluster)
 	}
-	hcm, err := connectionManager(p, filter, defaultCluster, viaRouter, retryClusters)
+	hcm, err := connectionManager(p, filter, defaultCluster, viaRouter, clusters)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +129,7 @@ func Bootstrap(p *Policy, opts Options) (*bootstrapv3.Bootstrap, error) {
 	listenHost, listenPort, _ := splitHostPort(o.Listen) // checked by withDefaults
 	adminHost, adminPort, _ := splitHostPort(o.Admin)
 
-	var clusters []*clusterv3.Cluster
+	var cds []*clusterv3.Cluster
 	for _, u := range ups {
 		c, err := providerCluster(u, p, o)
 		if err != nil {
@@ -107,7 +140,7 @@ func Bootstrap(p *Policy, opts Options) (*bootstrapv3.Bootstrap, error) {
 				return nil, err
 			}
 		}
-		clusters = append(clusters, c)
+		cds = append(cds, c)
 	}
 	if o.Module.URL != "" {
 		u, _ := parseURL(o.Module.URL, true) // checked by withDefaults
@@ -116,14 +149,14 @@ func Bootstrap(p *Policy, opts Options) (*bootstrapv3.Bootstrap, error) {
 		if err != nil {
 			return nil, err
 		}
-		clusters = append(clusters, c)
+		cds = append(cds, c)
 	}
 	if o.XDS != "" {
 		c, err := xdsCluster(o)
 		if err != nil {
 			return nil, err
 		}
-		clusters = append(clusters, c)
+		cds = append(cds, c)
 	}
 
 	b := &bootstrapv3.Bootstrap{
@@ -147,7 +180,7 @@ func Bootstrap(p *Policy, opts Options) (*bootstrapv3.Bootstrap, error) {
 					}},
 				}},
 			}},
-			Clusters: clusters,
+			Clusters: cds,
 		},
 		StatsConfig: statsConfig(o.StatsTags),
 	}
@@ -193,15 +226,12 @@ func spillwayFilter(p *Policy, o Options) (*hcmv3.HttpFilter, error) {
 	return &hcmv3.HttpFilter{Name: ExtensionConfigName, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: typed}}, nil
 }
 
-// connectionManager is the listener's HTTP connection manager with Spillway's routes;
-// retries gives the routed route the retry policy of failover through the router
-// (resilience.failover.via: router), and retryClusters, when set (failover.crossCluster),
-// has it pick among them by the filter state the filter writes, refreshed before each
-// retry.
-func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster string, retries bool, retryClusters []string) (*anypb.Any, error) {
+// connectionManager is the listener's HTTP connection manager with Spillway's route (see
+// routeFor); retries gives it the retry policy of failover through the router
+// (resilience.failover.via: router).
+func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster string, retries bool, clusters []string) (*anypb.Any, error) {
 	res := p.Resolved
 	idle := durationpb.New(envoylimits.IdleTimeout(res))
-	header := res.Routing.ClusterHeader
 	router, err := anypb.New(&routerv3.Router{})
 	if err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)
@@ -214,50 +244,18 @@ func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster strin
 	if err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)
 	}
-	// Both routes turn the 15 s route timeout off (it covers the whole response, which a
-	// long stream outlives) and bound silence instead. auto_host_rewrite sets Host to the
-	// endpoint's hostname, which is the provider's authority (see providerCluster).
-	action := func(cluster *routev3.RouteAction) *routev3.Route_Route {
-		cluster.Timeout = durationpb.New(0)
-		cluster.IdleTimeout = idle
-		cluster.HostRewriteSpecifier = &routev3.RouteAction_AutoHostRewrite{AutoHostRewrite: wrapperspb.Bool(true)}
-		return &routev3.Route_Route{Route: cluster}
-	}
-	routes := []*routev3.Route{
-		{
-			// The filter set the cluster header: send the request where it says. The header
-			// is read when the route resolves (Envoy source/common/router/
-			// header_cluster_specifier.cc, HeaderClusterSpecifierPlugin::route: its first
-			// value) and removed once the router has its cluster, when it finalizes the
-			// request headers for the upstream (source/common/router/router.cc,
-			// Filter::decodeHeaders), so a provider never sees it.
-			Name: routedRouteName,
-			Match: &routev3.RouteMatch{
-				PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"},
-				Headers: []*routev3.HeaderMatcher{{
-					Name:                 header,
-					HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true},
-				}},
-			},
-			Action:                 action(&routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_ClusterHeader{ClusterHeader: header}}),
-			RequestHeadersToRemove: []string{header},
-		},
-		{
-			// Everything Spillway does not route (GET /v1/models, other paths) passes
-			// through to one provider, as hostsim serve does.
-			Name:   defaultRouteName,
-			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-			Action: action(&routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: defaultCluster}}),
-		},
+	route, err := routeFor(clusters, defaultCluster, idle)
+	if err != nil {
+		return nil, err
 	}
 	if retries {
-		addRetries(routes[0], res)
+		addRetries(route, res)
+		// Under crossCluster each retry goes where the failed try's upstream instance said:
+		// refresh_cluster_on_retry (Envoy 1.39, envoyproxy/envoy#44719) has Filter::doRetry
+		// re-run the route's matcher (routeFor) before each retry.
+		route.GetRoute().GetRetryPolicy().RefreshClusterOnRetry = res.Failover.CrossCluster
 	}
-	if retryClusters != nil {
-		if err := addCrossClusterRetries(routes[0], retryClusters); err != nil {
-			return nil, err
-		}
-	}
+	routes := []*routev3.Route{route}
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: statPrefix,
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
@@ -284,10 +282,17 @@ func connectionManager(p *Policy, filter *hcmv3.HttpFilter, defaultCluster strin
 		StreamIdleTimeout: idle,
 		// An edge proxy: the client's address is the connection's, not a header's.
 		UseRemoteAddress: wrapperspb.Bool(true),
-		// Spillway matches request paths exactly (routing.paths): /v1//chat/completions
-		// and /v1/./chat/completions are the same request.
-		NormalizePath: wrapperspb.Bool(true),
-		MergeSlashes:  true,
+		// Spillway matches request paths exactly (routing.paths) and its admin API by
+		// prefix: /v1//chat/completions, /v1/./chat/completions and /v1/%2E/chat/completions
+		// are the same request, and a lookalike of the admin prefix must not reach a
+		// provider as another path. The connection manager normalises before any filter
+		// runs (ConnectionManagerUtility::maybeNormalizePath): escaped slashes first
+		// (EscapedSlashesAction), then RFC 3986 dot segments with a backslash read as a
+		// slash (PathUtil::canonicalPath), then merged slashes. The filter canonicalises
+		// its admin check itself as well: this is defence in depth.
+		NormalizePath:                wrapperspb.Bool(true),
+		MergeSlashes:                 true,
+		PathWithEscapedSlashesAction: EscapedSlashesAction,
 		AccessLog: []*accesslogv3.AccessLog{{
 			Name:       "envoy.access_loggers.stdout",
 			ConfigType: &accesslogv3.AccessLog_TypedConfig{TypedConfig: stdout},

@@ -13,7 +13,7 @@ import (
 
 // Fits reports whether a new policy can replace base's in a running Envoy whose bootstrap
 // was rendered from base, so that only the filter's configuration changes (ECDS): the
-// bootstrap fixes the clusters, the route's cluster header, the request and connection
+// bootstrap fixes the clusters (the route's matcher maps each), the request and connection
 // buffer limits and the failover path (resilience.failover.via: the upstream filter and
 // the routed route's retry policy, num_retries from failover.maxAttempts).
 // The error lists each conflict as a policies.FieldError; the warnings say where Envoy's
@@ -35,11 +35,6 @@ func Fits(base, next *Policy) (warnings []string, err error) {
 				Message: "cluster " + strconv.Quote(c) + " is not in Envoy's bootstrap (" + strings.Join(names, ", ") +
 					"): render a new bootstrap and restart Envoy to add a cluster"})
 		}
-	}
-	if b, n := base.Resolved.Routing.ClusterHeader, next.Resolved.Routing.ClusterHeader; b != n {
-		errs = append(errs, policies.FieldError{Path: "routing.clusterHeader",
-			Message: "changed from " + strconv.Quote(b) + " to " + strconv.Quote(n) + ", but Envoy's route reads " +
-				strconv.Quote(b) + ": render a new bootstrap and restart Envoy to change it"})
 	}
 	if b, n := base.Resolved.MaxRequestBodyBytes, next.Resolved.MaxRequestBodyBytes; n > b {
 		errs = append(errs, policies.FieldError{Path: "maxRequestBodyBytes",
@@ -110,6 +105,11 @@ func RequiredEnvoy(p *Policy) (minor int, features []EnvoyFeature) {
 		{"PluginConfig.allow_on_headers_stop_iteration", 35},
 		// envoyproxy/envoy#40254 (data-plane-api 92df27d6).
 		{"VirtualHost.request_body_buffer_limit", 36},
+		// The route's cluster comes from the filter state the filter writes (routeFor):
+		// the matcher cluster specifier, envoyproxy/envoy#39227 and #39816 (in
+		// go-control-plane's envoy/v1.35.0 API), over the filter-state input, which a
+		// route's matcher accepts from envoyproxy/envoy#33175 (1.31).
+		{"the matcher cluster specifier on filter state (envoy.router.cluster_specifier_plugin.matcher)", 35},
 	}
 	if p.Resolved.Failover.ViaRouter {
 		features = append(features,

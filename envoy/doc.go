@@ -15,10 +15,14 @@
 //     environment: every ${NAME} the policy references is listed in
 //     vm_config.environment_variables.host_env_keys, so credentials come from Envoy's own
 //     environment and never sit in the configuration.
-//   - Routes that read the filter's choice: requests carrying the policy's cluster header
-//     (routing.clusterHeader) go to the cluster it names (route action cluster_header) with
-//     the header removed before the request leaves (request_headers_to_remove); every other
-//     request goes to a default cluster, as hostsim serve's router does.
+//   - One route that reads the filter's choice and no client's: the matcher cluster
+//     specifier on the filter state the filter writes (FilterStateTargetKey), each provider
+//     cluster to itself and every other request to a default cluster, as hostsim serve's
+//     router does (see routeFor). A client cannot write filter state, so with the filter
+//     skipped (FAIL_OPEN after a VM failure) no request goes where a client says. A policy
+//     that routes by header (routing.clusterHeader, Istio's) is refused (ErrClusterHeader).
+//   - The connection manager normalises paths before any filter (normalize_path,
+//     merge_slashes, path_with_escaped_slashes_action EscapedSlashesAction).
 //   - Buffer limits and timeouts for LLM traffic: the virtual host's request_body_buffer_limit
 //     sits above the policy's maxRequestBodyBytes (Envoy's 1 MiB default would answer its own
 //     untyped 413 first), and so does the listener's per_connection_buffer_limit_bytes, the

@@ -1,7 +1,9 @@
 package envoy_test
 
 import (
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -197,37 +200,59 @@ admin: {token: "${ADMIN_TOKEN}"}
 	}
 }
 
-func TestRoutesReadTheClusterHeaderAndOutliveLongStreams(t *testing.T) {
+// TestRouteReadsNoClientHeader: the one route takes its cluster from the filter state the
+// filter writes (the matcher cluster specifier on wasm.spillway_target, the key Envoy's
+// Wasm filter stores proxy_set_property(["spillway_target"]) under), maps every provider
+// cluster to itself and anything else to the default cluster, and reads no request header
+// anywhere: a request the filter never saw (failure_policy FAIL_OPEN after a VM failure)
+// cannot name its cluster. The client's x-spillway-cluster is removed. The bootstrap
+// validates with go-control-plane (bootstrap() checks every Any).
+func TestRouteReadsNoClientHeader(t *testing.T) {
 	policy := `
 providers:
   - {id: openai, cluster: openai, authority: api.openai.com, connections: [{id: a}]}
   - {id: local, cluster: ollama, connections: [{id: b}]}
 routes:
   - {model: "*", targets: [{provider: local}, {provider: openai}]}
-routing: {clusterHeader: X-LLM-Cluster}
 maxRequestBodyBytes: 33554432
 `
 	p := load(t, policy, envoy.LoadOptions{})
 	ps := dig(t, bootstrap(t, p, envoy.Options{Upstreams: map[string]string{"ollama": "http://10.0.0.7:11434"}}))
-	if len(ps.routes) != 2 {
-		t.Fatalf("%d routes, want the routed one and the default", len(ps.routes))
+	if len(ps.routes) != 1 {
+		t.Fatalf("%d routes, want one", len(ps.routes))
 	}
-	routed, passthrough := ps.routes[0], ps.routes[1]
-	hm := routed.GetMatch().GetHeaders()
-	if len(hm) != 1 || hm[0].GetName() != "x-llm-cluster" || !hm[0].GetPresentMatch() {
-		t.Errorf("routed route matches %v, want the presence of x-llm-cluster (lower-cased as the filter sets it)", hm)
+	r := ps.routes[0]
+	if m := r.GetMatch(); m.GetPrefix() != "/" || len(m.GetHeaders()) != 0 || len(m.GetQueryParameters()) != 0 {
+		t.Errorf("route match %v, want every request by prefix / alone", m)
 	}
-	if got := routed.GetRoute().GetClusterHeader(); got != "x-llm-cluster" {
-		t.Errorf("cluster_header %q", got)
+	if h := r.GetRoute().GetClusterHeader(); h != "" {
+		t.Errorf("cluster_header %q: a client could name its cluster", h)
 	}
-	if got := routed.GetRequestHeadersToRemove(); len(got) != 1 || got[0] != "x-llm-cluster" {
-		t.Errorf("request_headers_to_remove %v: the provider would see the cluster header", got)
+	key, clusters, absent, unknown := routeMatcher(t, r)
+	if key != "wasm.spillway_target" {
+		t.Errorf("matcher input: filter state %q, want wasm.spillway_target", key)
 	}
-	if got := passthrough.GetRoute().GetCluster(); got != "openai" {
-		t.Errorf("default route goes to %q, want the first provider's cluster", got)
+	if want := map[string]string{"openai": "openai", "ollama": "ollama"}; !maps.Equal(clusters, want) {
+		t.Errorf("matcher map %v, want %v", clusters, want)
 	}
-	if len(passthrough.GetMatch().GetHeaders()) != 0 || passthrough.GetMatch().GetPrefix() != "/" {
-		t.Errorf("default route must match everything: %v", passthrough.GetMatch())
+	if absent != "openai" {
+		t.Errorf("without the filter state: %q, want the first provider's cluster", absent)
+	}
+	// A filter state the map lacks (a policy this bootstrap was not rendered for) must not
+	// take a connection's credential to the default cluster: a cluster no one has (NC).
+	if _, defined := ps.clusters[unknown]; defined || unknown == "" || unknown == absent {
+		t.Errorf("an unknown filter state goes to %q: want a cluster the bootstrap does not define", unknown)
+	}
+	if got := r.GetRequestHeadersToRemove(); !slices.Equal(got, []string{"x-spillway-cluster"}) {
+		t.Errorf("request_headers_to_remove %v, want [x-spillway-cluster]", got)
+	}
+	// The same holds in Envoy's own reading of the configuration: no request-header input,
+	// no header match, no cluster_header anywhere in the route configuration.
+	text := prototext.Format(ps.hcm.GetRouteConfig())
+	for _, bad := range []string{"HttpRequestHeaderMatchInput", "cluster_header"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("the route configuration has %s:\n%s", bad, text)
+		}
 	}
 	// Defaults: body wait 10 s; queue 30 s + combo wait budget 90 s + attempts min(10 min,
 	// 3 × 10 min) = 12 min, plus 30 s of slack.
@@ -392,6 +417,9 @@ func TestBootstrapRefusesWhatEnvoyCouldNotServe(t *testing.T) {
 		{"reserved cluster name",
 			"providers: [{id: p, cluster: spillway_xds, authority: h.example, connections: [{id: a}]}]\nroutes: [{model: m, targets: [{provider: p}]}]",
 			envoy.Options{}, "reserved", "providers[0].cluster"},
+		{"the route's unknown-cluster name",
+			"providers: [{id: p, cluster: spillway_unknown_cluster, authority: h.example, connections: [{id: a}]}]\nroutes: [{model: m, targets: [{provider: p}]}]",
+			envoy.Options{}, "reserved", "providers[0].cluster"},
 		{"remote module without sha256",
 			"providers: [{id: p, cluster: c, authority: h.example, connections: [{id: a}]}]\nroutes: [{model: m, targets: [{provider: p}]}]",
 			envoy.Options{Module: envoy.Module{URL: "https://example.com/spillway.wasm"}}, "sha256", ""},
@@ -401,6 +429,11 @@ func TestBootstrapRefusesWhatEnvoyCouldNotServe(t *testing.T) {
 		{"default cluster no provider names",
 			"providers: [{id: p, cluster: c, authority: h.example, connections: [{id: a}]}]\nroutes: [{model: m, targets: [{provider: p}]}]",
 			envoy.Options{DefaultCluster: "nope"}, "not a provider's cluster", ""},
+		// A policy routing by header would write no filter state, and the route reads
+		// nothing else.
+		{"routing by header",
+			"providers: [{id: p, cluster: c, authority: h.example, connections: [{id: a}]}]\nroutes: [{model: m, targets: [{provider: p}]}]\nrouting: {clusterHeader: x-spillway-cluster}",
+			envoy.Options{}, "wasm.spillway_target, which a client cannot write", "routing.clusterHeader"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -593,8 +626,8 @@ func TestShippedExamplesAreValid(t *testing.T) {
 				t.Fatal(err)
 			}
 			ps := dig(t, &b)
-			if routed := ps.routes[0].GetRoute(); routed.GetClusterHeader() != policies.RoutingClusterHeader || routed.GetTimeout().AsDuration() != 0 {
-				t.Errorf("routed route %v", routed)
+			if key, _, _, _ := routeMatcher(t, ps.routes[0]); key != envoy.FilterStateTargetKey || ps.routes[0].GetRoute().GetTimeout().AsDuration() != 0 {
+				t.Errorf("route %v", ps.routes[0])
 			}
 			// Every supported Envoy buffers the demo's bodies: the route's limit (1.37+,
 			// applied when the route is matched) and the connection's (1.36, which a
@@ -630,7 +663,6 @@ routes: [{model: m, targets: [{provider: openai}]}]
 	}{
 		{"retuned", "resilience: {requestQueue: {maxWaitMs: 1000}}", "", ""},
 		{"new cluster", "", "providers[1].cluster", ""},
-		{"other cluster header", "routing: {clusterHeader: x-other}", "routing.clusterHeader", ""},
 		{"larger body limit", "maxRequestBodyBytes: 16777216", "maxRequestBodyBytes", ""},
 		{"smaller body limit", "maxRequestBodyBytes: 1048576", "", ""},
 		{"longer waits", "resilience: {requestQueue: {maxWaitMs: 600000}}", "", "more than Envoy's idle timeout"},
@@ -715,5 +747,31 @@ admin: {token: "a-literal-admin-token-long-enough"}
 	}
 	if got := strings.Join(paths, " "); got != "providers[0].connections[0].credential.value admin.token" {
 		t.Errorf("literal-secret warnings at %q", got)
+	}
+}
+
+// TestECDSRefusesRoutingByHeader: a control plane cannot push a policy that routes by
+// header into a bootstrap whose route reads filter state.
+func TestECDSRefusesRoutingByHeader(t *testing.T) {
+	p := load(t, "providers: [{id: p, cluster: c, authority: h.example, connections: [{id: a}]}]\n"+
+		"routes: [{model: m, targets: [{provider: p}]}]\nrouting: {clusterHeader: x-route}", envoy.LoadOptions{})
+	_, err := envoy.ExtensionConfig(p, envoy.Options{})
+	fe, ok := envoy.AsFieldErrors(err)
+	if !ok || len(fe) != 1 || fe[0] != envoy.ErrClusterHeader {
+		t.Fatalf("err %v, want envoy.ErrClusterHeader", err)
+	}
+}
+
+// TestConnectionManagerNormalisesPaths: the connection manager canonicalises every path
+// before any filter runs (normalize_path, merge_slashes) and rejects an escaped slash with
+// 400 (path_with_escaped_slashes_action REJECT_REQUEST: an SDK that POSTs does not follow
+// UNESCAPE_AND_REDIRECT's 307).
+func TestConnectionManagerNormalisesPaths(t *testing.T) {
+	hcm := dig(t, bootstrap(t, loadDemo(t), envoy.Options{Upstreams: demoUpstreams})).hcm
+	if !hcm.GetNormalizePath().GetValue() || !hcm.GetMergeSlashes() {
+		t.Errorf("normalize_path %v, merge_slashes %v: want both", hcm.GetNormalizePath(), hcm.GetMergeSlashes())
+	}
+	if got := hcm.GetPathWithEscapedSlashesAction(); got != hcmv3.HttpConnectionManager_REJECT_REQUEST {
+		t.Errorf("path_with_escaped_slashes_action %v, want REJECT_REQUEST", got)
 	}
 }

@@ -81,6 +81,9 @@ func ExtensionConfig(p *Policy, opts Options) (*corev3.TypedExtensionConfig, err
 	if err != nil {
 		return nil, err
 	}
+	if err := checkRouting(p); err != nil {
+		return nil, err // the bootstrap's route reads filter state
+	}
 	w, err := wasmFilter(p, o)
 	if err != nil {
 		return nil, err

@@ -266,7 +266,7 @@ func upstreams(p *Policy, o Options) ([]upstream, error) {
 }
 
 func reserved(cluster string) bool {
-	return cluster == XDSCluster || cluster == ModuleFetchCluster
+	return cluster == XDSCluster || cluster == ModuleFetchCluster || cluster == UnknownCluster
 }
 
 // parseURL reads scheme://host[:port]; allowPath admits a path (a module URL).

@@ -122,61 +122,129 @@ func addUpstreamFilter(c *clusterv3.Cluster, filters []*hcmv3.HttpFilter) error 
 	return nil
 }
 
-// CrossClusterSpecifier is the cluster specifier plugin of the routed route under
-// failover.crossCluster, and FilterStateTargetKey the filter state it reads: what the
-// filter's proxy_set_property(["spillway_target"]) stores (source/extensions/common/wasm/
-// context.cc, Context::setProperty, under the "wasm." prefix).
+// ClusterSpecifier is the cluster specifier plugin of the route, and FilterStateTargetKey
+// the filter state it reads: what the filter's proxy_set_property(["spillway_target"])
+// stores (source/extensions/common/wasm/context.cc, Context::setProperty, under the "wasm."
+// prefix). UnknownCluster is where the route sends a request whose filter state names a
+// cluster the bootstrap lacks: no cluster has the name (it is reserved), so the router
+// answers 503 NC (cluster_not_found), and a connection's credential never goes to the
+// default cluster.
 const (
-	CrossClusterSpecifier = "envoy.router.cluster_specifier_plugin.matcher"
-	FilterStateTargetKey  = routerretry.TargetFilterStateKey
+	ClusterSpecifier     = "envoy.router.cluster_specifier_plugin.matcher"
+	FilterStateTargetKey = routerretry.TargetFilterStateKey
+	UnknownCluster       = "spillway_unknown_cluster"
 )
 
-// addCrossClusterRetries makes the routed route pick its cluster with a matcher on the
-// filter state the filter writes (FilterStateTargetKey: the cluster of the request's
-// current try) instead of cluster_header, and refresh it before each retry. Why not
-// cluster_header: it is resolved once per request (source/common/router/
-// header_cluster_specifier.cc, HeaderClusterSpecifierPlugin::route returns a
-// DynamicRouteEntry with a fixed cluster name, which has no refresh of its own), while the
-// matcher specifier re-evaluates its tree against the request's current filter state when
-// the router refreshes the route's cluster (source/extensions/router/cluster_specifiers/
-// matcher/matcher_cluster_specifier.cc, MatcherRouteEntry::refreshRouteCluster; no match
-// keeps the cluster it had). RetryPolicy.refresh_cluster_on_retry (Envoy 1.39,
-// envoyproxy/envoy#44719) has Filter::doRetry refresh it before each retry, so the retry goes
-// where the failed try's upstream instance said; its proto names the matcher specifier as
-// one that supports the refresh. The cluster header still selects this route (the match)
-// and is still removed. Each try then gets its cluster's upstream filters, connection pool
-// and TLS context (its own static SNI; no cluster here sets auto_sni, whose choice
-// Filter::decodeHeaders makes once for every try), and auto_host_rewrite sets each try's
-// Host. Not verified against a 1.39 Envoy: the order of the refresh and the attempt count
-// in the merged doRetry, and whether the retry breaker is the first cluster's.
-func addCrossClusterRetries(routed *routev3.Route, clusters []string) error {
+// routeFor is the virtual host's one route: it takes every request and picks its cluster
+// with the matcher cluster specifier on the filter state the filter writes
+// (FilterStateTargetKey: the cluster of a routed request, and under failover.crossCluster
+// of its current try), over an exact map of the provider clusters, and sends a request
+// without it (one Spillway does not route, such as GET /v1/models, or any request while the
+// filter is skipped after a VM failure under FAIL_OPEN) to defaultCluster. Envoy takes the
+// map's on_no_match both when the input has no value and when it matches no key
+// (source/common/matcher/map_matcher.h, MapMatcher::match and doNoMatch; the filter-state
+// input answers no value for a missing key: source/common/network/matching/inputs.h,
+// FilterStateInput::get), so on_no_match is a nested matcher that tells the two apart: a
+// filter state that names no provider cluster (a policy the bootstrap was not rendered
+// for) goes to UnknownCluster, a request without one to defaultCluster. No request header
+// takes part, so no client can choose a cluster: only a filter can write filter state. The
+// route removes ClientClusterHeader, so a client's value never reaches a provider either.
+//
+// The matcher's pick (MatcherClusterSpecifierPlugin::route → MatcherRouteEntry::
+// refreshRouteCluster, source/extensions/router/cluster_specifiers/matcher/
+// matcher_cluster_specifier.cc) happens when the route is resolved: by the connection
+// manager before any filter runs, then again at the router once a filter cleared the route
+// cache (the filter's header edits do; see the plugin's setTargetHeaders). The specifier is
+// Envoy 1.35's (envoyproxy/envoy#39227, #39816, in go-control-plane's envoy/v1.35.0 API);
+// the filter-state input is accepted in a route's matcher from 1.31 (envoyproxy/envoy#33175:
+// source/common/router/matcher_visitor.cc, RouteActionValidationVisitor allows the
+// request-header and the filter-state inputs). With RetryPolicy.refresh_cluster_on_retry
+// (failover.crossCluster, Envoy 1.39) Filter::doRetry re-runs the matcher before each retry,
+// so a retry goes where the failed try's upstream instance said (no match keeps the cluster
+// it had); its proto names the matcher specifier as one that supports the refresh. Each try
+// then gets its cluster's upstream filters, connection pool and TLS context (its own static
+// SNI; no cluster here sets auto_sni, whose choice Filter::decodeHeaders makes once for
+// every try), and auto_host_rewrite sets each try's Host. Not verified against a 1.39 Envoy:
+// the order of the refresh and the attempt count in the merged doRetry, and whether the retry
+// breaker is the first cluster's.
+//
+// The route turns the 15 s route timeout off (it covers the whole response, which a long
+// stream outlives) and bounds silence instead (idle). auto_host_rewrite sets Host to the
+// endpoint's hostname, which is the provider's authority (see providerCluster).
+func routeFor(clusters []string, defaultCluster string, idle *durationpb.Duration) (*routev3.Route, error) {
 	onMatch := make(map[string]*xdsmatcherv3.Matcher_OnMatch, len(clusters))
 	for _, c := range clusters {
-		action, err := anypb.New(&matcherspecv3.ClusterAction{Cluster: c})
+		om, err := clusterAction(c)
 		if err != nil {
-			return fmt.Errorf("envoy: %w", err)
+			return nil, err
 		}
-		onMatch[c] = &xdsmatcherv3.Matcher_OnMatch{OnMatch: &xdsmatcherv3.Matcher_OnMatch_Action{
-			Action: &xdscorev3.TypedExtensionConfig{Name: "cluster", TypedConfig: action}}}
+		onMatch[c] = om
 	}
-	input, err := anypb.New(&networkinputsv3.FilterStateInput{Key: FilterStateTargetKey})
+	toDefault, err := clusterAction(defaultCluster)
 	if err != nil {
-		return fmt.Errorf("envoy: %w", err)
+		return nil, err
 	}
+	toUnknown, err := clusterAction(UnknownCluster)
+	if err != nil {
+		return nil, err
+	}
+	typed, err := anypb.New(&networkinputsv3.FilterStateInput{Key: FilterStateTargetKey})
+	if err != nil {
+		return nil, fmt.Errorf("envoy: %w", err)
+	}
+	input := &xdscorev3.TypedExtensionConfig{Name: "spillway_target", TypedConfig: typed}
+	// on_no_match: a filter state of any value (RE2, full match: "(?s).+" is every non-empty
+	// string) is one the map lacks; none at all (the single predicate does not match an input
+	// without a value) is a request the filter did not route.
+	onNoMatch := &xdsmatcherv3.Matcher_OnMatch{OnMatch: &xdsmatcherv3.Matcher_OnMatch_Matcher{Matcher: &xdsmatcherv3.Matcher{
+		MatcherType: &xdsmatcherv3.Matcher_MatcherList_{MatcherList: &xdsmatcherv3.Matcher_MatcherList{
+			Matchers: []*xdsmatcherv3.Matcher_MatcherList_FieldMatcher{{
+				Predicate: &xdsmatcherv3.Matcher_MatcherList_Predicate{MatchType: &xdsmatcherv3.Matcher_MatcherList_Predicate_SinglePredicate_{
+					SinglePredicate: &xdsmatcherv3.Matcher_MatcherList_Predicate_SinglePredicate{
+						Input: input,
+						Matcher: &xdsmatcherv3.Matcher_MatcherList_Predicate_SinglePredicate_ValueMatch{ValueMatch: &xdsmatcherv3.StringMatcher{
+							MatchPattern: &xdsmatcherv3.StringMatcher_SafeRegex{SafeRegex: &xdsmatcherv3.RegexMatcher{
+								EngineType: &xdsmatcherv3.RegexMatcher_GoogleRe2{GoogleRe2: &xdsmatcherv3.RegexMatcher_GoogleRE2{}},
+								Regex:      "(?s).+",
+							}}}},
+					}}},
+				OnMatch: toUnknown,
+			}},
+		}},
+		OnNoMatch: toDefault,
+	}}}
 	spec, err := anypb.New(&matcherspecv3.MatcherClusterSpecifier{ClusterMatcher: &xdsmatcherv3.Matcher{
 		MatcherType: &xdsmatcherv3.Matcher_MatcherTree_{MatcherTree: &xdsmatcherv3.Matcher_MatcherTree{
-			Input: &xdscorev3.TypedExtensionConfig{Name: "spillway_target", TypedConfig: input},
+			Input: input,
 			TreeType: &xdsmatcherv3.Matcher_MatcherTree_ExactMatchMap{
 				ExactMatchMap: &xdsmatcherv3.Matcher_MatcherTree_MatchMap{Map: onMatch}},
 		}},
+		OnNoMatch: onNoMatch,
 	}})
 	if err != nil {
-		return fmt.Errorf("envoy: %w", err)
+		return nil, fmt.Errorf("envoy: %w", err)
 	}
-	action := routed.GetRoute()
-	action.ClusterSpecifier = &routev3.RouteAction_InlineClusterSpecifierPlugin{
-		InlineClusterSpecifierPlugin: &routev3.ClusterSpecifierPlugin{
-			Extension: &corev3.TypedExtensionConfig{Name: CrossClusterSpecifier, TypedConfig: spec}}}
-	action.GetRetryPolicy().RefreshClusterOnRetry = true
-	return nil
+	return &routev3.Route{
+		Name:  routeName,
+		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+			ClusterSpecifier: &routev3.RouteAction_InlineClusterSpecifierPlugin{
+				InlineClusterSpecifierPlugin: &routev3.ClusterSpecifierPlugin{
+					Extension: &corev3.TypedExtensionConfig{Name: ClusterSpecifier, TypedConfig: spec}}},
+			Timeout:              durationpb.New(0),
+			IdleTimeout:          idle,
+			HostRewriteSpecifier: &routev3.RouteAction_AutoHostRewrite{AutoHostRewrite: wrapperspb.Bool(true)},
+		}},
+		RequestHeadersToRemove: []string{ClientClusterHeader},
+	}, nil
+}
+
+// clusterAction is a matcher's action sending the request to cluster.
+func clusterAction(cluster string) (*xdsmatcherv3.Matcher_OnMatch, error) {
+	action, err := anypb.New(&matcherspecv3.ClusterAction{Cluster: cluster})
+	if err != nil {
+		return nil, fmt.Errorf("envoy: %w", err)
+	}
+	return &xdsmatcherv3.Matcher_OnMatch{OnMatch: &xdsmatcherv3.Matcher_OnMatch_Action{
+		Action: &xdscorev3.TypedExtensionConfig{Name: "cluster", TypedConfig: action}}}, nil
 }

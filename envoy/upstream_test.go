@@ -4,10 +4,13 @@ import (
 	"errors"
 	"maps"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	xdscorev3 "github.com/cncf/xds/go/xds/core/v3"
+	xdsmatcherv3 "github.com/cncf/xds/go/xds/type/matcher/v3"
 	networkinputsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/matching/common_inputs/network/v3"
 	matcherspecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/matcher/v3"
 
@@ -178,7 +181,7 @@ func TestRouterPreparesRouterRetries(t *testing.T) {
 
 func checkRoutes(t *testing.T, ps parts, numRetries uint32, maxBody uint64) {
 	t.Helper()
-	routed, passthrough := ps.routes[0], ps.routes[1]
+	routed := ps.routes[0]
 	// Exactly these fields: the marker header alone, no retriable status codes, no other
 	// retry_on condition (the router must never retry a provider's 429/5xx on its own).
 	want := &routev3.RetryPolicy{
@@ -211,10 +214,6 @@ func checkRoutes(t *testing.T, ps parts, numRetries uint32, maxBody uint64) {
 	// The marker never reaches a client.
 	if got := routed.GetResponseHeadersToRemove(); len(got) != 1 || got[0] != "x-spillway-retry" {
 		t.Errorf("routed response_headers_to_remove %v, want [x-spillway-retry]", got)
-	}
-	// The passthrough route is not Spillway's: no retries, the virtual host's limit.
-	if passthrough.GetRoute().GetRetryPolicy() != nil || passthrough.GetRequestBodyBufferLimit() != nil {
-		t.Errorf("passthrough route has retry policy %v, buffer limit %v", passthrough.GetRoute().GetRetryPolicy(), passthrough.GetRequestBodyBufferLimit())
 	}
 }
 
@@ -387,11 +386,10 @@ func TestRequiredEnvoy(t *testing.T) {
 	}
 }
 
-// TestCrossClusterPicksTheClusterFromFilterState: with failover.crossCluster the routed
-// route picks its cluster with the matcher specifier on the filter's filter state, one exact
-// entry per provider cluster, and refreshes it before each retry; the route is still matched
-// by the cluster header, and everything validates with go-control-plane.
-func TestCrossClusterPicksTheClusterFromFilterState(t *testing.T) {
+// TestCrossClusterRefreshesTheClusterBeforeEachRetry: with failover.crossCluster the route
+// keeps its matcher on the filter's filter state, one exact entry per provider cluster, and
+// refreshes it before each retry; everything validates with go-control-plane.
+func TestCrossClusterRefreshesTheClusterBeforeEachRetry(t *testing.T) {
 	p := load(t, twoClusters+"\nresilience: {failover: {via: router, crossCluster: true}}\n", envoy.LoadOptions{})
 	b := bootstrap(t, p, envoy.Options{Upstreams: map[string]string{"ollama": "http://10.0.0.7:11434"}})
 	if err := b.ValidateAll(); err != nil {
@@ -402,40 +400,73 @@ func TestCrossClusterPicksTheClusterFromFilterState(t *testing.T) {
 	if !routed.GetRoute().GetRetryPolicy().GetRefreshClusterOnRetry() {
 		t.Error("refresh_cluster_on_retry is off: a retry would stay on the first cluster")
 	}
-	if routed.GetRoute().GetClusterHeader() != "" {
-		t.Errorf("the routed route still takes its cluster from %q (resolved once per request)", routed.GetRoute().GetClusterHeader())
-	}
-	plugin := routed.GetRoute().GetInlineClusterSpecifierPlugin().GetExtension()
-	if plugin.GetName() != envoy.CrossClusterSpecifier {
-		t.Fatalf("cluster specifier %q", plugin.GetName())
-	}
-	var spec matcherspecv3.MatcherClusterSpecifier
-	if err := plugin.GetTypedConfig().UnmarshalTo(&spec); err != nil {
-		t.Fatal(err)
-	}
-	tree := spec.GetClusterMatcher().GetMatcherTree()
-	var input networkinputsv3.FilterStateInput
-	if err := tree.GetInput().GetTypedConfig().UnmarshalTo(&input); err != nil || input.GetKey() != envoy.FilterStateTargetKey {
-		t.Fatalf("matcher input %v (%v), want filter state %s", tree.GetInput(), err, envoy.FilterStateTargetKey)
-	}
-	got := map[string]string{}
-	for key, m := range tree.GetExactMatchMap().GetMap() {
-		var action matcherspecv3.ClusterAction
-		if err := m.GetAction().GetTypedConfig().UnmarshalTo(&action); err != nil {
-			t.Fatal(err)
-		}
-		got[key] = action.GetCluster()
+	key, got, _, _ := routeMatcher(t, routed)
+	if key != "wasm.spillway_target" {
+		t.Errorf("matcher on filter state %q", key)
 	}
 	if want := map[string]string{"openai": "openai", "ollama": "ollama"}; !maps.Equal(got, want) {
 		t.Errorf("matcher map %v, want %v", got, want)
-	}
-	if h := routed.GetMatch().GetHeaders(); len(h) != 1 || h[0].GetName() != p.Resolved.Routing.ClusterHeader {
-		t.Errorf("route match %v, want the cluster header's presence", h)
 	}
 	minor, _ := envoy.RequiredEnvoy(p)
 	if minor != 39 {
 		t.Errorf("needs Envoy 1.%d, want 1.39", minor)
 	}
+	// Without crossCluster a retry stays on the first try's cluster.
+	plain := dig(t, bootstrap(t, load(t, twoClusters+viaRouter, envoy.LoadOptions{}), envoy.Options{Upstreams: map[string]string{"ollama": "http://10.0.0.7:11434"}}))
+	if plain.routes[0].GetRoute().GetRetryPolicy().GetRefreshClusterOnRetry() {
+		t.Error("refresh_cluster_on_retry without crossCluster (Envoy 1.39)")
+	}
+}
+
+// routeMatcher reads a route's matcher cluster specifier: the filter-state key it reads, its
+// exact map (value → cluster), the cluster of a request without the filter state and the
+// cluster of one whose filter state the map lacks (on_no_match's nested matcher). It fails
+// the test for any other shape.
+func routeMatcher(t *testing.T, r *routev3.Route) (key string, clusters map[string]string, absent, unknown string) {
+	t.Helper()
+	plugin := r.GetRoute().GetInlineClusterSpecifierPlugin().GetExtension()
+	if plugin.GetName() != envoy.ClusterSpecifier || envoy.ClusterSpecifier != "envoy.router.cluster_specifier_plugin.matcher" {
+		t.Fatalf("cluster specifier %q, want the matcher", plugin.GetName())
+	}
+	var spec matcherspecv3.MatcherClusterSpecifier
+	if err := plugin.GetTypedConfig().UnmarshalTo(&spec); err != nil {
+		t.Fatal(err)
+	}
+	inputKey := func(in *xdscorev3.TypedExtensionConfig) string {
+		var input networkinputsv3.FilterStateInput
+		if err := in.GetTypedConfig().UnmarshalTo(&input); err != nil {
+			t.Fatalf("matcher input %v: %v, want a filter-state input", in, err)
+		}
+		return input.GetKey()
+	}
+	action := func(m *xdsmatcherv3.Matcher_OnMatch) string {
+		var a matcherspecv3.ClusterAction
+		if err := m.GetAction().GetTypedConfig().UnmarshalTo(&a); err != nil {
+			t.Fatalf("on_match %v: %v, want a cluster action", m, err)
+		}
+		return a.GetCluster()
+	}
+	tree := spec.GetClusterMatcher().GetMatcherTree()
+	key = inputKey(tree.GetInput())
+	clusters = map[string]string{}
+	for k, m := range tree.GetExactMatchMap().GetMap() {
+		clusters[k] = action(m)
+	}
+	nested := spec.GetClusterMatcher().GetOnNoMatch().GetMatcher()
+	list := nested.GetMatcherList().GetMatchers()
+	if len(list) != 1 {
+		t.Fatalf("on_no_match %v: want a matcher list of one predicate", spec.GetClusterMatcher().GetOnNoMatch())
+	}
+	p := list[0].GetPredicate().GetSinglePredicate()
+	if k := inputKey(p.GetInput()); k != key {
+		t.Fatalf("the nested predicate reads %q, the tree %q", k, key)
+	}
+	// Any non-empty value, as RE2 full-matches it (Envoy's safe_regex).
+	if re := p.GetValueMatch().GetSafeRegex().GetRegex(); !regexp.MustCompile(`^(?:`+re+`)$`).MatchString("some-cluster") ||
+		regexp.MustCompile(`^(?:`+re+`)$`).MatchString("") {
+		t.Fatalf("nested predicate regex %q: want one matching any non-empty value", re)
+	}
+	return key, clusters, action(nested.GetOnNoMatch()), action(list[0].GetOnMatch())
 }
 
 // TestVersionMinor reads the release from `envoy --version` as Envoy prints it, and refuses

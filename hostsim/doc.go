@@ -68,6 +68,9 @@
 //     MatcherRouteEntry::refreshRouteCluster). See "Route cluster" below.
 //   - internal/envoy/connmgr: the connection manager's stream idle timer (ActiveStream::
 //     resetIdleTimer, onIdleTimeout) and its 408/504 "stream timeout".
+//   - internal/envoy/pathnorm: the connection manager's request path normalisation
+//     (ConnectionManagerUtility::maybeNormalizePath, googleurl's canonical path), which
+//     serve applies before the filter sees a request.
 //   - internal/envoy/callout: what proxy_http_call accepts and sends (Context::httpCall),
 //     the calls pending by token, what the plugin reads of an answer, and the async
 //     client's 504 for a timeout.

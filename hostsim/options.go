@@ -32,7 +32,7 @@ type config struct {
 	calloutHandler CalloutHandler
 	upstream       UpstreamFunc
 	streamUpstream UpstreamStreamFunc
-	routeResolver  func(headers [][2]string) error
+	routeResolver  func(cluster string, headers [][2]string) error
 	foreign        map[string]func([]byte) ([]byte, error)
 	logWriter      io.Writer
 	logLevel       LogLevel
@@ -252,10 +252,11 @@ func WithStreamingUpstream(f UpstreamStreamFunc) Option {
 
 // WithRouteResolver sets what the router decides the moment the request headers pass the
 // filter, before any body (Router::Filter::decodeHeaders looks up the route's cluster and
-// a host there): ErrClusterNotFound or ErrNoHealthyUpstream make the router answer at once
-// (503, NC or UH), so the filter sees no request body; nil lets the request go on to the
-// upstream. Without it the upstream itself may return those errors, later.
-func WithRouteResolver(f func(headers [][2]string) error) Option {
+// a host there): f gets the route's cluster (WithRouteCluster's pick; "" without one) and
+// the request headers; ErrClusterNotFound or ErrNoHealthyUpstream make the router answer at
+// once (503, NC or UH), so the filter sees no request body; nil lets the request go on to
+// the upstream. Without it the upstream itself may return those errors, later.
+func WithRouteResolver(f func(cluster string, headers [][2]string) error) Option {
 	return func(c *config) { c.routeResolver = f }
 }
 

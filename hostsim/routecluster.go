@@ -35,6 +35,10 @@ type ClusterMatcher struct {
 	// OnNoMatch is on_no_match's cluster ("": none; a request whose first pick matches
 	// nothing then has no cluster: 503 NC cluster_not_found).
 	OnNoMatch string
+	// OnUnknown, when set, is the cluster of an input whose value Clusters lacks, OnNoMatch
+	// then taking only an input without a value: on_no_match as a nested matcher_list with
+	// one single_predicate on the input matching any non-empty value (route.Matcher).
+	OnUnknown string
 }
 
 // ErrInvalidRouteCluster is wrapped by New's error for a RouteCluster Envoy (or hostsim)
@@ -76,7 +80,7 @@ func (rc RouteCluster) specifier() (*route.Specifier, error) {
 		case m.RequestHeader != "":
 			in = route.Input{Kind: route.InputRequestHeader, Name: strings.ToLower(m.RequestHeader)}
 		}
-		s.Matcher = &route.Matcher{Input: in, Exact: m.Clusters, OnNoMatch: m.OnNoMatch}
+		s.Matcher = &route.Matcher{Input: in, Exact: m.Clusters, OnNoMatch: m.OnNoMatch, OnUnknown: m.OnUnknown}
 	}
 	if err := s.Validate(); err != nil {
 		return nil, fmt.Errorf("hostsim: route cluster: %w", err)

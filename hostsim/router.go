@@ -130,7 +130,11 @@ func (ex *Exchange) stepRequest() {
 			return
 		}
 		if resolve := h.cfg.routeResolver; resolve != nil {
-			if err := resolve(abi.ClonePairs(d.Headers)); err != nil {
+			var cluster string
+			if ex.routeEntry != nil {
+				cluster = ex.routeEntry.Cluster()
+			}
+			if err := resolve(cluster, abi.ClonePairs(d.Headers)); err != nil {
 				ex.up.Failed(err)
 				return
 			}

@@ -327,7 +327,7 @@ func TestUpstreamTimeouts(t *testing.T) {
 func TestRouteResolvedAtHeaders(t *testing.T) {
 	calls := 0
 	h := probe(t, "request_body log 2 body-seen", hostsim.WithUpstream(echoUpstream(&calls)),
-		hostsim.WithRouteResolver(func(headers [][2]string) error {
+		hostsim.WithRouteResolver(func(_ string, headers [][2]string) error {
 			if v, _ := headerOf(headers, "x-spillway-cluster"); v == "nowhere" {
 				return hostsim.ErrClusterNotFound
 			}

@@ -59,13 +59,25 @@ const (
 	// FailClosed answers every request 503 until the proxy restarts (FAIL_CLOSED /
 	// FAIL_CLOSE).
 	FailClosed FailurePolicy = "closed"
-	// FailOpen passes requests through without the filter (FAIL_OPEN). Spillway then injects
-	// no credential and sets no cluster, so LLM requests get the generated routes' 404.
+	// FailOpen passes requests through without the filter (FAIL_OPEN). Render refuses it
+	// (ErrFailOpen): istiod's routes find a provider by :authority and the cluster header,
+	// which a client can send as well as the filter.
 	FailOpen FailurePolicy = "open"
 )
 
 // FailurePolicies lists every failure policy, in a stable order.
 var FailurePolicies = []FailurePolicy{FailReload, FailClosed, FailOpen}
+
+// errFailOpen is why Render refuses FailOpen, in every mode: the routes are istiod's, built
+// from VirtualServices that find a provider's route by :authority and match the cluster
+// header (routing.clusterHeader) the filter sets, and a client can send both headers. Once
+// a VM failure makes Envoy skip the filter (FAIL_OPEN; WasmPlugin and TrafficExtension
+// failStrategy FAIL_OPEN), nothing removes a client's values, so the client would pick the
+// provider and reach it without Spillway. The standalone bootstrap routes on filter state
+// instead, which no client can write (envoy.Bootstrap), and allows it.
+const errFailOpen = `"open" (fail-open) is refused for Istio: istiod's routes pick a provider by the :authority and ` +
+	`cluster header the filter sets, which a client can send too, so with the filter skipped after a VM failure a client ` +
+	`would choose the provider; use reload (the default) or closed`
 
 // StatsTag is one Envoy stats tag: a tag name and the regex that extracts it from a stat
 // name (Envoy's config.metrics.v3.TagSpecifier). The tags for Spillway's metric names come
@@ -233,7 +245,10 @@ func checkOptions(o Options) (*settings, error) {
 	if s.FailurePolicy == "" {
 		s.FailurePolicy = FailReload
 	}
-	if !slices.Contains(FailurePolicies, s.FailurePolicy) {
+	switch {
+	case s.FailurePolicy == FailOpen:
+		bad("FailurePolicy", "%s", errFailOpen)
+	case !slices.Contains(FailurePolicies, s.FailurePolicy):
 		bad("FailurePolicy", "%q: want one of %s", s.FailurePolicy, joinQuoted(FailurePolicies))
 	}
 	if s.Name == "" {

@@ -82,7 +82,7 @@ func TestRenderRejects(t *testing.T) {
 func TestRenderOptions(t *testing.T) {
 	o := exampleOptions(exampleManifests[0].opts)
 	o.GatewayCredential = "llm-example-com-tls"
-	o.FailurePolicy = FailOpen
+	o.FailurePolicy = FailClosed
 	o.InlineEnv = map[string]string{"RATE_LIMIT_MAX_WAIT_MS": "3000"}
 	o.StatsTags = []StatsTag{{Name: "spillway_provider", Regex: `^wasmcustom\.spillway_provider\.((.+?)\.)`}}
 	m, err := Render(examples.Demo(), o)
@@ -96,7 +96,7 @@ func TestRenderOptions(t *testing.T) {
 	for _, want := range []string{
 		"protocol: HTTPS", "credentialName: llm-example-com-tls", "number: 443", // the Gateway terminates TLS
 		"name: llm.example.com:443",                                     // and the virtual hosts are on its port
-		"failure_policy: FAIL_OPEN",                                     // the failure policy reaches Envoy
+		"failure_policy: FAIL_CLOSED",                                   // the failure policy reaches Envoy
 		"RATE_LIMIT_MAX_WAIT_MS: \"3000\"",                              // inline env is in the resource
 		"kind: ConfigMap", "custom_bootstrap.json", "spillway_provider", // the stats tags
 	} {

@@ -216,16 +216,22 @@ func describeUpstreams(a, b upstream) string {
 }
 
 // meshPolicy rewrites the policy document for the mesh: each provider's cluster becomes
-// its Istio cluster name, its authority its upstream host. The result is parsed again.
+// its Istio cluster name, its authority its upstream host, and routing.clusterHeader is set
+// (to policies.RoutingClusterHeader unless the policy names another): istiod's routes match
+// that header, so the filter names the cluster there (policies.RoutingSettings.
+// ClusterByHeader) instead of in the filter state a standalone bootstrap's route reads. The
+// result is parsed again.
 func (s *settings) meshPolicy(doc []byte, res *policies.Resolved) ([]byte, map[string]string, error) {
 	clusters := map[string]string{}
-	out := doc
+	out, err := sjson.SetBytes(doc, "routing.clusterHeader", res.Routing.ClusterHeader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("istio: policy: %w", err)
+	}
 	for i := range res.Providers {
 		pv := &res.Providers[i]
 		u := s.upstreams[pv.Cluster]
 		cn := clusterName(s.servicePort(u), u.host)
 		clusters[pv.Cluster] = cn
-		var err error
 		path := "providers." + strconv.Itoa(i)
 		if out, err = sjson.SetBytes(out, path+".cluster", cn); err != nil {
 			return nil, nil, fmt.Errorf("istio: policy: %w", err)

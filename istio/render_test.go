@@ -3,11 +3,13 @@ package istio
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -389,4 +391,47 @@ func canonicalJSON(t *testing.T, js []byte) string {
 		t.Fatal(err)
 	}
 	return string(out)
+}
+
+// TestRenderRefusesFailOpen: in every mode and attachment, fail-open is refused as an
+// OptionError on FailurePolicy (the CLI's -failure-policy) that says why: istiod's routes
+// match headers a client can send, so with the filter skipped the client would pick the
+// provider. fail-closed renders.
+func TestRenderRefusesFailOpen(t *testing.T) {
+	for _, ex := range exampleManifests {
+		t.Run(ex.file, func(t *testing.T) {
+			o := exampleOptions(ex.opts)
+			o.FailurePolicy = FailOpen
+			_, err := Render(demoPolicy(t, o.Mode), o)
+			var oe OptionError
+			if !errors.As(err, &oe) || oe.Option != "FailurePolicy" || !strings.Contains(oe.Message, "a client can send") {
+				t.Fatalf("err %v, want an OptionError on FailurePolicy saying a client could pick the provider", err)
+			}
+			o.FailurePolicy = FailClosed
+			if _, err := Render(demoPolicy(t, o.Mode), o); err != nil {
+				t.Fatalf("fail-closed: %v", err)
+			}
+		})
+	}
+}
+
+// TestMeshPolicyRoutesByHeader: the policy the filter gets in a mesh names the cluster header
+// istiod's VirtualServices match, so the filter writes it (policies.RoutingSettings.
+// ClusterByHeader); the routes match the same name.
+func TestMeshPolicyRoutesByHeader(t *testing.T) {
+	m := renderDemo(t, exampleManifests[0].opts)
+	p, err := policies.Parse(m.PluginConfig, policies.ParseOptions{LookupEnv: func(string) (string, bool) { return "x", true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := p.Resolved().Routing; !r.ClusterByHeader || r.ClusterHeader != "x-spillway-cluster" {
+		t.Fatalf("mesh policy routing %+v: want it to route by x-spillway-cluster", r)
+	}
+	y, err := m.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(y), "x-spillway-cluster:") {
+		t.Error("no VirtualService matches x-spillway-cluster")
+	}
 }

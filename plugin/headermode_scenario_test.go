@@ -89,7 +89,7 @@ type routed struct {
 }
 
 func (l *routerLog) option() hostsim.Option {
-	return hostsim.WithRouteResolver(func(headers [][2]string) error {
+	return hostsim.WithRouteResolver(func(_ string, headers [][2]string) error {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.seen = append(l.seen, routed{at: l.clock(), headers: headers})
@@ -138,7 +138,10 @@ func TestHeaderModeRoutesAtTheHeadersWithoutTheOption(t *testing.T) {
 			seen[0].at.Sub(start))
 	}
 	body := chatBody("gpt-4o")
-	for name, want := range map[string]string{"x-spillway-cluster": "openai", "authorization": "Bearer sk-a",
+	if c := resp.Upstream.Cluster; c != "openai" {
+		t.Errorf("upstream cluster %q, want openai (not the client's anthropic)", c)
+	}
+	for name, want := range map[string]string{"x-spillway-cluster": "", "authorization": "Bearer sk-a",
 		":authority": "api.openai.com", "content-length": strconv.Itoa(len(body)),
 		"x-spillway-request-model": "", "x-session-id": "", "accept-encoding": ""} {
 		if got := header(seen[0].headers, name); got != want {
@@ -635,7 +638,7 @@ func TestHeaderModeCannotFailOverWhatFailsBeforeTheBody(t *testing.T) {
 	// is not cooled, and the next request goes to it.
 	down := true
 	var mu sync.Mutex
-	resolver := hostsim.WithRouteResolver(func(headers [][2]string) error {
+	resolver := hostsim.WithRouteResolver(func(_ string, headers [][2]string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if down && header(headers, "authorization") == "Bearer sk-a" {

@@ -158,8 +158,13 @@ func newRouterSide(tb testing.TB, via string, p routerBenchPath) *routerSide {
 		}
 	})
 	f := &routerFakes{keyB: p.keyB, keyBWhole: p.wantBody}
+	// The generated bootstrap's route: the cluster from the filter's filter state, the
+	// demo's first provider's cluster without it.
+	route := &hostsim.ClusterMatcher{FilterState: routerretry.TargetFilterStateKey, OnNoMatch: "fake-openai",
+		Clusters: map[string]string{"fake-openai": "fake-openai", "fake-openrouter": "fake-openrouter", "fake-anthropic": "fake-anthropic"}}
 	opts := []hostsim.Option{hostsim.WithPluginConfiguration(policy), hostsim.WithUpstream(f.upstream),
-		hostsim.WithCalloutHandler(f.callout), hostsim.WithCluster("fake-openai", "fake-openrouter", "fake-anthropic")}
+		hostsim.WithCalloutHandler(f.callout), hostsim.WithCluster("fake-openai", "fake-openrouter", "fake-anthropic"),
+		hostsim.WithRouteCluster(hostsim.RouteCluster{Matcher: route})}
 	if via == "router" {
 		opts = append(opts, hostsim.WithUpstreamFilter(rootid.Upstream, policy))
 		// The demo sets no failover.maxAttempts: the generator's num_retries is the default's.
@@ -212,7 +217,7 @@ func (s *routerSide) request(tb testing.TB, p routerBenchPath, m *benchMeter) {
 		tb.Fatalf("%s: %d tries through the router, want %d", s.name, len(resp.Tries), len(wantTries))
 	}
 	for i, t := range resp.Tries {
-		if c, a := benchHeader(t.Headers, "x-spillway-cluster"), benchHeader(t.Headers, "authorization"); c != "fake-openai" || a != wantTries[i] {
+		if c, a := t.Cluster, benchHeader(t.Headers, "authorization"); c != "fake-openai" || a != wantTries[i] {
 			tb.Fatalf("%s: try %d went to cluster %q with %q, want fake-openai with %q", s.name, i+1, c, a, wantTries[i])
 		}
 	}

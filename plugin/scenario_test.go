@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/hostsim"
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
+	"github.com/spillwayproxy/spillway/internal/routerretry"
 	"github.com/spillwayproxy/spillway/policies/policyfile"
 )
 
@@ -169,6 +171,27 @@ type world struct {
 	fakes *fakes
 }
 
+// worldClusters are the world's provider clusters, and unroutedCluster the stand-in for
+// the bootstrap's default cluster, where a request without the filter's filter state goes.
+var worldClusters = []string{"openai", "backup", "anthropic", "flaky", "agentrouter"}
+
+const unroutedCluster = "unrouted"
+
+// worldRoute is the generated bootstrap's route (envoy.Bootstrap) for a policy (its JSON):
+// the matcher cluster specifier on the filter state the filter names its cluster in, each of
+// the policy's provider clusters (and the world's) to itself, anything else to the default
+// cluster. A test may give its own (a later WithRouteCluster replaces it).
+func worldRoute(config []byte) hostsim.Option {
+	m := &hostsim.ClusterMatcher{FilterState: routerretry.TargetFilterStateKey, Clusters: map[string]string{}, OnNoMatch: unroutedCluster}
+	for _, c := range worldClusters {
+		m.Clusters[c] = c
+	}
+	for _, c := range gjson.GetBytes(config, "providers.#.cluster").Array() {
+		m.Clusters[c.Str] = c.Str
+	}
+	return hostsim.WithRouteCluster(hostsim.RouteCluster{Matcher: m})
+}
+
 func newWorld(t *testing.T, policyYAML string, workers int, opts ...hostsim.Option) *world {
 	t.Helper()
 	wasm := hostsimtest.ReadModule(t, "build/spillway.wasm")
@@ -179,13 +202,10 @@ func newWorld(t *testing.T, policyYAML string, workers int, opts ...hostsim.Opti
 	w := &world{t: t, fakes: &fakes{answers: map[string]func(upstreamCall) *hostsim.UpstreamResponse{},
 		routerErrs: map[string]error{}}}
 	upstream := func(_ context.Context, req *hostsim.UpstreamRequest) (*hostsim.UpstreamResponse, error) {
-		// The route's cluster_header: the cluster the filter named (Envoy answers 404 NR
-		// when the header is missing).
-		cluster := req.Cluster // the route's pick, when the world models one (WithRouteCluster)
-		if cluster == "" {
-			cluster = header(req.Headers, "x-spillway-cluster")
-		}
-		if cluster == "" {
+		// The route's pick (worldRoute): the cluster the filter named in filter state, or
+		// the stand-in for the default cluster, which answers 404.
+		cluster := req.Cluster
+		if cluster == unroutedCluster {
 			return jsonError(404, `{"error":"no route"}`), nil
 		}
 		call := upstreamCall{cluster: cluster, credential: credentialOf(req.Headers),
@@ -220,7 +240,7 @@ func newWorld(t *testing.T, policyYAML string, workers int, opts ...hostsim.Opti
 	}
 	all := append([]hostsim.Option{hostsim.WithWorkers(workers), hostsim.WithPluginConfiguration(config),
 		hostsim.WithUpstream(upstream), hostsim.WithCalloutHandler(callout),
-		hostsim.WithCluster("openai", "backup", "anthropic", "flaky", "agentrouter")}, opts...)
+		hostsim.WithCluster(append(slices.Clone(worldClusters), unroutedCluster)...), worldRoute(config)}, opts...)
 	w.host = hostsimtest.New(t, wasm, all...)
 	w.fakes.clock = w.host.Clock().Now
 	if st := w.host.StartPlugin(); st != types.OnPluginStartStatusOK {
@@ -317,12 +337,16 @@ func TestScenarioRoutesWithTheConnectionsCredential(t *testing.T) {
 		[2]string{"accept-encoding", "gzip"}))
 	expect(t, "chat", resp, 200, "openai/key-a/gpt-4o/1")
 	up := resp.Upstream
-	for name, want := range map[string]string{"authorization": "Bearer sk-a", ":authority": "api.openai.com", "x-spillway-cluster": "openai"} {
+	for name, want := range map[string]string{"authorization": "Bearer sk-a", ":authority": "api.openai.com"} {
 		if got := header(up.Headers, name); got != want {
 			t.Errorf("upstream %s = %q, want %q", name, got, want)
 		}
 	}
-	for _, name := range []string{"x-session-id", "accept-encoding"} {
+	// The client asked for anthropic's cluster: the route took the filter's openai.
+	if up.Cluster != "openai" {
+		t.Errorf("upstream cluster %q, want openai", up.Cluster)
+	}
+	for _, name := range []string{"x-session-id", "accept-encoding", "x-spillway-cluster"} {
 		if v := header(up.Headers, name); v != "" {
 			t.Errorf("upstream got %s=%q", name, v)
 		}

@@ -244,8 +244,9 @@ const (
 // Routing: which requests Spillway routes and how it names the chosen cluster to Envoy
 // (Spillway's own settings).
 const (
-	// RoutingClusterHeader is the request header Spillway sets to the chosen cluster; the
-	// Envoy route reads it with cluster_header.
+	// RoutingClusterHeader is the request header that names the chosen cluster when the
+	// policy routes by header without naming one (istio.Render writes it into the policy
+	// it renders), and the header whose client-sent value is removed otherwise.
 	RoutingClusterHeader = "x-spillway-cluster"
 	// RoutingBodyWait is how long a held request may wait for its first body chunk before
 	// Spillway concludes the proxy lacks allow_on_headers_stop_iteration. Ten seconds is

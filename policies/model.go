@@ -606,14 +606,20 @@ type Routing struct {
 	// than defaultModel is answered through a callout (a warning). Not read in body mode
 	// (a warning when set there).
 	DefaultModel string `json:"defaultModel,omitempty" jsonschema:"maxLength=256"`
-	// ClusterHeader is the request header Spillway sets to the chosen provider's cluster
-	// (the Envoy route reads it with cluster_header). A value the client sent is always
-	// removed, so a client can never pick a cluster. An HTTP token of at most 128
-	// characters, stored lower-case; not a pseudo, hop-by-hop or framing header, not a
-	// credential header (authorization, x-api-key, api-key, x-goog-api-key or any
-	// connection's credential header), not a session header, not one of Spillway's
-	// response headers and not in Envoy's reserved x-envoy- namespace. Default
-	// x-spillway-cluster.
+	// ClusterHeader, when set, makes Spillway name the chosen provider's cluster in this
+	// request header, for proxies whose routes can only match a header: Istio's
+	// VirtualServices (istio.Render sets it in the policy it renders, to x-spillway-cluster
+	// unless the policy names another). Unset, Spillway names the cluster in filter state
+	// (wasm.spillway_target), which the routes of the standalone Envoy bootstrap and of
+	// hostsim serve read and which a client cannot write: whenever the filter is skipped
+	// (failure_policy FAIL_OPEN after a VM failure) a request goes to the default cluster,
+	// never to one a client names. render envoy, spillway xds and hostsim serve refuse a
+	// policy that sets it. A value a client sent in this header (x-spillway-cluster when
+	// unset) is always removed. An HTTP token of at most 128 characters,
+	// stored lower-case; not a pseudo, hop-by-hop or framing header, not a credential
+	// header (authorization, x-api-key, api-key, x-goog-api-key or any connection's
+	// credential header), not a session header, not one of Spillway's response headers
+	// and not in Envoy's reserved x-envoy- namespace.
 	ClusterHeader string `json:"clusterHeader,omitempty" jsonschema:"minLength=1,maxLength=128"`
 	// Paths are the LLM API paths Spillway routes, per API; a request on any other path
 	// passes through untouched.

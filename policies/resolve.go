@@ -245,9 +245,15 @@ type P2CLatencySettings struct {
 
 // RoutingSettings are the routing settings.
 type RoutingSettings struct {
-	// ClusterHeader is the lower-case request header set to the chosen cluster (and
-	// removed when a client sends it).
+	// ClusterHeader is the lower-case request header that names the cluster: the policy's
+	// routing.clusterHeader, else RoutingClusterHeader. A client's value of it is removed;
+	// Spillway sets it only when ClusterByHeader.
 	ClusterHeader string
+	// ClusterByHeader reports that the policy sets routing.clusterHeader: Spillway names
+	// the chosen cluster in ClusterHeader (for Istio's VirtualServices, which match a
+	// header) instead of in filter state (routerretry.TargetProperty, which the standalone
+	// bootstrap's and hostsim serve's routes read).
+	ClusterByHeader bool
 	// Paths maps each routed request path to the API its requests speak. Use APIOf to
 	// look up a request's :path, which may carry a query string.
 	Paths map[string]API
@@ -612,10 +618,11 @@ func (res *Resolved) resolveRoute(r *Route) ResolvedRoute {
 
 func resolveRouting(r *Routing) RoutingSettings {
 	out := RoutingSettings{
-		ClusterHeader: stringOr(r.ClusterHeader, RoutingClusterHeader),
-		Paths:         make(map[string]API),
-		BodyWait:      msOr(r.BodyWaitMs, RoutingBodyWait),
-		Mode:          RoutingModeBody,
+		ClusterHeader:   stringOr(r.ClusterHeader, RoutingClusterHeader),
+		ClusterByHeader: r.ClusterHeader != "",
+		Paths:           make(map[string]API),
+		BodyWait:        msOr(r.BodyWaitMs, RoutingBodyWait),
+		Mode:            RoutingModeBody,
 	}
 	if r.Mode == RoutingModeHeaders {
 		out.Mode = RoutingModeHeaders

@@ -212,6 +212,8 @@ func TestRoutingDefaults(t *testing.T) {
 		got, want any    // effective and default value
 	}{
 		{"cluster header", r.Routing.ClusterHeader, "x-spillway-cluster"},
+		// Unset: the cluster is named in filter state, which no client can write.
+		{"cluster by header", r.Routing.ClusterByHeader, false},
 		{"paths", r.Routing.Paths, map[string]API{
 			"/v1/chat/completions": APIOpenAI, "/v1/completions": APIOpenAI, "/v1/embeddings": APIOpenAI,
 			"/v1/responses": APIOpenAI, "/v1/messages": APIAnthropic}},
@@ -240,8 +242,8 @@ func TestRoutingOverrides(t *testing.T) {
 	doc = mutateDoc(t, doc, "maxRequestBodyBytes", 1<<20)
 	doc = mutateDoc(t, doc, "resilience.failover", map[string]any{"maxAttempts": 5, "budgetMs": 60000, "via": "router"})
 	r := mustParse(t, doc, ParseOptions{}).Resolved()
-	if r.Routing.ClusterHeader != "x-upstream-cluster" {
-		t.Errorf("cluster header = %q, want it lower-cased", r.Routing.ClusterHeader)
+	if r.Routing.ClusterHeader != "x-upstream-cluster" || !r.Routing.ClusterByHeader {
+		t.Errorf("cluster header = %q, by header %v: want it lower-cased, and set", r.Routing.ClusterHeader, r.Routing.ClusterByHeader)
 	}
 	if r.Routing.BodyWait != 2500*time.Millisecond {
 		t.Errorf("body wait = %v", r.Routing.BodyWait)

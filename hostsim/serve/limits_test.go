@@ -58,10 +58,10 @@ func TestDefaultsModelTheGeneratedBootstrap(t *testing.T) {
 	if len(streamIdle) != 1 || seconds(streamIdle[0]) != l.StreamIdleTimeout || !l.StreamIdleFromPolicy {
 		t.Errorf("stream idle timeout %v (from the policy: %v), bootstrap %v", l.StreamIdleTimeout, l.StreamIdleFromPolicy, streamIdle)
 	}
-	if len(routeIdle) != 2 || seconds(routeIdle[0]) != l.StreamIdleTimeout || seconds(routeIdle[1]) != l.StreamIdleTimeout {
-		t.Errorf("route idle timeouts %v, want both %v", routeIdle, l.StreamIdleTimeout)
+	if len(routeIdle) != 1 || seconds(routeIdle[0]) != l.StreamIdleTimeout {
+		t.Errorf("route idle timeouts %v, want the route's %v", routeIdle, l.StreamIdleTimeout)
 	}
-	if timeouts := field(`\n\s+timeout: (\S+)`); len(timeouts) != 2 || timeouts[0] != "0s" || timeouts[1] != "0s" || l.RouteTimeout != 0 {
+	if timeouts := field(`\n\s+timeout: (\S+)`); len(timeouts) != 1 || timeouts[0] != "0s" || l.RouteTimeout != 0 {
 		t.Errorf("route timeouts %v, serve's %v: want none", timeouts, l.RouteTimeout)
 	}
 	if strings.Contains(string(yaml), "per_try_idle_timeout") || l.IdleTimeout != 0 {

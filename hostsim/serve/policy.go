@@ -74,7 +74,19 @@ func LoadPolicy(path string, env []EnvVar) (*Policy, error) {
 		return nil, fmt.Errorf("serve: policy %s: %w", p.Source, err)
 	}
 	p.Resolved = p.Parsed.Resolved()
+	if p.Resolved.Routing.ClusterByHeader {
+		return nil, &PolicyError{Source: p.Source, Fields: policies.Errors{ErrClusterHeader}}
+	}
 	return p, nil
+}
+
+// ErrClusterHeader refuses a policy that routes by header (routing.clusterHeader), as
+// `spillway render envoy` does (envoy.ErrClusterHeader): serve's route, the generated
+// bootstrap's, reads the cluster from the filter state the filter would then not write.
+var ErrClusterHeader = policies.FieldError{
+	Path: "routing.clusterHeader",
+	Message: "names the header Istio's routes match the cluster on; serve's route, as the generated Envoy bootstrap's, " +
+		"reads the cluster from filter state, which a client cannot write: remove it",
 }
 
 // lookupIn looks names up in env the way the filter's os.LookupEnv sees the VM environment.
@@ -111,11 +123,6 @@ func (p *Policy) DefaultCluster() string {
 	}
 	return p.Parsed.Providers[0].Cluster
 }
-
-// ClusterHeader is the request header the route reads the cluster from (Envoy's route
-// cluster_header): the policy's routing.clusterHeader (default x-spillway-cluster), the one
-// the filter sets to the chosen provider's cluster.
-func (p *Policy) ClusterHeader() string { return p.Resolved.Routing.ClusterHeader }
 
 // FakePrefix marks the cluster names built-in fake providers serve when no -cluster is
 // given.

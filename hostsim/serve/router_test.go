@@ -57,6 +57,7 @@ func TestClusterNotFoundAndUpstreamDown(t *testing.T) {
 	access, logs := &logBuf{}, &logBuf{}
 	srv, err := New(Config{Wasm: hostsimtest.ReadModule(t, "build/spillway.wasm"), PluginConfig: []byte(routerPolicy),
 		Clusters:       []Cluster{{"up", up.URL}, {"empty", ""}, {"dead", refusedURL}},
+		RouteClusters:  []string{"nowhere", "empty", "dead", "up"}, // the policy's, as the bootstrap's route maps them
 		DefaultCluster: "up", Workers: 2, Timeout: time.Minute, AccessLog: access, GuestLog: logs,
 		Runtime: hostsimtest.Runtime(t)})
 	if err != nil {

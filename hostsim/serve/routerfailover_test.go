@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	xdsmatcherv3 "github.com/cncf/xds/go/xds/type/matcher/v3"
 	networkinputsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/matching/common_inputs/network/v3"
 	matcherspecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/router/cluster_specifiers/matcher/v3"
 
@@ -116,18 +117,8 @@ func TestRouterFailoverIsTheGeneratedBootstrap(t *testing.T) {
 			limit := routed.GetRequestBodyBufferLimit().GetValue()
 			want.Retry.BufferLimit = &limit
 			want.Retry.RefreshClusterOnRetry = rp.GetRefreshClusterOnRetry()
-			if plugin := routed.GetRoute().GetInlineClusterSpecifierPlugin(); plugin != nil {
-				want.Cluster = routeClusterOf(t, plugin)
-			} else if routed.GetRoute().GetClusterHeader() == "" {
-				t.Fatal("the routed route has neither a cluster header nor a cluster specifier plugin")
-			}
-			if (want.Cluster != nil) != tt.cross {
-				t.Fatalf("bootstrap cluster specifier %v, want a matcher: %v", want.Cluster, tt.cross)
-			}
-			if want.Cluster != nil {
-				// hostsim's one route sends what the filter did not route to the default
-				// cluster, as the bootstrap's passthrough route does.
-				want.Cluster.Matcher.OnNoMatch = p.DefaultCluster()
+			if want.Retry.RefreshClusterOnRetry != tt.cross {
+				t.Fatalf("bootstrap refresh_cluster_on_retry %v, want %v", want.Retry.RefreshClusterOnRetry, tt.cross)
 			}
 			for _, c := range b.GetStaticResources().GetClusters() {
 				th := c.GetCircuitBreakers().GetThresholds()
@@ -146,8 +137,51 @@ func TestRouterFailoverIsTheGeneratedBootstrap(t *testing.T) {
 	}
 }
 
+// TestRouteIsTheGeneratedBootstraps: for every policy serve's route picks the cluster as
+// the bootstrap `spillway render envoy` writes it (package envoy, validated with
+// go-control-plane): the matcher on the same filter-state key, the same map, the same
+// on_no_match, and no request header read; the request header serve removes is the one
+// the bootstrap's route removes.
+func TestRouteIsTheGeneratedBootstraps(t *testing.T) {
+	for _, via := range []string{"callout", "router"} {
+		t.Run(via, func(t *testing.T) {
+			path, doc := routerDemo(t, via, 0)
+			p, err := LoadPolicy(path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ep, err := envoy.LoadPolicy(doc, envoy.LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := envoy.Bootstrap(ep, envoy.Options{Upstreams: map[string]string{
+				"fake-openai": "http://127.0.0.1:4001", "fake-openrouter": "http://127.0.0.1:4002", "fake-anthropic": "http://127.0.0.1:4003"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hcm hcmv3.HttpConnectionManager
+			if err := b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+				t.Fatal(err)
+			}
+			routes := hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()
+			if len(routes) != 1 || len(routes[0].GetMatch().GetHeaders()) != 0 {
+				t.Fatalf("bootstrap routes %v: want one, matching no header", routes)
+			}
+			want := routeClusterOf(t, routes[0].GetRoute().GetInlineClusterSpecifierPlugin())
+			got := routeCluster(p.Clusters(), p.DefaultCluster())
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("serve's route differs from the bootstrap's (-bootstrap +serve):\n%s", diff)
+			}
+			if rm := routes[0].GetRequestHeadersToRemove(); len(rm) != 1 || rm[0] != HeaderCluster {
+				t.Errorf("bootstrap removes %v, serve removes %s", rm, HeaderCluster)
+			}
+		})
+	}
+}
+
 // routeClusterOf converts the bootstrap's matcher cluster specifier (a filter-state input,
-// an exact map of cluster actions, no on_no_match) to hostsim's.
+// an exact map of cluster actions, on_no_match telling an unknown value from none) to
+// hostsim's.
 func routeClusterOf(t *testing.T, plugin *routev3.ClusterSpecifierPlugin) *hostsim.RouteCluster {
 	t.Helper()
 	var spec matcherspecv3.MatcherClusterSpecifier
@@ -159,17 +193,27 @@ func routeClusterOf(t *testing.T, plugin *routev3.ClusterSpecifierPlugin) *hosts
 	if err := tree.GetInput().GetTypedConfig().UnmarshalTo(&input); err != nil {
 		t.Fatal(err)
 	}
-	if spec.GetClusterMatcher().GetOnNoMatch() != nil {
-		t.Fatalf("on_no_match %v", spec.GetClusterMatcher().GetOnNoMatch())
-	}
-	m := &hostsim.ClusterMatcher{FilterState: input.GetKey(), Clusters: map[string]string{}}
-	for key, om := range tree.GetExactMatchMap().GetMap() {
+	cluster := func(om *xdsmatcherv3.Matcher_OnMatch) string {
 		var action matcherspecv3.ClusterAction
 		if err := om.GetAction().GetTypedConfig().UnmarshalTo(&action); err != nil {
 			t.Fatal(err)
 		}
-		m.Clusters[key] = action.GetCluster()
+		return action.GetCluster()
 	}
+	m := &hostsim.ClusterMatcher{FilterState: input.GetKey(), Clusters: map[string]string{}}
+	for key, om := range tree.GetExactMatchMap().GetMap() {
+		m.Clusters[key] = cluster(om)
+	}
+	// on_no_match: a matcher list of one predicate on the same input (any value: the
+	// unknown cluster), whose own on_no_match is the default cluster.
+	nested := spec.GetClusterMatcher().GetOnNoMatch().GetMatcher()
+	list := nested.GetMatcherList().GetMatchers()
+	var predicateInput networkinputsv3.FilterStateInput
+	if len(list) != 1 || list[0].GetPredicate().GetSinglePredicate().GetInput().GetTypedConfig().UnmarshalTo(&predicateInput) != nil ||
+		predicateInput.GetKey() != input.GetKey() {
+		t.Fatalf("on_no_match %v: want one predicate on %s", spec.GetClusterMatcher().GetOnNoMatch(), input.GetKey())
+	}
+	m.OnUnknown, m.OnNoMatch = cluster(list[0].GetOnMatch()), cluster(nested.GetOnNoMatch())
 	return &hostsim.RouteCluster{Matcher: m}
 }
 

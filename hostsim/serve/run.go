@@ -90,7 +90,7 @@ func limitsFor(o Options, p *Policy) Limits {
 	}
 	// Envoy only ever raises a stream's buffer limit.
 	l.RequestBufferLimit = max(l.RequestBufferLimit, l.BufferLimit)
-	l.Router = routerFailoverFor(p.Resolved, p.DefaultCluster())
+	l.Router = routerFailoverFor(p.Resolved)
 	return l
 }
 
@@ -123,7 +123,7 @@ func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 	}
 	srv, err := New(Config{
 		Wasm: wasm, PluginConfig: policy.JSON, Clusters: inst.Clusters, DefaultCluster: policy.DefaultCluster(),
-		ClusterHeader: policy.ClusterHeader(), Workers: opts.Workers, Env: opts.Env, WASI: opts.WASI,
+		RouteClusters: policy.Clusters(), Workers: opts.Workers, Env: opts.Env, WASI: opts.WASI,
 		FailurePolicy: opts.FailurePolicy, WithoutHeadersStopIteration: !opts.AllowOnHeadersStopIteration,
 		BufferLimit: inst.Limits.BufferLimit, RequestBufferLimit: inst.Limits.RequestBufferLimit,
 		RouteBufferLimitAtRouter: opts.RouteBufferLimitAtRouter,
@@ -260,8 +260,9 @@ func (inst *Instance) Banner() string {
 		}
 		fmt.Fprintf(&b, "  %-10s %-*s -> %s%s\n", label, width, c.Name, target, note)
 	}
-	fmt.Fprintf(&b, "  routing:   Spillway sets %s to the chosen provider's cluster (a client's is removed); "+
-		"unrouted requests go to %s\n", inst.Policy.ClusterHeader(), inst.Policy.DefaultCluster())
+	fmt.Fprintf(&b, "  routing:   the route takes the cluster Spillway names in filter state %s (no client header "+
+		"names one; %s is removed); unrouted requests go to %s\n", routerretry.TargetFilterStateKey, HeaderCluster,
+		inst.Policy.DefaultCluster())
 	if len(inst.Fakes) > 0 {
 		b.WriteString("  fakes:     misbehave on x-fake-* request headers (hostsim/cmd/hostsim/README.md)\n")
 	}
@@ -301,9 +302,9 @@ func (inst *Instance) Banner() string {
 			"num_retries %d, back-off %v–%v, retry buffer %d bytes, max_retries %d, as the generated bootstrap\n",
 			rootid.Upstream, routerretry.MarkerHeader, *r.Retry.NumRetries, r.Retry.BaseInterval, r.Retry.MaxInterval,
 			*r.Retry.BufferLimit, r.MaxRetries)
-		if r.Cluster != nil {
-			fmt.Fprintf(&b, "             retries to any provider (failover.crossCluster): the route's cluster from filter state %s, "+
-				"refreshed before each retry (Envoy >= 1.39)\n", r.Cluster.Matcher.FilterState)
+		if r.Retry.RefreshClusterOnRetry {
+			fmt.Fprintf(&b, "             retries to any provider (failover.crossCluster): the route's cluster refreshed "+
+				"before each retry (Envoy >= 1.39)\n")
 		}
 	}
 	if inst.AdminAddr != "" {

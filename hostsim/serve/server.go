@@ -4,12 +4,16 @@
 // chose, and streams the answer back the same way (an SSE stream reaches the client event by
 // event).
 //
-// Routing follows Envoy's route `cluster_header`: the request header Config.ClusterHeader
-// (the policy's routing.clusterHeader, default x-spillway-cluster), as the filter left it
-// when the headers went on, names the upstream cluster (it is stripped before forwarding).
-// Spillway sets it to the provider it chose and removes any a client sent; a request it
-// does not route carries none and goes to the default cluster (the policy's first
-// provider's), as to a catch-all route. The router's own replies are Envoy's, with its
+// Routing follows the generated bootstrap's route (package envoy): the matcher cluster
+// specifier on the filter state the filter names the chosen cluster in
+// (routerretry.TargetFilterStateKey), each of Config.Clusters to itself, anything else to
+// Config.DefaultCluster (the policy's first provider's), as hostsim's route model resolves
+// it (hostsim.WithRouteCluster: matched before the filter runs, again at the router once
+// the filter cleared the route cache). No request header names a cluster, so a request the
+// filter never saw (a VM failed under FAIL_OPEN) goes to the default cluster whatever it
+// carries; the route removes a client's HeaderCluster before forwarding. A request Spillway
+// does not route goes to the default cluster, as the bootstrap's. The router's own replies
+// are Envoy's, with its
 // response flags and code details, and pass the filter's response path: an unknown cluster
 // is 503 with an empty body (NC, cluster_not_found), a cluster without endpoints 503 "no
 // healthy upstream" (UH), an upstream that cannot be reached 503 "upstream connect error or
@@ -51,9 +55,9 @@ import (
 
 // Headers serve reads or writes.
 const (
-	// HeaderCluster is the default route cluster header (Envoy's route cluster_header): the
-	// policy's default routing.clusterHeader, which the filter sets. Config.ClusterHeader
-	// changes it.
+	// HeaderCluster is the request header the route removes before forwarding, as the
+	// generated bootstrap's request_headers_to_remove does (envoy.ClientClusterHeader): the
+	// header a policy routing by header names the cluster in, never a client's to send on.
 	HeaderCluster = policies.RoutingClusterHeader
 	// HeaderRequestID is set on every request, as Envoy does, and forwarded upstream.
 	HeaderRequestID = "x-request-id"
@@ -97,10 +101,13 @@ type Config struct {
 	PluginConfig []byte
 	// Clusters are the upstream clusters; the filter's callouts may only use these names.
 	Clusters []Cluster
-	// DefaultCluster takes requests the filter did not name a cluster for.
+	// DefaultCluster takes requests the filter did not name a cluster for (the route's
+	// on_no_match).
 	DefaultCluster string
-	// ClusterHeader is the request header naming the cluster (default HeaderCluster).
-	ClusterHeader string
+	// RouteClusters are the cluster names the route's matcher maps to themselves: the
+	// policy's provider clusters, as the bootstrap's matcher maps them (a name no cluster
+	// has is the router's 503 NC). Nil: the names of Clusters.
+	RouteClusters []string
 	// Workers is the number of worker VMs (default 1).
 	Workers int
 	// Env is the VM environment.
@@ -193,9 +200,6 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BufferLimit <= 0 {
 		cfg.BufferLimit = DefaultBufferLimit
 	}
-	if cfg.ClusterHeader == "" {
-		cfg.ClusterHeader = HeaderCluster
-	}
 	if cfg.AccessLog == nil {
 		cfg.AccessLog = io.Discard
 	}
@@ -246,6 +250,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	if len(names) > 0 {
 		opts = append(opts, hostsim.WithCluster(names...))
+	}
+	routed := cfg.RouteClusters
+	if routed == nil {
+		routed = names
+	}
+	if rc := routeCluster(routed, cfg.DefaultCluster); rc != nil {
+		opts = append(opts, hostsim.WithRouteCluster(*rc))
 	}
 	opts = append(opts, cfg.RouterFailover.options(cfg.PluginConfig)...)
 	for _, e := range cfg.Env {
@@ -420,8 +431,12 @@ func (s *Server) exchange(r *http.Request, body io.Reader, out client, interrupt
 	if body == nil {
 		length = 0
 	}
+	headers := requestHeaders(r, newRequestID(), length)
+	if !s.normalizePath(headers, out, res) {
+		return res // the connection manager's reply, before any filter (pathnorm.go)
+	}
 	exCtx := context.WithValue(r.Context(), authorityKey{}, r.Host)
-	ex, err := vm.StartStream(exCtx, requestHeaders(r, newRequestID(), length), length == 0)
+	ex, err := vm.StartStream(exCtx, headers, length == 0)
 	if ex == nil {
 		s.logf("serve: %s %s: %v", r.Method, r.URL.Path, err)
 		s.localReply(out, res, http.StatusServiceUnavailable, "hostsim_unavailable", "hostsim could not start the request: the filter is not running")

@@ -51,6 +51,10 @@ func TestLoadPolicy(t *testing.T) {
 		{name: "several problems", content: `{"providers":[{"id":"p","connections":[{"id":"k"}]}],"routes":[{"model":"m","targets":[{"provider":"nope"}]}],"bogus":1}`,
 			wantErr: true, wantFields: []string{"bogus", "providers[0].cluster", "routes[0].targets[0].provider"}},
 		{name: "bad yaml", content: "providers: [", wantErr: true, wantFields: []string{"(root)"}},
+		// serve's route, the bootstrap's, reads filter state: a policy routing by header
+		// (Istio's) would reach the default cluster only.
+		{name: "routing by header", content: yamlPolicy + "routing: {clusterHeader: x-spillway-cluster}\n", env: []EnvVar{{"KEY", "x"}},
+			wantErr: true, wantFields: []string{"routing.clusterHeader"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -161,7 +165,7 @@ func TestBannerListsWhatRuns(t *testing.T) {
 		"fake-openai     -> " + d.Fakes["fake-openai"].URL + "  (built-in fake openai provider)  (default)",
 		"fake-openrouter -> " + d.Fakes["fake-openrouter"].URL + "  (built-in fake openai provider)",
 		"fake-anthropic  -> " + d.Fakes["fake-anthropic"].URL + "  (built-in fake anthropic provider)",
-		"routing:   Spillway sets x-spillway-cluster to the chosen provider's cluster (a client's is removed); unrouted requests go to fake-openai\n",
+		"routing:   the route takes the cluster Spillway names in filter state wasm.spillway_target (no client header names one; x-spillway-cluster is removed); unrouted requests go to fake-openai\n",
 		"fakes:     misbehave on x-fake-* request headers (hostsim/cmd/hostsim/README.md)\n",
 		"3 VMs, WASI envoy133, fail-reload, allow_on_headers_stop_iteration on",
 		"timeouts:  stream idle 8m5s (the policy's longest silence + 30s, as the generated bootstrap), route none, " +
@@ -248,28 +252,20 @@ routes:
 	}
 }
 
-// The route reads the cluster from the policy's routing.clusterHeader: the filter sets that
-// header, serve routes on it and strips it. The route's provider is not the first one, so
-// a serve reading another header would send the request to the default cluster instead.
-func TestPolicyClusterHeaderRoutes(t *testing.T) {
-	path := writeFile(t, "header.yaml", `
+// The route takes the cluster the filter names in filter state, never a client's header:
+// the route's provider is not the first one, and the client asks for the first one's
+// cluster, so a serve routing on the header would send the request there.
+func TestFilterStateRoutesAndTheClientHeaderDoesNot(t *testing.T) {
+	path := writeFile(t, "routes.yaml", `
 providers:
   - {id: first, cluster: fake-first, connections: [{id: f}]}
   - {id: second, cluster: fake-second, connections: [{id: s}]}
 routes:
   - {model: m, targets: [{provider: second}]}
-routing:
-  clusterHeader: X-Route-To
 `)
 	d := startDemo(t, func(o *Options) { o.PolicyPath = path })
-	if got := d.Policy.ClusterHeader(); got != "x-route-to" {
-		t.Fatalf("ClusterHeader() = %q, want the policy's x-route-to", got)
-	}
-	if b := d.Banner(); !strings.Contains(b, "Spillway sets x-route-to to the chosen provider's cluster") {
-		t.Errorf("banner does not name the policy's header:\n%s", b)
-	}
 	status, h, body := post(t, d.URL()+"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"Hi"}]}`,
-		map[string]string{"x-route-to": "fake-first"})
+		map[string]string{HeaderCluster: "fake-first"})
 	if status != 200 || h.Get("x-spillway-provider") != "second" {
 		t.Fatalf("%d %v %s", status, h, body)
 	}
@@ -277,7 +273,7 @@ routing:
 	if len(first) != 0 || len(second) != 1 {
 		t.Fatalf("fake-first got %d requests, fake-second %d; want 0 and 1", len(first), len(second))
 	}
-	if v := second[0].Header.Get("x-route-to"); v != "" {
-		t.Errorf("x-route-to = %q reached the upstream", v)
+	if v := second[0].Header.Get(HeaderCluster); v != "" {
+		t.Errorf("%s = %q reached the upstream", HeaderCluster, v)
 	}
 }

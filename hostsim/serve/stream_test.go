@@ -307,14 +307,17 @@ request_body ret 0
 // mid-stream (the client's stream is cut, UC), a stalled stream ended by the idle timeout
 // (UT), a connection reset before the answer (UC before headers).
 func TestRouterFailuresThroughServe(t *testing.T) {
-	p := probeStream(t, "", func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
-	p.up.SetPacing(fakeprovider.Pacing{})
-
-	status, _, body := post(t, p.url+"/v1/chat/completions", chatBody, map[string]string{HeaderCluster: "empty"})
+	// A filter that names the cluster without endpoints in filter state (and clears the route
+	// cache, as Spillway's header edits do): the route's matcher picks it.
+	empty := probeStream(t, "request_headers set_property spillway_target empty\nrequest_headers foreign clear_route_cache -", nil)
+	status, _, body := post(t, empty.url+"/v1/chat/completions", chatBody, nil)
 	if status != 503 || body != "no healthy upstream" {
 		t.Errorf("no endpoints: %d %q", status, body)
 	}
-	requireOneLine(t, p.access, "flags=UH details=no_healthy_upstream")
+	requireOneLine(t, empty.access, "flags=UH details=no_healthy_upstream")
+
+	p := probeStream(t, "", func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+	p.up.SetPacing(fakeprovider.Pacing{})
 
 	_, events, _ := sseRead(t, http.DefaultClient, p.url+"/v1/chat/completions", streamChatBody,
 		map[string]string{"x-fake-scenario": "reset", "x-fake-after-events": "2"})

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim"
+	"github.com/spillwayproxy/spillway/internal/routerretry"
 )
 
 // headerValue returns the first value of a lower-case header name.
@@ -41,21 +42,33 @@ func newTransport(connectTimeout time.Duration) *http.Transport {
 	}
 }
 
-// routeCluster is the cluster the route sends the request to: the cluster header as the
-// filter left it (Envoy's route cluster_header, read when the route resolves), or the
-// default cluster. The header's name is Config.ClusterHeader, the one place it is chosen.
-func (s *Server) routeCluster(headers [][2]string) string {
-	if name := headerValue(headers, s.cfg.ClusterHeader); name != "" {
-		return name
+// UnknownCluster is where the route sends a request whose filter state names a cluster the
+// route does not map, as the bootstrap's does (envoy.UnknownCluster): no cluster has the
+// name, so the router answers 503 NC.
+const UnknownCluster = "spillway_unknown_cluster"
+
+// routeCluster is the route's cluster specifier, the generated bootstrap's (envoy.Bootstrap,
+// routeFor): the matcher on the filter state the filter writes, each cluster to itself, a
+// filter state naming another cluster to UnknownCluster, a request without one (one
+// Spillway does not route, or one the filter never saw) to defaultCluster. nil when there
+// is nothing to route to.
+func routeCluster(clusters []string, defaultCluster string) *hostsim.RouteCluster {
+	if len(clusters) == 0 && defaultCluster == "" {
+		return nil
 	}
-	return s.cfg.DefaultCluster
+	m := &hostsim.ClusterMatcher{FilterState: routerretry.TargetFilterStateKey, Clusters: make(map[string]string, len(clusters)),
+		OnNoMatch: defaultCluster, OnUnknown: UnknownCluster}
+	for _, c := range clusters {
+		m.Clusters[c] = c
+	}
+	return &hostsim.RouteCluster{Matcher: m}
 }
 
 // resolveRoute is the router's decision when the request headers pass the filter
-// (Router::Filter::decodeHeaders): an unknown cluster is NC, a cluster without endpoints
-// UH, both answered before any request body.
-func (s *Server) resolveRoute(headers [][2]string) error {
-	base, ok := s.clusters[s.routeCluster(headers)]
+// (Router::Filter::decodeHeaders) on the route's cluster: an unknown cluster is NC, a
+// cluster without endpoints UH, both answered before any request body.
+func (s *Server) resolveRoute(cluster string, _ [][2]string) error {
+	base, ok := s.clusters[cluster]
 	switch {
 	case !ok:
 		return hostsim.ErrClusterNotFound
@@ -73,10 +86,7 @@ func (s *Server) resolveRoute(headers [][2]string) error {
 func (s *Server) upstream(call *hostsim.UpstreamCall) {
 	ctx := call.Context()
 	headers := call.Headers()
-	name := call.Cluster() // the route's matcher pick (failover.crossCluster), else the header
-	if name == "" {
-		name = s.routeCluster(headers)
-	}
+	name := call.Cluster() // the route's pick (routeCluster), refreshed before a retry under crossCluster
 	base, ok := s.clusters[name]
 	switch {
 	case !ok:
@@ -87,7 +97,7 @@ func (s *Server) upstream(call *hostsim.UpstreamCall) {
 		return
 	}
 	authority, _ := ctx.Value(authorityKey{}).(string)
-	hreq, err := newUpstreamRequest(ctx, base, headers, call.Body(), authority, s.cfg.ClusterHeader)
+	hreq, err := newUpstreamRequest(ctx, base, headers, call.Body(), authority, HeaderCluster)
 	if err != nil {
 		s.logf("serve: cluster %s: %v", name, err)
 		_ = call.Fail(&hostsim.UpstreamReset{Reason: hostsim.ResetLocalReset})
@@ -196,10 +206,11 @@ func upstreamHeaders(resp *http.Response) [][2]string {
 // newUpstreamRequest builds the HTTP request for a cluster from proxy-wasm headers, with
 // body streaming the request body. The Host is the :authority the filter left, unless it is
 // still the downstream's own, in which case the cluster's host is used (Envoy's
-// auto_host_rewrite, which clusters for external providers set). The cluster header and
-// hop-by-hop headers are not sent (the route's request_headers_to_remove); the content
-// length is the filter's (chunked when it set none).
-func newUpstreamRequest(ctx context.Context, base string, headers [][2]string, body io.Reader, downstreamAuthority, clusterHeader string) (*http.Request, error) {
+// auto_host_rewrite, which clusters for external providers set). Hop-by-hop headers and
+// removed (the route's request_headers_to_remove: HeaderCluster; a callout, which no route
+// takes, removes nothing) are not sent; the content length is the filter's (chunked when it
+// set none).
+func newUpstreamRequest(ctx context.Context, base string, headers [][2]string, body io.Reader, downstreamAuthority, removed string) (*http.Request, error) {
 	method, path := headerValue(headers, ":method"), headerValue(headers, ":path")
 	if method == "" || path == "" || path[0] != '/' {
 		return nil, fmt.Errorf("bad request line %q %q", method, path)
@@ -217,7 +228,7 @@ func newUpstreamRequest(ctx context.Context, base string, headers [][2]string, b
 	}
 	for _, kv := range headers {
 		k := kv[0]
-		if strings.HasPrefix(k, ":") || hopByHop[k] || k == "content-length" || k == clusterHeader {
+		if strings.HasPrefix(k, ":") || hopByHop[k] || k == "content-length" || k == removed {
 			continue
 		}
 		hreq.Header.Add(k, kv[1])

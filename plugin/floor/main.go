@@ -14,6 +14,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/spillwayproxy/spillway/internal/routerretry"
 	"github.com/spillwayproxy/spillway/plugin/hostabi"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
@@ -55,6 +56,10 @@ const (
 	leaseKey      = state.KeyPrefix + "adm:c:6:openai:openai-a"
 )
 
+// targetPath is the filter state property spillway names the cluster in
+// (routerretry.TargetProperty), as a proxy_set_property path.
+var targetPath = hostabi.JoinPath(nil, routerretry.TargetProperty)
+
 // httpContext makes spillway's host calls at the callbacks spillway makes them in.
 type httpContext struct {
 	types.DefaultHttpContext
@@ -73,7 +78,7 @@ func (c *httpContext) OnHttpRequestHeaders(int, bool) types.Action {
 }
 
 // OnHttpRequestBody: read the body at its end, validate the cache, take the lease (capped),
-// set the cluster header and the credential, continue.
+// name the cluster in filter state and set the credential, continue.
 func (c *httpContext) OnHttpRequestBody(size int, eos bool) types.Action {
 	if !eos {
 		return types.ActionPause
@@ -83,7 +88,7 @@ func (c *httpContext) OnHttpRequestBody(size int, eos bool) types.Action {
 	if c.capped {
 		c.swapLease(1)
 	}
-	_ = hostabi.ReplaceHeader(hostabi.RequestHeaders, "x-spillway-cluster", "fake-openai")
+	_ = hostabi.SetProperty(targetPath, "fake-openai")
 	_ = hostabi.ReplaceHeader(hostabi.RequestHeaders, "authorization", "Bearer demo-key-a")
 	return types.ActionContinue
 }

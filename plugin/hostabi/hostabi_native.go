@@ -119,6 +119,12 @@ func GetProperty(path []byte, dst []byte) ([]byte, error) {
 	return append(dst[:0], v...), nil
 }
 
+// SetProperty writes a property (segments joined by NUL): filter state under "wasm." + the
+// path in Envoy.
+func SetProperty(path []byte, value string) error {
+	return proxywasm.SetProperty(strings.Split(string(path), "\x00"), []byte(value))
+}
+
 // SendLocalResponse sends a local reply (the SDK's call has no details).
 func SendLocalResponse(status uint32, _ string, body []byte, headers [][2]string, _ *[]byte) error {
 	return proxywasm.SendHttpResponse(status, headers, body, -1)

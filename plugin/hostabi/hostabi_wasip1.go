@@ -225,6 +225,9 @@ func hostSetSharedData(key *byte, keySize int32, value *byte, valueSize int32, c
 //go:wasmimport env proxy_get_property
 func hostGetProperty(path *byte, pathSize int32, retData *uint32, retSize *int32) uint32
 
+//go:wasmimport env proxy_set_property
+func hostSetProperty(path *byte, pathSize int32, value *byte, valueSize int32) uint32
+
 //go:wasmimport env proxy_send_local_response
 func hostSendLocalResponse(status uint32, details *byte, detailsSize int32, body *byte, bodySize int32,
 	headers *byte, headersSize int32, grpcStatus int32) uint32
@@ -357,6 +360,13 @@ func GetProperty(path []byte, dst []byte) ([]byte, error) {
 		return dst[:0], statusErr(st)
 	}
 	return append(dst[:0], data...), nil
+}
+
+// SetProperty writes a property (path segments joined by NUL, see JoinPath): filter state
+// under "wasm." + the path in Envoy (context.cc, Context::setProperty). It allocates
+// nothing.
+func SetProperty(path []byte, value string) error {
+	return statusErr(hostSetProperty(bptr(path), int32(len(path)), ptr(value), int32(len(value))))
 }
 
 // SendLocalResponse sends a local reply; headers are encoded into *scratch.

@@ -103,8 +103,8 @@ func TestRenderIstio(t *testing.T) {
 					o.StatsTags = append(o.StatsTags, istio.StatsTag{Name: tag.Name, Regex: tag.Regex})
 				}
 			}), ""},
-		{"an existing gateway", append([]string{"-gateway", "istio-ingress/public", "-failure-policy", "fail-open"}, gatewayArgs...),
-			with(gateway, func(o *istio.Options) { o.Gateway, o.FailurePolicy = "istio-ingress/public", istio.FailOpen }), ""},
+		{"an existing gateway", append([]string{"-gateway", "istio-ingress/public", "-failure-policy", "fail-closed"}, gatewayArgs...),
+			with(gateway, func(o *istio.Options) { o.Gateway, o.FailurePolicy = "istio-ingress/public", istio.FailClosed }), ""},
 		{"a private image", append([]string{"-mode", "wasmplugin", "-image-pull-secret", "regcred", "-selector", "tier=web",
 			"-host", "llm.agents.svc.cluster.local"}, sidecarArgs...),
 			with(sidecar, func(o *istio.Options) {
@@ -253,6 +253,8 @@ func TestRenderIstioRefusals(t *testing.T) {
 		{"an upstream with a path", slices.Concat(gateway, istioImageArgs, []string{"-upstream", "fake-openai=https://api.openai.com/v1",
 			"-upstream", "fake-anthropic=https://api.anthropic.com", "-upstream", "fake-openrouter=https://openrouter.ai"}), exitProblem, []string{
 			"  -upstream fake-openai: \"https://api.openai.com/v1\": want https://host[:port] or http://host:port\n"}},
+		{"fail-open", demoIstioArgs(append([]string{"-failure-policy", "fail-open"}, gateway...)...), exitProblem, []string{
+			"  -failure-policy: \"open\" (fail-open) is refused for Istio: istiod's routes pick a provider by the :authority and cluster header"}},
 		{"a pull secret in full mode", demoIstioArgs(append([]string{"-image-pull-secret", "regcred"}, gateway...)...), exitProblem, []string{
 			"  -image-pull-secret: an EnvoyFilter cannot name one"}},
 		{"gateway flags on a sidecar", demoIstioArgs("-attach", "sidecar", "-namespace", "agents", "-selector", "app=agent", "-gateway", "istio-ingress/public", "-gateway-credential", "tls"), exitProblem, []string{

@@ -76,7 +76,7 @@ func newIstioFlags(stderr io.Writer) (*flag.FlagSet, *istioFlags) {
 	fs.StringVar(&o.GatewayCredential, "gateway-credential", "", "make the emitted Gateway terminate TLS with this `SECRET` (credentialName)")
 	fs.Var(portFlag{&o.Port}, "port", "the ServiceEntry `PORT` of the external providers; for a sidecar also the frontend's port (default 80)")
 	fs.Var(clusterFlags(o.Upstreams), "upstream", "a provider cluster's upstream, `CLUSTER=URL` (repeatable): https://host[:port] outside the mesh, http://host:port for a Service in it (default https://<the provider's authority>)")
-	fs.Var(&istioFailureFlag{&o.FailurePolicy}, "failure-policy", "what the proxy does after a VM failure, `POLICY`: fail-reload (a fresh VM), fail-closed (503), fail-open (skip the filter)")
+	fs.Var(&istioFailureFlag{&o.FailurePolicy}, "failure-policy", "what the proxy does after a VM failure, `POLICY`: fail-reload (a fresh VM) or fail-closed (503); fail-open is refused (istiod's routes match headers a client can send)")
 	fs.Var(envFlags(o.InlineEnv), "inline-env", "set a VM environment variable in the resource itself, `NAME=VALUE` (repeatable; readable by anyone who can read the resource: never a credential)")
 	fs.BoolVar(&f.statsTags, "stats-bootstrap-override", false, "also emit Spillway's stats_tags as a bootstrap-override ConfigMap (for proxies whose extraStatTags you cannot set; never both)")
 	return fs, f

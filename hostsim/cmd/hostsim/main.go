@@ -100,12 +100,11 @@ func serveFlags(o *serve.Options) (*flag.FlagSet, *serve.Options) {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: hostsim serve [flags]\n\n"+
 			"A local HTTP/1.1 and h2c proxy that streams every request through the proxy-wasm module in\n"+
-			"worker VMs, chunk by chunk as Envoy does, to the cluster named by the request header\n"+
-			"that the policy's routing.clusterHeader names (default %s), as the filter\n"+
-			"left it: Spillway removes a client's value and sets the chosen provider's cluster; a\n"+
-			"request it does not route carries none and goes to the policy's first provider's\n"+
-			"cluster. The header is removed before the request goes upstream, and the answer streams\n"+
-			"back the same way.\n"+
+			"worker VMs, chunk by chunk as Envoy does, to the cluster the filter names in filter state,\n"+
+			"as the route spillway render envoy writes reads it: a request without one (not routed by\n"+
+			"Spillway, or passed by a failed VM under fail-open) goes to the policy's first provider's\n"+
+			"cluster, whatever %s header a client sent (removed before the request goes\n"+
+			"upstream). The answer streams back the same way.\n"+
 			"Fake providers misbehave on x-fake-* request headers (see hostsim/cmd/hostsim/README.md).\n"+
 			"\nFlags:\n", serve.HeaderCluster)
 		fs.PrintDefaults()

@@ -36,6 +36,7 @@ var notMechanismSettings = map[string]string{
 	"Admin.Token":                            "the filter's admin API",
 	"MaxRequestBodyBytes":                    "the filter's body limit",
 	"Routing.ClusterHeader":                  "the filter",
+	"Routing.ClusterByHeader":                "the filter (setTargetHeaders)",
 	"Routing.Paths":                          "the filter",
 	"Routing.BodyWait":                       "the filter",
 	"Routing.Mode":                           "the filter (header-routed mode)",

@@ -167,12 +167,17 @@ func TestRoutedRequestGetsItsTarget(t *testing.T) {
 		t.Fatalf("last body chunk action %v, want Continue; local reply %+v", a, host.GetSentLocalResponse(id))
 	}
 	req := host.GetCurrentRequestHeaders(id)
-	for name, want := range map[string]string{"x-spillway-cluster": "openai", "authorization": "Bearer sk-a", ":authority": "api.openai.com"} {
+	for name, want := range map[string]string{"authorization": "Bearer sk-a", ":authority": "api.openai.com"} {
 		if got, _ := header(req, name); got != want {
 			t.Errorf("upstream %s = %q, want %q", name, got, want)
 		}
 	}
-	for _, name := range []string{"x-api-key", "accept-encoding", "x-session-id", "x-codex-session-id", "x-omniroute-session"} {
+	// The cluster is named in filter state, which the route's matcher reads; no header
+	// names it (the client's is removed).
+	if got, err := host.GetProperty([]string{"spillway_target"}); err != nil || string(got) != "openai" {
+		t.Errorf("filter state spillway_target = %q, %v; want openai", got, err)
+	}
+	for _, name := range []string{"x-spillway-cluster", "x-api-key", "accept-encoding", "x-session-id", "x-codex-session-id", "x-omniroute-session"} {
 		if v, ok := header(req, name); ok {
 			t.Errorf("%s=%q reaches the upstream", name, v)
 		}
@@ -193,6 +198,73 @@ func TestRoutedRequestGetsItsTarget(t *testing.T) {
 		if n, err := host.GetCounterMetric(name); err != nil || n != want {
 			t.Errorf("%s = %d, %v; want %d", name, n, err, want)
 		}
+	}
+}
+
+// A policy that routes by header (routing.clusterHeader, as istio.Render writes it for
+// Istio's VirtualServices) names the cluster in that header and writes no filter state:
+// one host call either way.
+func TestClusterByHeaderWhenThePolicyNamesOne(t *testing.T) {
+	host, status := newHost(t, policyJSON(t, testPolicy+"routing: {clusterHeader: X-Route-To}\n"), nil)
+	if status != types.OnPluginStartStatusOK {
+		t.Fatalf("start: %v %v", status, host.GetCriticalLogs())
+	}
+	id := host.InitializeHttpContext()
+	host.CallOnRequestHeaders(id, chatHeaders("/v1/chat/completions", [2]string{"x-route-to", "anthropic"}), false)
+	if a := host.CallOnRequestBody(id, []byte(`{"model":"gpt-4o","messages":[]}`), true); a != types.ActionContinue {
+		t.Fatalf("body action %v; local reply %+v", a, host.GetSentLocalResponse(id))
+	}
+	if got, _ := header(host.GetCurrentRequestHeaders(id), "x-route-to"); got != "openai" {
+		t.Errorf("x-route-to = %q, want openai (the client's anthropic replaced)", got)
+	}
+	if got, err := host.GetProperty([]string{"spillway_target"}); err == nil {
+		t.Errorf("filter state spillway_target = %q, want none when routing by header", got)
+	}
+}
+
+// A target with neither an authority nor a credential edits no request header, so nothing
+// would clear the route cache the connection manager filled before the filter ran: the
+// filter clears it itself (clear_route_cache), and only then.
+func TestTargetWithoutHeadersClearsTheRouteCache(t *testing.T) {
+	const local = `
+providers:
+  - id: ollama
+    profile: local
+    cluster: ollama
+    connections: [{id: local}]
+  - id: openai
+    cluster: openai
+    authority: api.openai.com
+    connections: [{id: key-a, credential: {header: authorization, value: "Bearer sk-a"}}]
+routes:
+  - {model: llama3, targets: [{provider: ollama}]}
+  - {model: gpt-4o, targets: [{provider: openai}]}
+`
+	host, status := newHost(t, policyJSON(t, local), nil)
+	if status != types.OnPluginStartStatusOK {
+		t.Fatalf("start: %v %v", status, host.GetCriticalLogs())
+	}
+	clears := 0
+	host.RegisterForeignFunction("clear_route_cache", func([]byte) []byte { clears++; return nil })
+	for _, tc := range []struct {
+		model, cluster string
+		clears         int // clear_route_cache calls after the request
+	}{
+		{"llama3", "ollama", 1}, // no header written: the filter clears the cache
+		{"gpt-4o", "openai", 1}, // the credential write clears it: no call of its own
+	} {
+		id := host.InitializeHttpContext()
+		host.CallOnRequestHeaders(id, chatHeaders("/v1/chat/completions"), false)
+		if a := host.CallOnRequestBody(id, []byte(`{"model":"`+tc.model+`","messages":[]}`), true); a != types.ActionContinue {
+			t.Fatalf("%s: body action %v; local reply %+v", tc.model, a, host.GetSentLocalResponse(id))
+		}
+		if got, _ := host.GetProperty([]string{"spillway_target"}); string(got) != tc.cluster {
+			t.Errorf("%s: spillway_target %q, want %q", tc.model, got, tc.cluster)
+		}
+		if clears != tc.clears {
+			t.Errorf("%s: clear_route_cache called %d times in all, want %d", tc.model, clears, tc.clears)
+		}
+		host.CompleteHttpContext(id)
 	}
 }
 

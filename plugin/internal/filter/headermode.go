@@ -111,13 +111,15 @@ func (h *httpContext) headerRoutedRequest(endOfStream bool) types.Action {
 }
 
 // headerRoutedTarget sets the attempt's target on the request: at its headers, or, once the
-// body ruled the header's target out, as a callout.
-func (h *httpContext) headerRoutedTarget() {
+// body ruled the header's target out, as a callout. It reports false as applyTarget does.
+func (h *httpContext) headerRoutedTarget() bool {
 	if h.hm.viaCallout {
 		h.calloutAttempt()
-		return
+		return true
 	}
-	h.setTargetHeaders()
+	if !h.setTargetHeaders() {
+		return false
+	}
 	if h.hm.modelHeaderSent {
 		removeRequestHeader(h.plugin.res.Routing.ModelHeader) // Spillway's, not the provider's
 		h.hm.modelHeaderSent = false
@@ -127,6 +129,7 @@ func (h *httpContext) headerRoutedTarget() {
 		removeRequestHeader("content-length")
 		h.hm.lengthFree = true
 	}
+	return true
 }
 
 // calloutAttempt sends the attempt by callout (the request's body ruled its header target

@@ -268,7 +268,10 @@ func (h *httpContext) dispatchRequest() step {
 			}
 		}
 		h.startAttempt(d)
-		h.applyTarget()
+		if !h.applyTarget() {
+			h.reply(replies.Internal())
+			return stepAnswered
+		}
 		return stepProceed
 	}
 	if hasWaiting {
@@ -380,30 +383,36 @@ func (h *httpContext) retryAdmission() {
 	case !d.Waiting:
 		h.effective()
 		h.startAttempt(d)
-		h.applyTarget()
+		if !h.applyTarget() {
+			h.reply(replies.Internal())
+			return
+		}
 		h.resumeRequest(stepProceed)
 	}
 }
 
 // applyTarget sets the attempt's target on the held request: its headers (setTargetHeaders)
-// and the target's model in the body.
-func (h *httpContext) applyTarget() {
+// and the target's model in the body. It reports false when the request must not go on
+// (setTargetHeaders could not name its cluster); the caller answers it.
+func (h *httpContext) applyTarget() bool {
 	if h.hm.active {
-		h.headerRoutedTarget()
-		return
+		return h.headerRoutedTarget()
 	}
-	h.setTargetHeaders()
+	if !h.setTargetHeaders() {
+		return false
+	}
 	sent := len(h.body)
 	if model := h.d.Target.Model; model != h.model {
 		n, ok := h.sendBodyFor(model)
 		if !ok {
-			return
+			return true
 		}
 		sent = n
 	}
 	if h.plugin.res.Failover.ViaRouter && h.rt.link == 0 {
 		h.linkTries(sent) // router.go: later attempts may be the router's retries
 	}
+	return true
 }
 
 // sendBodyFor replaces the request body the stream holds with the client's body for model,
@@ -423,17 +432,53 @@ func (h *httpContext) sendBodyFor(model string) (n int, ok bool) {
 	return len(body), true
 }
 
-// setTargetHeaders sets the attempt's target on the request headers: the cluster header,
-// then setConnectionHeaders.
-func (h *httpContext) setTargetHeaders() {
-	replaceRequestHeader(h.plugin.res.Routing.ClusterHeader, h.provider().Cluster)
+// setTargetHeaders sets the attempt's target on the request: its cluster, then
+// setConnectionHeaders. The cluster is named in filter state (setTargetCluster: the
+// standalone bootstrap's and hostsim serve's route read it with the matcher cluster
+// specifier, and no client can write it), or, when the policy routes by header
+// (routing.clusterHeader, which istio.Render sets: Istio's VirtualServices match a header),
+// in the cluster header. It reports false when the host refused the filter state: the
+// request must not go on, since the route would send it, with this connection's
+// credential, to its default cluster.
+//
+// The route was matched before the filter ran (source/common/http/conn_manager_impl.cc,
+// ActiveStream::decodeHeaders → refreshCachedRoute), without the filter state, and the
+// router resolves it again (its matcher reading the filter state as it is then) only once
+// the route cache was cleared. Every request-header edit clears it for Spillway's ABI 0.2.0
+// (source/extensions/common/wasm/context.cc: addHeaderMapValue, replaceHeaderMapValue and
+// removeHeaderMapValue call onHeadersModified; research §12), and nothing reads the route
+// in between, so the filter state goes first and the connection's headers after it. A
+// target that has neither an :authority nor a credential to set, whose attempt may edit no
+// header at all, clears the cache itself (clearRouteCache).
+func (h *httpContext) setTargetHeaders() bool {
+	res := h.plugin.res
+	pv := h.provider()
+	if res.Routing.ClusterByHeader {
+		replaceRequestHeader(res.Routing.ClusterHeader, pv.Cluster)
+	} else if !h.setTargetCluster(pv.Cluster) {
+		return false
+	}
 	h.setConnectionHeaders()
+	if !res.Routing.ClusterByHeader && pv.Authority == "" && h.connection().CredentialHeader == "" {
+		clearRouteCache()
+	}
+	return true
+}
+
+// clearRouteCache has Envoy resolve the route again when the request reaches the router
+// (the foreign function clear_route_cache, which Envoy registers from 1.33:
+// source/extensions/common/wasm/foreign.cc); a failure only logs.
+func clearRouteCache() {
+	if _, err := proxywasm.CallForeignFunction("clear_route_cache", nil); err != nil {
+		proxywasm.LogWarnf("spillway: clear_route_cache: %v", err)
+	}
 }
 
 // setConnectionHeaders sets the provider's :authority and the connection's credential in
 // place of every client credential. Accept-Encoding is dropped so an error body comes back
 // readable for classification. A router retry (router.go) sets these alone: its route and
-// cluster were chosen with the first try, and the route removed the cluster header then.
+// cluster were chosen with the first try (or, under crossCluster, by the filter state the
+// failed try wrote).
 func (h *httpContext) setConnectionHeaders() {
 	pv := h.provider()
 	cn := h.connection()

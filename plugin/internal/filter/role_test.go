@@ -184,8 +184,8 @@ func TestOtherRootIDsKeepTheDownstreamRole(t *testing.T) {
 				t.Fatalf("request headers action %v, want Pause (held for the body)", a)
 			}
 			host.CallOnRequestBody(stream, []byte(`{"model":"gpt-4o","messages":[]}`), true)
-			if got, _ := header(host.GetCurrentRequestHeaders(stream), "x-spillway-cluster"); got != "openai" {
-				t.Errorf("x-spillway-cluster %q, want openai", got)
+			if got, _ := host.GetProperty([]string{"spillway_target"}); string(got) != "openai" {
+				t.Errorf("spillway_target %q, want openai", got)
 			}
 			host.CompleteHttpContext(stream)
 		})

@@ -57,17 +57,15 @@ import (
 //     and released marked or not. The held try's first-event bound and the detector for an
 //     upstream filter without allow_on_headers_stop_iteration run on the downstream
 //     instance's tick (heldTryTick), which makes the try's context effective to let it go.
-//   - A retry to another cluster (failover.crossCluster, Envoy ≥ 1.39): the route's
-//     cluster_header is resolved once per request (HeaderClusterSpecifierPlugin's
-//     DynamicRouteEntry keeps its cluster name) and Filter::doRetry reuses it, so the route
-//     picks its cluster with the matcher cluster specifier on the filter state
-//     TargetProperty instead, and RetryPolicy.refresh_cluster_on_retry has doRetry re-run it
-//     before each retry (MatcherRouteEntry::refreshRouteCluster). The downstream instance
-//     names the first try's cluster there (its header edits clear the route cache, so the
-//     router resolves the route after it); a failed try names its retry's cluster before it
-//     is marked (proxy_set_property works from a response callback, where the request
-//     headers no longer can be written: context.cc Context::decodeHeaders drops them). A try
-//     for another model holds its request headers and rewrites its own copy of the body
+//   - A retry to another cluster (failover.crossCluster, Envoy ≥ 1.39): the route picks its
+//     cluster with the matcher cluster specifier on the filter state TargetProperty, which
+//     the downstream instance writes for the first try (setTargetHeaders), and
+//     RetryPolicy.refresh_cluster_on_retry has Filter::doRetry re-run it before each retry
+//     (MatcherRouteEntry::refreshRouteCluster); without it doRetry reuses the first try's
+//     cluster. A failed try names its retry's cluster before it is marked
+//     (proxy_set_property works from a response callback, where the request headers no
+//     longer can be written: context.cc Context::decodeHeaders drops them). A try for
+//     another model holds its request headers and rewrites its own copy of the body
 //     (rewriteTryBody). Without crossCluster a retry reaches only targets on the current
 //     try's cluster with the replayed body's model.
 //   - A marked try the router does not retry after all (its retries or its retry budget
@@ -86,12 +84,16 @@ import (
 const LinkProperty = "spillway.link"
 
 // TargetProperty (routerretry.TargetProperty) is the filter state property that names the
-// cluster of the request's next try under failover.crossCluster: the route's matcher
-// cluster specifier reads it (routerretry.TargetFilterStateKey) when the route resolves and
-// again before each retry (RetryPolicy.refresh_cluster_on_retry, Envoy ≥ 1.39).
+// cluster of a routed request (setTargetHeaders) and, under failover.crossCluster, of its
+// next try: the route's matcher cluster specifier reads it (routerretry.TargetFilterStateKey)
+// when the route resolves and, with RetryPolicy.refresh_cluster_on_retry (Envoy ≥ 1.39),
+// again before each retry.
 const TargetProperty = routerretry.TargetProperty
 
-var propLink = hostabi.JoinPath(nil, LinkProperty)
+var (
+	propLink   = hostabi.JoinPath(nil, LinkProperty)
+	propTarget = hostabi.JoinPath(nil, TargetProperty)
+)
 
 // routerTries is a router-mode request's failover state (streamState.rt).
 type routerTries struct {
@@ -163,12 +165,8 @@ func (l *routerLinks) unlink(id uint64) {
 // target is set on it already; bodyLen is the length of the body it was sent).
 func (h *httpContext) linkTries(bodyLen int) {
 	p := h.plugin
-	// Under crossCluster the route reads the request's cluster from the filter state alone
-	// (its matcher), so it is named first, linked or not: a request that cannot be linked
-	// still reaches its first target, and fails over by callout.
-	if p.res.Failover.CrossCluster && !h.setTargetCluster(h.provider().Cluster) {
-		return
-	}
+	// The first try's cluster is in the filter state already (setTargetHeaders): a request
+	// that cannot be linked still reaches its target, and fails over by callout.
 	n, value, ok := p.vm.links.link(h, h.bufs.prop)
 	h.bufs.prop = value
 	if !ok {
@@ -182,12 +180,13 @@ func (h *httpContext) linkTries(bodyLen int) {
 	h.rt.link, h.rt.cluster, h.rt.model, h.rt.bodyLen = n, h.provider().Cluster, h.d.Target.Model, bodyLen
 }
 
-// setTargetCluster names the cluster the route sends the next try to (crossCluster). A
-// failure (the host refused the write) is logged: the route then finds no cluster for the
-// first try (503 NC), and a failed try is not marked (it fails over by callout).
+// setTargetCluster names the cluster the route sends the request (or, under crossCluster,
+// its next try) to, in the filter state TargetProperty. A failure (the host refused the
+// write) is logged: a first attempt is then answered 500 (setTargetHeaders), a failed try
+// is not marked (it fails over by callout).
 func (h *httpContext) setTargetCluster(cluster string) bool {
-	if err := proxywasm.SetProperty([]string{TargetProperty}, []byte(cluster)); err != nil {
-		proxywasm.LogWarnf("spillway: router failover: set %s: %v; failing over by callout", TargetProperty, err)
+	if err := hostabi.SetProperty(propTarget, cluster); err != nil {
+		proxywasm.LogWarnf("spillway: set %s: %v", TargetProperty, err)
 		return false
 	}
 	return true

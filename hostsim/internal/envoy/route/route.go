@@ -17,6 +17,8 @@
 //     entry starts with cluster "" and evaluates the match tree on HttpMatchingDataImpl
 //     (the stream info, the current request headers); a match sets the cluster, no match
 //     keeps the one it had ("" at the first pick, so the router finds no cluster).
+//     on_no_match runs for an input without a value and for one the map lacks alike
+//     (source/common/matcher/map_matcher.h, MapMatcher::match and doNoMatch).
 //   - The inputs: source/common/http/matching/inputs.h, HttpHeadersDataInputBase::get
 //     (envoy.matching.inputs.request_headers: every value of the header joined with ",",
 //     no value when absent); source/common/network/matching/inputs.cc,
@@ -25,13 +27,15 @@
 //     proxy_set_property stores key "wasm." + path as a CelState
 //     (source/extensions/common/wasm/context.cc, Context::setProperty), whose
 //     serializeAsString is the raw bytes (source/extensions/filters/common/expr/
-//     cel_state.h). How the exact_match_map treats an input without a value
-//     (source/common/matcher/map_matcher.h, MapMatcher::match: on_no_match) was not
-//     re-read for this model.
+//     cel_state.h). The exact_match_map runs on_no_match for an input without a value and
+//     for a value it lacks alike (source/common/matcher/map_matcher.h, MapMatcher::match
+//     and doNoMatch; the filter-state input's missing key is no value:
+//     source/common/network/matching/inputs.h, FilterStateInput::get).
 //
 // Not modelled: weighted_clusters, priority_group, dynamic modules, cluster specifier
 // plugins other than the matcher, match trees other than one exact_match_map over one
-// input, and matchers nested in the map's actions.
+// input whose on_no_match is a cluster or one matcher_list predicate on the same input
+// (Matcher.OnUnknown), and matchers nested in the map's actions.
 package route
 
 import (
@@ -67,6 +71,12 @@ type Matcher struct {
 	Exact map[string]string
 	// OnNoMatch is on_no_match's ClusterAction cluster ("": none).
 	OnNoMatch string
+	// OnUnknown, when set, makes on_no_match a nested matcher_list of one single_predicate
+	// on the same input that matches any non-empty value: an input whose value the map
+	// lacks goes to OnUnknown, one without a value (or an empty one) to OnNoMatch.
+	// (MapMatcher::doNoMatch runs on_no_match, nested matchers included, for both; a single
+	// predicate does not match an input without a value.)
+	OnUnknown string
 }
 
 // InputKind is the kind of a matcher's input.
@@ -169,6 +179,9 @@ func (m *Matcher) match(d Data) (string, bool) {
 	if v, ok := m.value(d); ok {
 		if c, ok := m.Exact[v]; ok {
 			return c, true
+		}
+		if m.OnUnknown != "" && v != "" {
+			return m.OnUnknown, true
 		}
 	}
 	if m.OnNoMatch != "" {

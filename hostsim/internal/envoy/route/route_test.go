@@ -18,6 +18,8 @@ func TestRouteAndRefresh(t *testing.T) {
 	byState := &Matcher{Input: Input{Kind: InputFilterState, Name: "wasm.target"},
 		Exact: map[string]string{"a": "cluster-a", "b": "cluster-b"}}
 	withDefault := &Matcher{Input: byState.Input, Exact: byState.Exact, OnNoMatch: "fallback"}
+	// The generated bootstrap's: a value the map lacks is not a request without one.
+	tellsApart := &Matcher{Input: byState.Input, Exact: byState.Exact, OnNoMatch: "fallback", OnUnknown: "nowhere"}
 	byHeader := &Matcher{Input: Input{Kind: InputRequestHeader, Name: "x-target"},
 		Exact: map[string]string{"a,b": "both", "a": "cluster-a"}}
 	cases := []struct {
@@ -49,6 +51,12 @@ func TestRouteAndRefresh(t *testing.T) {
 		{name: "on_no_match is a match", spec: Specifier{Matcher: withDefault},
 			first: Data{FilterState: fs(map[string]string{"wasm.target": "a"})}, want: "cluster-a",
 			refresh: Data{FilterState: fs(map[string]string{"wasm.target": "zzz"})}, changed: true, after: "fallback"},
+		{name: "on_no_match's predicate: an unknown value", spec: Specifier{Matcher: tellsApart},
+			first: Data{FilterState: fs(map[string]string{"wasm.target": "zzz"})}, want: "nowhere",
+			refresh: Data{FilterState: fs(map[string]string{"wasm.target": "b"})}, changed: true, after: "cluster-b"},
+		{name: "on_no_match's predicate: no value is the default", spec: Specifier{Matcher: tellsApart},
+			first: Data{}, want: "fallback",
+			refresh: Data{FilterState: fs(map[string]string{"wasm.target": ""})}, after: "fallback"},
 		{name: "request header: values joined with a comma", spec: Specifier{Matcher: byHeader},
 			first: Data{Headers: [][2]string{{"X-Target", "a"}, {"x-target", "b"}}}, want: "both",
 			refresh: Data{Headers: [][2]string{{"x-target", "a"}}}, changed: true, after: "cluster-a"},
