@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/spillwayproxy/spillway/internal/failurepolicy"
 )
 
 // Mode is how the filter is attached to the proxy.
@@ -54,7 +56,7 @@ type FailurePolicy string
 
 const (
 	// FailReload starts a fresh VM for the next request (Envoy FAIL_RELOAD, WasmPlugin
-	// FAIL_RELOAD); the default. Shared data, where Spillway keeps its state, survives.
+	// FAIL_RELOAD), DefaultFailurePolicy. Shared data, where Spillway keeps its state, survives.
 	FailReload FailurePolicy = "reload"
 	// FailClosed answers every request 503 until the proxy restarts (FAIL_CLOSED /
 	// FAIL_CLOSE).
@@ -67,6 +69,17 @@ const (
 
 // FailurePolicies lists every failure policy, in a stable order.
 var FailurePolicies = []FailurePolicy{FailReload, FailClosed, FailOpen}
+
+// DefaultFailurePolicy is the failure policy whose failure_policy is the one Spillway ships
+// (internal/failurepolicy.Default), as the standalone bootstrap and hostsim default to it.
+var DefaultFailurePolicy = func() FailurePolicy {
+	for _, f := range FailurePolicies {
+		if envoyFailurePolicy(f).String() == failurepolicy.Default {
+			return f
+		}
+	}
+	panic("istio: no failure policy is " + failurepolicy.Default)
+}()
 
 // errFailOpen is why Render refuses FailOpen, in every mode: the routes are istiod's, built
 // from VirtualServices that find a provider's route by :authority and match the cluster
@@ -143,7 +156,7 @@ type Options struct {
 	// "http://host:port" for a provider inside the mesh (a Kubernetes Service; nothing
 	// emitted for it). Default for a provider with an authority: https://<authority>.
 	Upstreams map[string]string
-	// FailurePolicy is FailReload (default), FailClosed or FailOpen.
+	// FailurePolicy is FailReload, FailClosed or FailOpen (default DefaultFailurePolicy).
 	FailurePolicy FailurePolicy
 	// InlineEnv sets VM environment variables in the resource itself (visible to anyone
 	// who can read it: never a credential). Every other variable the policy references
@@ -243,7 +256,7 @@ func checkOptions(o Options) (*settings, error) {
 		bad("Attach", "%q: want one of %s", s.Attach, joinQuoted(Attachments))
 	}
 	if s.FailurePolicy == "" {
-		s.FailurePolicy = FailReload
+		s.FailurePolicy = DefaultFailurePolicy
 	}
 	switch {
 	case s.FailurePolicy == FailOpen:

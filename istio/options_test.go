@@ -109,6 +109,16 @@ func TestRenderOptions(t *testing.T) {
 			t.Error("an inline variable is also read from the host")
 		}
 	}
+	// Without a failure policy the filter gets the one the standalone bootstrap ships
+	// (FAIL_RELOAD: a fresh VM for the next request, README "Deploying on standalone Envoy").
+	unset := exampleOptions(exampleManifests[0].opts)
+	unset.FailurePolicy = ""
+	if m, err = Render(examples.Demo(), unset); err != nil {
+		t.Fatal(err)
+	}
+	if y, _ = m.YAML(); !strings.Contains(string(y), "failure_policy: FAIL_RELOAD") {
+		t.Error("a render without a failure policy does not ship FAIL_RELOAD")
+	}
 	pinned := exampleOptions(exampleManifests[0].opts)
 	pinned.Image = "oci://ghcr.io/spillwayproxy/spillway@" + exampleDigest
 	pinned.ImageDigest = ""

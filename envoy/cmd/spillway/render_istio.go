@@ -53,7 +53,7 @@ func newIstioFlags(stderr io.Writer) (*flag.FlagSet, *istioFlags) {
 	f := &istioFlags{opts: istio.Options{
 		Mode:          istio.ModeFull,
 		Attach:        istio.AttachGateway,
-		FailurePolicy: istio.FailReload,
+		FailurePolicy: istio.DefaultFailurePolicy,
 		Upstreams:     map[string]string{},
 		InlineEnv:     map[string]string{},
 		Selector:      map[string]string{},
