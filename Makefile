@@ -44,6 +44,15 @@ check: ## Hygiene: gofmt, go mod tidy, go vet, staticcheck, and a wasip1 cross-b
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./plugin/... ./policies
 	GOOS=wasip1 GOARCH=wasm $(GO) build ./plugin/... ./policies
 
+# Where make istio-check writes every rendering it checks.
+ISTIO_CHECK_DIR := $(BUILD)/istio-check
+
+.PHONY: istio-check
+istio-check: ## Istio's own istioctl (pinned in istio/istioctl/go.mod) validates and analyzes every render istio output and istio/examples.
+	rm -rf $(ISTIO_CHECK_DIR)
+	$(GO) test -count=1 -run '^TestRenderEveryPolicy$$' ./istio -render-dir=$(abspath $(ISTIO_CHECK_DIR))
+	istio/istioctl/check $(ISTIO_CHECK_DIR)/*.yaml istio/examples/*.yaml
+
 # The native packages: those whose tests run no wasm module (their test binary does not
 # link hostsim), found from the import graph so a new package joins by itself.
 NATIVE_PKGS = $(GO) list -test -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}' ./... | \

@@ -275,13 +275,11 @@ func (b *builder) listenerBufferPatch() (*networking.EnvoyFilter_EnvoyConfigObje
 // virtualHostPatches MERGE into each of Spillway's virtual hosts the request body buffer
 // limit (Envoy ≥ 1.36 VirtualHost.request_body_buffer_limit, which raises a stream's buffer
 // limit above the listener's per_connection_buffer_limit_bytes) and, when enable is set,
-// the per-filter config that enables the filter there (an empty config in
-// config.route.v3.FilterConfig enables a filter disabled by default: Envoy
-// source/common/router/per_filter_config.cc, PerFilterConfigs).
+// the per-filter config that enables the filter there (enableFilter).
 func (b *builder) virtualHostPatches(providerHosts []string, enable bool) ([]*networking.EnvoyFilter_EnvoyConfigObjectPatch, error) {
 	vh := &routev3.VirtualHost{RequestBodyBufferLimit: wrapperspb.UInt64(envoylimits.RequestBodyBufferLimit(b.res))}
 	if enable {
-		vh.TypedPerFilterConfig = map[string]*anypb.Any{b.filterName(): mustAny(&routev3.FilterConfig{Config: &anypb.Any{}})}
+		vh.TypedPerFilterConfig = map[string]*anypb.Any{b.filterName(): enableFilter()}
 	}
 	value, err := toStruct(vh)
 	if err != nil {
@@ -305,6 +303,25 @@ func (b *builder) virtualHostPatches(providerHosts []string, enable bool) ([]*ne
 		})
 	}
 	return patches, nil
+}
+
+// enableFilter is the typed_per_filter_config entry that enables on a virtual host the
+// filter the listener disables by default. Envoy enables a filter for every entry that does
+// not disable it, but refuses a FilterConfig without a config ("Empty route/virtual host per
+// filter configuration"), and for a typed config it looks up the filter factory of that type
+// for a per-route config, refusing one it cannot build unless the entry is optional
+// (source/common/router/per_filter_config.cc, PerFilterConfigs::PerFilterConfigs and
+// createRouteSpecificFilterConfig). An empty Any would enable it with nothing else, but
+// istiod reads patch values with the legacy jsonpb decoder (pkg/config/xds/xds.go,
+// StructToMessage; pkg/util/protomarshal), which refuses an Any without "@type": its
+// webhook rejects the EnvoyFilter, and without the webhook istiod drops the patch. So the
+// config is an empty Wasm message, marked optional: the Wasm filter's factory has no virtual
+// host configuration (it keeps HttpFilterConfigFactoryBase's createRouteSpecificFilterConfig,
+// which returns nullptr: envoy/server/filter_config.h), and for an optional entry Envoy
+// ignores that and records the filter as enabled, without a per-route config. The validator
+// holds typed_per_filter_config to these rules (perFilterConfigs).
+func enableFilter() *anypb.Any {
+	return mustAny(&routev3.FilterConfig{Config: mustAny(&wasmfilterv3.Wasm{}), IsOptional: true})
 }
 
 // wasmPluginObject is the header-routed mode's WasmPlugin or TrafficExtension.

@@ -1,6 +1,7 @@
 package istio
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -17,11 +18,15 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
+	//lint:ignore SA1019 the legacy decoder is the point: istiod reads patch values with it (decodeIstiod)
+	"github.com/golang/protobuf/jsonpb"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -60,9 +65,41 @@ func patchType(applyTo networking.EnvoyFilter_ApplyTo) proto.Message {
 	return nil
 }
 
-// strictProto reads Envoy JSON as istiod's strict pass does (StructToMessage with strict:
-// unknown fields are errors), resolving Any types from the linked Envoy protos.
+// strictProto reads Envoy JSON that Envoy itself parses (the bootstrap override), unknown
+// fields being errors, resolving Any types from the linked Envoy protos. EnvoyFilter patch
+// values are read as istiod reads them instead (decodeIstiod).
 var strictProto = protojson.UnmarshalOptions{Resolver: protoregistry.GlobalTypes}
+
+// decodeIstiod reads an EnvoyFilter patch value into m as istiod does (pkg/config/xds/xds.go,
+// StructToMessage, with pkg/util/protomarshal): the Struct written back to JSON by the legacy
+// jsonpb marshaler with proto field names, then read by the legacy jsonpb unmarshaler, Any
+// types resolved from the linked protos. That decoder is stricter than protojson in ways
+// protojson does not report: it refuses an Any without "@type" (an empty Any, which protojson
+// reads as {}), so a value protojson accepts can still be refused by istiod's webhook
+// (pkg/config/validation/envoyfilter/envoyfilter.go, ValidateEnvoyFilter) and, without the
+// webhook, dropped by istiod (pilot/pkg/model/envoyfilter.go, convertToEnvoyFilterWrapper).
+// The webhook decodes twice: allowing unknown fields, an error refuses the resource; strictly,
+// an error is a warning (the unknown field is dropped). Spillway refuses both.
+//
+// This mirrors istiod's ten lines rather than importing istio.io/istio/pkg/config/xds, which
+// would bring istio.io/istio (its logging, and its go.mod raising shared dependencies such
+// as k8s.io/apimachinery) into the root module; istio/istioctl runs istiod's own code over
+// every rendering in CI (make istio-check).
+func decodeIstiod(value *structpb.Struct, m proto.Message) error {
+	var buf bytes.Buffer
+	if err := (&jsonpb.Marshaler{OrigName: true}).Marshal(&buf, value); err != nil {
+		return err
+	}
+	js := buf.Bytes()
+	if err := (&jsonpb.Unmarshaler{AllowUnknownFields: true}).Unmarshal(bytes.NewReader(js), protoadapt.MessageV1Of(m)); err != nil {
+		return fmt.Errorf("istiod refuses it: %w", err)
+	}
+	proto.Reset(m)
+	if err := (&jsonpb.Unmarshaler{}).Unmarshal(bytes.NewReader(js), protoadapt.MessageV1Of(m)); err != nil {
+		return fmt.Errorf("istiod drops what it does not know (its webhook warns): %w", err)
+	}
+	return nil
+}
 
 // envoyFilter follows ValidateEnvoyFilter (pkg/config/validation/envoyfilter/envoyfilter.go)
 // and, for the Wasm extension config, Spillway's rules.
@@ -118,13 +155,10 @@ func (v *validator) bufferLimits(ef *networking.EnvoyFilter) {
 		}
 		path := fmt.Sprintf("spec.configPatches[%d]", i)
 		ctx := cp.GetMatch().GetContext()
-		js, err := cp.Patch.Value.MarshalJSON()
-		if err != nil {
-			continue // reported by configPatch
-		}
+		// A value that does not decode is reported by configPatch.
 		if cp.ApplyTo == networking.EnvoyFilter_EXTENSION_CONFIG {
 			ec, w := new(corev3.TypedExtensionConfig), new(wasmfilterv3.Wasm)
-			if strictProto.Unmarshal(js, ec) == nil && ec.GetTypedConfig().UnmarshalTo(w) == nil &&
+			if decodeIstiod(cp.Patch.Value, ec) == nil && ec.GetTypedConfig().UnmarshalTo(w) == nil &&
 				w.GetConfig().GetAllowOnHeadersStopIteration().GetValue() {
 				holds = true
 			}
@@ -136,7 +170,7 @@ func (v *validator) bufferLimits(ef *networking.EnvoyFilter) {
 		switch cp.ApplyTo {
 		case networking.EnvoyFilter_VIRTUAL_HOST:
 			vh := new(routev3.VirtualHost)
-			if strictProto.Unmarshal(js, vh) != nil || vh.GetRequestBodyBufferLimit() == nil {
+			if decodeIstiod(cp.Patch.Value, vh) != nil || vh.GetRequestBodyBufferLimit() == nil {
 				continue
 			}
 			r := raised{path + ".patch.value.request_body_buffer_limit", vh.GetRequestBodyBufferLimit().GetValue(),
@@ -146,7 +180,7 @@ func (v *validator) bufferLimits(ef *networking.EnvoyFilter) {
 			}
 		case networking.EnvoyFilter_LISTENER:
 			l := new(listenerv3.Listener)
-			if strictProto.Unmarshal(js, l) != nil || l.GetPerConnectionBufferLimitBytes() == nil {
+			if decodeIstiod(cp.Patch.Value, l) != nil || l.GetPerConnectionBufferLimitBytes() == nil {
 				continue
 			}
 			r := raised{path, uint64(l.GetPerConnectionBufferLimitBytes().GetValue()), cp.GetMatch().GetListener().GetPortNumber()}
@@ -215,11 +249,7 @@ func (v *validator) configPatch(path string, cp *networking.EnvoyFilter_EnvoyCon
 		v.fail(path+".applyTo", "unknown object type for applyTo %s", cp.ApplyTo)
 		return
 	}
-	js, err := cp.Patch.Value.MarshalJSON()
-	if err == nil {
-		err = strictProto.Unmarshal(js, obj)
-	}
-	if err != nil {
+	if err := decodeIstiod(cp.Patch.Value, obj); err != nil {
 		v.fail(path+".patch.value", "does not decode as %s: %v", proto.MessageName(obj), err)
 		return
 	}
@@ -238,9 +268,46 @@ func (v *validator) configPatch(path string, cp *networking.EnvoyFilter_EnvoyCon
 		v.httpFilter(path, cp, m)
 	case *clusterv3.Cluster:
 		v.clusterPatch(path, m)
+	case *routev3.VirtualHost:
+		v.perFilterConfigs(path+".patch.value.typed_per_filter_config", m.GetTypedPerFilterConfig())
 	case *routev3.Route:
 		if rp := m.GetRoute().GetRetryPolicy(); rp != nil {
 			v.failErr(path+".patch.value.route.retry_policy", validateEnvoy(rp))
+		}
+		v.perFilterConfigs(path+".patch.value.typed_per_filter_config", m.GetTypedPerFilterConfig())
+	}
+}
+
+// filterConfigTypeURL is the type of the per-filter config wrapper Envoy reads flags from.
+var filterConfigTypeURL = "type.googleapis.com/" + string(proto.MessageName(&routev3.FilterConfig{}))
+
+// perFilterConfigs holds a typed_per_filter_config to the rules Envoy loads it by
+// (source/common/router/per_filter_config.cc, PerFilterConfigs::PerFilterConfigs and
+// createRouteSpecificFilterConfig), for what Spillway can know: a FilterConfig that does not
+// disable its filter needs a config ("Empty route/virtual host per filter configuration"),
+// and a Wasm filter's config, which is no per-route config (the Wasm filter's factory builds
+// none), is accepted only in a FilterConfig marked is_optional; anywhere else Envoy refuses
+// the whole route configuration ("doesn't support virtual host or route specific
+// configurations"). See enableFilter.
+func (v *validator) perFilterConfigs(path string, configs map[string]*anypb.Any) {
+	for _, name := range slices.Sorted(maps.Keys(configs)) {
+		a, p := configs[name], path+"["+name+"]"
+		switch a.GetTypeUrl() {
+		case wasmTypeURL:
+			v.fail(p, "a Wasm filter's config is no per-route config: Envoy refuses it outside a FilterConfig with is_optional: true")
+		case filterConfigTypeURL:
+			fc := new(routev3.FilterConfig)
+			if err := a.UnmarshalTo(fc); err != nil {
+				v.fail(p, "%v", err)
+				continue
+			}
+			switch {
+			case fc.Disabled:
+			case fc.Config == nil:
+				v.fail(p+".config", "required unless disabled: Envoy refuses a FilterConfig without one")
+			case fc.Config.TypeUrl == wasmTypeURL && !fc.IsOptional:
+				v.fail(p+".is_optional", "must be true: the Wasm filter has no per-route config, and Envoy refuses a config it cannot build unless the entry is optional")
+			}
 		}
 	}
 }
@@ -527,9 +594,6 @@ func validateMessageValue(sub protoreflect.Message) error {
 	a, ok := sub.Interface().(*anypb.Any)
 	if !ok {
 		return validateAnys(sub)
-	}
-	if a.TypeUrl == "" {
-		return nil // an empty Any: FilterConfig's way of enabling a filter
 	}
 	inner, err := a.UnmarshalNew()
 	if err != nil {

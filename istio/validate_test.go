@@ -7,10 +7,12 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	extensionsapi "istio.io/api/extensions/v1alpha1"
@@ -345,6 +347,63 @@ func TestValidateRules(t *testing.T) {
 			}
 			if err := Validate(y); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("from YAML: err = %v\nwant one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestPerFilterConfigForms: the typed_per_filter_config entries that could enable the
+// filter on a virtual host, each put in the Full mode's first VIRTUAL_HOST patch, and what
+// istiod and Envoy make of them. The oracles are their sources: istiod decodes a patch value
+// with the legacy jsonpb decoder, which refuses an Any without "@type" (pkg/config/xds/xds.go,
+// StructToMessage; the message is the one istioctl validate and analyze print for it), and
+// Envoy loads the entry by source/common/router/per_filter_config.cc, PerFilterConfigs.
+func TestPerFilterConfigForms(t *testing.T) {
+	wasm := func() *anypb.Any { return mustAny(&wasmfilterv3.Wasm{}) }
+	for _, tc := range []struct {
+		name  string     // the form
+		entry *anypb.Any // the virtual host's typed_per_filter_config entry for the filter
+		want  string     // in the error; "" when both accept it
+	}{
+		// protojson reads "config: {}" as an empty Any; istiod's decoder refuses it, and its
+		// webhook rejects the EnvoyFilter (without the webhook the patch is dropped).
+		{"empty Any", mustAny(&routev3.FilterConfig{Config: &anypb.Any{}}), "Any JSON doesn't have '@type'"},
+		// Envoy: "Empty route/virtual host per filter configuration".
+		{"FilterConfig without config", mustAny(&routev3.FilterConfig{}), "required unless disabled"},
+		// Envoy finds the Wasm filter's factory, which builds no per-route config: "doesn't
+		// support virtual host or route specific configurations".
+		{"Wasm config, not optional", mustAny(&routev3.FilterConfig{Config: wasm()}), "is_optional: must be true"},
+		{"bare Wasm config", wasm(), "no per-route config"},
+		// Envoy ignores the missing per-route config of an optional entry and enables the filter.
+		{"Wasm config, optional", mustAny(&routev3.FilterConfig{Config: wasm(), IsOptional: true}), ""},
+		// Disabled: Envoy ignores config (valid, though it would not enable Spillway).
+		{"disabled", mustAny(&routev3.FilterConfig{Disabled: true}), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := renderDemo(t, exampleManifests[0].opts)
+			ef := spec[*networking.EnvoyFilter](t, m.Objects, "spillway")
+			const vhPatch = 2 // the first VIRTUAL_HOST patch (after EXTENSION_CONFIG, HTTP_FILTER)
+			if ef.ConfigPatches[vhPatch].ApplyTo != networking.EnvoyFilter_VIRTUAL_HOST {
+				t.Fatalf("patch %d applies to %s", vhPatch, ef.ConfigPatches[vhPatch].ApplyTo)
+			}
+			patchValue(t, ef, vhPatch, new(routev3.VirtualHost), func(vh *routev3.VirtualHost) {
+				if len(vh.TypedPerFilterConfig) != 1 {
+					t.Fatalf("typed_per_filter_config has %d entries, want Spillway's one", len(vh.TypedPerFilterConfig))
+				}
+				for name := range vh.TypedPerFilterConfig {
+					vh.TypedPerFilterConfig[name] = tc.entry
+				}
+			})
+			y, err := EncodeYAML(m.Objects)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = Validate(y)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v\nwant one containing %q", err, tc.want)
 			}
 		})
 	}
