@@ -49,8 +49,9 @@
 //     share the connection's bounded pool with every name clients invent. Each worker
 //     remembers, per connection and in memory only (lockout.Served), the ones the provider
 //     served it, and tells the lockout so when one of them fails (lockout.Failure.Served):
-//     no name the provider refused as unknown displaces such a model's lockout (the lockout
-//     package doc states the guarantee; issue 18).
+//     no name the provider refused as unknown displaces such a model's lockout, and no
+//     failure of a name without evidence locks a real model's bare name or family (the
+//     lockout package doc states both; issue 18).
 //   - A truncated stream (RecordTruncation) is a synthesised 502 at the exact model's scope
 //     (guide §3): the model lockout takes it when on, else the connection cools; never the
 //     breaker.

@@ -341,3 +341,81 @@ func TestFailoverAfterAMissingModelMayUseTheConnectionsNextModel(t *testing.T) {
 		})
 	}
 }
+
+// TestAClientChosenNameCannotLockARealModel: issue 18 — "no client input can … bypass the
+// policy". Guide §3 widens a 404 to the bare model and a 403 to the quota family; under a
+// glob route the failing name is the client's, so a 404 for claude-x/claude-sonnet-4-5 took
+// claude-sonnet-4-5 out of routing for every client for 120 s. Spillway's rule (the lockout
+// package doc): a name with no evidence that it is real locks only itself; a metered failure
+// (a 429 rate limit) keeps the guide's family scope, whatever the name.
+func TestAClientChosenNameCannotLockARealModel(t *testing.T) {
+	const policy = `
+providers:
+  - id: anthropic
+    api: anthropic
+    cluster: anthropic
+    connections:
+      - {id: anthropic-a, credential: {header: x-api-key, value: "k"}}
+  - id: openai
+    cluster: openai
+    quotaFamilies: {"gpt-5*": "gpt-5"}
+    connections:
+      - {id: openai-a, credential: {header: authorization, value: "Bearer k"}}
+routes:
+  - model: claude-sonnet-4-5
+    targets: [{provider: anthropic}]
+  - model: "claude-*"
+    targets: [{provider: anthropic}]
+  - model: gpt-5-mini
+    targets: [{provider: openai}]
+  - model: "gpt-5*"
+    targets: [{provider: openai}]
+resilience: {modelLockout: {enabled: true}}
+`
+	// Without the configured claude route, claude-sonnet-4-5 is a name only the glob passes.
+	globOnly := strings.Replace(policy, "  - model: claude-sonnet-4-5\n    targets: [{provider: anthropic}]\n", "", 1)
+	missing := Outcome{Status: 404, Body: []byte(`{"type":"error","error":{"type":"not_found_error","message":"model: claude-x/claude-sonnet-4-5"}}`)}
+	forbidden := Outcome{Status: 403, Body: []byte(`{"error":{"message":"Forbidden"}}`)}
+	limited := Outcome{Status: 429, Body: []byte(`{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}`)}
+	cases := []struct {
+		name   string
+		policy string
+		served bool           // the real model served a request first
+		real   string         // the real model
+		junk   string         // the client's name
+		fail   Outcome        // how the provider fails it
+		reason failure.Reason // its classification
+		locked bool           // the real model is locked afterwards
+	}{
+		{"404 of a prefixed name spares the configured model", policy, false, "claude-sonnet-4-5", "claude-x/claude-sonnet-4-5", missing, failure.ReasonNotFound, false},
+		{"404 of a prefixed name spares a model served through the glob", globOnly, true, "claude-sonnet-4-5", "claude-x/claude-sonnet-4-5", missing, failure.ReasonNotFound, false},
+		{"403 of a junk name spares its quota family", policy, false, "gpt-5-mini", "gpt-5-junk", forbidden, failure.ReasonAuthError, false},
+		{"429 of a junk name locks its quota family (metered)", policy, false, "gpt-5-mini", "gpt-5-junk", limited, failure.ReasonRateLimit, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, []byte(tc.policy))
+			if tc.served {
+				f.attempt(t, f.plan(t, tc.real, affinity.Key{}), Outcome{Status: 200})
+			}
+			r := f.attempt(t, f.plan(t, tc.junk, affinity.Key{}), tc.fail)
+			if r.Verdict.Reason != tc.reason || !r.Effects.Locked {
+				t.Fatalf("%s: verdict %+v effects %+v, want %s and locked", tc.junk, r.Verdict, r.Effects, tc.reason)
+			}
+			lockedOut := func(model string) bool {
+				plan := f.plan(t, model, affinity.Key{})
+				out := len(plan.Targets) == 0 && len(plan.Excluded) == 1 && plan.Excluded[0].Reason == combo.ReasonModelLockout
+				if !out && (len(plan.Targets) != 1 || len(plan.Excluded) != 0) {
+					t.Fatalf("%s: targets %v excluded %+v, want one target either locked out or eligible", model, f.names(plan), plan.Excluded)
+				}
+				return out
+			}
+			if !lockedOut(tc.junk) {
+				t.Fatalf("%s itself is not locked out", tc.junk)
+			}
+			if got := lockedOut(tc.real); got != tc.locked {
+				t.Fatalf("%s after the failure of %s: locked out %v, want %v", tc.real, tc.junk, got, tc.locked)
+			}
+		})
+	}
+}

@@ -34,7 +34,9 @@ func TestNothingLockedReadsOnceAndNeverWrites(t *testing.T) {
 func TestListDeleteClear(t *testing.T) {
 	cfg := enabled()
 	cfg.Family = codexFamilies.Family
-	f := newFixture(t, cfg)
+	// models/gemini is configured: a 404 locks the bare name only for a model with evidence
+	// that it is real (the package doc), and a client-chosen, never-served one has none.
+	f := newFixture(t, cfg, "models/gemini")
 	f.fail(t, "gpt-5-mini", v429, time.Time{})    // family codex, 120s
 	f.fail(t, "gpt-4o", v502, time.Time{})        // exact gpt-4o, 120s
 	f.fail(t, "models/gemini", v404, time.Time{}) // bare gemini, 120s

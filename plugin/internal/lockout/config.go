@@ -32,6 +32,18 @@
 // (another worker's successes reach the pool when that worker records a failure of it, or
 // through the metered evidence of the failure itself), and a provider that rate-limits a
 // name it does not serve makes that name metered.
+//
+// Scope of a name without evidence: Spillway's divergence from the guide. Guide §3 widens a
+// 404 to the bare model (getModelLockKey) and a 429/403/402 to the quota family
+// (resolveLockoutScope). Those are keys real models are locked under, so under a glob route
+// one request could lock a real model for every client: a 404 for claude-x/claude-sonnet-4-5
+// locked claude-sonnet-4-5, a 403 for a junk name its whole family (issue 18: no client
+// input may bypass the policy). Spillway widens only for a name with evidence that it is
+// real: configured for the connection (the exact name, NewConn), seen served
+// (Failure.Served), or failing in a metered way (EvidenceMetered: a provider's rate limit or
+// quota is a fact about the account whatever name provoked it). Any other failure locks
+// only its exact name, which only a request for that same name reads. Configured and served
+// names keep the guide's rules exactly.
 package lockout
 
 import (

@@ -72,8 +72,14 @@ func TestConnectionWithoutConfiguredModelsKeepsItsKeysBounded(t *testing.T) {
 	keys := recordKeys(f)
 	for i := range 100 {
 		f.clock.Advance(time.Millisecond)
-		for _, v := range []failure.Verdict{v404, v429, v502} { // bare, family and exact keys
-			f.fail(t, fmt.Sprintf("m%03d", i), v, f.clock.Now())
+		for _, v := range []failure.Verdict{v404, v429, v502} {
+			// Exact and family keys; a 404 of a name seen served locks the bare name too.
+			for _, served := range []bool{false, true} {
+				model := fmt.Sprintf("%v/m%03d", served, i)
+				if _, err := f.tr.RecordFailure(f.conn, Failure{Model: model, Verdict: v, Started: f.clock.Now(), Served: served}); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 	}
 	if len(keys) != 1+InventedSlots {
@@ -304,6 +310,64 @@ func TestRacingJunkNeverOverwritesAServedLock(t *testing.T) {
 			}
 			if l, ok := f.locked(t, "junk-racing"); ok {
 				t.Fatalf("the racing junk holds the slot: %+v", l)
+			}
+		})
+	}
+}
+
+func TestANameWithoutEvidenceLocksOnlyItself(t *testing.T) {
+	// Issue 18, "no client input can … bypass the policy". Guide §3 widens a 404 to the
+	// bare model and a 429/403/402 to the quota family. A glob route (claude-*) passes on
+	// whatever name a client chooses, so that widening let one request lock a real model
+	// for every client: a 404 for claude-x/claude-sonnet-4-5 locked claude-sonnet-4-5 for
+	// 120 s, a 403 for a junk gpt-5 name the whole codex family. The lead's rule (the
+	// package doc): a failure of a name with no evidence that it is real — not configured,
+	// not served, not metered — locks only that name; a metered failure (the provider's
+	// rate limit or quota is a fact about the account whatever name provoked it) and a
+	// configured or served name keep the guide's scope.
+	const real = "claude-sonnet-4-5"
+	quotaSpent := quotaWindow(time.Hour)
+	cases := []struct {
+		name       string
+		configured []string        // the models the policy routes to the connection
+		model      string          // the failing name
+		served     bool            // the worker saw the provider serve it (Failure.Served)
+		verdict    failure.Verdict // how it failed
+		scope      failure.Scope   // the scope it is locked under
+		other      string          // another model, the one the failure must or must not reach
+		locked     bool            // whether other is locked afterwards
+	}{
+		// No evidence: only the exact name.
+		{"404 of a prefixed junk name spares the configured bare model", []string{real}, "claude-x/" + real, false, v404, failure.ScopeExact, real, false},
+		{"404 of a prefixed junk name spares an unconfigured bare model", nil, "claude-x/" + real, false, v404, failure.ScopeExact, real, false},
+		{"a rule's model scope on a junk name spares the bare model", []string{real}, "claude-x/" + real, false,
+			withScope(v403, failure.ScopeModel), failure.ScopeExact, real, false},
+		{"403 of a junk name spares its configured family", []string{"gpt-5-mini"}, "gpt-5-junk", false, v403, failure.ScopeExact, "gpt-5-mini", false},
+		{"403 of a junk name spares its unconfigured family", nil, "gpt-5-junk", false, v403, failure.ScopeExact, "gpt-5.1", false},
+		// Metered: the guide's scope, whatever the name.
+		{"429 of a junk name locks its configured family", []string{"gpt-5-mini"}, "gpt-5-junk", false, v429, failure.ScopeQuotaFamily, "gpt-5-mini", true},
+		{"429 of a junk name locks its unconfigured family", nil, "gpt-5-junk", false, v429, failure.ScopeQuotaFamily, "gpt-5.1", true},
+		{"an exhausted quota of a junk name locks its family", []string{"gpt-5-mini"}, "gpt-5-junk", false, quotaSpent, failure.ScopeQuotaFamily, "gpt-5-mini", true},
+		// Configured or served: the guide's scope.
+		{"404 of a configured prefixed name locks the bare model", []string{"claude-x/" + real, real}, "claude-x/" + real, false, v404, failure.ScopeModel, real, true},
+		{"404 of a served prefixed name locks the bare model", []string{real}, "claude-x/" + real, true, v404, failure.ScopeModel, real, true},
+		{"403 of a configured name locks its family", []string{"gpt-5-mini", "gpt-5.1"}, "gpt-5.1", false, v403, failure.ScopeQuotaFamily, "gpt-5-mini", true},
+		{"403 of a served name locks its family", nil, "gpt-5-junk", true, v403, failure.ScopeQuotaFamily, "gpt-5.1", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := enabled()
+			cfg.Family = codexFamilies.Family
+			f := newFixture(t, cfg, tc.configured...)
+			out, err := f.tr.RecordFailure(f.conn, Failure{Model: tc.model, Verdict: tc.verdict, Started: f.clock.Now(), Served: tc.served})
+			if err != nil || !out.Locked || out.Lock.Scope != tc.scope {
+				t.Fatalf("%s: %+v %v, want locked under scope %s", tc.model, out, err, tc.scope)
+			}
+			if l, ok := f.locked(t, tc.model); !ok || l.Scope != tc.scope {
+				t.Fatalf("%s reads locked=%v %+v, want locked under scope %s", tc.model, ok, l, tc.scope)
+			}
+			if l, ok := f.locked(t, tc.other); ok != tc.locked {
+				t.Fatalf("%s locked=%v (%+v), want %v", tc.other, ok, l, tc.locked)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package lockout
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -186,6 +187,45 @@ func TestPropertyServedLockoutsOutliveJunk(t *testing.T) {
 			}
 			if len(keys) > 1+InventedSlots {
 				t.Fatalf("%d keys written", len(keys))
+			}
+		}
+	})
+}
+
+// Whatever names a client chooses — a real model's name behind a prefix, a name in its
+// family, its bare name — and however the provider refuses them without metering them (not
+// found, auth, a rule's declared scope, a server error), no lockout ever covers a configured
+// or served model (issue 18; the package doc's rule for names without evidence).
+func TestPropertyANameWithoutEvidenceNeverLocksAnother(t *testing.T) {
+	configured := []string{"gpt-5-mini", "claude-sonnet-4-5"}
+	served := []string{"gpt-5.1", "models/gemini-2.5-pro"} // client-chosen names the provider served: no failure of theirs below
+	real := append(append([]string(nil), configured...), served...)
+	unmetered := []failure.Verdict{v404, v403, v502, v500,
+		{Status: 400, Reason: failure.ReasonBadRequest, Scope: failure.ScopeModel},
+		{Status: 403, Reason: failure.ReasonAuthError, Scope: failure.ScopeModel, Cooldown: 6 * time.Hour},
+		{Status: 404, Reason: failure.ReasonNotFound, Scope: failure.ScopeQuotaFamily},
+		{Status: 504, Reason: failure.ReasonTimeout, Scope: failure.ScopeModel}}
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := enabled()
+		cfg.Family = codexFamilies.Family
+		f := newFixture(t, cfg, configured...)
+		n := rapid.IntRange(1, 3*InventedSlots).Draw(t, "failures")
+		for i := 0; i < n; i++ {
+			name := rapid.SampledFrom([]string{"", "x/", "claude-x/", "models/", "a/b/"}).Draw(t, "prefix") +
+				rapid.SampledFrom(append([]string{"gpt-5", "claude", "gemini-2.5-pro", "codex"}, real...)).Draw(t, "stem") +
+				rapid.SampledFrom([]string{"", "-junk", "/gpt-5-mini", "/claude-sonnet-4-5"}).Draw(t, "suffix")
+			if slices.Contains(real, name) {
+				continue // a real model's own failure: the guide's rules
+			}
+			f.clock.Advance(time.Duration(rapid.Int64Range(0, int64(time.Second)).Draw(t, "advance")))
+			v := rapid.SampledFrom(unmetered).Draw(t, "verdict")
+			if _, err := f.tr.RecordFailure(f.conn, Failure{Model: name, Verdict: v, Started: f.clock.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range real {
+				if l, ok := f.locked(t, m); ok {
+					t.Fatalf("%d %s of %q locked %s: %+v", v.Status, v.Reason, name, m, l)
+				}
 			}
 		}
 	})

@@ -89,6 +89,17 @@ func NewConn(provider, connection, credentialFingerprint string, configured ...s
 	}, nil
 }
 
+// names reports whether the policy routes model to c by that exact name (NewConn's
+// configured models).
+func (c Conn) names(model string) bool {
+	for _, m := range c.configured {
+		if m == model {
+			return true
+		}
+	}
+	return false
+}
+
 // Provider returns the provider id.
 func (c Conn) Provider() string { return c.provider }
 

@@ -53,6 +53,26 @@ func ResolveScope(v failure.Verdict) failure.Scope {
 	return failure.ScopeExact
 }
 
+// scopeOf is the key scope failure f locks on c: ResolveScope's (guide §3), with two
+// narrowings to the exact model. A long typed Google RetryInfo hint locks the exact model
+// (lockExactModel: never a family or a bare name). And, Spillway's divergence from the guide
+// for names a client invents (the package doc): a failure of a model with no evidence that
+// it is real — not configured for c, not seen served (Failure.Served), and a failure that is
+// not metered (EvidenceOf) — locks only its exact name, never the bare name or the quota
+// family, since those are keys other, real models are locked under.
+func (t *Tracker) scopeOf(c Conn, f Failure, long bool) failure.Scope {
+	s := ResolveScope(f.Verdict)
+	switch {
+	case long:
+		return failure.ScopeExact
+	case s == failure.ScopeExact:
+		return s
+	case EvidenceOf(f.Verdict.Reason, f.Served) == EvidenceNone && !c.names(f.Model):
+		return failure.ScopeExact
+	}
+	return s
+}
+
 func explicitScope(s failure.Scope) bool {
 	return s == failure.ScopeQuotaFamily || s == failure.ScopeModel || s == failure.ScopeExact
 }
@@ -68,6 +88,9 @@ func explicitScope(s failure.Scope) bool {
 // BaseCooldown (or a rule's declared cooldown) × 2^(count−1). When the upstream decided the
 // length the failure count does not climb, so the next failure without a hint starts again
 // from the base.
+//
+// Which key (guide §3, resolveLockoutScope): ResolveScope's, except that a model with no
+// evidence that it is real (scopeOf) locks only its exact name.
 //
 // Where: a configured model's lockout (see NewConn) gets its own key; any other model's
 // goes to one of the connection's InventedSlots pool slots, which it may take from a holder
@@ -87,10 +110,7 @@ func (t *Tracker) RecordFailure(c Conn, f Failure) (Outcome, error) {
 	if !long && (!t.cfg.Enabled || !t.countsAsModelFailure(v.Status)) {
 		return Outcome{}, nil
 	}
-	scope := ResolveScope(v)
-	if long {
-		scope = failure.ScopeExact // lockExactModel: never a family or a bare name
-	}
+	scope := t.scopeOf(c, f, long)
 	name := f.Model
 	switch scope {
 	case failure.ScopeQuotaFamily:

@@ -351,7 +351,8 @@ func TestLockoutRules(t *testing.T) {
 		}},
 	}
 	// Every rule holds alike for a model the policy names (its own keys) and for one a
-	// client invented (the pool slots).
+	// client chose that the provider served (the pool slots). A client-chosen name with no
+	// evidence that it is real locks only itself: TestANameWithoutEvidenceLocksOnlyItself.
 	for _, tc := range cases {
 		var named []string
 		for _, s := range tc.steps {
@@ -360,17 +361,19 @@ func TestLockoutRules(t *testing.T) {
 				named = append(named, c.model)
 			}
 		}
-		for _, kind := range []string{"configured", "invented"} {
+		for _, kind := range []string{"configured", "served"} {
 			configured := named
-			if kind == "invented" {
+			if kind == "served" {
 				configured = nil
 			}
-			runLockoutSteps(t, tc.name+"/"+kind, tc.cfg, configured, tc.steps)
+			runLockoutSteps(t, tc.name+"/"+kind, tc.cfg, configured, kind == "served", tc.steps)
 		}
 	}
 }
 
-func runLockoutSteps(t *testing.T, name string, cfg Config, configured []string, steps []step) {
+// runLockoutSteps runs steps on a connection that configures configured; served says every
+// failure's model was seen served (Failure.Served).
+func runLockoutSteps(t *testing.T, name string, cfg Config, configured []string, served bool, steps []step) {
 	t.Run(name, func(t *testing.T) {
 		f := newFixture(t, cfg, configured...)
 		for i, s := range steps {
@@ -380,7 +383,7 @@ func runLockoutSteps(t *testing.T, name string, cfg Config, configured []string,
 					t.Fatalf("step %d: %v", i, err)
 				}
 			} else {
-				out, err := f.tr.RecordFailure(f.conn, Failure{Model: s.model, Verdict: s.verdict, Started: f.clock.Now().Add(-s.startedAgo)})
+				out, err := f.tr.RecordFailure(f.conn, Failure{Model: s.model, Verdict: s.verdict, Started: f.clock.Now().Add(-s.startedAgo), Served: served})
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}

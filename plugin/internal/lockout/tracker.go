@@ -16,7 +16,7 @@ import (
 //
 // Rules (guide §3, §4, §5): a failure whose status is one of ErrorCodes locks the model on
 // the connection — the quota family for 429/402/403, the bare model for 404, the exact model
-// otherwise — for BaseCooldown × 2^(count−1) up to MaxCooldown; a 429's upstream hint, or an
+// otherwise, and the exact model alone for a name without evidence (the package doc) — for BaseCooldown × 2^(count−1) up to MaxCooldown; a 429's upstream hint, or an
 // exhausted quota's window, sets the length instead (without climbing); a long typed Google
 // RetryInfo hint locks the exact model even when lockouts are off. Failures overlapping a
 // lockout do not escalate it. A success halves the count of every key of the model and
