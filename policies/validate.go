@@ -3,6 +3,7 @@ package policies
 import (
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // validator checks a decoded policy and applies its clamps, collecting every problem.
@@ -328,8 +329,15 @@ func (v *validator) admin(a *Admin, path string) {
 			v.fail(pp, "must not be \"/\" (the admin API would shadow all traffic)")
 		case !strings.HasPrefix(a.PathPrefix, "/") || !strings.HasSuffix(a.PathPrefix, "/"):
 			v.fail(pp, "must start and end with '/'")
-		case len(a.PathPrefix) > 256 || hasControl(a.PathPrefix) || strings.ContainsAny(a.PathPrefix, " ?#%"):
-			v.fail(pp, "must be a plain path without spaces, '?', '#' or '%'")
+		case len(a.PathPrefix) > 256 || hasControl(a.PathPrefix) || strings.ContainsAny(a.PathPrefix, " ?#%") ||
+			strings.ContainsFunc(a.PathPrefix, func(r rune) bool { return r >= utf8.RuneSelf }):
+			v.fail(pp, "must be a plain path of ASCII characters without spaces, '?', '#' or '%'")
+		case strings.ContainsRune(a.PathPrefix, '\\') || strings.Contains(a.PathPrefix, "//") ||
+			strings.Contains(a.PathPrefix, "/./") || strings.Contains(a.PathPrefix, "/../"):
+			// The filter refuses every path that canonicalises under the prefix without
+			// being under it byte for byte (README "Admin API"): a prefix in another form
+			// than its own canonical one would turn that on paths it never meant.
+			v.fail(pp, "must be a canonical path: no '\\', empty, '.' or '..' segments")
 		}
 	}
 	tp := joinField(path, "token")

@@ -18,15 +18,20 @@
 // Access: the admin API is on only when the policy sets admin.token; without one its paths
 // are ordinary requests and pass through. A request under the prefix without a bearer token
 // is answered 401, with another token 403; the token is compared in constant time (a hash
-// of each side, so not even its length leaks) and the server keeps only its hash. No reply
+// of each side, so not even its length leaks) and the server keeps only its hashes. No reply
 // carries a credential, the token or a credential fingerprint: replies are built from the
 // engine's snapshots, which hold ids, states, counts and times only.
+//
+// Lookalikes: the token never leaves the proxy. A path that spells the prefix otherwise
+// (Classify, path.go) and a request elsewhere whose client credential is the token
+// (IsToken) are refused (LookalikeReply) rather than forwarded with it.
 package admin
 
 import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"hash/maphash"
 	"strings"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
@@ -37,9 +42,14 @@ import (
 // Server answers the admin API for one policy's engine. It is used by one worker at a time,
 // as the engine is.
 type Server struct {
-	prefix    string
-	tokenHash [sha256.Size]byte
-	engine    *engine.Engine
+	prefix      string
+	canonPrefix string // CanonicalPath of prefix (ends with '/')
+	tokenHash   [sha256.Size]byte
+	// tokenSeed and tokenScreen screen client credentials before their SHA-256 (IsToken).
+	tokenSeed   maphash.Seed
+	tokenScreen uint64
+	lookalike   replies.Reply // LookalikeReply, rendered once
+	engine      *engine.Engine
 }
 
 // New returns the admin API of settings over e, or nil when it is off (no token): a nil
@@ -56,7 +66,9 @@ func New(settings policies.AdminSettings, e *engine.Engine) *Server {
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	return &Server{prefix: prefix, tokenHash: sha256.Sum256([]byte(token)), engine: e}
+	seed := maphash.MakeSeed()
+	return &Server{prefix: prefix, canonPrefix: string(CanonicalPath(nil, prefix)), tokenHash: sha256.Sum256([]byte(token)),
+		tokenSeed: seed, tokenScreen: maphash.String(seed, token), lookalike: refusedLookalike().Reply(), engine: e}
 }
 
 // Prefix returns the path prefix the API is served under.
@@ -81,17 +93,58 @@ func (s *Server) Matches(path string) bool {
 // bearer token equal to the policy's passes; none, or another scheme, is 401; another token
 // is 403. The reply is the refusal when ok is false.
 func (s *Server) Authorize(authorization string, present bool) (r replies.Reply, ok bool) {
-	scheme, token, found := strings.Cut(strings.TrimSpace(authorization), " ")
-	token = strings.TrimSpace(token)
-	if !present || !found || !strings.EqualFold(scheme, "Bearer") || token == "" {
+	token, found := bearer(strings.TrimSpace(authorization))
+	if !present || !found {
 		return noStore(replies.Unauthorized()), false
 	}
-	given := sha256.Sum256([]byte(token))
-	if subtle.ConstantTimeCompare(given[:], s.tokenHash[:]) != 1 {
+	if !s.hashIsToken(token) {
 		return noStore(replies.Forbidden()), false
 	}
 	return replies.Reply{}, true
 }
+
+// bearer returns the credentials of an Authorization value (trimmed) with the Bearer scheme
+// (any case), ok false for another scheme or none.
+func bearer(v string) (token string, ok bool) {
+	scheme, token, found := strings.Cut(v, " ")
+	token = strings.TrimSpace(token)
+	return token, found && strings.EqualFold(scheme, "Bearer") && token != ""
+}
+
+// hashIsToken compares v with the token in constant time, over SHA-256 hashes.
+func (s *Server) hashIsToken(v string) bool {
+	given := sha256.Sum256([]byte(v))
+	return subtle.ConstantTimeCompare(given[:], s.tokenHash[:]) == 1
+}
+
+// IsToken reports whether the value of a client credential header (llmapi.CredentialHeaders)
+// is the admin token: the whole value (trimmed), or the credentials after a Bearer scheme as
+// Authorize reads them. The filter asks it of every request that is not the admin API's, so
+// it is cheap: a SHA-256 costs microseconds in a Go wasm module, so each candidate is first
+// screened by a 64-bit hash/maphash digest under a seed made at start, whose time depends on
+// the value's length alone. Only the token itself, or one value in 2^64, passes the screen
+// to the constant-time comparison of hashes, so how long a request takes tells nothing of
+// the token (nor its length) that the refusal itself does not. False for a nil Server.
+func (s *Server) IsToken(value string) bool {
+	if s == nil {
+		return false
+	}
+	v := strings.TrimSpace(value)
+	hit := s.screenIsToken(v)
+	if token, ok := bearer(v); ok && s.screenIsToken(token) {
+		hit = true
+	}
+	return hit
+}
+
+func (s *Server) screenIsToken(v string) bool {
+	return maphash.String(s.tokenSeed, v) == s.tokenScreen && s.hashIsToken(v)
+}
+
+// LookalikeReply is the answer to a request that looks like the admin API without being it
+// (Classify's PathLookalike, or IsToken on a request elsewhere): 404 not_found, the same
+// for both, so it says neither which nor whether the token was right.
+func (s *Server) LookalikeReply() replies.Reply { return s.lookalike }
 
 func noStore(r replies.Reply) replies.Reply {
 	r.Headers = append(r.Headers, [2]string{"cache-control", "no-store"})
