@@ -1,9 +1,6 @@
 package admin
 
-import (
-	"bytes"
-	"strings"
-)
+import "bytes"
 
 // The admin check reads the path as an upstream might. A proxy may forward a path that
 // spells the admin prefix otherwise — /SPILLWAY/api/, /spillway%2Fapi/, //spillway/api/,
@@ -15,8 +12,8 @@ import (
 // which a WasmPlugin cannot set), so the filter canonicalises for its check itself and
 // answers a lookalike 404 rather than forwarding it.
 
-// CanonicalPath appends to dst the canonical form of a request path for the admin check and
-// returns the extended slice:
+// CanonicalPath returns the canonical form of a request path for the admin check, written
+// into dst's memory when it has room (else into a new slice):
 //
 //   - only the part before the first '?' or '#' counts (the query and a fragment are
 //     ignored);
@@ -31,56 +28,104 @@ import (
 //     finds no admin path the check does not; every other byte is kept as it is.
 //
 // The result starts with '/' and keeps a trailing '/' (as RFC 3986 does: "/a/b/.." is
-// "/a/"). It is at most one byte longer than path; the work is one pass over path, without
-// recursion or allocation when dst has room.
+// "/a/"). It is at most one byte longer than path (each byte read writes at most one); the
+// work is one pass over path, a table lookup per byte, without recursion.
 func CanonicalPath(dst []byte, path string) []byte {
-	if i := strings.IndexAny(path, "?#"); i >= 0 {
-		path = path[:i]
+	n := len(path) + 1
+	if cap(dst) < n {
+		dst = make([]byte, 0, n)
 	}
-	out := append(dst[:0], '/')
-	seg := len(out) // where the current segment starts in out
-	for i := 0; i <= len(path); i++ {
-		var c byte
-		sep := i == len(path)
-		if !sep {
-			c = path[i]
-			if c == '%' && i+2 < len(path) && isHex(path[i+1]) && isHex(path[i+2]) {
-				c = unhex(path[i+1])<<4 | unhex(path[i+2])
-				i += 2
-			}
-			sep = c == '/' || c == '\\'
-		}
-		if !sep {
-			switch n := len(out) - seg; {
-			case 'A' <= c && c <= 'Z':
-				c += 'a' - 'A'
-			case c == 0xbf && n >= 1 && out[len(out)-1] == 0xc5: // U+017F ſ folds to s
-				out, c = out[:len(out)-1], 's'
-			case c == 0xaa && n >= 2 && out[len(out)-2] == 0xe2 && out[len(out)-1] == 0x84: // U+212A K folds to k
-				out, c = out[:len(out)-2], 'k'
-			}
-			out = append(out, c)
+	out := dst[:n]
+	out[0] = '/'
+	w, seg := 1, 1 // out[:w] is written; the current segment starts at seg
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		class := rawClass[c]
+		if class == classPlain { // most bytes of most paths
+			out[w] = c
+			w++
 			continue
 		}
-		// A segment ended at a separator or at the end: resolve it.
-		switch string(out[seg:]) {
-		case "": // an empty segment: a run of '/' (or the leading one)
-		case ".":
-			out = out[:seg]
-		case "..":
-			out = out[:seg]
-			if seg > 1 { // drop the segment before it, keeping its leading '/'
-				out = out[:bytes.LastIndexByte(out[:seg-1], '/')+1]
-			}
-		default:
-			if i < len(path) {
-				out = append(out, '/')
+		switch class {
+		case classEnd:
+			return out[:resolveSegment(out, seg, w, false)]
+		case classEscape:
+			class = classPlain // a '%' that starts no escape
+			if i+2 < len(path) && isHex(path[i+1]) && isHex(path[i+2]) {
+				c = unhex(path[i+1])<<4 | unhex(path[i+2])
+				class = decodedClass[c]
+				i += 2
 			}
 		}
-		seg = len(out)
+		switch class {
+		case classPlain:
+			out[w] = c
+			w++
+		case classUpper:
+			out[w] = c + ('a' - 'A')
+			w++
+		case classFold:
+			switch {
+			case c == 0xbf && w-seg >= 1 && out[w-1] == 0xc5: // U+017F ſ folds to s
+				out[w-1] = 's'
+			case c == 0xaa && w-seg >= 2 && out[w-2] == 0xe2 && out[w-1] == 0x84: // U+212A K folds to k
+				out[w-2] = 'k'
+				w--
+			default:
+				out[w] = c
+				w++
+			}
+		case classSep:
+			w = resolveSegment(out, seg, w, true)
+			seg = w
+		}
 	}
-	return out
+	return out[:resolveSegment(out, seg, w, false)]
 }
+
+// resolveSegment ends the segment out[seg:w] at a separator (more) or at the path's end and
+// returns where writing goes on: an empty segment (a run of '/') adds nothing, "." is
+// dropped, ".." drops itself and the segment before it (keeping that one's leading '/'),
+// and any other segment is kept, with a '/' after it when more follows.
+func resolveSegment(out []byte, seg, w int, more bool) int {
+	switch n := w - seg; {
+	case n == 0:
+		return w
+	case n == 1 && out[seg] == '.':
+		return seg
+	case n == 2 && out[seg] == '.' && out[seg+1] == '.':
+		if seg > 1 {
+			return bytes.LastIndexByte(out[:seg-1], '/') + 1
+		}
+		return seg
+	}
+	if more {
+		out[w] = '/'
+		w++
+	}
+	return w
+}
+
+// Byte classes of CanonicalPath: how a byte of the path, as sent (rawClass) or decoded from
+// an escape (decodedClass), is handled.
+const (
+	classPlain  uint8 = iota // kept as it is
+	classUpper               // A–Z: folded to a–z
+	classFold                // 0xBF, 0xAA: the last byte of ſ or K, folded with the bytes before it
+	classSep                 // '/' or '\': ends a segment
+	classEscape              // '%' (raw only): may start an escape
+	classEnd                 // '?' or '#' (raw only): the path ends
+)
+
+var rawClass, decodedClass = func() (raw, decoded [256]uint8) {
+	for c := 'A'; c <= 'Z'; c++ {
+		raw[c], decoded[c] = classUpper, classUpper
+	}
+	raw[0xbf], decoded[0xbf], raw[0xaa], decoded[0xaa] = classFold, classFold, classFold, classFold
+	raw['/'], decoded['/'], raw['\\'], decoded['\\'] = classSep, classSep, classSep, classSep
+	raw['%'], raw['?'], raw['#'] = classEscape, classEnd, classEnd
+	return raw, decoded
+}()
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'

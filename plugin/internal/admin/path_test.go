@@ -5,6 +5,7 @@ import (
 	"path"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/spillwayproxy/spillway/policies"
 )
@@ -39,7 +40,20 @@ func oracle(t testing.TB, raw string) string {
 // prefix without its trailing '/'), with case folded by strings.EqualFold.
 func oracleUnder(t testing.TB, raw, prefix string) bool {
 	c, p := oracle(t, raw), path.Clean(prefix)
-	return strings.EqualFold(c, p) || len(c) > len(p) && strings.EqualFold(c[:len(p)+1], p+"/")
+	return strings.EqualFold(c, p) || hasPrefixFold(c, p+"/")
+}
+
+// hasPrefixFold reports whether s begins with as many runes as prefix has that
+// strings.EqualFold equates with it (a fold may change a rune's length: ſ is s).
+func hasPrefixFold(s, prefix string) bool {
+	n := utf8.RuneCountInString(prefix)
+	for i := range s {
+		if n == 0 {
+			return strings.EqualFold(s[:i], prefix)
+		}
+		n--
+	}
+	return n == 0 && strings.EqualFold(s, prefix)
 }
 
 func TestCanonicalPath(t *testing.T) {
@@ -189,6 +203,30 @@ func FuzzCanonicalPath(f *testing.F) {
 				if kind != PathAdmin || !same {
 					t.Fatalf("prefix %q: %q is served (%d) though its canonical form is %q", s.prefix, raw, kind, c)
 				}
+			}
+		}
+	})
+}
+
+// BenchmarkRequestCheck is what the admin check costs a routed request that is not the
+// admin API's: its path classified, its one Authorization header screened for the token.
+func BenchmarkRequestCheck(b *testing.B) {
+	s := New(policies.AdminSettings{Enabled: true, Token: policies.NewSecret("bench-admin-token-0123456789"), PathPrefix: policies.AdminPathPrefix}, nil)
+	buf := make([]byte, 0, 256)
+	b.Run("path", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var k PathKind
+			if k, buf = s.Classify("/v1/chat/completions", buf); k != PathOther {
+				b.Fatal("the check refused an ordinary path")
+			}
+		}
+	})
+	b.Run("credential", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if s.IsToken("Bearer client-key") {
+				b.Fatal("the check refused an ordinary key")
 			}
 		}
 	})
