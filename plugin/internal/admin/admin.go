@@ -45,11 +45,11 @@ type Server struct {
 	prefix      string
 	canonPrefix string // CanonicalPath of prefix (ends with '/')
 	tokenHash   [sha256.Size]byte
-	// tokenSeed and tokenScreen screen client credentials before their SHA-256 (IsToken).
-	tokenSeed   maphash.Seed
-	tokenScreen uint64
-	lookalike   replies.Reply // LookalikeReply, rendered once
-	engine      *engine.Engine
+	// screenSeed and tokenScreen screen client credentials before their SHA-256 (IsToken):
+	// the token's screen digest under a seed drawn at start.
+	screenSeed, tokenScreen uint64
+	lookalike               replies.Reply // LookalikeReply, rendered once
+	engine                  *engine.Engine
 }
 
 // New returns the admin API of settings over e, or nil when it is off (no token): a nil
@@ -66,9 +66,10 @@ func New(settings policies.AdminSettings, e *engine.Engine) *Server {
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	seed := maphash.MakeSeed()
+	// The runtime's random source, seeded at VM start (no host call here, and no failure).
+	seed := maphash.String(maphash.MakeSeed(), "spillway admin token screen")
 	return &Server{prefix: prefix, canonPrefix: string(CanonicalPath(nil, prefix)), tokenHash: sha256.Sum256([]byte(token)),
-		tokenSeed: seed, tokenScreen: maphash.String(seed, token), lookalike: refusedLookalike().Reply(), engine: e}
+		screenSeed: seed, tokenScreen: screen(seed, token), lookalike: refusedLookalike().Reply(), engine: e}
 }
 
 // Prefix returns the path prefix the API is served under.
@@ -104,11 +105,16 @@ func (s *Server) Authorize(authorization string, present bool) (r replies.Reply,
 }
 
 // bearer returns the credentials of an Authorization value (trimmed) with the Bearer scheme
-// (any case), ok false for another scheme or none.
+// (any case), ok false for another scheme or none: the value up to its first space folds to
+// "Bearer" (ASCII case: no letter of it has another fold), and what follows, trimmed, is not
+// empty.
 func bearer(v string) (token string, ok bool) {
-	scheme, token, found := strings.Cut(v, " ")
-	token = strings.TrimSpace(token)
-	return token, found && strings.EqualFold(scheme, "Bearer") && token != ""
+	if len(v) < len("Bearer ") || v[6] != ' ' || v[0]|0x20 != 'b' || v[1]|0x20 != 'e' || v[2]|0x20 != 'a' ||
+		v[3]|0x20 != 'r' || v[4]|0x20 != 'e' || v[5]|0x20 != 'r' {
+		return "", false
+	}
+	token = strings.TrimSpace(v[7:])
+	return token, token != ""
 }
 
 // hashIsToken compares v with the token in constant time, over SHA-256 hashes.
@@ -118,28 +124,41 @@ func (s *Server) hashIsToken(v string) bool {
 }
 
 // IsToken reports whether the value of a client credential header (llmapi.CredentialHeaders)
-// is the admin token: the whole value (trimmed), or the credentials after a Bearer scheme as
-// Authorize reads them. The filter asks it of every request that is not the admin API's, so
-// it is cheap: a SHA-256 costs microseconds in a Go wasm module, so each candidate is first
-// screened by a 64-bit hash/maphash digest under a seed made at start, whose time depends on
-// the value's length alone. Only the token itself, or one value in 2^64, passes the screen
-// to the constant-time comparison of hashes, so how long a request takes tells nothing of
-// the token (nor its length) that the refusal itself does not. False for a nil Server.
+// is the admin token: the credentials after a Bearer scheme as Authorize reads them, or else
+// the whole value (trimmed). (The policy refuses a token with whitespace in it, so a value
+// with a scheme is never the token whole.) The filter asks it of every request that is not
+// the admin API's, so it must be cheap, and a SHA-256 costs a Go wasm module microseconds:
+// the candidate is screened first by a seeded 64-bit digest (screen) whose time depends on
+// its length alone. Only the token itself, or a value in about 2^64, passes the screen to
+// the constant-time comparison of SHA-256 hashes, so how long a request takes tells nothing
+// of the token, nor its length, that the refusal itself does not. False for a nil Server.
 func (s *Server) IsToken(value string) bool {
 	if s == nil {
 		return false
 	}
 	v := strings.TrimSpace(value)
-	hit := s.screenIsToken(v)
-	if token, ok := bearer(v); ok && s.screenIsToken(token) {
-		hit = true
+	if token, ok := bearer(v); ok {
+		v = token
 	}
-	return hit
+	return screen(s.screenSeed, v) == s.tokenScreen && s.hashIsToken(v)
 }
 
-func (s *Server) screenIsToken(v string) bool {
-	return maphash.String(s.tokenSeed, v) == s.tokenScreen && s.hashIsToken(v)
+// screen is the screen digest of v under seed: FNV-1a's round (xor a byte, multiply by the
+// 64-bit FNV prime) from a random offset. It is written out rather than hash/fnv's (whose
+// New64a allocates behind an interface and takes no seed) or hash/maphash's (a 128-bit
+// multiply per block, which a Go wasm module emulates: several times the cost per request);
+// a screen needs no more than digests that differ for different values, since SHA-256
+// decides.
+func screen(seed uint64, v string) uint64 {
+	h := seed
+	for i := 0; i < len(v); i++ {
+		h = (h ^ uint64(v[i])) * screenPrime
+	}
+	return h
 }
+
+// screenPrime is FNV's 64-bit prime.
+const screenPrime = 1099511628211
 
 // LookalikeReply is the answer to a request that looks like the admin API without being it
 // (Classify's PathLookalike, or IsToken on a request elsewhere): 404 not_found, the same

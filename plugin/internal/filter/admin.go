@@ -34,17 +34,25 @@ const maxKeptPathBuf = 4 << 10
 // adminGate runs the admin check on a request's headers and reports whether the request
 // stops here (answered, or held for its body): the admin API's own, a lookalike of it, or a
 // request with the admin token in a client credential header (tokenHeader, "" for none). It
-// is false at once with the admin API off.
-func (h *httpContext) adminGate(hdrs [][2]string, method, path string, endOfStream bool, tokenHeader string) bool {
+// is false at once with the admin API off. A path that is one of the policy's routed paths
+// (routedPath, as apiOf reads it) is spelled no further: the policy's validation makes each
+// canonical and not under the admin prefix in any case (policies, isCanonicalPath), so its
+// canonical form is never the API's, and the routed success path pays nothing for the
+// canonicalisation.
+func (h *httpContext) adminGate(hdrs [][2]string, method, path string, routedPath, endOfStream bool, tokenHeader string) bool {
 	p := h.plugin
 	if p.admin == nil {
 		return false
 	}
-	kind, buf := p.admin.Classify(path, p.pathBuf)
-	if cap(buf) > maxKeptPathBuf {
-		buf = nil
+	kind := admin.PathOther
+	if !routedPath {
+		var buf []byte
+		kind, buf = p.admin.Classify(path, p.pathBuf)
+		if cap(buf) > maxKeptPathBuf {
+			buf = nil
+		}
+		p.pathBuf = buf
 	}
-	p.pathBuf = buf
 	switch {
 	case kind == admin.PathAdmin:
 		h.adminRequest(hdrs, method, path, endOfStream)

@@ -77,10 +77,10 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 			}
 		}
 	}
-	if h.adminGate(hdrs, method, path, endOfStream, tokenHeader) { // admin.go: answered, or held for its body
+	api, routed := p.apiOf(path)
+	if h.adminGate(hdrs, method, path, routed, endOfStream, tokenHeader) { // admin.go: answered, or held for its body
 		return types.ActionPause
 	}
-	api, routed := p.apiOf(path)
 	if !routed || method != "POST" {
 		return types.ActionContinue
 	}
