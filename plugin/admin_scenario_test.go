@@ -98,6 +98,68 @@ func TestAdminScenarioAuth(t *testing.T) {
 	w.noStreamsLeft()
 }
 
+// No lookalike of the admin path and no request carrying the admin token elsewhere reaches
+// an upstream: each is answered 404 by the filter, counted and logged without the token, and
+// the fakes receive nothing; the admin API itself still answers.
+func TestAdminScenarioLookalikesAndTheTokenNeverReachTheUpstream(t *testing.T) {
+	w := newWorld(t, adminPolicy, 2)
+	bearer := "Bearer " + adminToken
+	refused := 0
+	wantRefused := func(what string, req *hostsim.Request) {
+		t.Helper()
+		resp := w.run(refused%2, req)
+		refused++
+		if resp.StatusCode != 404 || resp.LocalReply == nil || resp.Upstream != nil || errorCode(resp) != "not_found" {
+			t.Errorf("%s: %d (local %v, upstream %v), want the filter's 404 not_found and nothing upstream",
+				what, resp.StatusCode, resp.LocalReply != nil, resp.Upstream)
+		}
+		if strings.Contains(string(resp.Body), adminToken) {
+			t.Errorf("%s: the reply holds the token", what)
+		}
+	}
+	for _, path := range lookalikePaths {
+		wantRefused(path, &hostsim.Request{Headers: [][2]string{{":method", "GET"}, {":path", path},
+			{":authority", "spillway.local"}, {":scheme", "http"}, {"authorization", bearer}}})
+	}
+	for _, cred := range [][2]string{{"authorization", bearer}, {"x-api-key", adminToken}} {
+		wantRefused("GET /v1/models with "+cred[0], &hostsim.Request{Headers: [][2]string{{":method", "GET"},
+			{":path", "/v1/models"}, {":authority", "spillway.local"}, {":scheme", "http"}, cred}})
+		req := chatReq("gpt-4o", cred)
+		if cred[0] == "authorization" {
+			req = chatReq("gpt-4o")
+			for i := range req.Headers {
+				if req.Headers[i][0] == "authorization" {
+					req.Headers[i][1] = bearer
+				}
+			}
+		}
+		wantRefused("a chat completion with "+cred[0], req)
+	}
+	if calls := w.fakes.received(); len(calls) != 0 {
+		t.Fatalf("the fakes received %d requests: %+v", len(calls), calls)
+	}
+	if _, h := w.admin(0, "GET", "monitoring/health", ""); h.Get("status").Str != "healthy" {
+		t.Fatalf("the admin API: %s", h.Raw)
+	}
+	expect(t, "an ordinary request", w.run(1, chatReq("gpt-4o")), 200, "openai/key-a/gpt-4o/1")
+	if n := w.metric("spillway_admin_lookalikes_total"); n != uint64(refused) {
+		t.Errorf("spillway_admin_lookalikes_total = %d, want %d", n, refused)
+	}
+	warned := 0
+	for _, e := range w.host.Host.Logs() {
+		if strings.Contains(e.Message, adminToken) {
+			t.Fatalf("a log line holds the token: %q", e.Message)
+		}
+		if e.Level == hostsim.LogWarn && strings.Contains(e.Message, "looks like the admin API without being it") {
+			warned++
+		}
+	}
+	if warned != refused {
+		t.Errorf("%d warn lines for %d refusals", warned, refused)
+	}
+	w.noStreamsLeft()
+}
+
 // Without an admin token the admin paths are ordinary requests: they pass through.
 func TestAdminScenarioOffPassesThrough(t *testing.T) {
 	w := newWorld(t, scenarioPolicy, 2)
@@ -358,6 +420,19 @@ func resetLogs(w *world) int {
 	return countLogs(w, "spillway: admin POST ") + countLogs(w, "spillway: admin DELETE ")
 }
 
+// lookalikePaths spell the admin prefix /spillway/api/ otherwise: each canonicalises under
+// it (plugin/internal/admin CanonicalPath) without being under it byte for byte.
+var lookalikePaths = []string{
+	"/SPILLWAY/api/monitoring/health",
+	"/spillway%2Fapi/monitoring/health",
+	"//spillway/api/monitoring/health",
+	"/x/../spillway/api/monitoring/health",
+	"/spillway%5Capi/monitoring/health",
+	"/x/%2e%2e/spillway/api/monitoring/health",
+	"/spillway%2fAPI/resilience/cooldowns?provider=openai", // mixed case, in the escape too
+	"/spillway/x/../api/.",                                 // a trailing dot segment
+}
+
 // adminScenarios are the differential suite's admin API scenarios (differential_test.go):
 // the glue must answer the same natively and in wasm. They avoid replies with a timestamp
 // (proxytest's clock is the wall clock, hostsim's virtual).
@@ -383,6 +458,37 @@ func adminScenarios(demo []byte) []scenario {
 		{name: "admin API refuses a missing or wrong token", config: demo, run: func(r *recorder) {
 			call(r, "GET", "monitoring/health", "")
 			call(r, "POST", "resilience/reset", "Bearer wrong-token", `{}`)
+		}},
+		{name: "admin lookalikes and the admin token elsewhere are answered 404", config: demo, run: func(r *recorder) {
+			refuse := func(step string, hs [][2]string, eos bool) {
+				id := r.e.InitializeHttpContext()
+				r.act(step, r.e.CallOnRequestHeaders(id, hs, eos))
+				r.snapshot(id)
+				r.e.CompleteHttpContext(id)
+			}
+			for _, path := range lookalikePaths {
+				refuse("lookalike "+path, [][2]string{{":method", "GET"}, {":path", path}, {":authority", "spillway.local"},
+					{"authorization", token}}, true)
+			}
+			for _, cred := range [][2]string{{"authorization", token}, {"x-api-key", strings.TrimPrefix(token, "Bearer ")}} {
+				refuse("pass-through with the token", [][2]string{{":method", "GET"}, {":path", "/v1/models"},
+					{":authority", "spillway.local"}, cred}, true)
+				refuse("routed with the token", append(chatHeadersOf("/v1/chat/completions")[:4], cred), false)
+			}
+			call(r, "GET", "resilience/model-cooldowns", token) // the API itself still answers
+		}, check: func(t *testing.T, o observation) {
+			n := len(lookalikePaths) + 4
+			if len(o.LocalResponses) != n+1 {
+				t.Fatalf("%d streams, want %d", len(o.LocalResponses), n+1)
+			}
+			for i, lr := range o.LocalResponses[:n] {
+				if !strings.HasPrefix(lr, `404 {"error":{"message":"not found"`) || strings.Contains(lr, "spillway-demo-admin-token") {
+					t.Errorf("stream %d (%s): %q, want the lookalike 404", i, o.Actions[i], lr)
+				}
+			}
+			if !strings.HasPrefix(o.LocalResponses[n], "200 ") {
+				t.Errorf("the admin API: %q", o.LocalResponses[n])
+			}
 		}},
 		{name: "admin API answers with held bodies and logs its resets", config: demo, run: func(r *recorder) {
 			call(r, "GET", "resilience/model-cooldowns", token)

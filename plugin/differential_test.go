@@ -100,6 +100,18 @@ func calloutHeaders(hs [][2]string) [][2]string {
 	return out
 }
 
+// hostileSpillwayHeaders are x-spillway-* request headers a hostile client sends, each
+// with the value "evil": Spillway's own names and others.
+var hostileSpillwayHeaders = [][2]string{{"x-spillway-cluster", "evil"}, {"x-spillway-provider", "evil"},
+	{"x-spillway-connection", "evil"}, {"x-spillway-model", "evil"}, {"x-spillway-attempts", "evil"},
+	{"x-spillway-retry", "evil"}, {"x-spillway-request-model", "evil"}, {"x-spillway-whatever", "evil"}}
+
+// chatHeadersOf are a chat completion's request headers for path.
+func chatHeadersOf(path string) [][2]string {
+	return [][2]string{{":method", "POST"}, {":path", path}, {":authority", "spillway.local"},
+		{"content-type", "application/json"}, {"authorization", "Bearer client"}}
+}
+
 func sorted(hs [][2]string) [][2]string {
 	out := append([][2]string(nil), hs...)
 	sort.SliceStable(out, func(i, j int) bool { return out[i][0] < out[j][0] })
@@ -111,6 +123,8 @@ type scenario struct {
 	name   string
 	config []byte
 	run    func(r *recorder)
+	// check, when set, asserts what both hosts observed (they must agree first).
+	check func(t *testing.T, o observation)
 }
 
 func chatRequest(r *recorder, path string, chunks ...string) uint32 {
@@ -137,12 +151,12 @@ func chatExchange(r *recorder, path string, respHeaders [][2]string, respBody st
 	return id
 }
 
-// failoverByCallout sends a chat completion whose response is a 429 and answers the
-// failover callout it makes with a 200.
-func failoverByCallout(r *recorder, body string) {
+// failoverByCallout sends a chat completion (with the extra request headers) whose response
+// is a 429 and answers the failover callout it makes with a 200.
+func failoverByCallout(r *recorder, body string, extra ...[2]string) {
 	id := r.e.InitializeHttpContext()
-	hs := [][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "spillway.local"},
-		{"content-type", "application/json"}}
+	hs := append([][2]string{{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "spillway.local"},
+		{"content-type", "application/json"}}, extra...)
 	r.act("request headers", r.e.CallOnRequestHeaders(id, hs, false))
 	r.act("request body", r.e.CallOnRequestBody(id, []byte(body), true))
 	r.act("response headers", r.e.CallOnResponseHeaders(id, [][2]string{{":status", "429"},
@@ -197,6 +211,39 @@ func scenarios(t *testing.T) []scenario {
 		{name: "a 429 fails over with a callout", config: demo, run: func(r *recorder) { failoverByCallout(r, body) }},
 		{name: "router mode without an upstream filter fails over by callout", config: router, run: func(r *recorder) {
 			failoverByCallout(r, body)
+		}},
+		{name: "a client's x-spillway-* headers reach no upstream", config: demo, run: func(r *recorder) {
+			id := r.e.InitializeHttpContext()
+			r.act("pass-through headers", r.e.CallOnRequestHeaders(id, append([][2]string{{":method", "GET"},
+				{":path", "/v1/models"}, {":authority", "spillway.local"}}, hostileSpillwayHeaders...), true))
+			r.snapshot(id)
+			r.e.CompleteHttpContext(id)
+			id = r.e.InitializeHttpContext()
+			r.act("routed headers", r.e.CallOnRequestHeaders(id, append(chatHeadersOf("/v1/chat/completions"), hostileSpillwayHeaders...), false))
+			r.act("routed body", r.e.CallOnRequestBody(id, []byte(body), true))
+			r.snapshot(id)
+			r.e.CompleteHttpContext(id)
+			failoverByCallout(r, body, hostileSpillwayHeaders...)
+		}, check: func(t *testing.T, o observation) {
+			for i, hs := range o.RequestHeaders {
+				for _, kv := range hs {
+					if strings.HasPrefix(kv[0], "x-spillway-") && kv[0] != "x-spillway-cluster" || kv[1] == "evil" {
+						t.Errorf("stream %d: %s=%q reaches the upstream", i, kv[0], kv[1])
+					}
+				}
+			}
+			callouts := 0
+			for _, a := range o.Actions {
+				if strings.HasPrefix(a, "callout to ") {
+					callouts++
+					if strings.Contains(a, "evil") {
+						t.Errorf("a callout carries a client's x-spillway-* header: %s", a)
+					}
+				}
+			}
+			if callouts != 1 || len(o.RequestHeaders) != 3 {
+				t.Fatalf("%d callouts and %d streams, want 1 and 3: %v", callouts, len(o.RequestHeaders), o.Actions)
+			}
 		}},
 		{name: "invalid policy refuses to start", config: []byte(`{"providers":[{"id":"p","profile":"apikey","cluster":"c","connections":[{"id":"c1"}]}],` +
 			`"routes":[{"model":"m","targets":[{"provider":"nope"}]}],"resilience":{"modelLockout":{"baseCoolDownMs":1}}}`)},
@@ -270,6 +317,9 @@ func TestDifferentialProxytestVersusHostsim(t *testing.T) {
 
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Fatalf("proxytest (-) and hostsim (+) disagree:\n%s", diff)
+			}
+			if sc.check != nil {
+				sc.check(t, got)
 			}
 			if sc.run != nil && len(got.Actions) == 0 {
 				t.Fatal("scenario ran no steps: the plugin did not start")

@@ -622,7 +622,8 @@ type Routing struct {
 	// and not in Envoy's reserved x-envoy- namespace.
 	ClusterHeader string `json:"clusterHeader,omitempty" jsonschema:"minLength=1,maxLength=128"`
 	// Paths are the LLM API paths Spillway routes, per API; a request on any other path
-	// passes through untouched.
+	// passes through untouched. Each is a canonical ASCII path (no '%', '\', empty, '.' or
+	// '..' segments) and none is under admin.pathPrefix, in any case.
 	Paths RoutingPaths `json:"paths,omitzero"`
 	// BodyWaitMs is how long a held LLM request may wait for its first body chunk. The
 	// proxy must deliver the body while the request headers are held (Envoy's
@@ -669,11 +670,13 @@ type RoutingPaths struct {
 type Admin struct {
 	// PathPrefix is where the admin API is served (OmniRoute's paths, such as
 	// monitoring/health, under it; /api/ gives OmniRoute's exact paths); must start and end
-	// with '/'. Default /spillway/api/.
+	// with '/' and be a canonical ASCII path (no '%', '\', empty, '.' or '..' segments),
+	// since a path that only canonicalises under it is answered 404. Default /spillway/api/.
 	PathPrefix string `json:"pathPrefix,omitempty" jsonschema:"pattern=^/.*/$"`
 	// Token is the bearer token the admin API requires (401 without one, 403 with another);
-	// unset or empty = admin API off: requests under pathPrefix are ordinary requests and
-	// pass through. Use ${SPILLWAY_ADMIN_TOKEN}. Spillway never shows it: logs, errors and
-	// dumps print [redacted].
+	// no whitespace or control characters. Unset or empty = admin API off: requests under
+	// pathPrefix are ordinary requests and pass through. A request elsewhere that carries it
+	// as a client credential is answered 404, never forwarded. Use ${SPILLWAY_ADMIN_TOKEN}.
+	// Spillway never shows it: logs, errors and dumps print [redacted].
 	Token Secret `json:"token,omitzero"`
 }

@@ -59,6 +59,11 @@ func TestRoutingValidationRules(t *testing.T) {
 			"routing.paths.anthropic[1]", `duplicate path "/v1/chat/completions" (also the default routing.paths.openai; set that list to change it)`},
 		{"paths bounded per API", "routing.paths.openai", manyPaths(33), "routing.paths.openai", "at most 32 paths, got 33"},
 		{"path not under the admin prefix", "routing.paths.openai", []any{"/admin/v1/chat"}, "routing.paths.openai[0]", `under the admin API's prefix "/admin/"`},
+		{"path not under the admin prefix in another case", "routing.paths.openai", []any{"/ADMIN/v1/chat"}, "routing.paths.openai[0]", `under the admin API's prefix "/admin/"`},
+		{"path canonical: no escape", "routing.paths.openai", []any{"/v1/chat%2Fcompletions"}, "routing.paths.openai[0]", "canonical path"},
+		{"path canonical: no dot-dot", "routing.paths.openai", []any{"/v1/x/../admin/v1"}, "routing.paths.openai[0]", "canonical path"},
+		{"path canonical: no merged slashes", "routing.paths.openai", []any{"/v1//chat"}, "routing.paths.openai[0]", "canonical path"},
+		{"path canonical: ASCII", "routing.paths.openai", []any{"/\u017fpillway/v1"}, "routing.paths.openai[0]", "canonical path"},
 		// routing.bodyWaitMs
 		{"body wait at least 1 s", "routing.bodyWaitMs", 999, "routing.bodyWaitMs", "between 1 s and 10 min, got 999 ms"},
 		{"body wait at most 10 min", "routing.bodyWaitMs", 600001, "routing.bodyWaitMs", "between 1 s and 10 min"},

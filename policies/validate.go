@@ -3,6 +3,8 @@ package policies
 import (
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // validator checks a decoded policy and applies its clamps, collecting every problem.
@@ -330,12 +332,19 @@ func (v *validator) admin(a *Admin, path string) {
 			v.fail(pp, "must start and end with '/'")
 		case len(a.PathPrefix) > 256 || hasControl(a.PathPrefix) || strings.ContainsAny(a.PathPrefix, " ?#%"):
 			v.fail(pp, "must be a plain path without spaces, '?', '#' or '%'")
+		case !isCanonicalPath(a.PathPrefix):
+			// The filter refuses every path that canonicalises under the prefix without
+			// being under it byte for byte (README "Admin API"): a prefix in another form
+			// than its own canonical one would turn that on paths it never meant.
+			v.fail(pp, canonicalPathRule)
 		}
 	}
 	tp := joinField(path, "token")
 	switch token := a.Token.Reveal(); {
 	case token == "":
-	case hasControl(token) || strings.TrimSpace(token) != token:
+	case hasControl(token) || strings.ContainsFunc(token, unicode.IsSpace):
+		// No whitespace at all: a credential value with a scheme ("Bearer <token>") is then
+		// never the token whole, which the filter's check of client credentials relies on.
 		v.fail(tp, "contains whitespace or a control character (check the environment variable for a trailing newline)")
 	case len(token) < minAdminTokenLength:
 		v.warn(tp, "admin token is shorter than "+strconv.Itoa(minAdminTokenLength)+" characters")
@@ -343,6 +352,24 @@ func (v *validator) admin(a *Admin, path string) {
 }
 
 // --- helpers ---
+
+// isCanonicalPath reports whether a configured path is in the form the filter's admin check
+// reads paths in (plugin/internal/admin, CanonicalPath), but for ASCII case: ASCII without
+// '%' or '\\', and no empty, "." or ".." segment. The admin prefix must be (else the check
+// would refuse paths it never meant), and so must every routed path (so none can be a
+// lookalike of the prefix, and the filter checks a routed path's spelling no further).
+func isCanonicalPath(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c >= utf8.RuneSelf || c == '%' || c == '\\' {
+			return false
+		}
+	}
+	return !strings.Contains(p, "//") && !strings.Contains(p, "/./") && !strings.Contains(p, "/../") &&
+		!strings.HasSuffix(p, "/.") && !strings.HasSuffix(p, "/..")
+}
+
+// canonicalPathRule is isCanonicalPath's rule as an error message.
+const canonicalPathRule = "must be a canonical path: ASCII, no '%' or '\\', no empty, '.' or '..' segments"
 
 const (
 	maxModelBytes       = 256 // as plugin/internal/lockout accepts

@@ -203,7 +203,12 @@ func (v *validator) routingPaths(path string, paths []string, seen map[string]st
 		case hasControl(p) || strings.ContainsRune(p, ' '):
 			v.fail(ip, "path must not contain spaces or control characters")
 			continue
-		case strings.HasPrefix(p, admin):
+		case !isCanonicalPath(p):
+			v.fail(ip, "path "+v.quote(ip, p)+" "+canonicalPathRule)
+			continue
+		case len(p) >= len(admin) && strings.EqualFold(p[:len(admin)], admin):
+			// In any case: the filter answers 404 to a path under the prefix in another
+			// case (README "Admin API").
 			v.fail(ip, "path "+v.quote(ip, p)+" is under the admin API's prefix "+strconv.Quote(admin))
 			continue
 		}

@@ -176,7 +176,13 @@ func TestValidationRules(t *testing.T) {
 		{"admin prefix slashes", "admin.pathPrefix", "admin", "admin.pathPrefix", "start and end with '/'"},
 		{"admin prefix not root", "admin.pathPrefix", "/", "admin.pathPrefix", "shadow all traffic"},
 		{"admin prefix plain", "admin.pathPrefix", "/a b/", "admin.pathPrefix", "plain path"},
+		{"admin prefix ASCII", "admin.pathPrefix", "/\u00e4dmin/", "admin.pathPrefix", "canonical path"},
+		{"admin prefix merged slashes", "admin.pathPrefix", "/a//b/", "admin.pathPrefix", "canonical path"},
+		{"admin prefix dot segment", "admin.pathPrefix", "/a/./", "admin.pathPrefix", "canonical path"},
+		{"admin prefix dot-dot segment", "admin.pathPrefix", "/x/../", "admin.pathPrefix", "canonical path"},
+		{"admin prefix backslash", "admin.pathPrefix", `/a\b/`, "admin.pathPrefix", "canonical path"},
 		{"admin token clean", "admin.token", "0123456789abcdef\n", "admin.token", "control character"},
+		{"admin token without inner whitespace", "admin.token", "Bearer 0123456789abcdef", "admin.token", "whitespace"},
 		// resilience: statuses
 		{"trip status range", "resilience.providerBreaker.tripStatuses", []any{500, 600}, "resilience.providerBreaker.tripStatuses[1]", "between 100 and 599, got 600"},
 		{"trip status is an error", "resilience.providerBreaker.tripStatuses", []any{302}, "resilience.providerBreaker.tripStatuses[0]", "not an error status"},

@@ -22,6 +22,7 @@ var (
 	RouterRetries       = Family{Name: "spillway_router_retries_total", Help: "failover attempts made as the router's retries through the upstream filter (resilience.failover.via: router)"}
 	RouterUnlinked      = Family{Name: "spillway_router_unlinked_total", Help: "router-mode requests whose response came with no try seen by an upstream instance (the upstream filter is missing or on another VM): they fail over by callout"}
 	Panics              = Family{Name: "spillway_panics_total", Help: "callbacks that panicked and failed open"}
+	AdminLookalikes     = Family{Name: "spillway_admin_lookalikes_total", Help: "requests answered 404 and never forwarded for looking like the admin API: its path spelled otherwise, or the admin token in a client credential header elsewhere"}
 	// ABIPanics is defined by the ABI bridge itself (plugin/_bridge), at VM start.
 	ABIPanics = Family{Name: "spillway_abi_panics_total", Help: "panics that escaped the filter and were recovered at the ABI edge (the stream passed through)"}
 
@@ -75,7 +76,7 @@ const (
 func Families() []*Family {
 	return []*Family{&Requests, &Routed, &LocalReplies, &Attempts, &Failovers, &Restated, &StreamErrorEvents,
 		&TruncatedStreams, &Queued, &AdmissionFailedOpen, &ModelNotServed, &Wakeups, &Misconfigured, &RouterRetries, &RouterUnlinked, &Panics,
-		&ABIPanics, &RouteRequests,
+		&AdminLookalikes, &ABIPanics, &RouteRequests,
 		&ConnectionAttempts, &ConnectionFailovers, &ConnectionFailures, &ConnectionRestated, &ConnectionQueueWaits,
 		&ConnectionQueueWaitMs, &ConnectionWatchdogAborts,
 		&BreakerState, &ProviderCooling, &ConnectionCooling, &ConnectionTerminal, &ConnectionLockouts,

@@ -18,15 +18,20 @@
 // Access: the admin API is on only when the policy sets admin.token; without one its paths
 // are ordinary requests and pass through. A request under the prefix without a bearer token
 // is answered 401, with another token 403; the token is compared in constant time (a hash
-// of each side, so not even its length leaks) and the server keeps only its hash. No reply
+// of each side, so not even its length leaks) and the server keeps only its hashes. No reply
 // carries a credential, the token or a credential fingerprint: replies are built from the
 // engine's snapshots, which hold ids, states, counts and times only.
+//
+// Lookalikes: the token never leaves the proxy. A path that spells the prefix otherwise
+// (Classify, path.go) and a request elsewhere whose client credential is the token
+// (IsToken) are refused (LookalikeReply) rather than forwarded with it.
 package admin
 
 import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"hash/maphash"
 	"strings"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
@@ -37,9 +42,14 @@ import (
 // Server answers the admin API for one policy's engine. It is used by one worker at a time,
 // as the engine is.
 type Server struct {
-	prefix    string
-	tokenHash [sha256.Size]byte
-	engine    *engine.Engine
+	prefix      string
+	canonPrefix string // CanonicalPath of prefix (ends with '/')
+	tokenHash   [sha256.Size]byte
+	// screenSeed and tokenScreen screen client credentials before their SHA-256 (IsToken):
+	// the token's screen digest under a seed drawn at start.
+	screenSeed, tokenScreen uint64
+	lookalike               replies.Reply // LookalikeReply, rendered once
+	engine                  *engine.Engine
 }
 
 // New returns the admin API of settings over e, or nil when it is off (no token): a nil
@@ -56,7 +66,10 @@ func New(settings policies.AdminSettings, e *engine.Engine) *Server {
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	return &Server{prefix: prefix, tokenHash: sha256.Sum256([]byte(token)), engine: e}
+	// The runtime's random source, seeded at VM start (no host call here, and no failure).
+	seed := maphash.String(maphash.MakeSeed(), "spillway admin token screen")
+	return &Server{prefix: prefix, canonPrefix: string(CanonicalPath(nil, prefix)), tokenHash: sha256.Sum256([]byte(token)),
+		screenSeed: seed, tokenScreen: screen(seed, token), lookalike: refusedLookalike().Reply(), engine: e}
 }
 
 // Prefix returns the path prefix the API is served under.
@@ -81,17 +94,76 @@ func (s *Server) Matches(path string) bool {
 // bearer token equal to the policy's passes; none, or another scheme, is 401; another token
 // is 403. The reply is the refusal when ok is false.
 func (s *Server) Authorize(authorization string, present bool) (r replies.Reply, ok bool) {
-	scheme, token, found := strings.Cut(strings.TrimSpace(authorization), " ")
-	token = strings.TrimSpace(token)
-	if !present || !found || !strings.EqualFold(scheme, "Bearer") || token == "" {
+	token, found := bearer(strings.TrimSpace(authorization))
+	if !present || !found {
 		return noStore(replies.Unauthorized()), false
 	}
-	given := sha256.Sum256([]byte(token))
-	if subtle.ConstantTimeCompare(given[:], s.tokenHash[:]) != 1 {
+	if !s.hashIsToken(token) {
 		return noStore(replies.Forbidden()), false
 	}
 	return replies.Reply{}, true
 }
+
+// bearer returns the credentials of an Authorization value (trimmed) with the Bearer scheme
+// (any case), ok false for another scheme or none: the value up to its first space folds to
+// "Bearer" (ASCII case: no letter of it has another fold), and what follows, trimmed, is not
+// empty.
+func bearer(v string) (token string, ok bool) {
+	if len(v) < len("Bearer ") || v[6] != ' ' || v[0]|0x20 != 'b' || v[1]|0x20 != 'e' || v[2]|0x20 != 'a' ||
+		v[3]|0x20 != 'r' || v[4]|0x20 != 'e' || v[5]|0x20 != 'r' {
+		return "", false
+	}
+	token = strings.TrimSpace(v[7:])
+	return token, token != ""
+}
+
+// hashIsToken compares v with the token in constant time, over SHA-256 hashes.
+func (s *Server) hashIsToken(v string) bool {
+	given := sha256.Sum256([]byte(v))
+	return subtle.ConstantTimeCompare(given[:], s.tokenHash[:]) == 1
+}
+
+// IsToken reports whether the value of a client credential header (llmapi.CredentialHeaders)
+// is the admin token: the credentials after a Bearer scheme as Authorize reads them, or else
+// the whole value (trimmed). (The policy refuses a token with whitespace in it, so a value
+// with a scheme is never the token whole.) The filter asks it of every request that is not
+// the admin API's, so it must be cheap, and a SHA-256 costs a Go wasm module microseconds:
+// the candidate is screened first by a seeded 64-bit digest (screen) whose time depends on
+// its length alone. Only the token itself, or a value in about 2^64, passes the screen to
+// the constant-time comparison of SHA-256 hashes, so how long a request takes tells nothing
+// of the token, nor its length, that the refusal itself does not. False for a nil Server.
+func (s *Server) IsToken(value string) bool {
+	if s == nil {
+		return false
+	}
+	v := strings.TrimSpace(value)
+	if token, ok := bearer(v); ok {
+		v = token
+	}
+	return screen(s.screenSeed, v) == s.tokenScreen && s.hashIsToken(v)
+}
+
+// screen is the screen digest of v under seed: FNV-1a's round (xor a byte, multiply by the
+// 64-bit FNV prime) from a random offset. It is written out rather than hash/fnv's (whose
+// New64a allocates behind an interface and takes no seed) or hash/maphash's (a 128-bit
+// multiply per block, which a Go wasm module emulates: several times the cost per request);
+// a screen needs no more than digests that differ for different values, since SHA-256
+// decides.
+func screen(seed uint64, v string) uint64 {
+	h := seed
+	for i := 0; i < len(v); i++ {
+		h = (h ^ uint64(v[i])) * screenPrime
+	}
+	return h
+}
+
+// screenPrime is FNV's 64-bit prime.
+const screenPrime = 1099511628211
+
+// LookalikeReply is the answer to a request that looks like the admin API without being it
+// (Classify's PathLookalike, or IsToken on a request elsewhere): 404 not_found, the same
+// for both, so it says neither which nor whether the token was right.
+func (s *Server) LookalikeReply() replies.Reply { return s.lookalike }
 
 func noStore(r replies.Reply) replies.Reply {
 	r.Headers = append(r.Headers, [2]string{"cache-control", "no-store"})

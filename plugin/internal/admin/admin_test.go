@@ -211,6 +211,47 @@ func TestAuthorize(t *testing.T) {
 	}
 }
 
+// IsToken finds the admin token as any client credential header may carry it: the whole
+// value, or after a Bearer scheme as Authorize reads it; any other value is not it.
+func TestIsToken(t *testing.T) {
+	f := newFixture(t, testPolicy)
+	for _, tc := range []struct {
+		value string // a credential header's value
+		want  bool   // it is the admin token
+	}{
+		{token, true},                               // x-api-key, api-key, or authorization without a scheme
+		{"Bearer " + token, true},                   // authorization
+		{"bearer " + token, true},                   // the scheme in any case
+		{"  BEARER   " + token + "  ", true},        // blanks around
+		{"Basic " + token, false},                   // another scheme: not the token
+		{token[:len(token)-1], false},               // a prefix of it
+		{token + "x", false},                        // one byte more
+		{"Bearer " + token[1:], false},              // one byte less
+		{"Bearer sk-some-provider-key-0123", false}, // a client's own key
+		{"", false},
+		{"Bearer", false},
+		{strings.ToUpper(token), false}, // the token is case-sensitive
+	} {
+		if got := f.s.IsToken(tc.value); got != tc.want {
+			t.Errorf("IsToken(%q) = %v, want %v", tc.value, got, tc.want)
+		}
+	}
+	var off *Server
+	if off.IsToken(token) {
+		t.Fatal("with the API off there is no token")
+	}
+	// Asked of every credential header of every request: it allocates nothing.
+	if n := testing.AllocsPerRun(100, func() { f.s.IsToken("Bearer sk-some-provider-key-0123") }); n != 0 {
+		t.Fatalf("IsToken allocates %v times", n)
+	}
+	// The lookalike refusal says nothing of why.
+	r := f.s.LookalikeReply()
+	if r.Status != 404 || gjson.GetBytes(r.Body, "error.code").Str != CodeNotFound || strings.Contains(string(r.Body), token) ||
+		gjson.GetBytes(r.Body, "error.message").Str != "not found" {
+		t.Fatalf("lookalike reply %d %s", r.Status, r.Body)
+	}
+}
+
 func TestHealthReply(t *testing.T) {
 	f := newFixture(t, testPolicy)
 	for i := 0; i < 7; i++ {

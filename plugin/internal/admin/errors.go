@@ -80,6 +80,11 @@ func notFound(path string) *Error {
 		"; the admin API serves monitoring/health, resilience/reset, resilience/model-cooldowns and resilience/cooldowns"}
 }
 
+// refusedLookalike is LookalikeReply's refusal: no path or reason echoed.
+func refusedLookalike() *Error {
+	return &Error{Status: 404, Code: CodeNotFound, Message: "not found"}
+}
+
 func methodNotAllowed(method string, ep Endpoint, allow string) *Error {
 	return &Error{Status: 405, Code: CodeMethodNotAllowed, Allow: allow,
 		Message: ep.String() + " answers " + allow + ", not " + strconv.Quote(clip(method))}

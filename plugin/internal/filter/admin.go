@@ -16,20 +16,78 @@ import (
 // a POST or DELETE is held, as an LLM request is, until its body has arrived, then answered.
 // Every reset is logged at info with the path it came on and what it cleared, never a
 // credential or the token.
+//
+// Nor does the token go upstream on any other request: a path whose canonical form is under
+// the prefix without being so byte for byte (admin.Server.Classify), and a request anywhere
+// else whose client credential header holds the token (admin.Server.IsToken, asked of each
+// one as the request headers are read), are answered 404 at their headers, counted in
+// spillway_admin_lookalikes_total and logged at warn (the header's name, never its value).
 
 // adminCall is an admin request held for its body ("" path: none).
 type adminCall struct {
 	method, path string
 }
 
-// adminRequest handles a request under the admin prefix and reports whether it was one:
-// it answers it now, or holds it (phaseBody) until endOfRequest. hdrs are the request
-// headers as read.
-func (h *httpContext) adminRequest(hdrs [][2]string, method, path string, endOfStream bool) bool {
+// maxKeptPathBuf bounds the canonical-path buffer kept from one request to the next.
+const maxKeptPathBuf = 4 << 10
+
+// adminGate runs the admin check on a request's headers and reports whether the request
+// stops here (answered, or held for its body): the admin API's own, a lookalike of it, or a
+// request with the admin token in a client credential header (tokenHeader, "" for none). It
+// is false at once with the admin API off. A path that is one of the policy's routed paths
+// (routedPath, as apiOf reads it) is spelled no further: the policy's validation makes each
+// canonical and not under the admin prefix in any case (policies, isCanonicalPath), so its
+// canonical form is never the API's, and the routed success path pays nothing for the
+// canonicalisation.
+func (h *httpContext) adminGate(hdrs [][2]string, method, path string, routedPath, endOfStream bool, tokenHeader string) bool {
 	p := h.plugin
-	if !p.admin.Matches(path) {
+	if p.admin == nil {
 		return false
 	}
+	kind := admin.PathOther
+	if !routedPath {
+		var buf []byte
+		kind, buf = p.admin.Classify(path, p.pathBuf)
+		if cap(buf) > maxKeptPathBuf {
+			buf = nil
+		}
+		p.pathBuf = buf
+	}
+	switch {
+	case kind == admin.PathAdmin:
+		h.adminRequest(hdrs, method, path, endOfStream)
+	case kind == admin.PathLookalike:
+		h.refuseLookalike(method, path, "its path is the admin API's spelled otherwise")
+	case tokenHeader != "":
+		h.refuseLookalike(method, path, "its "+tokenHeader+" header holds the admin token")
+	default:
+		return false
+	}
+	return true
+}
+
+// refuseLookalike answers a request that must not go upstream with the admin token or as
+// the admin API 404, counted and logged at warn with why (the path without its query,
+// clipped; never a header's value).
+func (h *httpContext) refuseLookalike(method, path, why string) {
+	p := h.plugin
+	p.metrics.adminLookalikes.Increment(1)
+	where, _, _ := strings.Cut(path, "?")
+	if len(where) > maxLoggedPath {
+		where = where[:maxLoggedPath] + "…"
+	}
+	proxywasm.LogWarnf("spillway: %.16q %q looks like the admin API without being it: %s; answered 404, not forwarded",
+		method, where, why)
+	h.replyAdmin(p.admin.LookalikeReply())
+}
+
+// maxLoggedPath bounds the path a lookalike's log line shows.
+const maxLoggedPath = 128
+
+// adminRequest answers a request under the admin prefix now, or holds it (phaseBody) until
+// endOfRequest. hdrs are the request headers as read.
+func (h *httpContext) adminRequest(hdrs [][2]string, method, path string, endOfStream bool) {
+	p := h.plugin
 	authorization, present := "", false
 	for _, kv := range hdrs {
 		if kv[0] == "authorization" {
@@ -44,11 +102,11 @@ func (h *httpContext) adminRequest(hdrs [][2]string, method, path string, endOfS
 	}
 	if r, ok := p.admin.Authorize(authorization, present); !ok {
 		h.replyAdmin(r)
-		return true
+		return
 	}
 	if endOfStream || !admin.HasBody(method) {
 		h.serveAdmin(method, path, nil)
-		return true
+		return
 	}
 	h.admin = adminCall{method: strings.Clone(method), path: strings.Clone(path)}
 	h.phase = phaseBody
@@ -56,7 +114,6 @@ func (h *httpContext) adminRequest(hdrs [][2]string, method, path string, endOfS
 		h.heldAt = p.clock() // the missing-option detector holds for admin bodies too
 		p.watch(h)
 	}
-	return true
 }
 
 // endOfAdminRequest reads a held admin request's body and answers it.

@@ -189,8 +189,9 @@ func (h *httpContext) callout(budgetLeft time.Duration) bool {
 
 // calloutHeaders are the client's request headers as the target must get them: the
 // provider's :authority, the connection's credential instead of any client credential, no
-// session, cluster, model (header-routed mode), framing or hop-by-hop headers, no
-// Accept-Encoding (the answer must be readable).
+// session, cluster, model (header-routed mode), x-spillway-* (isSpillwayHeader), framing or
+// hop-by-hop headers, no Accept-Encoding (the answer must be readable) — the request the
+// router's attempts got, as OnHttpRequestHeaders and setConnectionHeaders left it.
 func (h *httpContext) calloutHeaders(pv *policies.ResolvedProvider, cn *policies.ResolvedConnection) [][2]string {
 	clusterHeader, modelHeader := h.plugin.res.Routing.ClusterHeader, h.plugin.res.Routing.ModelHeader
 	out := h.bufs.replyHdrs[:0] // sent at once (the host copies them), then free again
@@ -203,7 +204,8 @@ func (h *httpContext) calloutHeaders(pv *policies.ResolvedProvider, cn *policies
 			continue
 		case k == ":method" || k == ":path" || k == ":authority":
 		case strings.HasPrefix(k, ":"), llmapi.IsHopByHop(k), llmapi.IsCredentialHeader(k),
-			k == clusterHeader, k == modelHeader, k == "accept-encoding", isSessionHeader(k), k == cn.CredentialHeader:
+			k == clusterHeader, k == modelHeader, k == "accept-encoding", isSessionHeader(k), k == cn.CredentialHeader,
+			isSpillwayHeader(k):
 			continue
 		}
 		out = append(out, kv)

@@ -18,6 +18,10 @@
 // ends the detection there. Header-routed mode (below) never holds a request for its body
 // and needs no option.
 //
+// Every request, first: a client's request headers in Spillway's x-spillway-* namespace are
+// removed (reqheaders.go), and with the admin API on, a lookalike of its path or the admin
+// token in a client credential header is answered 404 (admin.go).
+//
 // Request path, for the policy's LLM API paths (everything else passes through without a
 // pause): the headers are held; the body is buffered up to maxRequestBodyBytes (413 past
 // it); at end of stream the body's model and stream flag are read (400 invalid_request for

@@ -93,7 +93,9 @@ func (h *httpContext) headerRoutedRequest(endOfStream bool) types.Action {
 			break
 		}
 	}
-	h.hm.modelHeaderSent = sent
+	// A model header in Spillway's namespace went with the other x-spillway-* headers
+	// (reqheaders.go); one named outside it is removed with the target.
+	h.hm.modelHeaderSent = sent && !isSpillwayHeader(name)
 	switch {
 	case sent && !llmapi.ValidModel(model):
 		h.reply(replies.InvalidRequest("header " + name + " is empty, longer than " +

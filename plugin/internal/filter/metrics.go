@@ -261,6 +261,8 @@ type metrics struct {
 	routerRetries counter // failover attempts made as the router's retries (router.go)
 	unlinked      counter // router-mode requests no upstream instance saw a try of
 	panics        counter // callbacks that panicked and failed open
+	// adminLookalikes: requests answered 404 for looking like the admin API (admin.go).
+	adminLookalikes counter
 
 	// routeRequests: series route*outcomeCount + outcome, route len(res.Routes) for none.
 	routeRequests series
@@ -280,7 +282,7 @@ type metrics struct {
 }
 
 // all lists the unlabelled counters with their families, for definition and flushing.
-func (m *metrics) all() [16]struct {
+func (m *metrics) all() [17]struct {
 	f *stats.Family
 	c *counter
 } {
@@ -304,6 +306,7 @@ func (m *metrics) all() [16]struct {
 		{&stats.RouterRetries, &m.routerRetries},
 		{&stats.RouterUnlinked, &m.unlinked},
 		{&stats.Panics, &m.panics},
+		{&stats.AdminLookalikes, &m.adminLookalikes},
 	}
 }
 

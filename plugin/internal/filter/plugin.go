@@ -92,6 +92,8 @@ type pluginContext struct {
 	paths      []routedPath
 	// logBuf is where the decision log builds its lines.
 	logBuf []byte
+	// pathBuf is where the admin check writes a path's canonical form (admin.go).
+	pathBuf []byte
 	// gaugeEngine reads the gauges through gaugeCache (made when this VM first publishes).
 	gaugeEngine *engine.Engine
 	gaugeCache  *state.Cache
@@ -187,6 +189,9 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 		}
 	}
 	p.reqHeaders = newReqHeaderTable(p.res.Routing.ClusterHeader)
+	if p.admin != nil {
+		p.pathBuf = make([]byte, 0, 256) // most paths fit: the check allocates nothing
+	}
 	p.paths = newRoutedPaths(&p.res.Routing)
 	// Reserve the creation CAS now (a shared-data write, not allowed during _initialize) so
 	// the first request that records state does not pay for it.

@@ -98,6 +98,28 @@ func (t *reqHeaderTable) lookup(k string) *reqHeaderName {
 	return nil
 }
 
+// spillwayHeaderPrefix is Spillway's header namespace, in which no request header is a
+// client's to send: OnHttpRequestHeaders removes every one it finds, on routed and
+// pass-through requests alike, before anything else reads or forwards the request, and a
+// failover callout (calloutHeaders) copies none. The names the filter owns in it are
+// handled as their role says: the policy's cluster header (default x-spillway-cluster) is a
+// reqCluster name, removed as such and set again on a routed request; header mode's model
+// header (default x-spillway-request-model) is read from the headers as they were read, so
+// it is removed with the rest. Either may be named outside the namespace: then only its own
+// handling removes it. A router retry (router.go) needs nothing more: every try reads the
+// router's one request header map, the one the filter chain left (source/common/router/
+// upstream_request.cc, UpstreamRequest::acceptHeadersFromRouter passes
+// *parent_.downstreamHeaders()), which only the upstream instance edits after that.
+const spillwayHeaderPrefix = "x-spillway-"
+
+// isSpillwayHeader reports whether a lower-case request header name is in Spillway's
+// namespace. It runs on every request header no table name matched: the first byte is
+// tested before the comparison (a call in a Go wasm module).
+func isSpillwayHeader(name string) bool {
+	const n = len(spillwayHeaderPrefix)
+	return len(name) >= n && name[0] == 'x' && name[:n] == spillwayHeaderPrefix
+}
+
 // routedPath is one of the policy's LLM API paths.
 type routedPath struct {
 	path string

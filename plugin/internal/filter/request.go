@@ -18,9 +18,11 @@ import (
 	"github.com/spillwayproxy/spillway/policies"
 )
 
-// OnHttpRequestHeaders implements types.HttpContext. A client-sent cluster header and the
-// session headers never reach the upstream. A POST to one of the policy's LLM API paths is
-// held (Pause) until its body has arrived; every other request passes through untouched.
+// OnHttpRequestHeaders implements types.HttpContext. A client-sent cluster header, the
+// session headers and every other x-spillway-* header never reach the upstream; with the
+// admin API on, neither does a lookalike of it nor the admin token (admin.go). A POST to one
+// of the policy's LLM API paths is held (Pause) until its body has arrived; every other
+// request passes through untouched.
 func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action types.Action) {
 	defer h.failOpen("request headers", &action)
 	h.enter("request headers")
@@ -31,9 +33,13 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 	}
 	hdrs := h.bufs.reqPairs.All()
 	var path, method string
+	tokenHeader := "" // a client credential header that holds the admin token
 	for _, kv := range hdrs {
 		n := p.reqHeaders.lookup(kv[0])
 		if n == nil {
+			if isSpillwayHeader(kv[0]) {
+				removeRequestHeader(kv[0]) // Spillway's namespace: a client never writes in it
+			}
 			continue
 		}
 		switch n.kind {
@@ -56,6 +62,9 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 			}
 		case reqCredential:
 			h.present |= credentialBit(int(n.index))
+			if p.admin.IsToken(kv[1]) {
+				tokenHeader = n.name
+			}
 		}
 	}
 	if h.present&hasClusterHeader != 0 {
@@ -68,10 +77,10 @@ func (h *httpContext) OnHttpRequestHeaders(_ int, endOfStream bool) (action type
 			}
 		}
 	}
-	if h.adminRequest(hdrs, method, path, endOfStream) { // admin.go: answered or held for its body
+	api, routed := p.apiOf(path)
+	if h.adminGate(hdrs, method, path, routed, endOfStream, tokenHeader) { // admin.go: answered, or held for its body
 		return types.ActionPause
 	}
-	api, routed := p.apiOf(path)
 	if !routed || method != "POST" {
 		return types.ActionContinue
 	}
