@@ -36,12 +36,13 @@
 // younger and wants the same caps. So only heads poll (Heads): a VM with 10,000 waiters
 // on one connection and model asks shared data once per tick, and when its head is granted
 // the next waiter becomes the head and is asked at once. Across lines and VMs the order is
-// a total one (enqueue time, lane, sequence); a ticket blocked only by its own model's cap
-// does not hold back younger tickets for other models.
+// a total one: the number the lease record handed a ticket in the CAS that queued it, then
+// its lane (record.go); a ticket blocked only by its own model's cap does not hold back
+// younger tickets for other models.
 //
 // To judge a head's turn a VM must know the tickets ahead of it on other VMs. Each lane
-// (Admitter) publishes, per line, its first Window waiters in the connection's ticket
-// record: the line's cap (the connection's, or the model's if stricter), since no more of a
+// (Admitter) publishes, per line, its first waiters in the connection's ticket record, as
+// many as the line's cap (the connection's, or the model's if stricter: Gate.window), since no more of a
 // line's tickets can be granted before any later ticket. The record's size is bounded by
 // lanes × lines × caps, whatever the queue depth, and a poll reads it and the lease record
 // (two Gets) and decodes only what changed since its last read. The lease record keeps,
@@ -56,9 +57,8 @@
 // A release reports a Wake naming its gate (every gate, for a global or provider slot):
 // the filter sends it to every VM, and a VM without a line for that gate does nothing.
 //
-// maxQueueDepth defaults to max(64, 8 × the connection's cap) (policies.DefaultMaxQueueDepth),
-// where the guide's default is 0 = unbounded: an unbounded queue holds a paused request,
-// and its body, per waiter, with no limit a client cannot push. 0 still means unbounded.
+// The depth a policy gets by default is bounded, where the guide's is not
+// (policies.DefaultMaxQueueDepth says why); QueueConfig.MaxQueueDepth 0 is unbounded.
 //
 // # A VM that dies
 //
@@ -457,7 +457,7 @@ func (a *Admitter) TryAdmit(t Ticket) (Result, error) {
 	if out, id := a.op.out, a.op.gotID; out == outGranted {
 		res.Granted = true
 		res.Lease = a.lease(g, now, id, ln.model, upper)
-		if ln.remove(i) {
+		if ln.remove(i) && a.stillWaiting(g, nowMs) {
 			a.publishOrDefer(g, nowMs)
 		}
 		return res, nil
@@ -528,7 +528,7 @@ func (a *Admitter) Cancel(t Ticket) (Wake, error) {
 // retried by Retry.
 func (a *Admitter) leave(ln *line, i int, nowMs int64) (Wake, error) {
 	g := ln.gate
-	published := ln.remove(i)
+	published := ln.remove(i) && a.stillWaiting(g, nowMs)
 	err := a.syncWaiting(g, nowMs)
 	waiters := a.op.waiters
 	if err == nil && published {
@@ -542,6 +542,15 @@ func (a *Admitter) leave(ln *line, i int, nowMs int64) (Wake, error) {
 		return wakeGate(g), nil
 	}
 	return Wake{}, nil
+}
+
+// stillWaiting reports whether the lane still has requests waiting for g's connection. When
+// it has none, its lease-record waiting count is gone with the write that just took the
+// last one out, and readers ignore its lines in the ticket record (Admitter.others): they
+// need not be rewritten, and the next publication replaces them.
+func (a *Admitter) stillWaiting(g *Gate, nowMs int64) bool {
+	n, _ := a.localWaiting(g, nowMs)
+	return n > 0
 }
 
 // syncWaiting writes the lane's waiting count for g as its lines have it.

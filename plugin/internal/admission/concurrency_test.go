@@ -207,7 +207,11 @@ func TestRandomInterleavingKeepsBooks(t *testing.T) {
 			t.Fatalf("worker %d: waiting count %d in the record, %d tickets held", wi, own, len(tickets[wi]))
 		}
 		// Its published tickets per model: the first Window (the model's cap, at most the
-		// connection's) of the tickets it holds for that model, in order.
+		// connection's) of the tickets it holds for that model, in order. (A lane without
+		// waiters may have left lines behind: readers skip them: Admitter.others.)
+		if own == 0 {
+			continue
+		}
 		for _, m := range models {
 			var want []uint64
 			for _, q := range tickets[wi] {
@@ -538,11 +542,23 @@ func TestSixtyFourWritersResolveContentionByRetry(t *testing.T) {
 	if u, err := admitters[0].Inspect(g, "a"); err != nil || u != (Usage{}) {
 		t.Fatalf("left behind %+v (%v)", u, err)
 	}
+	// Lines a lane left in the ticket record when its last waiter went count for nothing:
+	// the lease record no longer has a waiting count for the lane.
+	v, _, _, _ := mem.Get(g.leaseKey)
+	var lr leaseRecord
+	if err := lr.decode(v); err != nil {
+		t.Fatal(err)
+	}
 	v, _, found, _ := mem.Get(g.ticketKey)
 	var tr ticketRecord
 	if found {
-		if err := tr.decode(v); err != nil || len(tr.lines) != 0 {
-			t.Fatalf("ticket record left %+v (%v)", tr, err)
+		if err := tr.decode(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range tr.lines {
+		if lr.laneWaits(l.lane) {
+			t.Fatalf("lane %d still counts as waiting, with its line %+v", l.lane, l)
 		}
 	}
 	t.Logf("%d contention runs injected, %d updates ran out of attempts, peak in flight %d", injected, exhausted, maxInFlight.Load())

@@ -86,7 +86,7 @@ func (n *Node) Jitter() uint64 { return n.laneSeed }
 // newLane returns a lane id for a new Admitter on the node.
 func (n *Node) newLane() uint64 {
 	n.lanes++
-	return n.laneSeed + n.lanes<<48 + n.lanes
+	return n.laneSeed + n.lanes
 }
 
 // owner is the id a new lease carries: the node's once the directory holds it, else 0 (so

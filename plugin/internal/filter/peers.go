@@ -91,7 +91,6 @@ func (v *vmContext) heartbeat(p *pluginContext) {
 		lowest = lowest && (e.ID >= v.node.ID() || !admission.LivePeer(e, nowMs))
 	}
 	v.peers.lowest = lowest
-	v.peers.known = false // the directory moved: resolve the queues again at the next wake-up
 }
 
 // wake enqueues w's gate on every live VM's queue, this one's included (the stream that

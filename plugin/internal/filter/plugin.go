@@ -356,6 +356,12 @@ func (p *pluginContext) OnTick() {
 	}
 	defer p.recoverRoot("tick")
 	p.readClock()
+	if p.vm.queueRoot == nil && p.vm.node != nil {
+		// The plugin the wake queue notified is done: this one takes the notifications over.
+		if err := p.vm.registerWakeQueue(p); err != nil {
+			proxywasm.LogDebugf("spillway: %v", err)
+		}
+	}
 	p.vm.heartbeat(p)
 	p.engine.RetryAdmission(busyTickMs * time.Millisecond)
 	p.metrics.storeErrors.takeIn(p.engine.AdmissionStoreErrors())
@@ -393,12 +399,7 @@ func (p *pluginContext) OnPluginDone() bool {
 		}
 	}
 	if v.queueRoot == p {
-		v.queueRoot = nil
-		if n := len(v.plugins); n > 0 {
-			// Notifications keep going to this root context until the next plugin start
-			// registers the queue again; ticks resume the others' waiters meanwhile.
-			proxywasm.LogDebugf("spillway: wake queue of a plugin that is done; %d plugins left", n)
-		}
+		v.queueRoot = nil // the next tick of a plugin left registers the queue again (OnTick)
 	}
 	return true
 }

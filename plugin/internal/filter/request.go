@@ -414,6 +414,13 @@ func (h *httpContext) retryAdmission() {
 	case errors.Is(err, engine.ErrTargetUnavailable):
 		h.effective()
 		h.resumeRequest(h.dispatchRequest())
+	case errors.Is(err, admission.ErrNotWaiting):
+		// Its ticket is gone from the lines (it cannot be: every way out cancels it): plan
+		// the request again rather than wait for nothing.
+		h.d.Waiting = false
+		h.endQueueWait()
+		h.effective()
+		h.resumeRequest(h.planAndDispatch())
 	case err != nil && isRefusal(err):
 		h.effective()
 		if r, ok := p.engine.AdmissionReply(d.Target, err); ok {
