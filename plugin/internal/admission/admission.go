@@ -42,8 +42,9 @@
 //
 // To judge a head's turn a VM must know the tickets ahead of it on other VMs. Each lane
 // (Admitter) publishes, per line, its first waiters in the connection's ticket record, as
-// many as the line's cap (the connection's, or the model's if stricter: Gate.window), since no more of a
-// line's tickets can be granted before any later ticket. The record's size is bounded by
+// many as the line's cap (the connection's, or the model's if stricter: Gate.window), since
+// no more of a line's tickets can be granted before any later ticket; a lane whose last
+// waiter left has no waiting count, and readers skip its lines. The record's size is bounded by
 // lanes × lines × caps, whatever the queue depth, and a poll reads it and the lease record
 // (two Gets) and decodes only what changed since its last read. The lease record keeps,
 // per lane, how many requests wait and until when, updated in the same CAS that grants or

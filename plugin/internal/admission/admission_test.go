@@ -737,3 +737,51 @@ func TestOwnWriteIsReusedAndOthersAreRead(t *testing.T) {
 		t.Fatalf("after a's second admit: %+v, %v; want 2 in flight", u, err)
 	}
 }
+
+// A release names whom it may let in: nobody when nobody waits, the connection's gate when
+// its waiters may now go (the same id on every VM: the filter's wake-up carries it), and
+// every gate for a provider's slot, which any of its connections' waiters may want. Heads
+// visits the lines of the gate named only.
+func TestReleaseWakesTheGateItFreed(t *testing.T) {
+	w := newWorld(2)
+	a, b := w.workers[0], w.workers[1]
+	g := mustGate(t, GateConfig{Provider: "p", Connection: "c1", MaxConcurrent: 1})
+	same := mustGate(t, GateConfig{Provider: "p", Connection: "c1", MaxConcurrent: 1})
+	other := mustGate(t, GateConfig{Provider: "p", Connection: "c2", MaxConcurrent: 1})
+	if g.ID() != same.ID() || g.ID() == other.ID() || g.ID() == 0 {
+		t.Fatalf("gate ids %d %d %d: one per connection, the same for every gate of it", g.ID(), same.ID(), other.ID())
+	}
+	first, _ := a.Admit(g, "m")
+	if wake, _ := a.Release(first.Lease); wake.Any() {
+		t.Fatalf("a release with nobody waiting wakes %+v", wake)
+	}
+	first, _ = a.Admit(g, "m")
+	queued, _ := b.Admit(g, "m")
+	visits := func(gate uint64) (n int) {
+		b.Heads(gate, func(Ticket, any) { n++ })
+		return n
+	}
+	if n := visits(other.ID()); n != 0 {
+		t.Fatalf("Heads for another gate visited %d heads", n)
+	}
+	if n := visits(0); n != 1 {
+		t.Fatalf("Heads for every gate visited %d heads, want the one", n)
+	}
+	wake, _ := a.Release(first.Lease)
+	if !wake.Any() || wake.Gate() != g.ID() {
+		t.Fatalf("release with a waiter wakes %+v, want gate %d", wake, g.ID())
+	}
+	var granted bool
+	b.Heads(wake.Gate(), func(t Ticket, _ any) { r, _ := b.TryAdmit(t); granted = r.Granted })
+	if !granted || queued.Granted {
+		t.Fatal("the woken head was not granted the freed slot")
+	}
+	pg := mustGate(t, GateConfig{Provider: "q", Connection: "c", ProviderMaxConcurrent: 1})
+	held, _ := a.Admit(pg, "m")
+	if r, _ := b.Admit(pg, "m"); r.Granted {
+		t.Fatal("the provider cap let a second request in")
+	}
+	if wake, _ := a.Release(held.Lease); !wake.Any() || wake.Gate() != 0 {
+		t.Fatalf("a provider slot's release wakes %+v, want every gate (0)", wake)
+	}
+}

@@ -1,16 +1,19 @@
 package filter
 
 import (
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/spillwayproxy/spillway/internal/manualclock"
+	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/plugin/stats"
 )
@@ -32,6 +35,7 @@ routes:
 type flakyStore struct {
 	state.Store
 	failSets, failGets int // how many more to fail (-1: every one)
+	leaseGets          int // Gets of a lease record so far
 }
 
 var errSharedDataDown = errors.New("shared data down")
@@ -49,6 +53,9 @@ func (f *flakyStore) Set(key string, v []byte, cas uint32) error {
 }
 
 func (f *flakyStore) Get(key string) ([]byte, uint32, bool, error) {
+	if isLeaseKey(key) {
+		f.leaseGets++
+	}
 	if isLeaseKey(key) && f.failGets != 0 {
 		if f.failGets > 0 {
 			f.failGets--
@@ -225,5 +232,47 @@ func TestAPanicAtStreamDoneLeavesNoSlotAndNoDirtyContext(t *testing.T) {
 				t.Fatalf("the next request is %v: the panicked stream kept its slot", act)
 			}
 		})
+	}
+}
+
+// A wake-up names the gate whose slot freed: a VM polls its waiters for that gate, and one
+// for a gate it has no waiters for costs it no shared-data read.
+func TestAWakeUpPollsOnlyTheGateItNames(t *testing.T) {
+	const twoKeys = `
+providers:
+  - id: openai
+    cluster: openai
+    connections:
+      - {id: key-a, credential: {header: authorization, value: "Bearer sk-a"}, maxConcurrent: 1}
+      - {id: key-b, credential: {header: authorization, value: "Bearer sk-b"}, maxConcurrent: 1}
+routes:
+  - model: gpt-4o
+    targets: [{provider: openai, connection: key-a}]
+`
+	host, _, vm, flaky := storeHost(t, twoKeys, nil)
+	sendChat(host)
+	b := sendChat(host)
+	if act := host.GetCurrentHttpStreamAction(b); act != types.ActionPause {
+		t.Fatalf("second request %v, want it queued on key-a", act)
+	}
+	gate := func(connection string) []byte {
+		g, err := admission.NewGate(admission.GateConfig{Provider: "openai", Connection: connection, MaxConcurrent: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return binary.LittleEndian.AppendUint64(nil, g.ID())
+	}
+	before := flaky.leaseGets
+	if err := proxywasm.EnqueueSharedQueue(vm.wakeQID, gate("key-b")); err != nil {
+		t.Fatal(err)
+	}
+	if n := flaky.leaseGets - before; n != 0 {
+		t.Fatalf("a wake-up for key-b made %d lease reads on a VM whose only waiter is on key-a", n)
+	}
+	if err := proxywasm.EnqueueSharedQueue(vm.wakeQID, gate("key-a")); err != nil {
+		t.Fatal(err)
+	}
+	if n := flaky.leaseGets - before; n != 1 {
+		t.Fatalf("a wake-up for key-a made %d lease reads, want its one waiter's poll", n)
 	}
 }
