@@ -191,7 +191,7 @@ func decodeDirectory(b []byte, found bool, out []Peer) []Peer {
 		return out
 	}
 	start := len(out)
-	for i := uint64(0); i < k; i++ {
+	for i := uint64(0); i < k && !d.Failed(); i++ {
 		out = append(out, Peer{ID: d.Uint(), SeenMs: d.Int()})
 	}
 	if d.Err() != nil {

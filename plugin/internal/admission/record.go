@@ -145,7 +145,7 @@ func (r *leaseRecord) decode(b []byte) error {
 		return fmt.Errorf("admission: %w: %d leases in %d bytes", state.ErrCorrupt, n, len(b))
 	}
 	r.leases = r.leases[:0]
-	for i := uint64(0); i < n; i++ {
+	for i := uint64(0); i < n && !d.Failed(); i++ {
 		r.leases = append(r.leases, lease{id: d.Uint(), deadlineMs: d.Int(), model: d.Uint(), owner: d.Uint()})
 	}
 	n = d.Uint()
@@ -153,7 +153,7 @@ func (r *leaseRecord) decode(b []byte) error {
 		return fmt.Errorf("admission: %w: %d waiting counts in %d bytes", state.ErrCorrupt, n, len(b))
 	}
 	r.waiting = r.waiting[:0]
-	for i := uint64(0); i < n; i++ {
+	for i := uint64(0); i < n && !d.Failed(); i++ {
 		r.waiting = append(r.waiting, waitCount{lane: d.Uint(), owner: d.Uint(), count: int(min(d.Uint(), maxQueued)), untilMs: d.Int()})
 	}
 	if err := d.Err(); err != nil {
@@ -336,13 +336,13 @@ func (r *ticketRecord) decode(b []byte) error {
 		return fmt.Errorf("admission: %w: %d lines in %d bytes", state.ErrCorrupt, n, len(b))
 	}
 	r.lines, r.tickets = r.lines[:0], r.tickets[:0]
-	for i := uint64(0); i < n; i++ {
+	for i := uint64(0); i < n && !d.Failed(); i++ {
 		l := pubLine{lane: d.Uint(), owner: d.Uint(), model: d.Uint(), modelCap: int(min(d.Uint(), MaxCap)), start: len(r.tickets)}
 		m := d.Uint()
 		if m > uint64(len(b)) {
 			return fmt.Errorf("admission: %w: %d tickets in %d bytes", state.ErrCorrupt, m, len(b))
 		}
-		for j := uint64(0); j < m; j++ {
+		for j := uint64(0); j < m && !d.Failed(); j++ {
 			r.tickets = append(r.tickets, pubTicket{order: d.Uint(), deadlineMs: d.Int()})
 		}
 		l.n = int(m)
@@ -385,7 +385,7 @@ func (p *poolRecord) decode(b []byte) error {
 		return fmt.Errorf("admission: %w: %d leases in %d bytes", state.ErrCorrupt, n, len(b))
 	}
 	p.leases = p.leases[:0]
-	for i := uint64(0); i < n; i++ {
+	for i := uint64(0); i < n && !d.Failed(); i++ {
 		p.leases = append(p.leases, lease{id: d.Uint(), deadlineMs: d.Int(), owner: d.Uint()})
 	}
 	if err := d.Err(); err != nil {
