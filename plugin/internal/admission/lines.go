@@ -22,6 +22,9 @@ type line struct {
 	live   int
 }
 
+// maxKeptLine bounds the waiters' memory an emptied line keeps for reuse.
+const maxKeptLine = 1024
+
 type waiter struct {
 	seq        uint64 // the Admitter's own sequence (lines are sorted by it)
 	order      uint64 // its place in the FIFO order across workers (record.go)
@@ -111,6 +114,9 @@ func (l *line) remove(i int) (published bool) {
 	}
 	if l.head == len(l.q) {
 		l.q, l.head = l.q[:0], 0
+		if cap(l.q) > maxKeptLine {
+			l.q = nil // a burst's memory does not stay with the line
+		}
 	} else if l.head >= 64 && l.head*2 >= len(l.q) {
 		n := copy(l.q, l.q[l.head:])
 		clear(l.q[n:])
