@@ -164,3 +164,23 @@ func TestHeartbeatKeepsTheDirectory(t *testing.T) {
 		t.Fatal("a heartbeat is due every 2 s")
 	}
 }
+
+// A directory of the earlier layout (version 1: VMs named by strings) reads as empty, and
+// the first heartbeat replaces it.
+func TestAnOldDirectoryReadsAsEmpty(t *testing.T) {
+	store := state.NewMemStore()
+	v1 := state.NewEncoder(nil, state.KindVMDirectory, 1).Uint(1).String("0123456789abcdef").Int(1000).Bytes()
+	if err := store.Set(DirectoryKey, v1, 0); err != nil {
+		t.Fatal(err)
+	}
+	n := NewNode(store, 5)
+	if _, err := n.Refresh(); err != nil || len(n.Peers()) != 0 {
+		t.Fatalf("an old directory reads as %+v (%v), want empty", n.Peers(), err)
+	}
+	if err := n.Heartbeat(2000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Refresh(); err != nil || len(n.Peers()) != 1 || n.Peers()[0] != (Peer{5, 2000}) {
+		t.Fatalf("after a heartbeat: %+v (%v)", n.Peers(), err)
+	}
+}
