@@ -118,11 +118,36 @@ var ModelLockoutErrorCodes = []int{403, 404, 429, 502, 503, 504}
 const (
 	RequestQueueMaxWait          = 30 * time.Second
 	RequestQueueExecutionMaxWait = 10 * time.Minute
-	RequestQueueMaxDepth         = 0 // 0 = unbounded
 	RequestQueueMinWait          = 1 * time.Millisecond
 	RequestQueueMaxWaitCap       = 24 * time.Hour
 	RequestQueueMaxDepthCap      = 100000
+	// RequestQueueMaxDepthUnset is RequestQueueSettings.MaxQueueDepth when neither the
+	// policy nor RATE_LIMIT_MAX_QUEUE_DEPTH sets a depth: each connection then gets
+	// DefaultMaxQueueDepth of its own caps.
+	RequestQueueMaxDepthUnset = -1
+	// The default depth's floor and its waiters per slot (DefaultMaxQueueDepth).
+	RequestQueueMaxDepthFloor   = 64
+	RequestQueueMaxDepthPerSlot = 8
 )
+
+// DefaultMaxQueueDepth is a connection's maxQueueDepth when nothing sets one: max(64, 8 × its
+// cap) — maxConcurrent, or without one its largest modelConcurrency — at most
+// RequestQueueMaxDepthCap. A divergence from the guide, whose default is 0 = unbounded
+// (§5: "Standaard 0 = uitgeschakeld"): every waiter is a paused request that holds its body
+// in the proxy, so an unbounded queue grows with whatever a client sends. Eight waiters per
+// slot is eight response times of waiting, where LLM calls of a few seconds already meet the
+// 30 s wait budget (a deeper queue holds requests only to answer them
+// RATE_LIMIT_QUEUE_TIMEOUT later); the floor of 64 keeps a small cap from refusing a burst.
+// An explicit 0 still means unbounded, as in the guide.
+func DefaultMaxQueueDepth(maxConcurrent int, modelConcurrency map[string]int) int {
+	c := maxConcurrent
+	if c == 0 {
+		for _, n := range modelConcurrency {
+			c = max(c, n)
+		}
+	}
+	return min(max(RequestQueueMaxDepthFloor, RequestQueueMaxDepthPerSlot*c), RequestQueueMaxDepthCap)
+}
 
 // QuotaShareConcurrencyLimitEnabled (guide §4, quotaShareConcurrencyLimit.enabled) makes a
 // connection's maxConcurrent fail-open. OmniRoute defaults it on, but applies it to

@@ -377,8 +377,11 @@ type RequestQueue struct {
 	// ExecutionMaxWaitMs caps one dispatched attempt (504 RATE_LIMIT_EXECUTION_TIMEOUT).
 	// Default 10 min; clamped to 1 ms–24 h.
 	ExecutionMaxWaitMs *int64 `json:"executionMaxWaitMs,omitempty"`
-	// MaxQueueDepth caps how many requests may wait per connection (429
-	// RATE_LIMIT_QUEUE_FULL above it). Default 0 = unbounded; clamped to 0–100000.
+	// MaxQueueDepth caps how many requests may wait per connection, across workers (429
+	// RATE_LIMIT_QUEUE_FULL, or SEMAPHORE_QUEUE_FULL on the per-model gate, above it).
+	// Default max(64, 8 × the connection's maxConcurrent, or its largest modelConcurrency
+	// without one), where the guide's default is 0 = unbounded: every waiter is a paused
+	// request holding its body. 0 means unbounded. Clamped to 0–100000.
 	MaxQueueDepth *int `json:"maxQueueDepth,omitempty"`
 }
 

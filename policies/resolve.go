@@ -115,7 +115,8 @@ type ResolvedConnection struct {
 	QueueMaxWait time.Duration
 	// ExecutionMaxWait is the effective per-attempt execution cap.
 	ExecutionMaxWait time.Duration
-	// MaxQueueDepth caps waiting requests on this connection; 0 = unbounded.
+	// MaxQueueDepth caps waiting requests on this connection, across workers; 0 =
+	// unbounded. Unset, it is DefaultMaxQueueDepth of the connection's caps.
 	MaxQueueDepth int
 }
 
@@ -196,7 +197,10 @@ func (m *ModelLockoutSettings) CountsStatus(status int) bool {
 type RequestQueueSettings struct {
 	MaxWait          time.Duration
 	ExecutionMaxWait time.Duration
-	MaxQueueDepth    int // 0 = unbounded
+	// MaxQueueDepth is the depth the policy or the environment sets (0 = unbounded), or
+	// RequestQueueMaxDepthUnset: each ResolvedConnection.MaxQueueDepth is then the default
+	// of its caps (DefaultMaxQueueDepth).
+	MaxQueueDepth int
 }
 
 // ComboCooldownWaitSettings are the cooldown-aware combo retry settings.
@@ -423,7 +427,7 @@ func (p *Policy) Resolved() *Resolved {
 	res.RequestQueue = RequestQueueSettings{
 		MaxWait:          msOr(rs.RequestQueue.MaxWaitMs, msOr(env.MaxWaitMs, RequestQueueMaxWait)),
 		ExecutionMaxWait: msOr(rs.RequestQueue.ExecutionMaxWaitMs, msOr(env.ExecutionMaxWaitMs, RequestQueueExecutionMaxWait)),
-		MaxQueueDepth:    intOr(rs.RequestQueue.MaxQueueDepth, intOr(env.MaxQueueDepth, RequestQueueMaxDepth)),
+		MaxQueueDepth:    intOr(rs.RequestQueue.MaxQueueDepth, intOr(env.MaxQueueDepth, RequestQueueMaxDepthUnset)),
 	}
 	res.QuotaShareConcurrencyLimitEnabled = boolOr(rs.QuotaShareConcurrencyLimit.Enabled, QuotaShareConcurrencyLimitEnabled)
 	res.ComboCooldownWait = ComboCooldownWaitSettings{
@@ -543,6 +547,9 @@ func (res *Resolved) resolveProvider(p *Policy, index int, queue RequestQueueSet
 			for m, n := range c.ModelConcurrency {
 				rc.ModelConcurrency[m] = n
 			}
+		}
+		if rc.MaxQueueDepth == RequestQueueMaxDepthUnset {
+			rc.MaxQueueDepth = DefaultMaxQueueDepth(rc.MaxConcurrent, rc.ModelConcurrency)
 		}
 		if o := c.RateLimitOverrides; o != nil {
 			rc.QueueMaxWait = msOr(o.MaxWaitMs, queueWait)

@@ -79,7 +79,8 @@ func TestPolicyWideDefaults(t *testing.T) {
 		{"provider cooldown off", r.ProviderCooldownEnabled, false},
 		{"quota-share fail-open off", r.QuotaShareConcurrencyLimitEnabled, false},
 		{"lockout", r.ModelLockout, ModelLockoutSettings{false, []int{403, 404, 429, 502, 503, 504}, 120 * time.Second, 30 * time.Minute, 10, true, 24 * time.Hour, 30 * time.Minute}},
-		{"queue", r.RequestQueue, RequestQueueSettings{30 * time.Second, 10 * time.Minute, 0}},
+		// No depth set: each connection gets the default of its caps (below).
+		{"queue", r.RequestQueue, RequestQueueSettings{30 * time.Second, 10 * time.Minute, RequestQueueMaxDepthUnset}},
 		{"combo wait", r.ComboCooldownWait, ComboCooldownWaitSettings{ComboCooldownWaitEnabled, ComboCooldownWaitMaxWait, ComboCooldownWaitMaxAttempts, ComboCooldownWaitBudget}},
 		{"failover", r.Failover, FailoverSettings{MaxAttempts: FailoverMaxAttempts, Budget: FailoverBudget}},
 		{"watchdog", r.ThroughputWatchdog, ThroughputWatchdogSettings{false, ThroughputWatchdogWindow, ThroughputWatchdogWarmup, ThroughputWatchdogMinBytesPerSec, ThroughputWatchdogMinOutput}},
@@ -96,8 +97,9 @@ func TestPolicyWideDefaults(t *testing.T) {
 		}
 	}
 	_, conn, _ := r.Connection("key-a")
+	// Spillway's default depth, max(64, 8 × the cap): 64 for a connection without a cap.
 	want := ResolvedConnection{ID: "key-a", Provider: 1, Index: 0, Weight: 1,
-		QueueMaxWait: 30 * time.Second, ExecutionMaxWait: 10 * time.Minute}
+		QueueMaxWait: 30 * time.Second, ExecutionMaxWait: 10 * time.Minute, MaxQueueDepth: 64}
 	if !reflect.DeepEqual(*conn, want) {
 		t.Errorf("connection = %+v, want %+v", *conn, want)
 	}
@@ -162,10 +164,11 @@ func TestQueueBudgetPrecedence(t *testing.T) {
 		wait, exe time.Duration // effective budgets
 		depth     int           // effective queue depth
 	}{
-		{"defaults", "", "plain", 30 * time.Second, 10 * time.Minute, 0},
+		{"defaults", "", "plain", 30 * time.Second, 10 * time.Minute, 64},
 		{"policy", `{"maxWaitMs":2000,"executionMaxWaitMs":60000,"maxQueueDepth":4}`, "plain", 2 * time.Second, time.Minute, 4},
-		{"override wait only", `{"maxWaitMs":2000,"executionMaxWaitMs":60000}`, "wait", 500 * time.Millisecond, time.Minute, 0},
-		{"override without policy", "", "both", 700 * time.Millisecond, 9 * time.Second, 0},
+		{"override wait only", `{"maxWaitMs":2000,"executionMaxWaitMs":60000}`, "wait", 500 * time.Millisecond, time.Minute, 64},
+		{"override without policy", "", "both", 700 * time.Millisecond, 9 * time.Second, 64},
+		{"unbounded", `{"maxQueueDepth":0}`, "plain", 30 * time.Second, 10 * time.Minute, 0},
 	}
 	for _, tt := range tests {
 		extra := ""
@@ -193,18 +196,20 @@ func TestQueueEnvironmentLayer(t *testing.T) {
 		queue   string            // resilience.requestQueue ("" = none)
 		wait    time.Duration     // effective wait of "plain"
 		exe     time.Duration     // effective execution cap of "plain"
-		depth   int               // effective depth
+		depth   int               // effective depth of "plain" (64: Spillway's default for a connection without a cap)
+		wide    int               // the policy-wide depth (-1: none set)
 		over    time.Duration     // effective wait of "over"
 		warning string            // expected warning path ("" = none)
 	}{
-		{"defaults", nil, "", 30 * time.Second, 10 * time.Minute, 0, 100 * time.Millisecond, ""},
+		{"defaults", nil, "", 30 * time.Second, 10 * time.Minute, 64, -1, 100 * time.Millisecond, ""},
 		{"environment", map[string]string{"RATE_LIMIT_MAX_WAIT_MS": " 2000 ", "RATE_LIMIT_EXECUTION_MAX_WAIT_MS": "60000", "RATE_LIMIT_MAX_QUEUE_DEPTH": "7"},
-			"", 2 * time.Second, time.Minute, 7, 100 * time.Millisecond, ""},
+			"", 2 * time.Second, time.Minute, 7, 7, 100 * time.Millisecond, ""},
 		{"policy beats environment", map[string]string{"RATE_LIMIT_MAX_WAIT_MS": "2000", "RATE_LIMIT_MAX_QUEUE_DEPTH": "7"},
-			`{"maxWaitMs":5000}`, 5 * time.Second, 10 * time.Minute, 7, 100 * time.Millisecond, ""},
-		{"empty variable is unset", map[string]string{"RATE_LIMIT_MAX_WAIT_MS": ""}, "", 30 * time.Second, 10 * time.Minute, 0, 100 * time.Millisecond, ""},
-		{"bad variable is ignored", map[string]string{"RATE_LIMIT_MAX_WAIT_MS": "30s"}, "", 30 * time.Second, 10 * time.Minute, 0, 100 * time.Millisecond, "$RATE_LIMIT_MAX_WAIT_MS"},
-		{"environment is clamped", map[string]string{"RATE_LIMIT_MAX_QUEUE_DEPTH": "999999"}, "", 30 * time.Second, 10 * time.Minute, 100000, 100 * time.Millisecond, "$RATE_LIMIT_MAX_QUEUE_DEPTH"},
+			`{"maxWaitMs":5000}`, 5 * time.Second, 10 * time.Minute, 7, 7, 100 * time.Millisecond, ""},
+		{"empty variable is unset", map[string]string{"RATE_LIMIT_MAX_WAIT_MS": ""}, "", 30 * time.Second, 10 * time.Minute, 64, -1, 100 * time.Millisecond, ""},
+		{"bad variable is ignored", map[string]string{"RATE_LIMIT_MAX_WAIT_MS": "30s"}, "", 30 * time.Second, 10 * time.Minute, 64, -1, 100 * time.Millisecond, "$RATE_LIMIT_MAX_WAIT_MS"},
+		{"environment is clamped", map[string]string{"RATE_LIMIT_MAX_QUEUE_DEPTH": "999999"}, "", 30 * time.Second, 10 * time.Minute, 100000, 100000, 100 * time.Millisecond, "$RATE_LIMIT_MAX_QUEUE_DEPTH"},
+		{"environment 0 is unbounded", map[string]string{"RATE_LIMIT_MAX_QUEUE_DEPTH": "0"}, "", 30 * time.Second, 10 * time.Minute, 0, 0, 100 * time.Millisecond, ""},
 	}
 	for _, tt := range tests {
 		extra := ""
@@ -219,7 +224,7 @@ func TestQueueEnvironmentLayer(t *testing.T) {
 			t.Errorf("%s: plain %v/%v/%d over %v; want %v/%v/%d %v", tt.name, plain.QueueMaxWait, plain.ExecutionMaxWait,
 				plain.MaxQueueDepth, over.QueueMaxWait, tt.wait, tt.exe, tt.depth, tt.over)
 		}
-		if r.RequestQueue.MaxWait != tt.wait || r.RequestQueue.MaxQueueDepth != tt.depth {
+		if r.RequestQueue.MaxWait != tt.wait || r.RequestQueue.MaxQueueDepth != tt.wide {
 			t.Errorf("%s: policy-wide queue = %+v", tt.name, r.RequestQueue)
 		}
 		switch {
@@ -369,5 +374,40 @@ func TestLockoutCountsStatus(t *testing.T) {
 	r := resolveThree(t, `{"modelLockout":{"enabled":true,"errorCodes":[429]}}`)
 	if !r.ModelLockout.Enabled || !r.ModelLockout.CountsStatus(429) || r.ModelLockout.CountsStatus(404) {
 		t.Errorf("lockout = %+v", r.ModelLockout)
+	}
+}
+
+// Spillway's default maxQueueDepth is max(64, 8 × the connection's cap), its cap being
+// maxConcurrent or, without one, its largest modelConcurrency (README, "Configuring: the
+// policy": a divergence from the guide's unbounded default), at most 100000; a depth the
+// policy sets, 0 (unbounded) included, stands.
+func TestDefaultQueueDepthFollowsTheCap(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		conn  string // the connection's caps (JSON fields)
+		queue string // resilience.requestQueue ("" = none)
+		depth int    // effective depth
+	}{
+		{"no cap", ``, "", 64},
+		{"cap 4: the floor", `,"maxConcurrent":4`, "", 64},
+		{"cap 8: the floor", `,"maxConcurrent":8`, "", 64},
+		{"cap 9", `,"maxConcurrent":9`, "", 72},
+		{"cap 100", `,"maxConcurrent":100`, "", 800},
+		{"cap 20000: at most 100000", `,"maxConcurrent":20000`, "", 100000},
+		{"model caps only: the largest", `,"modelConcurrency":{"a":3,"b":20}`, "", 160},
+		{"the connection's cap over the models'", `,"maxConcurrent":2,"modelConcurrency":{"a":50}`, "", 64},
+		{"set by the policy", `,"maxConcurrent":100`, `{"maxQueueDepth":5}`, 5},
+		{"0 is unbounded", `,"maxConcurrent":100`, `{"maxQueueDepth":0}`, 0},
+	} {
+		extra := ""
+		if tc.queue != "" {
+			extra = `,"resilience":{"requestQueue":` + tc.queue + `}`
+		}
+		doc := `{"providers":[{"id":"p","cluster":"c","connections":[{"id":"k"` + tc.conn + `}]}],` +
+			`"routes":[{"model":"m","targets":[{"provider":"p"}]}]` + extra + `}`
+		_, c, ok := mustParse(t, doc, ParseOptions{}).Resolved().Connection("k")
+		if !ok || c.MaxQueueDepth != tc.depth {
+			t.Errorf("%s: depth %d, want %d", tc.name, c.MaxQueueDepth, tc.depth)
+		}
 	}
 }

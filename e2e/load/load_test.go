@@ -180,6 +180,10 @@ func TestLoad(t *testing.T) {
 			t.Errorf("%s = %v, want 0", m, n)
 		}
 	}
+	// No admission step met a shared-data error: the CAS loop's bound is never reached.
+	if n := sumSeries(series, "spillway_admission_store_errors_total"); n != 0 {
+		t.Errorf("spillway_admission_store_errors_total adds up to %v, want 0", n)
+	}
 	var counters []string
 	for k, v := range series {
 		if !strings.Contains(k, "{") && v != 0 {

@@ -26,6 +26,12 @@ var (
 	// ABIPanics is defined by the ABI bridge itself (plugin/_bridge), at VM start.
 	ABIPanics = Family{Name: "spillway_abi_panics_total", Help: "panics that escaped the filter and were recovered at the ABI edge (the stream passed through)"}
 
+	// AdmissionStoreErrors counts what became of admission steps that met a shared-data
+	// error (contention past the CAS loop's bound, a host failure), by TagOutcome: one of
+	// the Store* outcomes.
+	AdmissionStoreErrors = Family{Name: "spillway_admission_store_errors_total", Labels: []string{TagOutcome},
+		Help: "admission steps that met a shared-data error, by what became of them (" + StoreRetried + ", " + StoreFailedOpen + ", " + StoreAbandoned + ")"}
+
 	// Per route.
 
 	RouteRequests = Family{Name: "spillway_route_requests_total", Labels: []string{TagRouteModel, TagOutcome},
@@ -66,6 +72,14 @@ var (
 		Help: "concurrency slots of the connection held by attempts, across workers (capped connections only)"}
 )
 
+// Outcomes of an admission step that met a shared-data error (TagOutcome of
+// AdmissionStoreErrors).
+const (
+	StoreRetried    = "retried"     // put off to a later tick: the request stays paused, the release is tried again
+	StoreFailedOpen = "failed_open" // the error persisted: the request went without a slot
+	StoreAbandoned  = "abandoned"   // a release or queue update given up: its slot comes back when its lease expires
+)
+
 // Reasons of a watchdog abort (TagReason of ConnectionWatchdogAborts).
 const (
 	WatchdogSlowStream = "slow_stream"   // the throughput watchdog: too few bytes over its window (guide §6)
@@ -76,7 +90,7 @@ const (
 func Families() []*Family {
 	return []*Family{&Requests, &Routed, &LocalReplies, &Attempts, &Failovers, &Restated, &StreamErrorEvents,
 		&TruncatedStreams, &Queued, &AdmissionFailedOpen, &ModelNotServed, &Wakeups, &Misconfigured, &RouterRetries, &RouterUnlinked, &Panics,
-		&AdminLookalikes, &ABIPanics, &RouteRequests,
+		&AdminLookalikes, &ABIPanics, &AdmissionStoreErrors, &RouteRequests,
 		&ConnectionAttempts, &ConnectionFailovers, &ConnectionFailures, &ConnectionRestated, &ConnectionQueueWaits,
 		&ConnectionQueueWaitMs, &ConnectionWatchdogAborts,
 		&BreakerState, &ProviderCooling, &ConnectionCooling, &ConnectionTerminal, &ConnectionLockouts,

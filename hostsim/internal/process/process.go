@@ -202,3 +202,10 @@ func (p *State[T]) Release(vmID string) {
 		}
 	}
 }
+
+// QueueCount returns the number of registered queues.
+func (p *State[T]) QueueCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queues)
+}

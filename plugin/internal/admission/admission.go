@@ -1,19 +1,18 @@
 // Package admission caps requests in flight per connection and per model across Envoy
-// workers with expiring leases in shared data, and keeps the request queue's pure part
-// (depth, FIFO tickets, wait budget, execution limit) — guide §4 and §5.
+// workers with expiring leases in shared data, and runs the request queue: depth, FIFO
+// order across workers, wait budget, execution limit (guide §4 and §5).
+//
+// # Gates and refusals
 //
 // A request takes its slots through a compound gate, global → provider → connection →
 // model, all or nothing; the stricter applicable cap wins. The connection and model caps
-// live in one shared-data record per connection, so both are taken in one CAS. The optional
-// global and provider caps live in their own records, taken first and handed back if a later
-// gate refuses. Every slot is a lease with a deadline (acquire time + executionMaxWait), so
-// a worker VM that dies holding slots cannot leak them: expired leases are pruned on every
-// write.
+// live in one lease record per connection, so both are taken in one CAS. The optional
+// global and provider caps live in pool records of their own, taken first and handed back
+// if a later gate refuses. Every slot is a lease with a deadline (acquire time +
+// executionMaxWait, renewed while its stream runs) and an owner (the VM that took it).
 //
-// A request that cannot get a slot gets a ticket in the connection's FIFO. The filter glue
-// pauses it and calls TryAdmit when woken (a shared-queue message sent because Release
-// reported waiters, or a tick): the slot goes to the oldest ticket that fits, across
-// workers. What a request whose wait ends gets depends on the cap that keeps it waiting:
+// A request that cannot get a slot waits with a Ticket. What a request whose wait ends gets
+// depends on the cap that keeps it waiting:
 //
 //   - the connection's cap (maxConcurrent), the request queue of guide §5: 429
 //     RATE_LIMIT_QUEUE_FULL when maxQueueDepth requests already wait, 429
@@ -28,29 +27,84 @@
 //
 // A lease past executionMaxWaitMs is answered 504 RATE_LIMIT_EXECUTION_TIMEOUT.
 //
-// A store error (contention beyond the bounded CAS loop, a host failure) is returned wrapped;
-// the caller fails open for that request, as the guide's quota-share serialisation does (§4
-// "Serialisatie van quota-share-requests").
+// # Queues: only the head of a line polls
+//
+// A waiting request lives in its VM's memory, in the line of its Admitter for its gate and
+// upstream model (lines.go): a FIFO in enqueue order, whose first waiter is its head. The
+// slot goes to the oldest waiting ticket that fits, across workers (the guide's FIFO
+// admission), and within one line that is always the head: every waiter behind it is
+// younger and wants the same caps. So only heads poll (Heads): a VM with 10,000 waiters
+// on one connection and model asks shared data once per tick, and when its head is granted
+// the next waiter becomes the head and is asked at once. Across lines and VMs the order is
+// a total one: the number the lease record handed a ticket in the CAS that queued it, then
+// its lane (record.go); a ticket blocked only by its own model's cap does not hold back
+// younger tickets for other models.
+//
+// To judge a head's turn a VM must know the tickets ahead of it on other VMs. Each lane
+// (Admitter) publishes, per line, its first waiters in the connection's ticket record, as
+// many as the line's cap (the connection's, or the model's if stricter: Gate.window), since
+// no more of a line's tickets can be granted before any later ticket; a lane whose last
+// waiter left has no waiting count, and readers skip its lines. The record's size is bounded by
+// lanes × lines × caps, whatever the queue depth, and a poll reads it and the lease record
+// (two Gets) and decodes only what changed since its last read. The lease record keeps,
+// per lane, how many requests wait and until when, updated in the same CAS that grants or
+// queues: a newcomer on a connection nobody waits for reads the lease record alone, so the
+// success path (admit and release) costs one Get and one Set each, as when the queue lived
+// in the lease record; a release does not touch the tickets. The depth check counts those
+// waiting counts, across workers, in the CAS that queues. A ticket published a moment after
+// its waiting count (two records, no transaction) may be passed by a newcomer on another VM
+// in that moment; caps are never exceeded, since every grant is a CAS on the lease record.
+//
+// A release reports a Wake naming its gate (every gate, for a global or provider slot):
+// the filter sends it to every VM, and a VM without a line for that gate does nothing.
+//
+// The depth a policy gets by default is bounded, where the guide's is not
+// (policies.DefaultMaxQueueDepth says why); QueueConfig.MaxQueueDepth 0 is unbounded.
+//
+// # A VM that dies
+//
+// A VM that traps under FAIL_RELOAD gets no on_done: its streams' slots are never
+// released. Renewing every lease every tick would cost a write per stream per tick;
+// instead each VM's Node writes one heartbeat, its directory entry, every HeartbeatEvery
+// (node.go), and a lease, waiting count or published line whose owner's heartbeat is older
+// than OwnerTTL (6 s) is free. The directory is read only where it matters: when a request
+// finds its cap full and the record holds entries of owners the node's view does not vouch
+// for — never on an admission that finds room. A stalled VM's slots thus come back within
+// OwnerTTL of its last heartbeat plus one poll; executionMaxWait stays the separate 504
+// deadline of a request that runs too long.
+//
+// # When shared data fails
+//
+// A store error (contention past state.MaxCASAttempts, a host failure) is returned wrapped
+// by Admit and TryAdmit; the glue keeps the request paused and retries on a later tick
+// (StoreRetry, retry.go), and fails open — the request goes without a slot — once the error
+// persisted MaxStoreRetries times: the design's rule that a failure of Spillway's own state
+// never becomes the client's error. Releases, cancellations and ticket publications that
+// fail are retried by Retry on later ticks, and given up after MaxStoreRetries (the slot
+// then comes back when its lease expires); StoreStats counts both.
 package admission
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
-// releaseRounds bounds how many full CAS loops a release makes before giving up: a lost
-// release would hold a slot until its lease expires, so it tries harder than an acquire.
-const releaseRounds = 4
+// maxQueued bounds a decoded waiting count.
+const maxQueued = 1 << 30
+
+// maxPending bounds the operations kept for a later Retry.
+const maxPending = 1024
 
 // Lease is a held set of slots. The zero Lease (and the lease of a request no cap applies
 // to) holds nothing; releasing it is a no-op.
 type Lease struct {
 	gate       *Gate
-	id         uint64 // lease id in the connection record (0 = holds nothing)
+	id         uint64 // lease id in the lease record (0 = holds nothing)
 	providerID uint64 // lease id in the provider record (0 = none)
 	globalID   uint64 // lease id in the global record (0 = none)
 	model      uint64 // the model's hash, to put a pruned lease back on renewal
@@ -64,10 +118,11 @@ type Lease struct {
 // Held reports whether the lease holds slots.
 func (l Lease) Held() bool { return l.id != 0 }
 
-// Ticket is a queued request's place in its connection's FIFO.
+// Ticket is a queued request's place in its Admitter's line.
 type Ticket struct {
 	gate     *Gate
-	id       uint64
+	line     *line
+	seq      uint64
 	model    uint64
 	modelCap int
 	// Enqueued is when the request joined the queue.
@@ -83,6 +138,42 @@ type Ticket struct {
 // Remaining is the ticket's queue wait budget left at now (0 once spent).
 func (t Ticket) Remaining(now time.Time) time.Duration { return max(t.Deadline.Sub(now), 0) }
 
+// Wake says whom a freed slot may let in: nobody (the zero Wake), the waiters of one gate,
+// or every waiter (a global or provider slot, which any gate's waiters may want).
+type Wake struct {
+	gate uint64
+	all  bool
+}
+
+// Any reports whether someone may be waiting.
+func (w Wake) Any() bool { return w.all || w.gate != 0 }
+
+// Gate is the ID of the gate to wake, or 0 for every gate.
+func (w Wake) Gate() uint64 {
+	if w.all {
+		return 0
+	}
+	return w.gate
+}
+
+// Or is both wakes: one gate when both name the same, else every gate.
+func (w Wake) Or(o Wake) Wake {
+	switch {
+	case !o.Any():
+		return w
+	case !w.Any():
+		return o
+	case w.all || o.all || w.gate != o.gate:
+		return Wake{all: true}
+	}
+	return w
+}
+
+// WakeAll wakes every gate's waiters.
+func WakeAll() Wake { return Wake{all: true} }
+
+func wakeGate(g *Gate) Wake { return Wake{gate: g.id} }
+
 // Result is the outcome of Admit or TryAdmit.
 type Result struct {
 	// Granted: the request holds Lease and may be dispatched. Otherwise it holds Ticket
@@ -90,9 +181,9 @@ type Result struct {
 	Granted bool
 	Lease   Lease
 	Ticket  Ticket
-	// Wake: a slot was handed back on the way (an all-or-nothing acquire rolled back), so
+	// Wake: slots were handed back on the way (an all-or-nothing acquire rolled back), so
 	// the glue should wake waiters as after Release.
-	Wake bool
+	Wake Wake
 	// FailedOpen: granted without a slot, because the gate fails open
 	// (GateConfig.QuotaShareFailOpen) and the request's wait for a connection slot ended.
 	// Lease holds nothing.
@@ -103,30 +194,41 @@ type Result struct {
 type Usage struct {
 	InFlight      int // live leases on the connection
 	ModelInFlight int // of which for the model asked about
-	Queued        int // live tickets
+	Queued        int // requests waiting, across workers
 }
 
-// Admitter runs admission against a store. It keeps scratch memory so the hot path does not
-// allocate, so it is not safe for concurrent use: keep one per worker VM (Envoy runs one
-// callback at a time per worker).
+// Admitter runs admission against a store for one engine (one plugin) on one VM. It keeps
+// its lines and scratch memory, so it is not safe for concurrent use: Envoy runs one
+// callback at a time per worker.
 type Admitter struct {
 	store state.Store
 	clock state.Clock
+	node  *Node
+	lane  uint64
+	seq   uint64
+	lines []*line
 
-	conn connRecord
-	// connBytes is the encoding of conn as the last write() left it, while connFresh says
-	// conn has not been touched since: a read that finds those very bytes (the common case:
-	// a request's release reads what its admit wrote) needs no decoding.
-	connBytes []byte
-	connFresh bool
-	pool      poolRecord
-	use       []modelUse
-	buf       []byte
-	op        operation
-	corrupt   uint64
+	lr     leaseRecord
+	lRaw   []byte // the bytes lr was decoded from (or written as)
+	lValid bool   // lr is still what lRaw decodes to
+	tr     ticketRecord
+	tRaw   []byte // the bytes tr was decoded from
+	tValid bool
+	pub    ticketRecord // publishing: the record as read
+	out    ticketRecord // publishing: the record to write
+	pool   poolRecord
+	use    []modelUse
+	ahead  []waiting
+	buf    []byte
+	tbuf   []byte
+	op     operation
+
+	corrupt uint64
+	stats   StoreStats
+	pending []pendingOp
 
 	// Bound once, so passing them to state.Update does not allocate a closure per call.
-	connFn, poolAcquireFn, poolReleaseFn, poolRenewFn state.UpdateFunc
+	leaseFn, publishFn, poolAcquireFn, poolReleaseFn, poolRenewFn state.UpdateFunc
 }
 
 type opKind uint8
@@ -135,7 +237,7 @@ const (
 	opAdmit opKind = iota
 	opPoll
 	opRelease
-	opCancel
+	opSync // set this lane's waiting count to its lines (after a cancel or a timeout)
 	opRenew
 )
 
@@ -146,34 +248,63 @@ const (
 	outGranted
 	outQueued
 	outFull
-	outTimeout
+)
+
+// need is what an update found it must read before it can decide.
+type need uint8
+
+const (
+	needNothing  need = iota
+	needTickets       // other lanes wait: their published tickets decide the turn
+	needLiveness      // the cap is full and owners the view does not vouch for hold entries
 )
 
 // operation carries one update's inputs and results: state.Update may run the update
 // function several times, and each run overwrites the results.
 type operation struct {
-	kind         opKind
-	gate         *Gate
-	nowMs        int64
-	model        uint64
-	modelCap     int
-	upperHeld    bool   // opAdmit/opPoll: the global and provider slots are held (or none apply)
-	tk           ticket // opPoll/opCancel
-	id           uint64 // opRelease: lease id; pool ops: lease id to release
-	capacity     int    // pool ops: the pool's cap
-	contendUntil int64  // pool acquire: mark the pool contended until then on refusal
+	kind        opKind
+	gate        *Gate
+	nowMs       int64
+	model       uint64
+	modelCap    int
+	upperHeld   bool    // the global and provider slots are held (or none apply)
+	peek        bool    // opAdmit/opPoll: decide only, write nothing
+	head        waiting // opPoll: the polling ticket
+	haveTickets bool    // a.tr holds the gate's ticket record
+	fresh       bool    // the node's view was read during this operation
+	id          uint64  // release/renew: lease id; pool ops: lease id to release
+	capacity    int     // pool ops: the pool's cap
+	contendTill int64   // pool acquire: mark the pool contended until then on refusal
 	// results
+	need       need
 	out        outcome
 	gotID      uint64
 	waiters    bool
 	modelBound bool // not granted: only the model's cap refused
-	queued     int  // opAdmit refused as full: the tickets waiting
+	queued     int  // refused as full: the requests waiting
+	others     int  // opAdmit/opPoll: requests other lanes hold waiting
 }
 
-// New returns an Admitter over store and clock.
+// pendingOp is a release, a waiting-count sync or a publication to retry.
+type pendingOp struct {
+	kind     opKind // opRelease, opSync (which also republishes)
+	lease    Lease
+	gate     *Gate
+	failures int
+	atMs     int64
+}
+
+// New returns an Admitter over store and clock on an anonymous node (its leases expire by
+// time only; see NewNode).
 func New(store state.Store, clock state.Clock) *Admitter {
-	a := &Admitter{store: store, clock: clock}
-	a.connFn = a.connUpdate
+	return NewOn(NewNode(store, 0), store, clock)
+}
+
+// NewOn returns an Admitter over store and clock on the VM's node.
+func NewOn(node *Node, store state.Store, clock state.Clock) *Admitter {
+	a := &Admitter{store: store, clock: clock, node: node, lane: node.newLane()}
+	a.leaseFn = a.leaseUpdate
+	a.publishFn = a.publishUpdate
 	a.poolAcquireFn = a.poolAcquire
 	a.poolReleaseFn = a.poolRelease
 	a.poolRenewFn = a.poolRenew
@@ -183,10 +314,15 @@ func New(store state.Store, clock state.Clock) *Admitter {
 // CorruptRecords counts records that failed to decode and were treated as absent.
 func (a *Admitter) CorruptRecords() uint64 { return a.corrupt }
 
+// StoreStats returns the store errors the Admitter handled on its own so far.
+func (a *Admitter) StoreStats() StoreStats { return a.stats }
+
 // Admit asks for a slot for a new request for model on g. It returns a granted Lease, or a
-// Ticket when the request must wait, or an *Error matching ErrQueueFull (naming the limit,
-// the model and the real queue length) when maxQueueDepth requests already wait. A request no cap applies to gets an empty lease without touching shared data.
-// A newcomer never overtakes an older waiting ticket that fits.
+// Ticket when the request must wait (in the Admitter's line for g and model), or an *Error
+// matching ErrQueueFull (naming the limit, the model and the real queue length) when
+// maxQueueDepth requests already wait. A request no cap applies to gets an empty lease
+// without touching shared data. A newcomer never overtakes an older waiting ticket that
+// fits.
 func (a *Admitter) Admit(g *Gate, model string) (Result, error) {
 	hash, modelCap := g.modelLimit(model)
 	if !g.limited(modelCap) {
@@ -194,21 +330,27 @@ func (a *Admitter) Admit(g *Gate, model string) (Result, error) {
 	}
 	now := a.clock.Now()
 	nowMs := now.UnixMilli()
+	a.op = operation{kind: opAdmit, gate: g, nowMs: nowMs, model: hash, modelCap: modelCap}
 	upper := upperSlots{held: true}
 	if g.hasUpper() {
-		fits, _, err := a.peekTurn(g, nowMs, ticket{model: hash, modelCap: modelCap}, false)
-		if err != nil {
-			return Result{}, err
+		a.op.peek = true
+		if err := a.updateLease(g); err != nil {
+			return Result{}, fmt.Errorf("admission: admit on %s: %w", g, err)
 		}
 		upper.held = false
-		if fits {
+		if a.op.out == outGranted {
+			keep := a.op
+			var err error
 			if upper, err = a.acquireUpper(g, nowMs, nowMs+g.maxWaitMs); err != nil {
 				return Result{}, err
 			}
+			a.op = keep
 		}
+		a.op.peek, a.op.upperHeld = false, upper.held
+	} else {
+		a.op.upperHeld = true
 	}
-	a.op = operation{kind: opAdmit, gate: g, nowMs: nowMs, model: hash, modelCap: modelCap, upperHeld: upper.held}
-	if _, err := state.Update(a.store, g.connKey, a.connFn); err != nil {
+	if err := a.updateLease(g); err != nil {
 		a.releaseUpper(g, nowMs, upper)
 		return Result{}, fmt.Errorf("admission: admit on %s: %w", g, err)
 	}
@@ -219,7 +361,7 @@ func (a *Admitter) Admit(g *Gate, model string) (Result, error) {
 		res.Lease = a.lease(g, now, id, hash, upper)
 		return res, nil
 	}
-	res.Wake = a.releaseUpper(g, nowMs, upper) || res.Wake
+	res.Wake = res.Wake.Or(a.releaseUpper(g, nowMs, upper))
 	if out == outFull {
 		switch {
 		case modelBound:
@@ -230,26 +372,39 @@ func (a *Admitter) Admit(g *Gate, model string) (Result, error) {
 		}
 		return res, queueFull(g, model, queued)
 	}
-	res.Ticket = Ticket{
-		gate: g, id: id, model: hash, modelCap: modelCap,
-		Enqueued: now, Deadline: time.UnixMilli(nowMs + g.maxWaitMs), ModelBound: modelBound,
+	// Queued: the lease record counts the request already; it joins its line, and the
+	// ticket record if it is among the line's first Window.
+	ln := a.lineFor(g, hash, modelCap)
+	a.seq++
+	w := waiter{seq: a.seq, order: id, enqMs: nowMs, deadlineMs: nowMs + g.maxWaitMs, modelBound: modelBound}
+	ln.push(w)
+	if ln.inWindow(len(ln.q) - 1) {
+		a.publishOrDefer(g, nowMs)
 	}
+	res.Ticket = ln.ticket(&ln.q[len(ln.q)-1])
+	res.Ticket.Enqueued = now
 	return res, nil
 }
 
 // TryAdmit checks whether it is t's turn and a slot is free, and if so moves t from the
 // queue to a lease. Otherwise the request keeps waiting (Granted false, same Ticket), or,
-// once its wait budget is spent, gets ErrQueueTimeout and leaves the queue.
+// once its wait budget is spent, gets ErrQueueTimeout (ErrSemaphoreTimeout when only its
+// model's cap held it back; granted without a slot with QuotaShareFailOpen) and leaves the
+// queue. A ticket behind a live head of its line waits without a shared-data read.
 func (a *Admitter) TryAdmit(t Ticket) (Result, error) {
-	g := t.gate
-	if g == nil {
-		return Result{}, errors.New("admission: try-admit on a zero ticket")
+	g, ln := t.gate, t.line
+	if !a.holds(t) {
+		return Result{}, ErrNotWaiting
+	}
+	i := ln.find(t.seq)
+	if i < 0 {
+		return Result{Ticket: t}, ErrNotWaiting
 	}
 	now := a.clock.Now()
 	nowMs := now.UnixMilli()
-	tk := ticket{id: t.id, enqueuedMs: t.Enqueued.UnixMilli(), deadlineMs: t.Deadline.UnixMilli(), model: t.model, modelCap: t.modelCap}
-	if nowMs >= tk.deadlineMs {
-		// Expired tickets are pruned by the next write on the record; nothing to do here.
+	w := &ln.q[i]
+	if nowMs >= w.deadlineMs {
+		a.leave(ln, i, nowMs)
 		switch {
 		case t.ModelBound:
 			return Result{Ticket: t}, ErrSemaphoreTimeout
@@ -258,75 +413,152 @@ func (a *Admitter) TryAdmit(t Ticket) (Result, error) {
 		}
 		return Result{Ticket: t}, ErrQueueTimeout
 	}
+	if ln.front() != w {
+		return Result{Ticket: t}, nil // an older waiter of the same line goes first
+	}
+	a.op = operation{kind: opPoll, gate: g, nowMs: nowMs, model: ln.model, modelCap: ln.modelCap,
+		head: waiting{order: w.order, lane: a.lane}}
+	if ln.others {
+		if err := a.readTickets(g); err != nil {
+			return Result{Ticket: t}, fmt.Errorf("admission: try-admit on %s: %w", g, err)
+		}
+		a.op.haveTickets = true
+	}
 	upper := upperSlots{held: true}
 	if g.hasUpper() {
-		fits, missing, err := a.peekTurn(g, nowMs, tk, true)
-		if err != nil {
+		a.op.peek = true
+		if err := a.updateLease(g); err != nil {
+			return Result{Ticket: t}, fmt.Errorf("admission: try-admit on %s: %w", g, err)
+		}
+		if a.op.out != outGranted {
+			t.ModelBound = a.op.modelBound
+			w.modelBound = t.ModelBound
+			return Result{Ticket: t}, nil
+		}
+		keep := a.op
+		var err error
+		if upper, err = a.acquireUpper(g, nowMs, w.deadlineMs); err != nil {
 			return Result{Ticket: t}, err
 		}
-		if fits {
-			if upper, err = a.acquireUpper(g, nowMs, tk.deadlineMs); err != nil {
-				return Result{Ticket: t}, err
-			}
-		} else {
-			upper.held = false
-		}
-		if !upper.held && !missing {
+		a.op = keep
+		a.op.peek = false
+		if !upper.held {
 			return Result{Ticket: t, Wake: upper.wake}, nil
 		}
-		// A missing ticket runs the update below even without the upper slots, which
-		// puts it back in its place.
 	}
-	a.op = operation{kind: opPoll, gate: g, nowMs: nowMs, tk: tk, upperHeld: upper.held}
-	if _, err := state.Update(a.store, g.connKey, a.connFn); err != nil {
+	a.op.upperHeld = upper.held
+	if err := a.updateLease(g); err != nil {
 		a.releaseUpper(g, nowMs, upper)
 		return Result{Ticket: t}, fmt.Errorf("admission: try-admit on %s: %w", g, err)
 	}
 	res := Result{Ticket: t, Wake: upper.wake}
 	res.Ticket.ModelBound = a.op.modelBound
+	w.modelBound = a.op.modelBound
+	ln.others = a.op.others > 0
 	if out, id := a.op.out, a.op.gotID; out == outGranted {
 		res.Granted = true
-		res.Lease = a.lease(g, now, id, t.model, upper)
+		res.Lease = a.lease(g, now, id, ln.model, upper)
+		if ln.remove(i) && a.stillWaiting(g, nowMs) {
+			a.publishOrDefer(g, nowMs)
+		}
 		return res, nil
 	}
-	res.Wake = a.releaseUpper(g, nowMs, upper) || res.Wake
+	res.Wake = res.Wake.Or(a.releaseUpper(g, nowMs, upper))
+	if a.op.haveTickets && !a.ownPublished(g) {
+		a.publishOrDefer(g, nowMs) // the ticket record lost this lane's lines: put them back
+	}
 	return res, nil
 }
 
-// Release hands back a lease's slots and reports whether requests are waiting for them (the
-// glue then wakes other workers). For the global and provider slots the answer may be a
-// spare "yes" (a pool only knows until when someone waited), never a wrong "no". Releasing
-// twice, or releasing a lease that already expired, frees nothing the second time.
-func (a *Admitter) Release(l Lease) (waiters bool, err error) {
+// ErrNotWaiting: TryAdmit was given a ticket that is not in its Admitter's lines (granted,
+// cancelled or timed out already, another Admitter's, or a zero Ticket).
+var ErrNotWaiting = errors.New("admission: the ticket is not waiting")
+
+// Release hands back a lease's slots and reports whom to wake (the glue then wakes other
+// workers). For the global and provider slots the answer may be a spare wake (a pool only
+// knows until when someone waited), never a missing one. Releasing twice, or releasing a
+// lease that already expired, frees nothing the second time. A release that fails is
+// retried by Retry, and the error returned for the log.
+func (a *Admitter) Release(l Lease) (Wake, error) {
 	if !l.Held() {
-		return false, nil
+		return Wake{}, nil
 	}
 	g := l.gate
 	nowMs := a.clock.Now().UnixMilli()
-	a.op = operation{kind: opRelease, gate: g, nowMs: nowMs, id: l.id}
-	if err := a.updateHard(g.connKey, a.connFn); err != nil {
-		return false, fmt.Errorf("admission: release on %s: %w", g, err)
+	wake, err := a.release(l, nowMs)
+	if err != nil {
+		a.deferOp(pendingOp{kind: opRelease, lease: l, gate: g}, nowMs)
+		return wake, fmt.Errorf("admission: release on %s (retried later): %w", g, err)
 	}
-	waiters = a.op.waiters
-	if l.providerID == 0 && l.globalID == 0 {
-		return waiters, nil // no global or provider slot: nothing more to hand back
-	}
-	upperWaiters := a.releaseUpper(g, nowMs, upperSlots{held: true, providerID: l.providerID, globalID: l.globalID})
-	return waiters || upperWaiters, nil
+	return wake, nil
 }
 
-// Cancel takes a waiting request out of the queue (its client went away) and reports
-// whether other requests still wait.
-func (a *Admitter) Cancel(t Ticket) (waiters bool, err error) {
-	g := t.gate
-	if g == nil {
-		return false, nil
+func (a *Admitter) release(l Lease, nowMs int64) (Wake, error) {
+	g := l.gate
+	a.op = operation{kind: opRelease, gate: g, nowMs: nowMs, id: l.id}
+	if _, err := state.Update(a.store, g.leaseKey, a.leaseFn); err != nil {
+		return Wake{}, err
 	}
-	a.op = operation{kind: opCancel, gate: g, nowMs: a.clock.Now().UnixMilli(), tk: ticket{id: t.id}}
-	if err := a.updateHard(g.connKey, a.connFn); err != nil {
-		return false, fmt.Errorf("admission: cancel on %s: %w", g, err)
+	var wake Wake
+	if a.op.waiters {
+		wake = wakeGate(g)
 	}
-	return a.op.waiters, nil
+	if l.providerID == 0 && l.globalID == 0 {
+		return wake, nil // no global or provider slot: nothing more to hand back
+	}
+	return wake.Or(a.releaseUpper(g, nowMs, upperSlots{held: true, providerID: l.providerID, globalID: l.globalID})), nil
+}
+
+// Cancel takes a waiting request out of the queue (its client went away, or it goes to
+// another target) and reports whom to wake: the others still waiting for the gate.
+func (a *Admitter) Cancel(t Ticket) (Wake, error) {
+	ln := t.line
+	if !a.holds(t) {
+		return Wake{}, nil
+	}
+	i := ln.find(t.seq)
+	if i < 0 {
+		return Wake{}, nil
+	}
+	nowMs := a.clock.Now().UnixMilli()
+	return a.leave(ln, i, nowMs)
+}
+
+// leave takes the waiter at i out of ln and brings the records up to date: the lane's
+// waiting count, and its published tickets when the waiter was among them. A failure is
+// retried by Retry.
+func (a *Admitter) leave(ln *line, i int, nowMs int64) (Wake, error) {
+	g := ln.gate
+	published := ln.remove(i) && a.stillWaiting(g, nowMs)
+	err := a.syncWaiting(g, nowMs)
+	waiters := a.op.waiters
+	if err == nil && published {
+		err = a.publish(g, nowMs)
+	}
+	if err != nil {
+		a.deferOp(pendingOp{kind: opSync, gate: g}, nowMs)
+		return wakeGate(g), fmt.Errorf("admission: cancel on %s (retried later): %w", g, err)
+	}
+	if waiters {
+		return wakeGate(g), nil
+	}
+	return Wake{}, nil
+}
+
+// stillWaiting reports whether the lane still has requests waiting for g's connection. When
+// it has none, its lease-record waiting count is gone with the write that just took the
+// last one out, and readers ignore its lines in the ticket record (Admitter.others): they
+// need not be rewritten, and the next publication replaces them.
+func (a *Admitter) stillWaiting(g *Gate, nowMs int64) bool {
+	n, _ := a.localWaiting(g, nowMs)
+	return n > 0
+}
+
+// syncWaiting writes the lane's waiting count for g as its lines have it.
+func (a *Admitter) syncWaiting(g *Gate, nowMs int64) error {
+	a.op = operation{kind: opSync, gate: g, nowMs: nowMs}
+	_, err := state.Update(a.store, g.leaseKey, a.leaseFn)
+	return err
 }
 
 // Renew extends a held lease to executionMaxWait from now, for a request whose stream is
@@ -342,7 +574,7 @@ func (a *Admitter) Renew(l Lease) (Lease, error) {
 	now := a.clock.Now()
 	nowMs := now.UnixMilli()
 	a.op = operation{kind: opRenew, gate: g, nowMs: nowMs, id: l.id, model: l.model}
-	if err := a.updateHard(g.connKey, a.connFn); err != nil {
+	if _, err := state.Update(a.store, g.leaseKey, a.leaseFn); err != nil {
 		return l, fmt.Errorf("admission: renew on %s: %w", g, err)
 	}
 	for _, s := range [...]struct {
@@ -353,7 +585,7 @@ func (a *Admitter) Renew(l Lease) (Lease, error) {
 			continue
 		}
 		a.op = operation{gate: g, nowMs: nowMs, id: s.id}
-		if err := a.updateHard(s.key, a.poolRenewFn); err != nil {
+		if _, err := state.Update(a.store, s.key, a.poolRenewFn); err != nil {
 			return l, fmt.Errorf("admission: renew %s: %w", s.key, err)
 		}
 	}
@@ -374,17 +606,87 @@ func (a *Admitter) CheckExecution(l Lease) error {
 // Inspect reports g's live load and the load of model on it.
 func (a *Admitter) Inspect(g *Gate, model string) (Usage, error) {
 	nowMs := a.clock.Now().UnixMilli()
-	if err := a.readConn(g, nowMs); err != nil {
-		return Usage{}, err
+	cur, _, found, err := a.store.Get(g.leaseKey)
+	if err != nil {
+		return Usage{}, fmt.Errorf("admission: read %s: %w", g, err)
 	}
+	a.loadLease(cur, found, nowMs)
 	hash, _ := g.modelLimit(model)
-	u := Usage{InFlight: len(a.conn.leases), Queued: len(a.conn.tickets)}
-	for i := range a.conn.leases {
-		if a.conn.leases[i].model == hash {
+	u := Usage{InFlight: len(a.lr.leases)}
+	for i := range a.lr.leases {
+		if a.lr.leases[i].model == hash {
 			u.ModelInFlight++
 		}
 	}
+	for i := range a.lr.waiting {
+		u.Queued += a.lr.waiting[i].count
+	}
 	return u, nil
+}
+
+// Retry runs again the releases, waiting-count syncs and publications that failed, as far
+// as their retry is due (the filter calls it from every tick; tick is its period, which
+// spreads the retries). It gives up on one that failed MaxStoreRetries times.
+func (a *Admitter) Retry(tick time.Duration) {
+	if len(a.pending) == 0 {
+		return
+	}
+	nowMs := a.clock.Now().UnixMilli()
+	kept := a.pending[:0]
+	for _, p := range a.pending {
+		if nowMs < p.atMs {
+			kept = append(kept, p)
+			continue
+		}
+		var err error
+		switch p.kind {
+		case opRelease:
+			_, err = a.release(p.lease, nowMs)
+		case opSync:
+			if err = a.syncWaiting(p.gate, nowMs); err == nil {
+				err = a.publish(p.gate, nowMs)
+			}
+		}
+		if err == nil {
+			continue
+		}
+		if p.failures++; p.failures >= MaxStoreRetries {
+			a.stats.Abandoned++
+			continue
+		}
+		a.stats.Retried++
+		p.atMs = nowMs + RetryDelay(tick, a.node.Jitter(), p.failures).Milliseconds()
+		kept = append(kept, p)
+	}
+	clear(a.pending[len(kept):])
+	a.pending = kept
+}
+
+// deferOp keeps a failed operation for Retry (a sync for a gate already pending is merged).
+func (a *Admitter) deferOp(p pendingOp, nowMs int64) {
+	if p.kind == opSync {
+		for _, q := range a.pending {
+			if q.kind == opSync && q.gate == p.gate {
+				a.stats.Retried++ // the pending sync carries this one too
+				return
+			}
+		}
+	}
+	if len(a.pending) >= maxPending {
+		a.stats.Abandoned++
+		return
+	}
+	a.stats.Retried++
+	p.failures = 1
+	p.atMs = nowMs // the next Retry: a tick later
+	a.pending = append(a.pending, p)
+}
+
+// publishOrDefer publishes the lane's lines for g, leaving a failure to Retry.
+func (a *Admitter) publishOrDefer(g *Gate, nowMs int64) {
+	if err := a.publish(g, nowMs); err != nil {
+		a.deferOp(pendingOp{kind: opSync, gate: g}, nowMs)
+	}
 }
 
 // lease builds the handle of a granted lease.
@@ -395,155 +697,315 @@ func (a *Admitter) lease(g *Gate, now time.Time, id, model uint64, upper upperSl
 	}
 }
 
-// readConn loads g's connection record into a.conn, pruned as of nowMs, without writing.
-// A corrupt record reads as empty.
-func (a *Admitter) readConn(g *Gate, nowMs int64) error {
-	cur, _, found, err := a.store.Get(g.connKey)
-	if err != nil {
-		return fmt.Errorf("admission: read %s: %w", g, err)
+// updateLease runs the operation in a.op on g's lease record, reading what the record says
+// it needs first: the ticket record when other lanes wait, the directory when the cap is
+// full and entries of owners the view does not vouch for stand in the way.
+func (a *Admitter) updateLease(g *Gate) error {
+	for {
+		a.op.need = needNothing
+		if _, err := state.Update(a.store, g.leaseKey, a.leaseFn); err != nil {
+			return err
+		}
+		switch a.op.need {
+		case needTickets:
+			if err := a.readTickets(g); err != nil {
+				return err
+			}
+			a.op.haveTickets = true
+		case needLiveness:
+			if _, err := a.node.Refresh(); err != nil {
+				return err
+			}
+			a.op.fresh = true
+		default:
+			return nil
+		}
 	}
-	a.loadConn(cur, found, nowMs)
-	return nil
 }
 
-// loadConn decodes a connection record into a.conn and prunes it; it reports whether the
-// stored bytes must be rewritten (corrupt, or something expired).
-func (a *Admitter) loadConn(cur []byte, found bool, nowMs int64) (dirty bool) {
-	r := &a.conn
-	fresh := a.connFresh && bytes.Equal(cur, a.connBytes) // decoding cur would give r
-	a.connFresh = false                                   // r is the caller's to change from here
+// loadLease decodes a lease record into a.lr and prunes it; it reports whether the stored
+// bytes must be rewritten (corrupt, or something expired). Bytes equal to those a.lr came
+// from are not decoded again.
+func (a *Admitter) loadLease(cur []byte, found bool, nowMs int64) (dirty bool) {
+	r := &a.lr
 	switch {
 	case !found:
 		r.reset(nowMs)
-	case fresh:
+		a.lValid = false
+	case a.lValid && bytes.Equal(cur, a.lRaw):
 	default:
+		a.lRaw = append(a.lRaw[:0], cur...)
 		if err := r.decode(cur); err != nil {
 			a.corrupt++
 			r.reset(nowMs)
-			dirty = true
+			a.lValid = false
+			return true
 		}
+		a.lValid = true
 	}
-	return r.prune(nowMs) || dirty
+	if r.prune(nowMs) {
+		a.lValid = false // r no longer decodes from lRaw
+		return true
+	}
+	return false
 }
 
-// peekTurn reads the connection record and reports whether a request (a newcomer when
-// queued is false, else the live ticket tk) would get its connection and model slots now,
-// and whether the ticket is missing from the record. It is the cheap check before taking
-// the global and provider slots.
-func (a *Admitter) peekTurn(g *Gate, nowMs int64, tk ticket, queued bool) (fits, missing bool, err error) {
-	if err := a.readConn(g, nowMs); err != nil {
-		return false, false, err
+// readTickets reads g's ticket record into a.tr (decoding it only when it changed).
+func (a *Admitter) readTickets(g *Gate) error {
+	cur, _, found, err := a.store.Get(g.ticketKey)
+	if err != nil {
+		return fmt.Errorf("admission: read tickets of %s: %w", g, err)
 	}
-	r := &a.conn
-	pos := len(r.tickets)
-	if queued {
-		if pos = r.findTicket(tk.id); pos < 0 {
-			pos, missing = r.insertTicket(tk), true
+	switch {
+	case !found:
+		a.tr.lines, a.tr.tickets = a.tr.lines[:0], a.tr.tickets[:0]
+		a.tValid = false
+	case a.tValid && bytes.Equal(cur, a.tRaw):
+	default:
+		a.tRaw = append(a.tRaw[:0], cur...)
+		a.tValid = true
+		if err := a.tr.decode(cur); err != nil {
+			a.corrupt++
+			a.tr.lines, a.tr.tickets = a.tr.lines[:0], a.tr.tickets[:0]
 		}
 	}
-	return r.turn(g.connCap, pos, tk.model, tk.modelCap, &a.use), missing, nil
+	return nil
 }
 
-// connUpdate is the state.UpdateFunc of every connection-record operation.
-func (a *Admitter) connUpdate(cur []byte, found bool) ([]byte, state.Mutation, error) {
+// others appends the tickets other lanes published in a.tr that still count: unexpired, of a
+// lane the lease record r has a waiting count for (a lane pruned as dead, or whose count
+// went, does not hold anyone back).
+func (a *Admitter) others(r *leaseRecord, nowMs int64, out []waiting) []waiting {
+	for _, l := range a.tr.lines {
+		if l.lane == a.lane || !r.laneWaits(l.lane) {
+			continue
+		}
+		for _, t := range a.tr.tickets[l.start : l.start+l.n] {
+			if t.deadlineMs > nowMs {
+				out = append(out, waiting{order: t.order, lane: l.lane, model: l.model, modelCap: l.modelCap,
+					deadlineMs: t.deadlineMs, owner: l.owner})
+			}
+		}
+	}
+	return out
+}
+
+// leaseUpdate is the state.UpdateFunc of every lease-record operation.
+func (a *Admitter) leaseUpdate(cur []byte, found bool) ([]byte, state.Mutation, error) {
 	op := &a.op
-	op.out, op.gotID, op.waiters, op.modelBound, op.queued = outNone, 0, false, false, 0
+	op.need, op.out, op.gotID, op.waiters, op.modelBound, op.queued, op.others = needNothing, outNone, 0, false, false, 0, 0
 	g := op.gate
-	r := &a.conn
-	dirty := a.loadConn(cur, found, op.nowMs)
+	r := &a.lr
+	dirty := a.loadLease(cur, found, op.nowMs)
+	a.node.nowMs = op.nowMs
+	if op.fresh && r.pruneOwners(a.node.deadFn) {
+		a.lValid, dirty = false, true
+	}
 	switch op.kind {
-	case opAdmit:
-		ok, modelBound := r.turnBlocked(g.connCap, len(r.tickets), op.model, op.modelCap, &a.use)
-		op.modelBound = modelBound
-		if op.upperHeld && ok {
-			op.out, op.gotID = outGranted, r.nextID
-			r.nextID++
-			r.leases = append(r.leases, lease{id: op.gotID, deadlineMs: op.nowMs + g.executionMaxWaitMs, model: op.model})
-			return a.write()
-		}
-		if d := g.queue.MaxQueueDepth; d > 0 && len(r.tickets) >= d {
-			op.out, op.queued = outFull, len(r.tickets)
-			return a.keepUnless(dirty)
-		}
-		op.out, op.gotID = outQueued, r.nextID
-		r.nextID++
-		r.tickets = append(r.tickets, ticket{
-			id: op.gotID, enqueuedMs: op.nowMs, deadlineMs: op.nowMs + g.maxWaitMs, model: op.model, modelCap: op.modelCap,
-		})
-		return a.write()
-	case opPoll:
-		pos := r.findTicket(op.tk.id)
-		if pos < 0 { // the record was lost (reset, corrupt): take the ticket's place back
-			pos = r.insertTicket(op.tk)
-			dirty = true
-		}
-		ok, modelBound := r.turnBlocked(g.connCap, pos, op.tk.model, op.tk.modelCap, &a.use)
-		op.modelBound = modelBound
-		if op.upperHeld && ok {
-			r.removeTicket(pos)
-			op.out, op.gotID = outGranted, op.tk.id
-			r.leases = append(r.leases, lease{id: op.tk.id, deadlineMs: op.nowMs + g.executionMaxWaitMs, model: op.tk.model})
-			return a.write()
-		}
-		op.out = outQueued
-		return a.keepUnless(dirty)
+	case opAdmit, opPoll:
+		return a.admitOrPoll(dirty)
 	case opRelease:
-		dirty = r.removeLease(op.id) || dirty
-		op.waiters = len(r.tickets) > 0
+		if r.removeLease(op.id) {
+			a.lValid, dirty = false, true
+		}
+		op.waiters = len(r.waiting) > 0
+		return a.keepUnless(dirty)
+	case opSync:
+		count, until := a.localWaiting(g, op.nowMs)
+		if r.setWaiting(a.lane, a.node.owner(), count, until) {
+			a.lValid, dirty = false, true
+		}
+		op.waiters = len(r.waiting) > 0
 		return a.keepUnless(dirty)
 	case opRenew:
+		a.lValid = false
 		deadline := op.nowMs + g.executionMaxWaitMs
 		for i := range r.leases {
 			if r.leases[i].id == op.id {
 				r.leases[i].deadlineMs = deadline
-				return a.write()
+				return a.writeLease()
 			}
 		}
 		// Pruned meanwhile (its deadline passed before the renewal): the request still runs.
-		r.leases = append(r.leases, lease{id: op.id, deadlineMs: deadline, model: op.model})
-		return a.write()
-	case opCancel:
-		if pos := r.findTicket(op.tk.id); pos >= 0 {
-			r.removeTicket(pos)
-			dirty = true
-		}
-		op.waiters = len(r.tickets) > 0
-		return a.keepUnless(dirty)
+		r.leases = append(r.leases, lease{id: op.id, deadlineMs: deadline, model: op.model, owner: a.node.owner()})
+		return a.writeLease()
 	}
 	return nil, state.Keep, fmt.Errorf("admission: unknown operation %d", op.kind)
 }
 
-// write encodes the connection record into the reusable buffer.
-func (a *Admitter) write() ([]byte, state.Mutation, error) {
-	a.buf = a.conn.encode(a.buf)
-	a.connBytes, a.connFresh = append(a.connBytes[:0], a.buf...), true
+// admitOrPoll decides a newcomer's or a head's turn on the loaded lease record.
+func (a *Admitter) admitOrPoll(dirty bool) ([]byte, state.Mutation, error) {
+	op := &a.op
+	g := op.gate
+	r := &a.lr
+	_, others := r.waitingOf(a.lane)
+	op.others = others
+	if others > 0 && !op.haveTickets {
+		op.need = needTickets
+		return nil, state.Keep, nil
+	}
+	ahead := a.own(g, a.ahead[:0], op.nowMs)
+	if op.haveTickets {
+		ahead = a.others(r, op.nowMs, ahead)
+	}
+	if op.kind == opPoll {
+		kept := ahead[:0]
+		for _, t := range ahead {
+			if fifo(t, op.head) < 0 {
+				kept = append(kept, t)
+			}
+		}
+		ahead = kept
+	}
+	slices.SortFunc(ahead, fifo)
+	a.ahead = ahead
+	ok, modelBound := turn(r.leases, ahead, g.connCap, op.model, op.modelCap, &a.use)
+	op.modelBound = modelBound
+	if !ok && !op.fresh && r.suspects(a.node.aliveFn) {
+		op.need = needLiveness
+		return nil, state.Keep, nil
+	}
+	if op.peek {
+		if ok {
+			op.out = outGranted
+		}
+		return nil, state.Keep, nil
+	}
+	owner := a.node.owner()
+	count, until := a.localWaiting(g, op.nowMs)
+	if ok && op.upperHeld {
+		op.out, op.gotID = outGranted, r.nextID
+		r.nextID++
+		r.leases = append(r.leases, lease{id: op.gotID, deadlineMs: op.nowMs + g.executionMaxWaitMs, model: op.model, owner: owner})
+		if op.kind == opPoll {
+			count-- // the head leaves its line once this write lands
+		}
+		r.setWaiting(a.lane, owner, count, until)
+		return a.writeLease()
+	}
+	if op.kind == opPoll {
+		op.out = outQueued
+		if r.setWaiting(a.lane, owner, count, until) {
+			a.lValid, dirty = false, true
+		}
+		return a.keepUnless(dirty)
+	}
+	if d := g.queue.MaxQueueDepth; d > 0 && count+others >= d {
+		op.out, op.queued = outFull, count+others
+		if r.setWaiting(a.lane, owner, count, until) {
+			a.lValid, dirty = false, true
+		}
+		return a.keepUnless(dirty)
+	}
+	op.out, op.gotID = outQueued, r.nextID // the ticket's place in the FIFO order
+	r.nextID++
+	r.setWaiting(a.lane, owner, count+1, max(until, op.nowMs+g.maxWaitMs))
+	return a.writeLease()
+}
+
+// writeLease encodes the lease record into the reusable buffer.
+func (a *Admitter) writeLease() ([]byte, state.Mutation, error) {
+	a.buf = a.lr.encode(a.buf)
+	a.lRaw, a.lValid = append(a.lRaw[:0], a.buf...), true
 	return a.buf, state.Write, nil
 }
 
 func (a *Admitter) keepUnless(dirty bool) ([]byte, state.Mutation, error) {
 	if dirty {
-		return a.write()
+		return a.writeLease()
 	}
 	return nil, state.Keep, nil
 }
 
-// updateHard runs state.Update a few times on contention: used by releases, which must not
-// be lost.
-func (a *Admitter) updateHard(key string, fn state.UpdateFunc) error {
-	var err error
-	for range releaseRounds {
-		if _, err = state.Update(a.store, key, fn); !errors.Is(err, state.ErrContention) {
-			return err
+// publish writes the lane's lines for g into g's ticket record.
+func (a *Admitter) publish(g *Gate, nowMs int64) error {
+	a.op = operation{gate: g, nowMs: nowMs}
+	if _, err := state.Update(a.store, g.ticketKey, a.publishFn); err != nil {
+		return fmt.Errorf("admission: publish tickets of %s: %w", g, err)
+	}
+	return nil
+}
+
+// publishUpdate rewrites a ticket record with the lane's lines as they are now, and every
+// other lane's lines without their expired tickets.
+func (a *Admitter) publishUpdate(cur []byte, found bool) ([]byte, state.Mutation, error) {
+	op := &a.op
+	in, out := &a.pub, &a.out
+	in.lines, in.tickets = in.lines[:0], in.tickets[:0]
+	if found {
+		if err := in.decode(cur); err != nil {
+			a.corrupt++
+			in.lines, in.tickets = in.lines[:0], in.tickets[:0]
 		}
 	}
-	return err
+	out.lines, out.tickets = out.lines[:0], out.tickets[:0]
+	for _, l := range in.lines {
+		if l.lane == a.lane {
+			continue
+		}
+		start := len(out.tickets)
+		for _, t := range in.tickets[l.start : l.start+l.n] {
+			if t.deadlineMs > op.nowMs {
+				out.tickets = append(out.tickets, t)
+			}
+		}
+		if n := len(out.tickets) - start; n > 0 {
+			l.start, l.n = start, n
+			out.lines = append(out.lines, l)
+		}
+	}
+	owner := a.node.owner()
+	for _, ln := range a.lines {
+		if ln.live == 0 || ln.win == 0 || ln.gate.id != op.gate.id {
+			continue
+		}
+		l := pubLine{lane: a.lane, owner: owner, model: ln.model, modelCap: ln.modelCap, start: len(out.tickets)}
+		seen := 0
+		for i := ln.head; i < len(ln.q) && seen < ln.win; i++ {
+			if w := &ln.q[i]; !w.gone && w.deadlineMs > op.nowMs {
+				out.tickets = append(out.tickets, pubTicket{order: w.order, deadlineMs: w.deadlineMs})
+				seen++
+			}
+		}
+		if l.n = seen; seen > 0 {
+			out.lines = append(out.lines, l)
+		}
+	}
+	if !found && len(out.lines) == 0 {
+		return nil, state.Keep, nil
+	}
+	a.tbuf = out.encode(a.tbuf)
+	if found && bytes.Equal(a.tbuf, cur) {
+		return nil, state.Keep, nil
+	}
+	return a.tbuf, state.Write, nil
+}
+
+// ownPublished reports whether a.tr (the ticket record as last read) holds exactly the
+// lane's published lines for g.
+func (a *Admitter) ownPublished(g *Gate) bool {
+	mine := a.own(g, a.ahead[:0], a.clock.Now().UnixMilli())
+	a.ahead = mine
+	k := 0
+	for _, l := range a.tr.lines {
+		if l.lane != a.lane {
+			continue
+		}
+		for _, t := range a.tr.tickets[l.start : l.start+l.n] {
+			if k >= len(mine) || mine[k].order != t.order || mine[k].model != l.model {
+				return false
+			}
+			k++
+		}
+	}
+	return k == len(mine)
 }
 
 // upperSlots are the global and provider slots a request holds (or attempted).
 type upperSlots struct {
 	held                 bool   // every configured upper slot is held
 	providerID, globalID uint64 // held lease ids (0 = none)
-	wake                 bool   // a rollback freed a slot someone may be waiting for
+	wake                 Wake   // a rollback freed a slot someone may be waiting for
 }
 
 // acquireUpper takes the global slot, then the provider slot, all or nothing. On refusal
@@ -571,11 +1033,22 @@ func (a *Admitter) acquireUpper(g *Gate, nowMs, contendUntilMs int64) (upperSlot
 	return u, nil
 }
 
-// acquirePool takes one slot in a pool record; id 0 means the pool is full.
+// acquirePool takes one slot in a pool record; id 0 means the pool is full. A full pool
+// holding leases of owners the view does not vouch for is judged again on a fresh view.
 func (a *Admitter) acquirePool(g *Gate, key string, capacity int, nowMs, contendUntilMs int64) (uint64, error) {
-	a.op = operation{gate: g, nowMs: nowMs, capacity: capacity, contendUntil: contendUntilMs}
-	if _, err := state.Update(a.store, key, a.poolAcquireFn); err != nil {
-		return 0, fmt.Errorf("admission: acquire %s: %w", key, err)
+	a.op = operation{gate: g, nowMs: nowMs, capacity: capacity, contendTill: contendUntilMs}
+	for {
+		a.op.need = needNothing
+		if _, err := state.Update(a.store, key, a.poolAcquireFn); err != nil {
+			return 0, fmt.Errorf("admission: acquire %s: %w", key, err)
+		}
+		if a.op.need != needLiveness {
+			break
+		}
+		if _, err := a.node.Refresh(); err != nil {
+			return 0, fmt.Errorf("admission: acquire %s: %w", key, err)
+		}
+		a.op.fresh = true
 	}
 	if a.op.out != outGranted {
 		return 0, nil
@@ -585,7 +1058,7 @@ func (a *Admitter) acquirePool(g *Gate, key string, capacity int, nowMs, contend
 
 // releaseUpper hands back the provider slot, then the global one, and reports whether a
 // refused request may be waiting for them. Errors are not returned: the leases expire.
-func (a *Admitter) releaseUpper(g *Gate, nowMs int64, u upperSlots) (waiters bool) {
+func (a *Admitter) releaseUpper(g *Gate, nowMs int64, u upperSlots) (wake Wake) {
 	for _, s := range [...]struct {
 		key string
 		id  uint64
@@ -594,11 +1067,11 @@ func (a *Admitter) releaseUpper(g *Gate, nowMs int64, u upperSlots) (waiters boo
 			continue
 		}
 		a.op = operation{gate: g, nowMs: nowMs, id: s.id}
-		if err := a.updateHard(s.key, a.poolReleaseFn); err == nil && a.op.waiters {
-			waiters = true
+		if _, err := state.Update(a.store, s.key, a.poolReleaseFn); err == nil && a.op.waiters {
+			wake = WakeAll()
 		}
 	}
-	return waiters
+	return wake
 }
 
 // loadPool decodes a pool record into a.pool and prunes it; it reports whether the stored
@@ -617,22 +1090,35 @@ func (a *Admitter) loadPool(cur []byte, found bool, nowMs int64) (dirty bool) {
 	}
 	n := len(p.leases)
 	p.leases = pruneLeases(p.leases, nowMs)
+	if a.op.fresh {
+		a.node.nowMs = nowMs
+		p.leases = dropOwners(p.leases, a.node.deadFn)
+	}
 	return dirty || len(p.leases) != n
 }
 
 func (a *Admitter) poolAcquire(cur []byte, found bool) ([]byte, state.Mutation, error) {
 	op := &a.op
-	op.out, op.gotID = outNone, 0
+	op.out, op.gotID, op.need = outNone, 0, needNothing
 	p := &a.pool
 	dirty := a.loadPool(cur, found, op.nowMs)
+	if len(p.leases) >= op.capacity && !op.fresh {
+		a.node.nowMs = op.nowMs
+		for i := range p.leases {
+			if !a.node.alive(p.leases[i].owner) {
+				op.need = needLiveness
+				return nil, state.Keep, nil
+			}
+		}
+	}
 	switch {
 	case len(p.leases) < op.capacity:
 		op.out, op.gotID = outGranted, p.nextID
 		p.nextID++
-		p.leases = append(p.leases, lease{id: op.gotID, deadlineMs: op.nowMs + op.gate.executionMaxWaitMs})
+		p.leases = append(p.leases, lease{id: op.gotID, deadlineMs: op.nowMs + op.gate.executionMaxWaitMs, owner: a.node.owner()})
 		dirty = true
-	case op.contendUntil > p.contendedUntilMs:
-		p.contendedUntilMs = op.contendUntil
+	case op.contendTill > p.contendedUntilMs:
+		p.contendedUntilMs = op.contendTill
 		dirty = true
 	}
 	if !dirty {
@@ -668,7 +1154,7 @@ func (a *Admitter) poolRenew(cur []byte, found bool) ([]byte, state.Mutation, er
 		}
 	}
 	if !renewed {
-		p.leases = append(p.leases, lease{id: op.id, deadlineMs: deadline})
+		p.leases = append(p.leases, lease{id: op.id, deadlineMs: deadline, owner: a.node.owner()})
 	}
 	a.buf = p.encode(a.buf)
 	return a.buf, state.Write, nil

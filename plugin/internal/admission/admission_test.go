@@ -101,11 +101,11 @@ func runScenario(t *testing.T, sc scenario) {
 			}
 			return "queued"
 		}
-		waiters := func(b bool, err error) string {
+		waiters := func(w Wake, err error) string {
 			if err != nil {
 				t.Fatalf("step %d (%s): %v", i, s.do, err)
 			}
-			if b {
+			if w.Any() {
 				return "waiters"
 			}
 			return "idle"
@@ -389,7 +389,7 @@ func TestAllOrNothingAcrossGates(t *testing.T) {
 		t.Fatalf("global %d provider p2 %d, want 2 and 0", g, p)
 	}
 	// Releasing z frees its connection and global slots and reports the waiting z2 ticket.
-	if waiters, err := a.Release(rz.Lease); err != nil || !waiters {
+	if waiters, err := a.Release(rz.Lease); err != nil || !waiters.Any() {
 		t.Fatalf("release z: waiters=%v %v", waiters, err)
 	}
 	if n := poolLeases(t, w, x.globalKey); n != 1 {
@@ -405,7 +405,7 @@ func TestNoCapTouchesNoSharedData(t *testing.T) {
 	if err != nil || !r.Granted || r.Lease.Held() {
 		t.Fatalf("Admit = %+v %v, want an empty granted lease", r, err)
 	}
-	if waiters, err := w.workers[0].Release(r.Lease); waiters || err != nil {
+	if waiters, err := w.workers[0].Release(r.Lease); waiters.Any() || err != nil {
 		t.Fatalf("Release = %v %v", waiters, err)
 	}
 	if w.workers[0].CheckExecution(r.Lease) != nil {
@@ -420,7 +420,7 @@ func TestCorruptRecordIsTreatedAsAbsent(t *testing.T) {
 	w := newWorld(1)
 	a := w.workers[0]
 	g := mustGate(t, GateConfig{Provider: "p", Connection: "c", MaxConcurrent: 1})
-	if err := w.store.Set(g.connKey, []byte("garbage"), 0); err != nil {
+	if err := w.store.Set(g.leaseKey, []byte("garbage"), 0); err != nil {
 		t.Fatal(err)
 	}
 	if u, err := a.Inspect(g, ""); err != nil || u != (Usage{}) {
@@ -433,16 +433,19 @@ func TestCorruptRecordIsTreatedAsAbsent(t *testing.T) {
 	if a.CorruptRecords() == 0 {
 		t.Fatal("corrupt record not counted")
 	}
-	v, _, _, _ := w.store.Get(g.connKey)
-	var rec connRecord
+	v, _, _, _ := w.store.Get(g.leaseKey)
+	var rec leaseRecord
 	if err := rec.decode(v); err != nil || len(rec.leases) != 1 {
 		t.Fatalf("record not rewritten cleanly: %+v %v", rec, err)
 	}
 }
 
+// An operator reset wipes the lease record (a tombstone): its leases and waiting counts are
+// gone, but a waiting request lives in its VM's line, so its next poll puts its count back
+// and it keeps its place ahead of anyone later.
 func TestLostRecordKeepsTicketsInPlace(t *testing.T) {
-	w := newWorld(1)
-	a := w.workers[0]
+	w := newWorld(2)
+	a, b := w.workers[0], w.workers[1]
 	g := mustGate(t, GateConfig{Provider: "p", Connection: "c", MaxConcurrent: 1})
 	first, _ := a.Admit(g, "m")
 	w.clock.Advance(time.Second)
@@ -450,27 +453,30 @@ func TestLostRecordKeepsTicketsInPlace(t *testing.T) {
 	if !first.Granted || waiting.Granted {
 		t.Fatal("setup")
 	}
-	// An operator reset wipes the record (a tombstone): the lease and the ticket are gone.
-	if err := w.store.Set(g.connKey, nil, 0); err != nil {
+	if err := w.store.Set(g.leaseKey, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	w.clock.Advance(time.Second)
-	newcomer, err := a.Admit(g, "m")
+	// Another worker finds the record empty: no lease, nobody waiting.
+	newcomer, err := b.Admit(g, "m")
 	if err != nil || !newcomer.Granted {
 		t.Fatalf("newcomer after reset: %+v %v", newcomer, err)
 	}
-	// The old ticket is put back in its place (ahead of anyone later), and waits.
+	// The old ticket polls: the connection is full, and its waiting count is back.
 	if r, err := a.TryAdmit(waiting.Ticket); err != nil || r.Granted {
 		t.Fatalf("old ticket: %+v %v", r, err)
 	}
-	later, _ := a.Admit(g, "m")
+	if u, _ := b.Inspect(g, "m"); u.Queued != 1 {
+		t.Fatalf("queued after the poll = %d, want the old ticket counted again", u.Queued)
+	}
+	later, _ := b.Admit(g, "m")
 	if later.Granted {
 		t.Fatal("a later newcomer was granted")
 	}
-	if _, err := a.Release(newcomer.Lease); err != nil {
+	if _, err := b.Release(newcomer.Lease); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := a.TryAdmit(later.Ticket); r.Granted {
+	if r, _ := b.TryAdmit(later.Ticket); r.Granted {
 		t.Fatal("the later ticket overtook the restored one")
 	}
 	if r, _ := a.TryAdmit(waiting.Ticket); !r.Granted {
@@ -483,10 +489,10 @@ func TestZeroHandles(t *testing.T) {
 	if _, err := a.TryAdmit(Ticket{}); err == nil {
 		t.Error("TryAdmit on a zero ticket succeeded")
 	}
-	if waiters, err := a.Cancel(Ticket{}); waiters || err != nil {
+	if waiters, err := a.Cancel(Ticket{}); waiters.Any() || err != nil {
 		t.Errorf("Cancel(zero) = %v %v", waiters, err)
 	}
-	if waiters, err := a.Release(Lease{}); waiters || err != nil {
+	if waiters, err := a.Release(Lease{}); waiters.Any() || err != nil {
 		t.Errorf("Release(zero) = %v %v", waiters, err)
 	}
 }
@@ -551,7 +557,7 @@ func ExampleAdmitter() {
 	second, _ := worker2.Admit(gate, "glm-5") // paused by the glue
 	waiters, _ := worker1.Release(first.Lease)
 	again, _ := worker2.TryAdmit(second.Ticket) // woken through a shared queue
-	fmt.Println(first.Granted, second.Granted, waiters, again.Granted)
+	fmt.Println(first.Granted, second.Granted, waiters.Any(), again.Granted)
 	// Output: true false true true
 }
 
@@ -609,7 +615,7 @@ func TestRenewPutsBackAPrunedLease(t *testing.T) {
 	if u, _ := w.workers[1].Inspect(g, "m"); u.InFlight != 1 {
 		t.Fatalf("after renewal in flight = %d, want 1", u.InFlight)
 	}
-	if waiters, err := w.workers[0].Release(first.Lease); err != nil || waiters {
+	if waiters, err := w.workers[0].Release(first.Lease); err != nil || waiters.Any() {
 		t.Fatalf("release: waiters %v, %v", waiters, err)
 	}
 	if u, _ := w.workers[1].Inspect(g, "m"); u.InFlight != 0 {
@@ -729,5 +735,53 @@ func TestOwnWriteIsReusedAndOthersAreRead(t *testing.T) {
 	}
 	if u, err = b.Inspect(g, "m"); err != nil || u.InFlight != 2 {
 		t.Fatalf("after a's second admit: %+v, %v; want 2 in flight", u, err)
+	}
+}
+
+// A release names whom it may let in: nobody when nobody waits, the connection's gate when
+// its waiters may now go (the same id on every VM: the filter's wake-up carries it), and
+// every gate for a provider's slot, which any of its connections' waiters may want. Heads
+// visits the lines of the gate named only.
+func TestReleaseWakesTheGateItFreed(t *testing.T) {
+	w := newWorld(2)
+	a, b := w.workers[0], w.workers[1]
+	g := mustGate(t, GateConfig{Provider: "p", Connection: "c1", MaxConcurrent: 1})
+	same := mustGate(t, GateConfig{Provider: "p", Connection: "c1", MaxConcurrent: 1})
+	other := mustGate(t, GateConfig{Provider: "p", Connection: "c2", MaxConcurrent: 1})
+	if g.ID() != same.ID() || g.ID() == other.ID() || g.ID() == 0 {
+		t.Fatalf("gate ids %d %d %d: one per connection, the same for every gate of it", g.ID(), same.ID(), other.ID())
+	}
+	first, _ := a.Admit(g, "m")
+	if wake, _ := a.Release(first.Lease); wake.Any() {
+		t.Fatalf("a release with nobody waiting wakes %+v", wake)
+	}
+	first, _ = a.Admit(g, "m")
+	queued, _ := b.Admit(g, "m")
+	visits := func(gate uint64) (n int) {
+		b.Heads(gate, func(Ticket, any) { n++ })
+		return n
+	}
+	if n := visits(other.ID()); n != 0 {
+		t.Fatalf("Heads for another gate visited %d heads", n)
+	}
+	if n := visits(0); n != 1 {
+		t.Fatalf("Heads for every gate visited %d heads, want the one", n)
+	}
+	wake, _ := a.Release(first.Lease)
+	if !wake.Any() || wake.Gate() != g.ID() {
+		t.Fatalf("release with a waiter wakes %+v, want gate %d", wake, g.ID())
+	}
+	var granted bool
+	b.Heads(wake.Gate(), func(t Ticket, _ any) { r, _ := b.TryAdmit(t); granted = r.Granted })
+	if !granted || queued.Granted {
+		t.Fatal("the woken head was not granted the freed slot")
+	}
+	pg := mustGate(t, GateConfig{Provider: "q", Connection: "c", ProviderMaxConcurrent: 1})
+	held, _ := a.Admit(pg, "m")
+	if r, _ := b.Admit(pg, "m"); r.Granted {
+		t.Fatal("the provider cap let a second request in")
+	}
+	if wake, _ := a.Release(held.Lease); !wake.Any() || wake.Gate() != 0 {
+		t.Fatalf("a provider slot's release wakes %+v, want every gate (0)", wake)
 	}
 }

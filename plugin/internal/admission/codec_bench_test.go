@@ -2,13 +2,13 @@ package admission
 
 import "testing"
 
-// BenchmarkConnRecordCodec decodes and re-encodes a connection record holding one lease, as
+// BenchmarkLeaseRecordCodec decodes and re-encodes a lease record holding one lease, as
 // a release does.
-func BenchmarkConnRecordCodec(b *testing.B) {
+func BenchmarkLeaseRecordCodec(b *testing.B) {
 	nowMs := t0.UnixMilli()
-	r := connRecord{nextID: seedID(nowMs) + 7, leases: []lease{{id: seedID(nowMs) + 6, deadlineMs: nowMs + 120000, model: hashModel("gpt-4o")}}}
+	r := leaseRecord{nextID: seedID(nowMs) + 7, leases: []lease{{id: seedID(nowMs) + 6, deadlineMs: nowMs + 120000, model: hashModel("gpt-4o")}}}
 	enc := r.encode(nil)
-	var d connRecord
+	var d leaseRecord
 	var buf []byte
 	b.ReportAllocs()
 	for b.Loop() {

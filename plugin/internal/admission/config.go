@@ -18,7 +18,7 @@ type QueueConfig struct {
 	// ExecutionMaxWait bounds a request after dispatch (executionMaxWaitMs); it is also
 	// the lifetime of the request's lease, so a slot held by a dead worker comes back.
 	ExecutionMaxWait time.Duration
-	// MaxQueueDepth is how many requests may wait at once; 0 = unbounded.
+	// MaxQueueDepth is how many requests may wait at once, across workers; 0 = unbounded.
 	MaxQueueDepth int
 }
 
@@ -38,11 +38,11 @@ func GateConfigFrom(res *policies.Resolved, provider string, c *policies.Resolve
 		QuotaShareFailOpen: res.QuotaShareConcurrencyLimitEnabled}
 }
 
-// DefaultQueueConfig returns the guide's defaults (§5; policies.Defaults): 30 s wait budget,
-// 10 min execution limit, unbounded queue.
+// DefaultQueueConfig returns the guide's defaults (§5): 30 s wait budget, 10 min execution
+// limit, unbounded queue. A policy's connection gets a bounded depth by default instead
+// (policies.DefaultMaxQueueDepth, resolved into policies.ResolvedConnection.MaxQueueDepth).
 func DefaultQueueConfig() QueueConfig {
-	q := policies.Defaults().RequestQueue
-	return QueueConfig{MaxWait: q.MaxWait, ExecutionMaxWait: q.ExecutionMaxWait, MaxQueueDepth: q.MaxQueueDepth}
+	return QueueConfig{MaxWait: policies.RequestQueueMaxWait, ExecutionMaxWait: policies.RequestQueueExecutionMaxWait}
 }
 
 // Normalize clamps the waits to 1 ms–24 h and the depth to 0–100000, as the guide's

@@ -114,11 +114,11 @@ func TestGateModelCapsAreExact(t *testing.T) {
 func TestGateKeysAreUnambiguous(t *testing.T) {
 	a, _ := NewGate(GateConfig{Provider: "a:b", Connection: "c", MaxConcurrent: 1})
 	b, _ := NewGate(GateConfig{Provider: "a", Connection: "b:c", MaxConcurrent: 1})
-	if a.connKey == b.connKey {
-		t.Fatalf("two connections share key %q", a.connKey)
+	if a.leaseKey == b.leaseKey || a.ticketKey == b.ticketKey || a.ID() == b.ID() {
+		t.Fatalf("two connections share a key or an id: %q %q", a.leaseKey, a.ticketKey)
 	}
-	if !strings.HasPrefix(a.connKey, "spw1:") || !strings.HasPrefix(a.providerKey, "spw1:") || !strings.HasPrefix(a.globalKey, "spw1:") {
-		t.Fatalf("keys lack the state prefix: %q %q %q", a.connKey, a.providerKey, a.globalKey)
+	if !strings.HasPrefix(a.leaseKey, "spw1:") || !strings.HasPrefix(a.ticketKey, "spw1:") || !strings.HasPrefix(a.providerKey, "spw1:") || !strings.HasPrefix(a.globalKey, "spw1:") {
+		t.Fatalf("keys lack the state prefix: %q %q %q", a.leaseKey, a.providerKey, a.globalKey)
 	}
 }
 

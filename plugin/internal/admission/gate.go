@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-
-	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
 // GateConfig is the resolved admission setting of one provider connection.
@@ -35,13 +33,16 @@ type GateConfig struct {
 // Gate is one connection's compound gate (global → provider → connection → model), built
 // once per policy so no key is rebuilt per request. It is read-only and may be shared.
 type Gate struct {
-	provider, connection            string
-	globalKey, providerKey, connKey string
-	globalCap, providerCap, connCap int
-	models                          []modelLimit
-	queue                           QueueConfig
-	executionMaxWaitMs, maxWaitMs   int64
-	failOpen                        bool
+	provider, connection string
+	// The records of the gate's caps (keys.go) and the gate's id in wake-ups (a hash of
+	// its lease key, never 0).
+	globalKey, providerKey, leaseKey, ticketKey string
+	id                                          uint64
+	globalCap, providerCap, connCap             int
+	models                                      []modelLimit
+	queue                                       QueueConfig
+	executionMaxWaitMs, maxWaitMs               int64
+	failOpen                                    bool
 }
 
 type modelLimit struct {
@@ -68,10 +69,10 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	g := &Gate{
 		provider:    cfg.Provider,
 		connection:  cfg.Connection,
-		globalKey:   state.KeyPrefix + "adm:g",
-		providerKey: state.KeyPrefix + "adm:p:" + cfg.Provider,
-		// The length prefix keeps ("a:b", "c") and ("a", "b:c") apart.
-		connKey:     state.KeyPrefix + "adm:c:" + strconv.Itoa(len(cfg.Provider)) + ":" + cfg.Provider + ":" + cfg.Connection,
+		globalKey:   globalPoolKey(),
+		providerKey: providerPoolKey(cfg.Provider),
+		leaseKey:    leaseKey(cfg.Provider, cfg.Connection),
+		ticketKey:   ticketKey(cfg.Provider, cfg.Connection),
 		globalCap:   cfg.GlobalMaxConcurrent,
 		providerCap: cfg.ProviderMaxConcurrent,
 		connCap:     cfg.MaxConcurrent,
@@ -90,6 +91,7 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		return nil, err
 	}
 	sort.Slice(g.models, func(i, j int) bool { return g.models[i].name < g.models[j].name })
+	g.id = hashModel(g.leaseKey) | 1
 	g.executionMaxWaitMs = g.queue.ExecutionMaxWait.Milliseconds()
 	g.maxWaitMs = g.queue.MaxWait.Milliseconds()
 	return g, nil
@@ -121,6 +123,25 @@ func (g *Gate) Limited(model string) bool { return g.limited(g.ModelCap(model)) 
 // limited is Limited for a model whose cap on g is modelCap.
 func (g *Gate) limited(modelCap int) bool {
 	return g.globalCap > 0 || g.providerCap > 0 || g.connCap > 0 || modelCap > 0
+}
+
+// ID identifies the gate in wake-ups (Wake.Gate): the same on every VM and plugin for the
+// same connection.
+func (g *Gate) ID() uint64 { return g.id }
+
+// window is how many of a line's first waiters can be granted before a later ticket of any
+// line, so how many the line publishes: its cap (the connection's, or the model's when
+// stricter; with no connection cap only tickets of the same model compete, up to the
+// model's cap). A line under the global or provider cap alone has no FIFO order (the pools
+// grant whoever asks) and publishes nothing.
+func (g *Gate) window(modelCap int) int {
+	switch {
+	case g.connCap > 0 && modelCap > 0:
+		return min(g.connCap, modelCap)
+	case g.connCap > 0:
+		return g.connCap
+	}
+	return modelCap
 }
 
 // String names the gate in errors and logs.

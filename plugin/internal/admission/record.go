@@ -1,53 +1,99 @@
 package admission
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
-// Shared-data records. Times are Unix milliseconds. Ids are unique within one record: each
-// record hands them out from its own counter under CAS, and a fresh record seeds the counter
-// from the clock so handles from a lost record never collide with new ids.
+// Shared-data records (keys.go names their keys). Times are Unix milliseconds. Lease ids
+// are unique within one record: each record hands them out from its own counter under CAS,
+// and a fresh record seeds the counter from the clock so handles from a lost record never
+// collide with new ids. An owner is a VM's node id (0: an anonymous node, whose entries
+// only expire by time); a lane is one Admitter's id, unique across the process.
 //
-// Connection record (state.KindAdmissionConn 'Q', v1), one per provider connection, holds the connection's live
-// leases (each tagged with its model's hash, so the per-model caps are counted in the same
-// atomic write as the connection cap) and the FIFO of waiting tickets:
+// Lease record (state.KindAdmissionConn 'Q', v2), one per connection: its live leases,
+// each tagged with its model's hash (so the per-model caps are counted in the same atomic
+// write as the connection cap) and its owner, and one waiting count per lane with waiters
+// (how many requests that Admitter holds in its lines for the connection, and until when
+// the newest may wait):
 //
-//	nextID, nLeases, {id, deadlineMs, model}*, nTickets, {id, enqueuedMs, deadlineMs, model, modelCap}*
+//	nextID, nLeases, {id, deadlineMs, model, owner}*, nWaiting, {lane, owner, count, untilMs}*
 //
-// Pool record (state.KindAdmissionPool 'P', v1), one for the global gate and one per provider, holds leases and the
-// time until which some ticket may be waiting for the pool:
+// A ticket's place in the FIFO order is the id the lease record handed it in the CAS that
+// queued it (the record's counter, so the order is the order of those CASes, across
+// workers), then its lane.
 //
-//	nextID, contendedUntilMs, nLeases, {id, deadlineMs}*
+// Ticket record (state.KindAdmissionTickets 'T', v1), one per connection: the tickets each
+// lane publishes, per line (one model on the connection), the first Window of its waiters
+// in FIFO order — all that can be granted before a later ticket of any lane:
+//
+//	nLines, {lane, owner, model, modelCap, nTickets, {order, deadlineMs}*}*
+//
+// Pool record (state.KindAdmissionPool 'P', v2), one for the global cap and one per
+// provider: leases and the time until which some ticket may be waiting for the pool:
+//
+//	nextID, contendedUntilMs, nLeases, {id, deadlineMs, owner}*
+//
+// The directory (state.KindVMDirectory 'V', v2, node.go): the live VMs and their last
+// heartbeat:
+//
+//	nPeers, {id, seenMs}*
+//
+// A record of an earlier version reads as corrupt (counted, and treated as absent): v1
+// lease records held the tickets themselves, v1 directories named VMs by strings.
 const (
-	connKind    = state.KindAdmissionConn
+	leaseKind   = state.KindAdmissionConn
+	ticketKind  = state.KindAdmissionTickets
 	poolKind    = state.KindAdmissionPool
-	codecV1     = 1
+	dirKind     = state.KindVMDirectory
+	leaseV      = 2
+	ticketV     = 1
+	poolV       = 2
+	dirV        = 2
 	idSeedShift = 20 // a fresh record's first id is nowMs << 20
 )
 
 // lease is one held slot.
 type lease struct {
 	id         uint64
-	deadlineMs int64  // acquire time + executionMaxWait
-	model      uint64 // model hash (connection records only)
+	deadlineMs int64  // acquire (or renewal) time + executionMaxWait
+	model      uint64 // model hash (lease records only)
+	owner      uint64 // the holder's node id (0: anonymous)
 }
 
-// ticket is one waiting request.
-type ticket struct {
-	id         uint64
-	enqueuedMs int64
-	deadlineMs int64 // enqueue time + maxWait
-	model      uint64
-	modelCap   int // the model's cap when it was enqueued (0 = none)
+// waitCount is how many requests one lane holds waiting for a connection.
+type waitCount struct {
+	lane, owner uint64
+	count       int
+	untilMs     int64 // the latest wait deadline among them
 }
 
-// connRecord is a decoded connection record.
-type connRecord struct {
+// leaseRecord is a decoded lease record.
+type leaseRecord struct {
 	nextID  uint64
 	leases  []lease
-	tickets []ticket
+	waiting []waitCount
+}
+
+// pubLine is one lane's published line: tickets[start:start+n] of its record.
+type pubLine struct {
+	lane, owner, model uint64
+	modelCap           int
+	start, n           int
+}
+
+// pubTicket is one published ticket.
+type pubTicket struct {
+	order      uint64
+	deadlineMs int64
+}
+
+// ticketRecord is a decoded ticket record, its tickets in one slice (no allocation per line).
+type ticketRecord struct {
+	lines   []pubLine
+	tickets []pubTicket
 }
 
 // poolRecord is a decoded global or provider record.
@@ -55,6 +101,24 @@ type poolRecord struct {
 	nextID           uint64
 	contendedUntilMs int64
 	leases           []lease
+}
+
+// waiting is a ticket as the FIFO order sees it, from any lane.
+type waiting struct {
+	order, lane uint64
+	model       uint64
+	modelCap    int
+	deadlineMs  int64
+	owner       uint64
+}
+
+// fifo orders tickets: by the order the lease record gave them, then by lane (two tickets
+// share an order only across a lost record), the same total order on every VM.
+func fifo(a, b waiting) int {
+	if c := cmp.Compare(a.order, b.order); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.lane, b.lane)
 }
 
 // modelUse counts slots per model while judging whose turn it is.
@@ -66,151 +130,174 @@ type modelUse struct {
 func seedID(nowMs int64) uint64 { return uint64(max(nowMs, 1)) << idSeedShift }
 
 // reset empties r, keeping its slices' memory.
-func (r *connRecord) reset(nowMs int64) {
+func (r *leaseRecord) reset(nowMs int64) {
 	r.nextID = seedID(nowMs)
 	r.leases = r.leases[:0]
-	r.tickets = r.tickets[:0]
+	r.waiting = r.waiting[:0]
 }
 
 // decode reads b into r (reusing r's memory).
-func (r *connRecord) decode(b []byte) error {
-	d := state.NewDecoder(b, connKind, codecV1)
+func (r *leaseRecord) decode(b []byte) error {
+	d := state.NewDecoder(b, leaseKind, leaseV)
 	r.nextID = d.Uint()
 	n := d.Uint()
 	if n > uint64(len(b)) {
 		return fmt.Errorf("admission: %w: %d leases in %d bytes", state.ErrCorrupt, n, len(b))
 	}
 	r.leases = r.leases[:0]
-	for i := uint64(0); i < n; i++ {
-		r.leases = append(r.leases, lease{id: d.Uint(), deadlineMs: d.Int(), model: d.Uint()})
+	for i := uint64(0); i < n && !d.Failed(); i++ {
+		r.leases = append(r.leases, lease{id: d.Uint(), deadlineMs: d.Int(), model: d.Uint(), owner: d.Uint()})
 	}
 	n = d.Uint()
 	if n > uint64(len(b)) {
-		return fmt.Errorf("admission: %w: %d tickets in %d bytes", state.ErrCorrupt, n, len(b))
+		return fmt.Errorf("admission: %w: %d waiting counts in %d bytes", state.ErrCorrupt, n, len(b))
 	}
-	r.tickets = r.tickets[:0]
-	for i := uint64(0); i < n; i++ {
-		r.tickets = append(r.tickets, ticket{
-			id: d.Uint(), enqueuedMs: d.Int(), deadlineMs: d.Int(), model: d.Uint(), modelCap: int(min(d.Uint(), MaxCap)),
-		})
+	r.waiting = r.waiting[:0]
+	for i := uint64(0); i < n && !d.Failed(); i++ {
+		r.waiting = append(r.waiting, waitCount{lane: d.Uint(), owner: d.Uint(), count: int(min(d.Uint(), maxQueued)), untilMs: d.Int()})
 	}
 	if err := d.Err(); err != nil {
-		return fmt.Errorf("admission: connection record: %w", err)
+		return fmt.Errorf("admission: lease record: %w", err)
 	}
 	return nil
 }
 
 // encode appends r to buf[:0].
-func (r *connRecord) encode(buf []byte) []byte {
-	e := state.NewEncoder(buf, connKind, codecV1)
+func (r *leaseRecord) encode(buf []byte) []byte {
+	e := state.NewEncoder(buf, leaseKind, leaseV)
 	e.Uint(r.nextID).Uint(uint64(len(r.leases)))
 	for i := range r.leases {
 		l := &r.leases[i]
-		e.Uint(l.id).Int(l.deadlineMs).Uint(l.model)
+		e.Uint(l.id).Int(l.deadlineMs).Uint(l.model).Uint(l.owner)
 	}
-	e.Uint(uint64(len(r.tickets)))
-	for i := range r.tickets {
-		t := &r.tickets[i]
-		e.Uint(t.id).Int(t.enqueuedMs).Int(t.deadlineMs).Uint(t.model).Uint(uint64(t.modelCap))
+	e.Uint(uint64(len(r.waiting)))
+	for i := range r.waiting {
+		w := &r.waiting[i]
+		e.Uint(w.lane).Uint(w.owner).Uint(uint64(w.count)).Int(w.untilMs)
 	}
 	return e.Bytes()
 }
 
-// prune drops leases and tickets whose deadline has passed and reports whether any went.
-func (r *connRecord) prune(nowMs int64) bool {
-	if !r.anyExpired(nowMs) {
-		return false // the usual case: nothing to rewrite
+// prune drops leases past their deadline and waiting counts past theirs (or empty), and
+// reports whether any went.
+func (r *leaseRecord) prune(nowMs int64) bool {
+	changed := false
+	if anyExpired(r.leases, nowMs) {
+		r.leases, changed = pruneLeases(r.leases, nowMs), true
 	}
-	nl, nt := len(r.leases), len(r.tickets)
-	r.leases = pruneLeases(r.leases, nowMs)
-	kept := r.tickets[:0]
-	for _, t := range r.tickets {
-		if t.deadlineMs > nowMs {
-			kept = append(kept, t)
+	kept := r.waiting[:0]
+	for _, w := range r.waiting {
+		if w.count > 0 && w.untilMs > nowMs {
+			kept = append(kept, w)
 		}
 	}
-	r.tickets = kept
-	return len(r.leases) != nl || len(r.tickets) != nt
+	changed = changed || len(kept) != len(r.waiting)
+	r.waiting = kept
+	return changed
 }
 
-// anyExpired reports whether a lease or ticket's deadline has passed.
-func (r *connRecord) anyExpired(nowMs int64) bool {
-	for i := range r.leases {
-		if r.leases[i].deadlineMs <= nowMs {
-			return true
+// pruneOwners drops the leases and waiting counts of owners dead reports dead.
+func (r *leaseRecord) pruneOwners(dead func(owner uint64) bool) bool {
+	n, w := len(r.leases), len(r.waiting)
+	r.leases = dropOwners(r.leases, dead)
+	kept := r.waiting[:0]
+	for _, c := range r.waiting {
+		if !dead(c.owner) {
+			kept = append(kept, c)
 		}
 	}
-	for i := range r.tickets {
-		if r.tickets[i].deadlineMs <= nowMs {
+	r.waiting = kept
+	return len(r.leases) != n || len(r.waiting) != w
+}
+
+// waitingOf returns the waiting count of lane (0 if none), and the total of every other lane.
+func (r *leaseRecord) waitingOf(lane uint64) (own, others int) {
+	for i := range r.waiting {
+		if r.waiting[i].lane == lane {
+			own = r.waiting[i].count
+		} else {
+			others += r.waiting[i].count
+		}
+	}
+	return own, others
+}
+
+// laneWaits reports whether lane has a waiting count.
+func (r *leaseRecord) laneWaits(lane uint64) bool {
+	for i := range r.waiting {
+		if r.waiting[i].lane == lane {
 			return true
 		}
 	}
 	return false
 }
 
-// findTicket returns the index of ticket id, or -1.
-func (r *connRecord) findTicket(id uint64) int {
-	for i := range r.tickets {
-		if r.tickets[i].id == id {
-			return i
+// setWaiting sets lane's waiting count (removing it at 0) and reports whether it changed.
+func (r *leaseRecord) setWaiting(lane, owner uint64, count int, untilMs int64) bool {
+	for i := range r.waiting {
+		w := &r.waiting[i]
+		if w.lane != lane {
+			continue
 		}
-	}
-	return -1
-}
-
-// insertTicket puts t back at its FIFO place (by enqueue time, then id) and returns it. It
-// is used only when a live ticket went missing because its record was lost.
-func (r *connRecord) insertTicket(t ticket) int {
-	at := len(r.tickets)
-	for i := range r.tickets {
-		o := &r.tickets[i]
-		if o.enqueuedMs > t.enqueuedMs || (o.enqueuedMs == t.enqueuedMs && o.id > t.id) {
-			at = i
-			break
+		if count <= 0 {
+			r.waiting = append(r.waiting[:i], r.waiting[i+1:]...)
+			return true
 		}
+		if w.count == count && w.untilMs == untilMs && w.owner == owner {
+			return false
+		}
+		w.count, w.untilMs, w.owner = count, untilMs, owner
+		return true
 	}
-	r.tickets = append(r.tickets, ticket{})
-	copy(r.tickets[at+1:], r.tickets[at:])
-	r.tickets[at] = t
-	return at
-}
-
-// removeTicket deletes the ticket at index i, keeping FIFO order.
-func (r *connRecord) removeTicket(i int) {
-	r.tickets = append(r.tickets[:i], r.tickets[i+1:]...)
+	if count <= 0 {
+		return false
+	}
+	r.waiting = append(r.waiting, waitCount{lane: lane, owner: owner, count: count, untilMs: untilMs})
+	return true
 }
 
 // removeLease deletes lease id and reports whether it was there.
-func (r *connRecord) removeLease(id uint64) bool {
+func (r *leaseRecord) removeLease(id uint64) bool {
 	var found bool
 	r.leases, found = dropLease(r.leases, id)
 	return found
 }
 
-// turn decides whether the request at queue position pos (len(tickets) for a newcomer
-// behind everyone) may take a slot now. The queue is granted in FIFO order: each older
-// ticket that fits reserves its slot first, and a ticket blocked only by its own model's cap
-// does not hold back younger tickets for other models. connCap 0 means no connection cap;
-// modelCap 0 means no cap on the request's model. use is scratch memory.
-func (r *connRecord) turn(connCap, pos int, model uint64, modelCap int, use *[]modelUse) bool {
-	ok, _ := r.turnBlocked(connCap, pos, model, modelCap, use)
-	return ok
+// suspects reports whether a lease or waiting count belongs to an owner alive does not
+// vouch for.
+func (r *leaseRecord) suspects(alive func(owner uint64) bool) bool {
+	for i := range r.leases {
+		if !alive(r.leases[i].owner) {
+			return true
+		}
+	}
+	for i := range r.waiting {
+		if !alive(r.waiting[i].owner) {
+			return true
+		}
+	}
+	return false
 }
 
-// turnBlocked is turn that also says what refuses a request that may not go now:
-// modelBound when the connection has room and only the model's cap is full (the per-model
-// gate, guide §4), false when the connection's own cap is full (the request queue, §5).
-func (r *connRecord) turnBlocked(connCap, pos int, model uint64, modelCap int, use *[]modelUse) (ok, modelBound bool) {
+// turn decides whether a request for model (whose cap is modelCap, 0 = none) may take a
+// slot now, given the live leases and ahead, the tickets before it in FIFO order. The queue
+// is granted in FIFO order: each ticket ahead that fits reserves its slot first, and a
+// ticket blocked only by its own model's cap does not hold back younger tickets for other
+// models. connCap 0 means no connection cap. It also says what refuses a request that may
+// not go: modelBound when the connection has room and only the model's cap is full (the
+// per-model gate, guide §4), false when the connection's own cap is full (the request
+// queue, §5). use is scratch memory.
+func turn(leases []lease, ahead []waiting, connCap int, model uint64, modelCap int, use *[]modelUse) (ok, modelBound bool) {
 	u := (*use)[:0]
-	connUsed := len(r.leases)
-	for i := range r.leases {
-		u = addUse(u, r.leases[i].model)
+	connUsed := len(leases)
+	for i := range leases {
+		u = addUse(u, leases[i].model)
 	}
-	for i := 0; i < pos && i < len(r.tickets); i++ {
+	for i := range ahead {
 		if connCap > 0 && connUsed >= connCap {
 			break
 		}
-		t := &r.tickets[i]
+		t := &ahead[i]
 		if t.modelCap == 0 || usedBy(u, t.model) < t.modelCap {
 			connUsed++
 			u = addUse(u, t.model)
@@ -241,6 +328,46 @@ func usedBy(u []modelUse, model uint64) int {
 	return 0
 }
 
+// decode reads b into r (reusing r's memory).
+func (r *ticketRecord) decode(b []byte) error {
+	d := state.NewDecoder(b, ticketKind, ticketV)
+	n := d.Uint()
+	if n > uint64(len(b)) {
+		return fmt.Errorf("admission: %w: %d lines in %d bytes", state.ErrCorrupt, n, len(b))
+	}
+	r.lines, r.tickets = r.lines[:0], r.tickets[:0]
+	for i := uint64(0); i < n && !d.Failed(); i++ {
+		l := pubLine{lane: d.Uint(), owner: d.Uint(), model: d.Uint(), modelCap: int(min(d.Uint(), MaxCap)), start: len(r.tickets)}
+		m := d.Uint()
+		if m > uint64(len(b)) {
+			return fmt.Errorf("admission: %w: %d tickets in %d bytes", state.ErrCorrupt, m, len(b))
+		}
+		for j := uint64(0); j < m && !d.Failed(); j++ {
+			r.tickets = append(r.tickets, pubTicket{order: d.Uint(), deadlineMs: d.Int()})
+		}
+		l.n = int(m)
+		r.lines = append(r.lines, l)
+	}
+	if err := d.Err(); err != nil {
+		return fmt.Errorf("admission: ticket record: %w", err)
+	}
+	return nil
+}
+
+// encode appends r to buf[:0].
+func (r *ticketRecord) encode(buf []byte) []byte {
+	e := state.NewEncoder(buf, ticketKind, ticketV)
+	e.Uint(uint64(len(r.lines)))
+	for i := range r.lines {
+		l := &r.lines[i]
+		e.Uint(l.lane).Uint(l.owner).Uint(l.model).Uint(uint64(l.modelCap)).Uint(uint64(l.n))
+		for _, t := range r.tickets[l.start : l.start+l.n] {
+			e.Uint(t.order).Int(t.deadlineMs)
+		}
+	}
+	return e.Bytes()
+}
+
 // reset empties p, keeping its memory.
 func (p *poolRecord) reset(nowMs int64) {
 	p.nextID = seedID(nowMs)
@@ -250,7 +377,7 @@ func (p *poolRecord) reset(nowMs int64) {
 
 // decode reads b into p (reusing p's memory).
 func (p *poolRecord) decode(b []byte) error {
-	d := state.NewDecoder(b, poolKind, codecV1)
+	d := state.NewDecoder(b, poolKind, poolV)
 	p.nextID = d.Uint()
 	p.contendedUntilMs = d.Int()
 	n := d.Uint()
@@ -258,8 +385,8 @@ func (p *poolRecord) decode(b []byte) error {
 		return fmt.Errorf("admission: %w: %d leases in %d bytes", state.ErrCorrupt, n, len(b))
 	}
 	p.leases = p.leases[:0]
-	for i := uint64(0); i < n; i++ {
-		p.leases = append(p.leases, lease{id: d.Uint(), deadlineMs: d.Int()})
+	for i := uint64(0); i < n && !d.Failed(); i++ {
+		p.leases = append(p.leases, lease{id: d.Uint(), deadlineMs: d.Int(), owner: d.Uint()})
 	}
 	if err := d.Err(); err != nil {
 		return fmt.Errorf("admission: pool record: %w", err)
@@ -269,18 +396,37 @@ func (p *poolRecord) decode(b []byte) error {
 
 // encode appends p to buf[:0].
 func (p *poolRecord) encode(buf []byte) []byte {
-	e := state.NewEncoder(buf, poolKind, codecV1)
+	e := state.NewEncoder(buf, poolKind, poolV)
 	e.Uint(p.nextID).Int(p.contendedUntilMs).Uint(uint64(len(p.leases)))
 	for i := range p.leases {
-		e.Uint(p.leases[i].id).Int(p.leases[i].deadlineMs)
+		e.Uint(p.leases[i].id).Int(p.leases[i].deadlineMs).Uint(p.leases[i].owner)
 	}
 	return e.Bytes()
+}
+
+func anyExpired(ls []lease, nowMs int64) bool {
+	for i := range ls {
+		if ls[i].deadlineMs <= nowMs {
+			return true
+		}
+	}
+	return false
 }
 
 func pruneLeases(ls []lease, nowMs int64) []lease {
 	kept := ls[:0]
 	for _, l := range ls {
 		if l.deadlineMs > nowMs {
+			kept = append(kept, l)
+		}
+	}
+	return kept
+}
+
+func dropOwners(ls []lease, dead func(owner uint64) bool) []lease {
+	kept := ls[:0]
+	for _, l := range ls {
+		if !dead(l.owner) {
 			kept = append(kept, l)
 		}
 	}
@@ -296,8 +442,8 @@ func dropLease(ls []lease, id uint64) ([]lease, bool) {
 	return ls, false
 }
 
-// hashModel is FNV-1a (64 bit) of a model name: a compact, allocation-free tag for the
-// per-model count inside a connection record.
+// hashModel is FNV-1a (64 bit) of a name: a compact, allocation-free tag for the per-model
+// count inside a lease record, and a gate's id in wake-up messages.
 func hashModel(model string) uint64 {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(model); i++ {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spillwayproxy/spillway/internal/manualclock"
+	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
@@ -48,7 +49,10 @@ func newWorker(t testing.TB, yaml []byte, shared state.Store, clock state.Clock,
 		t.Fatal(err)
 	}
 	w := &worker{cache: state.NewCache(shared, liveKey)}
-	if w.e, err = New(p, w.cache, clock, Options{Random: rand.NewPCG(seed, 7)}); err != nil {
+	// A node with a fixed id gives the worker's admission lane a fixed id, so the records
+	// two runs of one history write are byte for byte the same.
+	node := admission.NewNode(shared, seed+1)
+	if w.e, err = New(p, w.cache, clock, Options{Random: rand.NewPCG(seed, 7), Node: node}); err != nil {
 		t.Fatal(err)
 	}
 	return w

@@ -20,7 +20,7 @@ type Dispatch struct {
 	// Wake says slots were handed back on the way (an all-or-nothing acquire rolled back, a
 	// slot returned because the provider refused the attempt, a ticket that left the queue):
 	// wake the other workers' waiters as after a release.
-	Wake bool
+	Wake admission.Wake
 	// FailedOpen: resilience.quotaShareConcurrencyLimit is on and the attempt's wait for a
 	// slot on its connection ended (the queue was full, or the wait budget ran out), so it
 	// goes without a slot instead of being refused (guide §4 "Serialisatie van
@@ -110,8 +110,8 @@ func (e *Engine) TryDispatch(d Dispatch) (Dispatch, error) {
 	pv := &e.providers[d.Target.Provider]
 	cn := &pv.conns[d.Target.Connection]
 	if err := e.recheck(pv, cn, d.Target, true); err != nil {
-		waiters, cerr := e.admitter.Cancel(d.Ticket)
-		d.Ticket, d.Waiting, d.Wake = admission.Ticket{}, false, waiters
+		wake, cerr := e.admitter.Cancel(d.Ticket)
+		d.Ticket, d.Waiting, d.Wake = admission.Ticket{}, false, wake
 		if cerr != nil {
 			err = errors.Join(err, cerr) // the ticket expires on its own
 		}
@@ -169,8 +169,8 @@ func (e *Engine) claimProbe(pv *provider, cn *connection, d *Dispatch) error {
 		e.launched(cn, d)
 		return nil
 	}
-	waiters, _ := e.admitter.Release(d.Lease)
-	d.Lease, d.Wake, d.FailedOpen = admission.Lease{}, d.Wake || waiters, false
+	wake, _ := e.admitter.Release(d.Lease) // a failure is retried by the admitter
+	d.Lease, d.Wake, d.FailedOpen = admission.Lease{}, d.Wake.Or(wake), false
 	x := combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: d.Target.Model,
 		Reason: combo.ReasonCircuitOpen, RetryAfter: dec.RetryAfter}
 	if dec.State == breaker.HalfOpen {
@@ -193,9 +193,9 @@ func (e *Engine) releaseProbe(pv *provider, d Dispatch) {
 	}
 }
 
-// Release hands back an attempt's concurrency slots and reports whether requests wait for
-// them (the glue then wakes the other workers).
-func (e *Engine) Release(d Dispatch) (waiters bool, err error) {
+// Release hands back an attempt's concurrency slots and reports whom they may let in (the
+// glue then wakes the other workers).
+func (e *Engine) Release(d Dispatch) (admission.Wake, error) {
 	if d.unleased {
 		if cn := &e.providers[d.Target.Provider].conns[d.Target.Connection]; cn.unleased > 0 {
 			cn.unleased--
@@ -218,10 +218,34 @@ func (e *Engine) Renew(d *Dispatch) error {
 
 // Abandon releases an attempt that never produced an outcome (the client went away while it
 // waited or before the upstream answered): its queue ticket or slots, and a held probe.
-func (e *Engine) Abandon(d Dispatch) (waiters bool, err error) {
+func (e *Engine) Abandon(d Dispatch) (admission.Wake, error) {
 	e.releaseProbe(&e.providers[d.Target.Provider], d)
 	if d.Waiting {
 		return e.admitter.Cancel(d.Ticket)
 	}
 	return e.Release(d)
 }
+
+// Park attaches a waiting attempt to user (the filter's stream), which VisitQueues hands
+// back when the attempt's turn may have come.
+func (e *Engine) Park(d Dispatch, user any) { e.admitter.Attach(d.Ticket, user) }
+
+// VisitQueues calls visit with the stream of each head of this engine's queue lines for the
+// gate gate (0: every gate), and with the next head as long as the visit moved the line on
+// (admission.Admitter.Heads): the only waiters worth asking shared data about.
+func (e *Engine) VisitQueues(gate uint64, visit func(t admission.Ticket, user any)) {
+	e.admitter.Heads(gate, visit)
+}
+
+// DropTicket takes a ticket out of its queue (a waiting attempt nobody holds any more).
+func (e *Engine) DropTicket(t admission.Ticket) { _, _ = e.admitter.Cancel(t) }
+
+// Queued reports whether attempts of this engine wait in a queue.
+func (e *Engine) Queued() bool { return e.admitter.Waiting() }
+
+// RetryAdmission runs again the releases and queue updates that met a store error, as far
+// as they are due (every tick; tick is the period).
+func (e *Engine) RetryAdmission(tick time.Duration) { e.admitter.Retry(tick) }
+
+// AdmissionStoreErrors is what the admitter did with store errors on its own so far.
+func (e *Engine) AdmissionStoreErrors() admission.StoreStats { return e.admitter.StoreStats() }

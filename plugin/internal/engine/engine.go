@@ -117,6 +117,9 @@ import (
 type Options struct {
 	// Random drives random strategies; nil seeds one from crypto/rand.
 	Random rand.Source
+	// Node is the worker VM's identity in shared data (its heartbeats, admission.Node); nil
+	// makes an anonymous one, whose leases only expire by time.
+	Node *admission.Node
 }
 
 // Engine holds one worker's view of a policy: per-provider and per-connection handles into
@@ -347,7 +350,7 @@ func New(p *policies.Policy, store state.Store, clock state.Clock, opts Options)
 		clock:     clock,
 		breakers:  breaker.New(store, clock),
 		gate:      providercooldown.New(store, clock),
-		admitter:  admission.New(store, clock),
+		admitter:  newAdmitter(opts.Node, store, clock),
 		gateOn:    res.ProviderCooldownEnabled,
 		comboWait: cfg.combo,
 		routeOf:   make(map[*policies.ResolvedRoute]int, len(res.Routes)),
@@ -503,3 +506,10 @@ var ErrNoRoute = errors.New("engine: no route serves the model")
 
 // now is the engine's clock.
 func (e *Engine) now() time.Time { return e.clock.Now() }
+
+func newAdmitter(node *admission.Node, store state.Store, clock state.Clock) *admission.Admitter {
+	if node == nil {
+		return admission.New(store, clock)
+	}
+	return admission.NewOn(node, store, clock)
+}

@@ -312,7 +312,7 @@ func TestConcurrencyCapQueuesTheThirdRequest(t *testing.T) {
 	if err != nil || !third.Waiting {
 		t.Fatalf("third: %v waiting=%v, want queued", err, third.Waiting)
 	}
-	if r := f.e.Finish(held[0], Outcome{Status: 200}, nil); !r.Waiters {
+	if r := f.e.Finish(held[0], Outcome{Status: 200}, nil); !r.Waiters.Any() {
 		t.Fatal("release did not report the waiter")
 	}
 	third, err = f.e.TryDispatch(third)

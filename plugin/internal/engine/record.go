@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/classify"
 	"github.com/spillwayproxy/spillway/plugin/internal/conncooldown"
@@ -31,8 +32,8 @@ type Result struct {
 	// it; only the request that saw it skips the connection (see the package doc). The
 	// filter may log or count it.
 	RequestOnly bool
-	Waiters     bool  // a concurrency slot was freed that others wait for
-	Errors      error // state writes that failed (the outcome is still accounted where possible)
+	Waiters     admission.Wake // whom the freed concurrency slots may let in
+	Errors      error          // state writes that failed (the outcome is still accounted where possible)
 	// Effects is what a failure left in the layers it reached (zero on success).
 	Effects Effects
 }
@@ -57,8 +58,8 @@ type Effects struct {
 // Record then Release. plan is the request's plan (for the session pin); it may be nil.
 func (e *Engine) Finish(d Dispatch, o Outcome, plan *Plan) Result {
 	r := e.Record(d, o, plan)
-	waiters, err := e.Release(d)
-	r.Waiters = waiters
+	wake, err := e.Release(d)
+	r.Waiters = wake
 	if err != nil {
 		r.Errors = errors.Join(r.Errors, err)
 	}

@@ -66,22 +66,23 @@ func (h *httpContext) budgetLeft() bool {
 // (a callout, or the router's retry). ok is false when t cannot take it — its provider's
 // probe is taken, its queue is full, or it would queue, which a failover attempt never does
 // (the client has waited already): the caller tries the next target. A shared-data failure
-// fails open: the attempt goes.
+// fails open: the attempt goes (counted, spillway_admission_store_errors_total).
 func (h *httpContext) dispatchNow(t engine.Target) (d engine.Dispatch, ok bool) {
 	p := h.plugin
 	d, err := p.engine.Dispatch(t)
-	if d.Wake {
-		p.peers.wakeAll(p)
+	if d.Wake.Any() {
+		p.vm.wake(p, d.Wake)
 	}
 	switch {
 	case errors.Is(err, engine.ErrTargetUnavailable), isRefusal(err):
 		return d, false
 	case err != nil:
-		proxywasm.LogWarnf("spillway: admission: %v", err)
+		// A failover attempt never waits (the client has waited already), so its store
+		// error fails open at once.
+		p.metrics.storeErrors.count(storeFailedOpen)
+		proxywasm.LogWarnf("spillway: admission: %v; the attempt goes without a slot", err)
 	case d.Waiting:
-		if _, err := p.engine.Abandon(d); err != nil {
-			proxywasm.LogWarnf("spillway: cancel queue ticket: %v", err)
-		}
+		h.abandonDispatch(d)
 		return d, false
 	}
 	return d, true

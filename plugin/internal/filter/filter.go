@@ -98,6 +98,9 @@ import (
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/admission"
+	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
 // Response headers Spillway adds to every routed response (README, "HTTP surface").
@@ -119,17 +122,30 @@ func NewVMContext() types.VMContext { return &vmContext{} }
 
 type vmContext struct {
 	types.DefaultVMContext
+	// The VM's identity in shared data (peers.go): its node (heartbeats, the owner of its
+	// leases), the id that names its one wake queue, that queue, and the wake-up targets.
+	// They outlive the VM's plugins: an ECDS update starts a new plugin on the same VM.
+	store   sharedStore
+	node    *admission.Node
+	vmID    string
+	wakeQID uint32
+	// queueRoot is the plugin the wake queue notifies (the last to register it).
+	queueRoot *pluginContext
+	peers     peers
+	// plugins are the downstream plugins running on the VM: a wake-up serves them all.
+	plugins []*pluginContext
 	// links are the VM's router-mode requests, which its upstream-role tries act on
 	// (router.go); unlinkedLogged: a request no try was seen of has been logged.
 	links               routerLinks
 	unlinkedLogged      bool
-	holdMisconfigLogged bool                  // a held try that got no body has been logged
-	inTry               bool                  // an upstream try's callback is running (router.go)
-	beforeCallback      func(callback string) // tests only: see pluginContext
-	timeNow             func() time.Time      // tests only: see pluginContext
+	holdMisconfigLogged bool                          // a held try that got no body has been logged
+	inTry               bool                          // an upstream try's callback is running (router.go)
+	beforeCallback      func(callback string)         // tests only: see pluginContext
+	timeNow             func() time.Time              // tests only: see pluginContext
+	wrapStore           func(state.Store) state.Store // tests only: see pluginContext
 }
 
 // NewPluginContext implements types.VMContext.
 func (v *vmContext) NewPluginContext(uint32) types.PluginContext {
-	return &pluginContext{vm: v, beforeCallback: v.beforeCallback, timeNow: v.timeNow}
+	return &pluginContext{vm: v, beforeCallback: v.beforeCallback, timeNow: v.timeNow, wrapStore: v.wrapStore}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/spillwayproxy/spillway/internal/manualclock"
+	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/policies/policyfile"
 )
 
@@ -479,7 +480,7 @@ func TestPanicInCallbackFailsOpen(t *testing.T) {
 
 func TestLiveKeys(t *testing.T) {
 	for key, live := range map[string]bool{
-		"spw1:adm:c:6:openai:a": true, "spw1:sel:rr:gpt-4o": true, "spw1:aff:12": true, vmDirectoryKey: true,
+		"spw1:adm:c:6:openai:a": true, "spw1:sel:rr:gpt-4o": true, "spw1:aff:12": true, admission.DirectoryKey: true, "spw1:adm:t:6:openai:a": true,
 		"spw1:br:openai": false, "spw1:cc:openai:a": false, "spw1:mli:openai:a": false, "spw1:gen": false, "spw1:": false,
 	} {
 		if got := isLiveKey(key); got != live {

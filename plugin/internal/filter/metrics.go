@@ -7,6 +7,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm"
 
 	"github.com/spillwayproxy/spillway/plugin/hostabi"
+	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/conncooldown"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
@@ -264,6 +265,8 @@ type metrics struct {
 	// adminLookalikes: requests answered 404 for looking like the admin API (admin.go).
 	adminLookalikes counter
 
+	// storeErrors: admission steps that met a store error, by storeOutcome.
+	storeErrors storeErrorCounts
 	// routeRequests: series route*outcomeCount + outcome, route len(res.Routes) for none.
 	routeRequests series
 	// Per connection: series connIndex(target) (connFailures: *len(failureReasons) + reason,
@@ -328,6 +331,9 @@ func (m *metrics) define(res *policies.Resolved) {
 	}
 	m.routes = len(res.Routes)
 	n := len(conns)
+	m.storeErrors.series = newSeries(&stats.AdmissionStoreErrors, len(storeOutcomes), func(i int) []string {
+		return []string{storeOutcomes[i]}
+	})
 	byConn := func(i int) []string { return []string{conns[i].provider, conns[i].connection} }
 	m.routeRequests = newSeries(&stats.RouteRequests, (m.routes+1)*outcomeCount, func(i int) []string {
 		route, o := i/outcomeCount, outcome(i%outcomeCount)
@@ -415,7 +421,7 @@ func (m *metrics) flush() {
 	for _, e := range m.all() {
 		e.c.flush()
 	}
-	for _, s := range [...]*series{&m.routeRequests, &m.connAttempts, &m.connFailovers, &m.connRestated,
+	for _, s := range [...]*series{&m.storeErrors.series, &m.routeRequests, &m.connAttempts, &m.connFailovers, &m.connRestated,
 		&m.connQueueWaits, &m.connQueueWaitMs, &m.connFailures, &m.watchdogAborts} {
 		s.flush()
 	}
@@ -520,4 +526,33 @@ func boolValue(b bool) int64 {
 		return 1
 	}
 	return 0
+}
+
+// storeOutcome is what became of an admission step that met a store error
+// (stats.AdmissionStoreErrors), in the order of storeOutcomes.
+type storeOutcome uint8
+
+const (
+	storeRetried storeOutcome = iota
+	storeFailedOpen
+	storeAbandoned
+)
+
+var storeOutcomes = [...]string{stats.StoreRetried, stats.StoreFailedOpen, stats.StoreAbandoned}
+
+// storeErrorCounts counts the store errors the filter handled (admission and queue polls,
+// renewals) and takes in those the engine's admitter handled on its own (releases, queue
+// updates), from the running totals it reports.
+type storeErrorCounts struct {
+	series
+	admitter admission.StoreStats // the admitter's totals as last taken in
+}
+
+func (c *storeErrorCounts) count(o storeOutcome) { c.add(int(o), 1) }
+
+// takeIn adds what the admitter counted since the last call.
+func (c *storeErrorCounts) takeIn(now admission.StoreStats) {
+	c.add(int(storeRetried), int64(now.Retried-c.admitter.Retried))
+	c.add(int(storeAbandoned), int64(now.Abandoned-c.admitter.Abandoned))
+	c.admitter = now
 }

@@ -1,8 +1,6 @@
 package filter
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/plugin/hostabi"
 	"github.com/spillwayproxy/spillway/plugin/internal/admin"
+	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 	"github.com/spillwayproxy/spillway/plugin/internal/watchdog"
@@ -69,13 +68,12 @@ type pluginContext struct {
 	// free holds ended streams' contexts for reuse, with their buffers.
 	free []*httpContext
 
-	vmID    string // random, names this VM's wake queue
-	wakeQID uint32
-	peers   peers
-
-	// watched are the streams a tick or a wake-up must look at.
+	// watched are the streams a tick must look at (a waiting request is in its engine's
+	// queue lines instead: VisitQueues).
 	watched []*httpContext
-	tickMs  uint32
+	// visitTick and visitWake are the queue visits of a tick and of a wake-up, bound once.
+	visitTick, visitWake func(t admission.Ticket, user any)
+	tickMs               uint32
 	// optionProven: a stream held at its request headers got a body callback, so the
 	// proxy has allow_on_headers_stop_iteration and the detector is off for this VM.
 	optionProven    bool
@@ -102,6 +100,9 @@ type pluginContext struct {
 	beforeCallback func(callback string)
 	// timeNow, when set (tests only), replaces the wall clock.
 	timeNow func() time.Time
+	// wrapStore, when set (tests only), wraps the shared data the engine works on (to make
+	// it fail).
+	wrapStore func(state.Store) state.Store
 }
 
 // refreshCache brings the VM's shared-data cache up to date with the generation key before a
@@ -167,10 +168,22 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 		}
 	}
 	p.policy, p.res = policy, policy.Resolved()
+	var opts engine.Options
+	if !upstream {
+		if err := p.vm.startNode(); err != nil {
+			proxywasm.LogCriticalf("spillway: refusing to start: %v", err)
+			return types.OnPluginStartStatusFailed
+		}
+		opts.Node = p.vm.node
+	}
 	// Building the engine reads and writes no shared data (a cache is filled on use), so the
 	// upstream role validates the policy with it too.
-	p.cache = state.NewCache(&p.store, isLiveKey)
-	if p.engine, err = engine.New(policy, p.cache, callbackClock{p}, engine.Options{}); err != nil {
+	var shared state.Store = &p.store
+	if p.wrapStore != nil {
+		shared = p.wrapStore(shared)
+	}
+	p.cache = state.NewCache(shared, isLiveKey)
+	if p.engine, err = engine.New(policy, p.cache, callbackClock{p}, opts); err != nil {
 		proxywasm.LogCriticalf("spillway: refusing to start: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
@@ -198,7 +211,9 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 	if _, err := p.store.CreateCAS(); err != nil {
 		proxywasm.LogWarnf("spillway: %v", err)
 	}
-	if err := p.startWakeQueue(); err != nil {
+	p.visitTick, p.visitWake = p.queueTick, p.queueWake
+	p.vm.plugins = append(p.vm.plugins, p)
+	if err := p.vm.registerWakeQueue(p); err != nil {
 		// Without it queued requests still resume on ticks, only later.
 		proxywasm.LogWarnf("spillway: %v; queued requests resume on ticks only", err)
 	}
@@ -337,15 +352,24 @@ func (p *pluginContext) unwatch(h *httpContext) {
 	}
 }
 
-// OnTick implements types.PluginContext: it moves on every stream that waits on time, runs
-// the missing-option detector and the lease renewals, and keeps this VM in the directory.
+// OnTick implements types.PluginContext: it moves on every stream that waits on time, polls
+// the heads of the queue lines, runs the missing-option detector, the lease renewals and the
+// admission retries, and keeps this VM in the directory.
 func (p *pluginContext) OnTick() {
 	if p.role == roleUpstream {
 		return // it sets no tick period; a host that ticks it anyway finds nothing to do
 	}
 	defer p.recoverRoot("tick")
 	p.readClock()
-	p.peers.heartbeat(p)
+	if p.vm.queueRoot == nil && p.vm.node != nil {
+		// The plugin the wake queue notified is done: this one takes the notifications over.
+		if err := p.vm.registerWakeQueue(p); err != nil {
+			proxywasm.LogDebugf("spillway: %v", err)
+		}
+	}
+	p.vm.heartbeat(p)
+	p.engine.RetryAdmission(busyTickMs * time.Millisecond)
+	p.metrics.storeErrors.takeIn(p.engine.AdmissionStoreErrors())
 	busy := false
 	for i := 0; i < len(p.watched); {
 		h := p.watched[i]
@@ -355,46 +379,85 @@ func (p *pluginContext) OnTick() {
 			i++
 		}
 	}
-	if busy {
+	p.engine.VisitQueues(0, p.visitTick)
+	if busy || p.engine.Queued() {
 		p.setTick(busyTickMs)
 	} else {
 		p.setTick(idleTickMs)
 	}
-	p.publishGauges(p.peers.publishesGauges(p))
+	p.publishGauges(p.vm.publishesGauges())
 	p.metrics.flush()
 }
 
-// OnPluginDone implements types.PluginContext: the last counts go to Envoy.
+// OnPluginDone implements types.PluginContext: the last counts go to Envoy, and the VM's
+// wake-ups no longer serve this plugin.
 func (p *pluginContext) OnPluginDone() bool {
 	if p.role == roleUpstream {
 		return true // it defined no metrics
 	}
 	p.metrics.flush()
+	v := p.vm
+	for i, q := range v.plugins {
+		if q == p {
+			v.plugins = append(v.plugins[:i], v.plugins[i+1:]...)
+			break
+		}
+	}
+	if v.queueRoot == p {
+		v.queueRoot = nil // the next tick of a plugin left registers the queue again (OnTick)
+	}
 	return true
 }
 
-// OnQueueReady implements types.PluginContext: a slot was freed somewhere in the process;
-// every stream of this VM waiting in a queue tries again.
+// OnQueueReady implements types.PluginContext: slots were freed somewhere in the process.
+// The wake-ups name their gates; every plugin of this VM polls the heads of its lines for
+// them (a VM without waiters for a gate does nothing).
 func (p *pluginContext) OnQueueReady(queueID uint32) {
 	if p.role == roleUpstream {
 		return // it registers no queue
 	}
 	defer p.recoverRoot("queue ready")
 	p.readClock()
-	for {
-		if _, err := proxywasm.DequeueSharedQueue(queueID); err != nil {
-			break // Empty (or gone): drained
+	var gates [maxWakeGates]uint64
+	n, all := wakeGates(queueID, &gates)
+	for _, q := range p.vm.plugins {
+		if q != p {
+			q.readClock()
+		}
+		if all {
+			q.engine.VisitQueues(0, q.visitWake)
+			continue
+		}
+		for _, g := range gates[:n] {
+			q.engine.VisitQueues(g, q.visitWake)
 		}
 	}
-	for i := 0; i < len(p.watched); {
-		h := p.watched[i]
-		if h.phase == phaseQueued {
-			h.onWake()
-		}
-		if i < len(p.watched) && p.watched[i] == h {
-			i++
-		}
+}
+
+// queueTick is a tick's visit of a queue line's head: it polls its turn.
+func (p *pluginContext) queueTick(t admission.Ticket, user any) {
+	if h := p.queuedStream(t, user); h != nil {
+		h.queueTurn("tick")
 	}
+}
+
+// queueWake is a wake-up's visit of a queue line's head.
+func (p *pluginContext) queueWake(t admission.Ticket, user any) {
+	if h := p.queuedStream(t, user); h != nil {
+		h.queueTurn("queue wake-up")
+	}
+}
+
+// queuedStream is the stream waiting with t, or nil. A ticket no waiting stream holds (it
+// cannot be: every way out of the queue cancels the ticket) is cancelled, so it never holds
+// its line back.
+func (p *pluginContext) queuedStream(t admission.Ticket, user any) *httpContext {
+	if h, ok := user.(*httpContext); ok && h.phase == phaseQueued && h.d.Waiting {
+		return h
+	}
+	proxywasm.LogWarnf("spillway: a queue ticket without a waiting stream: cancelled")
+	p.engine.DropTicket(t)
+	return nil
 }
 
 // recoverRoot keeps a panic in a root callback from escaping (it would fail the VM).
@@ -403,21 +466,4 @@ func (p *pluginContext) recoverRoot(callback string) {
 		p.metrics.panics.Increment(1)
 		proxywasm.LogErrorf("spillway: panic in %s: %v", callback, r)
 	}
-}
-
-// startWakeQueue registers this VM's wake queue under a random name and enters it in the
-// directory other VMs read when they free a slot.
-func (p *pluginContext) startWakeQueue() error {
-	var id [8]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return fmt.Errorf("wake queue: %w", err)
-	}
-	p.vmID = hex.EncodeToString(id[:])
-	qid, err := proxywasm.RegisterSharedQueue(wakeQueuePrefix + p.vmID)
-	if err != nil {
-		return fmt.Errorf("wake queue: register: %w", err)
-	}
-	p.wakeQID = qid
-	p.peers.heartbeat(p)
-	return nil
 }

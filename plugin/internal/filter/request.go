@@ -240,7 +240,9 @@ func (h *httpContext) planTargets() {
 
 // dispatchRequest tries the plan's targets in order and sends the request to the first one
 // that grants a slot. A target whose queue would make the request wait is passed over for a
-// later one that can go now; when none can, the request waits in the first such queue.
+// later one that can go now; when none can, the request waits in the first such queue (in
+// its engine's queue line: VisitQueues polls it when its turn may have come). A store error
+// puts the dispatch off to a later tick (admitRetry), and fails open once it persists.
 func (h *httpContext) dispatchRequest() step {
 	p := h.plugin
 	var waiting engine.Dispatch
@@ -249,8 +251,8 @@ func (h *httpContext) dispatchRequest() step {
 		t := h.plan.Targets[h.next]
 		h.next++
 		d, err := p.engine.Dispatch(t)
-		if d.Wake {
-			p.peers.wakeAll(p)
+		if d.Wake.Any() {
+			p.vm.wake(p, d.Wake)
 		}
 		switch {
 		case errors.Is(err, engine.ErrTargetUnavailable):
@@ -261,19 +263,26 @@ func (h *httpContext) dispatchRequest() step {
 			}
 			continue
 		case err != nil:
-			// Shared data failed: admission fails open for this request.
-			proxywasm.LogWarnf("spillway: admission: %v", err)
+			if hasWaiting {
+				h.abandonDispatch(waiting)
+			}
+			if h.storeError("admission", err) {
+				h.phase = phaseAdmitRetry
+				p.watch(h)
+				return stepWait
+			}
+			// The store error persisted: admission fails open for this request.
 		case d.Waiting:
 			if !hasWaiting {
 				waiting, hasWaiting = d, true
-			} else if _, err := p.engine.Abandon(d); err != nil {
-				proxywasm.LogWarnf("spillway: cancel queue ticket: %v", err)
+			} else {
+				h.abandonDispatch(d)
 			}
 			continue
-		}
-		if hasWaiting {
-			if _, err := p.engine.Abandon(waiting); err != nil {
-				proxywasm.LogWarnf("spillway: cancel queue ticket: %v", err)
+		default:
+			h.admitRetry.Succeeded()
+			if hasWaiting {
+				h.abandonDispatch(waiting)
 			}
 		}
 		h.startAttempt(d)
@@ -284,12 +293,42 @@ func (h *httpContext) dispatchRequest() step {
 		return stepProceed
 	}
 	if hasWaiting {
+		h.admitRetry.Succeeded()
 		h.d, h.phase, h.queuedAt = waiting, phaseQueued, p.clock()
 		p.metrics.queued.Increment(1)
-		p.watch(h)
+		p.engine.Park(waiting, h)
+		p.setTick(busyTickMs)
 		return stepWait
 	}
 	return h.noTarget()
+}
+
+// abandonDispatch gives back a dispatch the request does not take (its ticket or slots).
+func (h *httpContext) abandonDispatch(d engine.Dispatch) {
+	p := h.plugin
+	w, err := p.engine.Abandon(d)
+	if err != nil {
+		proxywasm.LogWarnf("spillway: cancel queue ticket: %v", err)
+	}
+	if w.Any() {
+		p.vm.wake(p, w)
+	}
+}
+
+// storeError handles a shared-data error of an admission step (where names it for the log;
+// the request is paused): it reports true when the step is to be tried again at a later tick
+// (counted retried; h.admitRetry says when), false when the error persisted
+// admission.MaxStoreRetries times and the request goes without a slot (counted failed_open).
+func (h *httpContext) storeError(where string, err error) (retry bool) {
+	p := h.plugin
+	if _, open := h.admitRetry.Failed(p.clock(), busyTickMs*time.Millisecond, p.vm.node.Jitter()); open {
+		p.metrics.storeErrors.count(storeFailedOpen)
+		proxywasm.LogWarnf("spillway: %s: %v; the error persisted: the request goes without a slot", where, err)
+		return false
+	}
+	p.metrics.storeErrors.count(storeRetried)
+	proxywasm.LogDebugf("spillway: %s: %v; retried at a later tick", where, err)
+	return true
 }
 
 // isRefusal reports a typed admission refusal (queue full, wait budget spent). It is a
@@ -356,9 +395,17 @@ func (h *httpContext) endQueueWait() {
 	h.queuedAt = time.Time{}
 }
 
-// onWake retries a queued request after a wake-up.
-func (h *httpContext) onWake() {
-	defer h.failOpenOutside("queue wake-up")
+// queueTurn polls a queued request's turn for a tick or a wake-up (where names it), unless a
+// store error put its poll off to a later tick.
+func (h *httpContext) queueTurn(where string) {
+	defer h.failOpenOutside(where)
+	p := h.plugin
+	if where == "tick" && p.beforeCallback != nil {
+		p.beforeCallback("tick")
+	}
+	if h.admitRetry.Waiting(p.clock()) {
+		return
+	}
 	h.retryAdmission()
 }
 
@@ -368,8 +415,8 @@ func (h *httpContext) retryAdmission() {
 	p := h.plugin
 	p.refreshCache()
 	d, err := p.engine.TryDispatch(h.d)
-	if d.Wake {
-		p.peers.wakeAll(p)
+	if d.Wake.Any() {
+		p.vm.wake(p, d.Wake)
 	}
 	h.d = d
 	if !d.Waiting {
@@ -379,17 +426,36 @@ func (h *httpContext) retryAdmission() {
 	case errors.Is(err, engine.ErrTargetUnavailable):
 		h.effective()
 		h.resumeRequest(h.dispatchRequest())
-	case err != nil:
+	case errors.Is(err, admission.ErrNotWaiting):
+		// Its ticket is gone from the lines (it cannot be: every way out cancels it): plan
+		// the request again rather than wait for nothing.
+		h.d.Waiting = false
+		h.endQueueWait()
 		h.effective()
-		if isRefusal(err) {
-			if r, ok := p.engine.AdmissionReply(d.Target, err); ok {
-				h.reply(r)
-				return
-			}
+		h.resumeRequest(h.planAndDispatch())
+	case err != nil && isRefusal(err):
+		h.effective()
+		if r, ok := p.engine.AdmissionReply(d.Target, err); ok {
+			h.reply(r)
+			return
 		}
-		proxywasm.LogWarnf("spillway: admission: %v", err)
 		h.reply(replies.Internal())
+	case err != nil:
+		if h.storeError("admission", err) {
+			return // still waiting; polled again once the retry is due
+		}
+		// The store error persisted: the request leaves the queue and goes without a slot.
+		if d.Waiting {
+			h.abandonDispatch(d)
+			h.endQueueWait()
+		}
+		h.d.Waiting, h.d.Ticket = false, admission.Ticket{}
+		h.effective()
+		h.startAttempt(h.d)
+		h.applyTarget()
+		h.resumeRequest(stepProceed)
 	case !d.Waiting:
+		h.admitRetry.Succeeded()
 		h.effective()
 		h.startAttempt(d)
 		if !h.applyTarget() {
@@ -397,6 +463,8 @@ func (h *httpContext) retryAdmission() {
 			return
 		}
 		h.resumeRequest(stepProceed)
+	default:
+		h.admitRetry.Succeeded()
 	}
 }
 

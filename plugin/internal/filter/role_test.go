@@ -14,6 +14,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/internal/manualclock"
 	"github.com/spillwayproxy/spillway/internal/rootid"
+	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
@@ -75,7 +76,7 @@ func TestUpstreamRolePassesATryThroughUntouched(t *testing.T) {
 	if _, err := host.GetCounterMetric("spillway_requests_total"); err == nil {
 		t.Error("the upstream role defined spillway_requests_total")
 	}
-	for _, key := range []string{state.KeyPrefix + "guard", vmDirectoryKey} {
+	for _, key := range []string{state.KeyPrefix + "guard", admission.DirectoryKey} {
 		if _, _, err := proxywasm.GetSharedData(key); !errors.Is(err, types.ErrorStatusNotFound) {
 			t.Errorf("shared data %s: %v, want not found", key, err)
 		}

@@ -341,12 +341,12 @@ func (h *httpContext) dropPendingTry() {
 	}
 	d := h.rt.pending
 	h.rt.pending, h.rt.hasPending = engine.Dispatch{}, false
-	waiters, err := h.plugin.engine.Abandon(d)
+	wake, err := h.plugin.engine.Abandon(d)
 	if err != nil {
 		proxywasm.LogWarnf("spillway: release a retry's slots: %v", err)
 	}
-	if waiters || d.Wake {
-		h.plugin.peers.wakeAll(h.plugin)
+	if w := wake.Or(d.Wake); w.Any() {
+		h.plugin.vm.wake(h.plugin, w)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/spillwayproxy/spillway/plugin/hostabi"
+	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
 	"github.com/spillwayproxy/spillway/plugin/internal/engine"
@@ -23,7 +24,8 @@ type phase uint8
 const (
 	phasePass        phase = iota // not an LLM request, or failed open: nothing to do
 	phaseBody                     // request headers held, body arriving
-	phaseQueued                   // waiting for a concurrency slot (admission ticket)
+	phaseQueued                   // waiting for a concurrency slot (admission ticket, in the engine's queue lines)
+	phaseAdmitRetry               // a shared-data error put the dispatch off to a later tick (admitRetry)
 	phaseComboWait                // every target excluded by a short transient lock: waiting it out
 	phaseUpstream                 // sent through the router, waiting for the response headers
 	phaseHoldError                // non-2xx response headers held, error body arriving
@@ -98,12 +100,13 @@ type streamState struct {
 	next         int // index in plan.Targets of the next candidate
 	attempts     int
 	progress     combo.Progress
-	waitStart    time.Time    // comboCooldownWait: when the wait began
-	waitUntil    time.Time    // comboCooldownWait: when to plan again
-	sessionKey   affinity.Key // the session's affinity key (zero: none), to plan again
-	onRoot       bool         // the work runs in a root callback (a tick), not the stream's own
-	refusal      error        // the first admission refusal met while dispatching
-	queuedAt     time.Time    // when the request began waiting in h.d's queue (zero: not waiting)
+	waitStart    time.Time            // comboCooldownWait: when the wait began
+	waitUntil    time.Time            // comboCooldownWait: when to plan again
+	sessionKey   affinity.Key         // the session's affinity key (zero: none), to plan again
+	onRoot       bool                 // the work runs in a root callback (a tick), not the stream's own
+	refusal      error                // the first admission refusal met while dispatching
+	queuedAt     time.Time            // when the request began waiting in h.d's queue (zero: not waiting)
+	admitRetry   admission.StoreRetry // the run of store errors its admission met (stream.go, storeError)
 	d            engine.Dispatch
 	inFlight     bool // d holds an attempt whose outcome is not recorded yet
 	holding      bool // d holds slots (recorded or not) to release at the end
@@ -209,7 +212,7 @@ func (h *httpContext) needsBusyTick() bool {
 		return true // a router try held for its body (router.go)
 	}
 	switch h.phase {
-	case phaseQueued, phaseComboWait, phaseFailureWait, phaseHoldFirst, phaseAborting:
+	case phaseQueued, phaseAdmitRetry, phaseComboWait, phaseFailureWait, phaseHoldFirst, phaseAborting:
 		return true
 	}
 	return false
@@ -234,7 +237,12 @@ func (h *httpContext) onTick() {
 			h.misconfigured()
 		}
 	case phaseQueued:
-		h.retryAdmission()
+		p.unwatch(h) // its engine's queue lines poll it (VisitQueues)
+	case phaseAdmitRetry:
+		if !h.admitRetry.Waiting(p.clock()) {
+			h.effective()
+			h.resumeRequest(h.planAndDispatch())
+		}
 	case phaseComboWait:
 		if !p.clock().Before(h.waitUntil) {
 			h.progress.Attempts++
@@ -312,7 +320,7 @@ func (h *httpContext) failOpenOutside(where string) {
 		return
 	}
 	switch held {
-	case phaseBody, phaseQueued, phaseComboWait:
+	case phaseBody, phaseQueued, phaseAdmitRetry, phaseComboWait:
 		_ = hostabi.ContinueStream(hostabi.StreamRequest)
 	case phaseHoldError, phaseHoldFirst, phaseCallout, phaseFailureWait:
 		_ = hostabi.ContinueStream(hostabi.StreamResponse)
@@ -337,6 +345,7 @@ func (h *httpContext) renewLease() {
 		return
 	}
 	if err := h.plugin.engine.Renew(&h.d); err != nil {
+		h.plugin.metrics.storeErrors.count(storeRetried) // the next tick renews again
 		proxywasm.LogWarnf("spillway: renew slots of %s: %v", h.targetName(), err)
 	}
 }
@@ -464,19 +473,19 @@ func (h *httpContext) abandon() {
 		return
 	}
 	h.endQueueWait()
-	var waiters bool
+	var wake admission.Wake
 	var err error
 	if h.inFlight || h.phase == phaseQueued {
-		waiters, err = h.plugin.engine.Abandon(h.d)
+		wake, err = h.plugin.engine.Abandon(h.d)
 	} else {
-		waiters, err = h.plugin.engine.Release(h.d)
+		wake, err = h.plugin.engine.Release(h.d)
 	}
 	h.inFlight, h.holding = false, false
 	if err != nil {
-		proxywasm.LogWarnf("spillway: release %s: %v", h.targetName(), err)
+		proxywasm.LogWarnf("spillway: release %s: %v", h.targetName(), err) // retried by the admitter
 	}
-	if waiters || h.d.Wake {
-		h.plugin.peers.wakeAll(h.plugin)
+	if w := wake.Or(h.d.Wake); w.Any() {
+		h.plugin.vm.wake(h.plugin, w)
 	}
 }
 
@@ -486,28 +495,31 @@ func (h *httpContext) release() {
 		return
 	}
 	h.holding = false
-	waiters, err := h.plugin.engine.Release(h.d)
+	wake, err := h.plugin.engine.Release(h.d)
 	if err != nil {
-		proxywasm.LogWarnf("spillway: release %s: %v", h.targetName(), err)
+		proxywasm.LogWarnf("spillway: release %s: %v", h.targetName(), err) // retried by the admitter
 	}
-	if waiters {
-		h.plugin.peers.wakeAll(h.plugin)
+	if wake.Any() {
+		h.plugin.vm.wake(h.plugin, wake)
 	}
 }
 
 // OnHttpStreamDone implements types.HttpContext (proxy_on_log: the stream is over, however
 // it ended). A committed stream that ended without its terminal event is recorded as a
 // failure of its connection (unless its client went away first); whatever is still held is
-// given back.
+// given back. The giving back — slots and ticket, the router link, the context's reuse — is
+// deferred first, so it runs even when the recording panics: a slot is never kept, and a
+// context is never reused with a stream's state in it.
 func (h *httpContext) OnHttpStreamDone() {
+	p := h.plugin
+	defer h.streamDone()
 	defer func() {
 		if r := recover(); r != nil {
-			h.plugin.metrics.panics.Increment(1)
+			p.metrics.panics.Increment(1)
 			proxywasm.LogErrorf("spillway: panic in stream done: %v", r)
 		}
 	}()
 	h.enter("stream done")
-	p := h.plugin
 	p.coarseClock() // releasing slots needs no fresh time; a truncation reads it below
 	p.unwatch(h)
 	if h.phase == phaseStreaming && h.eventStream {
@@ -528,15 +540,45 @@ func (h *httpContext) OnHttpStreamDone() {
 	if h.phase == phaseWatchError {
 		h.recordWatchedError() // header-routed mode: what came of the error body
 	}
-	h.abandon()
 	if h.api != "" {
 		p.metrics.request(h.route, h.outcome)
 	}
-	p.vm.links.unlink(h.rt.link)
-	// A callout still in flight belongs to the root context and outlives the stream; its
-	// answer never reaches the recycled context: the SDK skips the callback of a deleted
-	// context id (proxyOnHttpCallResponse), and the host never reuses an id.
-	p.recycle(h)
+}
+
+// streamDone gives back what an ended stream holds, unlinks it from its router tries and
+// keeps its context for reuse. Each step recovers its own panic, so a failing step skips
+// none of the others.
+func (h *httpContext) streamDone() {
+	for step := range streamDoneSteps {
+		h.streamDoneStep(step)
+	}
+}
+
+const streamDoneSteps = 3
+
+func (h *httpContext) streamDoneStep(step int) {
+	p := h.plugin
+	defer func() {
+		if r := recover(); r != nil {
+			p.metrics.panics.Increment(1)
+			proxywasm.LogErrorf("spillway: panic ending a stream (step %d): %v", step, r)
+		}
+	}()
+	switch step {
+	case 0:
+		if p.beforeCallback != nil {
+			p.beforeCallback("stream done: release")
+		}
+		h.abandon()
+	case 1:
+		p.vm.links.unlink(h.rt.link) // router.go
+	case 2:
+		// A callout still in flight belongs to the root context and outlives the stream; its
+		// answer never reaches the recycled context: the SDK skips the callback of a deleted
+		// context id (proxyOnHttpCallResponse), and the host never reuses an id.
+		p.unwatch(h)
+		p.recycle(h)
+	}
 }
 
 // clientWentAway reports whether the stream ended because the downstream went away (Envoy's

@@ -128,6 +128,10 @@ func (d *Decoder) View() []byte {
 	return v
 }
 
+// Failed reports whether a read failed (the record is corrupt), mid-record: a decoder of a
+// repeated group stops there instead of reading zeros for as long as a count says.
+func (d *Decoder) Failed() bool { return d.err != nil }
+
 // Err reports the first decoding error, or trailing bytes. A record read to its end
 // without error costs no call.
 func (d *Decoder) Err() error {

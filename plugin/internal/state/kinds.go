@@ -9,7 +9,8 @@ const (
 	KindAffinityPin      = 'A' // affinity: a session pin slot
 	KindBreaker          = 'B' // breaker: one provider's circuit
 	KindConnCooldown     = 'C' // conncooldown: one connection's cooldown and terminal state
-	KindAdmissionConn    = 'Q' // admission: a connection's leases and queue tickets
+	KindAdmissionConn    = 'Q' // admission: a connection's leases and waiting counts
+	KindAdmissionTickets = 'T' // admission: a connection's published queue tickets
 	KindAdmissionPool    = 'P' // admission: the global or a provider's lease pool
 	KindGateWindow       = 'W' // providercooldown: a provider's failure window
 	KindGateBackoff      = 'G' // providercooldown: a connection's backoff entry
@@ -17,7 +18,7 @@ const (
 	KindLockoutIndex     = 'X' // lockout: a connection's lockout index
 	KindSelectionCounter = 'R' // selection: a round-robin turn counter
 	KindSelectionDeck    = 'K' // selection: a strict-random deck
-	KindVMDirectory      = 'V' // filter: the directory of worker VMs and their wake queues
+	KindVMDirectory      = 'V' // admission: the directory of worker VMs and their heartbeats
 )
 
 // KindInfo names a record kind's owner.
@@ -32,7 +33,8 @@ var Kinds = []KindInfo{
 	{KindAffinityPin, "affinity", "session pin slot"},
 	{KindBreaker, "breaker", "provider circuit"},
 	{KindConnCooldown, "conncooldown", "connection cooldown and terminal state"},
-	{KindAdmissionConn, "admission", "connection leases and queue"},
+	{KindAdmissionConn, "admission", "connection leases and waiting counts"},
+	{KindAdmissionTickets, "admission", "connection's published queue tickets"},
 	{KindAdmissionPool, "admission", "global or provider lease pool"},
 	{KindGateWindow, "providercooldown", "provider failure window"},
 	{KindGateBackoff, "providercooldown", "connection backoff entry"},
@@ -40,5 +42,5 @@ var Kinds = []KindInfo{
 	{KindLockoutIndex, "lockout", "connection lockout index"},
 	{KindSelectionCounter, "selection", "round-robin counter"},
 	{KindSelectionDeck, "selection", "strict-random deck"},
-	{KindVMDirectory, "filter", "worker VM directory"},
+	{KindVMDirectory, "admission", "worker VM directory and heartbeats"},
 }
