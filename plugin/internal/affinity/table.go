@@ -33,6 +33,8 @@ type Config struct {
 	RefreshInterval time.Duration
 	// Slots is the size of the pin table (0 = policies.SessionAffinitySlots).
 	Slots int
+	// Namespace is the policy's state.NamespaceID: pins are the policy's own (state.KeyPin).
+	Namespace string
 }
 
 // ConfigFrom converts the resolved session affinity settings into a Config: the one
@@ -69,6 +71,7 @@ type Table struct {
 	ttl     time.Duration
 	refresh time.Duration
 	slots   uint64
+	prefix  string // the policy's pin keys up to the slot number
 	buf     []byte
 }
 
@@ -97,6 +100,7 @@ func New(store state.Store, clock state.Clock, cfg Config) (*Table, error) {
 		ttl:     cfg.TTL,
 		refresh: min(cfg.RefreshInterval, cfg.TTL/10),
 		slots:   uint64(cfg.Slots),
+		prefix:  state.KeyPin.Prefix(cfg.Namespace),
 	}, nil
 }
 
@@ -122,8 +126,8 @@ func (t *Table) keyOf(k Key, place uint8) string {
 	if place == 2 {
 		slot = second
 	}
-	var b [32]byte
-	return string(strconv.AppendUint(append(b[:0], state.KeyPrefix+"aff:"...), slot, 10))
+	var b [64]byte
+	return string(strconv.AppendUint(append(b[:0], t.prefix...), slot, 10))
 }
 
 // fingerprint identifies the session within its slot.

@@ -31,21 +31,26 @@ type Conn struct {
 	fingerprint uint64
 }
 
-// NewConn validates the ids and precomputes the connection's key. credentialFingerprint is any
-// string that changes when the credential changes (a hash or a version, never the credential
-// itself); a stored terminal state or cooldown written under another fingerprint no longer
-// applies. An empty fingerprint means unknown: it matches every stored record.
-func NewConn(provider, connection, credentialFingerprint string) (Conn, error) {
+// NewConn validates the ids and precomputes the connection's key: state.KeyConnCooldown of
+// account (a state.AccountID), so every policy on the same credential at the same upstream
+// reads and writes one record. credentialFingerprint is any string that changes when the
+// credential changes (a hash or a version, never the credential itself); a stored terminal
+// state or cooldown written under another fingerprint no longer applies. An empty
+// fingerprint means unknown: it matches every stored record.
+func NewConn(provider, connection, account, credentialFingerprint string) (Conn, error) {
 	if err := validID("provider", provider); err != nil {
 		return Conn{}, err
 	}
 	if err := validID("connection", connection); err != nil {
 		return Conn{}, err
 	}
+	if err := validID("account", account); err != nil {
+		return Conn{}, err
+	}
 	return Conn{
 		provider:    provider,
 		connection:  connection,
-		key:         state.KeyPrefix + "cc:" + provider + ":" + connection,
+		key:         state.KeyConnCooldown.Key(account),
 		fingerprint: fingerprint(credentialFingerprint),
 	}, nil
 }
