@@ -44,7 +44,10 @@
 //     providers and connections and each connection's bounded lockout index, since shared
 //     data has no key listing; resets write through the store, so every worker sees them at
 //     its next refresh. A provider reset is the guide's operator reset and clears terminal
-//     states too (§2); the cooldown manager never does (§3).
+//     states too (§2); the cooldown manager never does (§3). Listings and resets name the
+//     policy's own ids, but the records they reach are the upstream account's and the
+//     upstream's (state's keys.go): a reset through one policy clears them for every policy
+//     in the proxy on the same credential or upstream.
 //   - A model a glob route passes on is a name the policy does not spell, and its lockouts
 //     share the connection's bounded pool with every name clients invent. Each worker
 //     remembers, per connection and in memory only (lockout.Served), the ones the provider
