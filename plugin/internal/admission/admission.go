@@ -6,7 +6,11 @@
 //
 // A request takes its slots through a compound gate, global → provider → connection →
 // model, all or nothing; the stricter applicable cap wins. The connection and model caps
-// live in one lease record per connection, so both are taken in one CAS. The optional
+// live in one lease record per upstream account (GateConfig.Account), so both are taken in
+// one CAS. Every policy on the account shares that record: a gate grants a slot only while
+// the leases in it, whichever policy holds them, are fewer than its own cap (and the
+// model's leases fewer than its own model cap); waiting counts carry their policy's
+// namespace, so each policy's queue depth and FIFO order count its own waiters only. The optional
 // global and provider caps live in pool records of their own, taken first and handed back
 // if a later gate refuses. Every slot is a lease with a deadline (acquire time +
 // executionMaxWait, renewed while its stream runs) and an owner (the VM that took it).
