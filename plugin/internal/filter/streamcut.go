@@ -15,9 +15,10 @@ import (
 //
 //   - Cleanly, without its terminal event ([DONE], message_stop, response.completed or
 //     response.incomplete) or an error event: Envoy hands the filter the stream's end, the
-//     body callback with end of stream (its last data, or none, as an HTTP/1 upstream's
-//     last chunk of size 0 arrives: UpstreamRequest::decodeData → the filter chain's
-//     encodeData, source/common/router/upstream_request.cc). That chunk is still the
+//     body callback with end of stream (with the last data, or empty: an HTTP/1 upstream's
+//     complete message ends with decodeData of an empty buffer, end_stream true,
+//     ClientConnectionImpl::onMessageCompleteBase in source/common/http/http1/codec_impl.cc,
+//     which the router encodes on as it came). That chunk is still the
 //     filter's to edit (Context::encodeData points the response body buffer at it,
 //     source/extensions/common/wasm/context.cc), so endCutStream appends an error event in
 //     the client's API shape (llmapi.AppendStreamError, the shape the stream watchdogs end a
