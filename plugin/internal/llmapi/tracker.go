@@ -18,6 +18,7 @@ type Tracker struct {
 	n       int      // bytes of it in head (capped at len(head))
 	started bool     // a line is in progress (some bytes after the last '\n')
 	pending bool     // a complete line of an event that no blank line has ended yet
+	named   bool     // the event in progress has an "event:" line
 	open    int      // bytes since the last blank line (or the start): the event in progress
 	// Terminal: the stream's terminal event went by.
 	Terminal bool
@@ -48,7 +49,7 @@ func (t *Tracker) Feed(b []byte) {
 		t.open += i + 1
 		l := bytes.TrimSuffix(t.head[:t.n], []byte{'\r'})
 		if len(l) == 0 { // a blank line: the event (if any) ends here
-			t.pending, t.open = false, 0
+			t.pending, t.named, t.open = false, false, 0
 		} else {
 			t.pending = true
 			t.line(l)
@@ -100,7 +101,7 @@ var (
 
 func (t *Tracker) line(l []byte) {
 	if t.Shape == ShapeUnknown {
-		t.Shape = lineShape(l)
+		t.recognise(l)
 	}
 	for _, m := range terminalLines {
 		if string(l) == m {
@@ -128,36 +129,41 @@ func (t *Tracker) line(l []byte) {
 	}
 }
 
-// lineShape is the API a line's start says the stream is in (ShapeUnknown if it does not
-// tell): an "event:" name of the Responses or Messages API, or a data line's JSON start —
-// Responses and Messages events lead with their "type", Chat Completions chunks with
-// anything else ("id" in OpenAI's; [DONE] is Chat's). Another typed event (an error, a
-// ping) does not tell.
-func lineShape(l []byte) StreamShape {
+// recognise sets the shape from a line's start, if it tells: an "event:" name of the
+// Responses or Messages API, or a data line's JSON start — Responses and Messages events
+// lead with their "type" (as both APIs' references show them), Chat Completions chunks with
+// anything else ("id" in OpenAI's; [DONE] is Chat's). The data of a named event of another
+// name (Anthropic's ping, an error) does not tell: Chat Completions never names its events.
+func (t *Tracker) recognise(l []byte) {
 	if v, ok := bytes.CutPrefix(l, []byte("event:")); ok {
-		v = bytes.TrimPrefix(v, []byte(" "))
-		switch {
-		case bytes.HasPrefix(v, []byte("response.")):
-			return ShapeResponses
-		case bytes.HasPrefix(v, []byte("message_")), bytes.HasPrefix(v, []byte("content_block_")):
-			return ShapeAnthropic
-		}
-		return ShapeUnknown
+		t.named = true
+		t.Shape = typeShape(bytes.TrimPrefix(v, []byte(" ")))
+		return
 	}
 	v, ok := bytes.CutPrefix(l, []byte("data:"))
 	if !ok {
-		return ShapeUnknown
+		return
 	}
 	v = bytes.TrimPrefix(v, []byte(" "))
+	if typ, ok := bytes.CutPrefix(v, []byte(`{"type":`)); ok {
+		typ = bytes.TrimPrefix(typ, []byte(" "))
+		if len(typ) > 0 && typ[0] == '"' {
+			t.Shape = typeShape(typ[1:])
+		}
+		return
+	}
+	if !t.named && (len(v) > 0 && v[0] == '{' || string(v) == "[DONE]") {
+		t.Shape = ShapeChat
+	}
+}
+
+// typeShape is the API whose event type (or name) starts t: ShapeUnknown for another.
+func typeShape(t []byte) StreamShape {
 	switch {
-	case bytes.HasPrefix(v, []byte(`{"type":"response.`)):
+	case bytes.HasPrefix(t, []byte("response.")):
 		return ShapeResponses
-	case bytes.HasPrefix(v, []byte(`{"type":"message_`)), bytes.HasPrefix(v, []byte(`{"type":"content_block_`)):
+	case bytes.HasPrefix(t, []byte("message_")), bytes.HasPrefix(t, []byte("content_block_")):
 		return ShapeAnthropic
-	case bytes.HasPrefix(v, []byte(`{"type":`)):
-		return ShapeUnknown
-	case len(v) > 0 && v[0] == '{', string(v) == "[DONE]":
-		return ShapeChat
 	}
 	return ShapeUnknown
 }
