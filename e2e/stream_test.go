@@ -206,6 +206,7 @@ providers:
     connections:
       - {id: chat, credential: {header: authorization, value: "Bearer key-cut-chat"}}
       - {id: resp, credential: {header: authorization, value: "Bearer key-cut-resp"}}
+      - {id: reset, credential: {header: authorization, value: "Bearer key-cut-reset"}}
   - id: anthropic
     api: anthropic
     cluster: fake-anthropic
@@ -214,6 +215,7 @@ providers:
 routes:
   - {model: m-chat, targets: [{provider: openai, connection: chat}]}
   - {model: m-resp, targets: [{provider: openai, connection: resp}]}
+  - {model: m-reset, targets: [{provider: openai, connection: reset}]}
   - {model: m-msgs, targets: [{provider: anthropic, connection: msgs}]}
 `
 
@@ -222,7 +224,9 @@ routes:
 // came: openai-go's chat stream stops with its StreamError, anthropic-sdk-go's with its API
 // error, and a Responses stream ends with response.failed (the API's own end of a failed
 // response, which openai-go hands over as an event). Without the error event each of them
-// would end as if the answer were whole.
+// would end as if the answer were whole. A stream the provider resets instead can take
+// nothing more: the proxy drops the HTTP/1.1 connection before the body's last chunk, and
+// the SDK reports the broken body (unexpected EOF).
 func testCutStreamSDKs(t *testing.T, start e2etest.Starter) {
 	tg := start(t, cutPolicy)
 	oa, an := tg.Fake(t, "fake-openai"), tg.Fake(t, "fake-anthropic")
@@ -230,6 +234,7 @@ func testCutStreamSDKs(t *testing.T, start e2etest.Starter) {
 	oa.ScriptFor("key-cut-chat", cut)
 	oa.ScriptFor("key-cut-resp", cut)
 	an.ScriptFor("key-cut-msgs", cut)
+	oa.ScriptFor("key-cut-reset", fakeprovider.Fault{Scenario: fakeprovider.ScenarioReset, AfterEvents: 3})
 	ctx := context.Background()
 	const firstWords = "Hello from fake-" // three content events of the fake's answer
 
@@ -286,6 +291,20 @@ func testCutStreamSDKs(t *testing.T, start e2etest.Starter) {
 			t.Fatalf("content before the error %q", text.String())
 		}
 	})
-	requireRequests(t, "cut streams", oa, map[string]int{"key-cut-chat": 1, "key-cut-resp": 1})
+	t.Run("openai-go chat completions, reset", func(t *testing.T) {
+		client := openAIClient(tg)
+		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "m-reset",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello")}})
+		var text strings.Builder
+		for stream.Next() {
+			if cs := stream.Current().Choices; len(cs) > 0 {
+				text.WriteString(cs[0].Delta.Content)
+			}
+		}
+		if !errors.Is(stream.Err(), io.ErrUnexpectedEOF) || !strings.HasPrefix(text.String(), firstWords) {
+			t.Fatalf("after %q the stream ended with %v, want the broken body's unexpected EOF", text.String(), stream.Err())
+		}
+	})
+	requireRequests(t, "cut streams", oa, map[string]int{"key-cut-chat": 1, "key-cut-resp": 1, "key-cut-reset": 1})
 	requireRequests(t, "cut streams", an, map[string]int{"key-cut-msgs": 1})
 }
