@@ -15,11 +15,11 @@ import (
 //
 //   - Cleanly, without its terminal event ([DONE], message_stop, response.completed or
 //     response.incomplete) or an error event: Envoy hands the filter the stream's end, the
-//     body callback with end of stream (with the last data, or empty: an HTTP/1 upstream's
-//     complete message ends with decodeData of an empty buffer, end_stream true,
+//     body callback with end of stream, with the last data or empty (an HTTP/1 upstream's
+//     complete message ends with decodeData of an empty buffer and end_stream true,
 //     ClientConnectionImpl::onMessageCompleteBase in source/common/http/http1/codec_impl.cc,
-//     which the router encodes on as it came). That chunk is still the
-//     filter's to edit (Context::encodeData points the response body buffer at it,
+//     which the router encodes on as it came). That chunk is still the filter's to edit
+//     (Context::encodeData points the response body buffer at it,
 //     source/extensions/common/wasm/context.cc), so endCutStream appends an error event in
 //     the client's API shape (llmapi.AppendStreamError, the shape the stream watchdogs end a
 //     stream with), coded replies.CodeStreamTruncated, and the stream then ends as the
@@ -43,12 +43,15 @@ import (
 //
 // An error event can only be added to a stream whose headers carry no content-length: of a
 // body longer than it declares, an HTTP/1.1 client reads the declared length only (the rest
-// is garbage on the connection) and an HTTP/2 client refuses the stream. So freeStreamLength removes it from every 2xx event stream's
-// headers while they can still be edited (held at the first-event hold, or in header-routed
-// mode before they go on): Envoy's HTTP/1 codec then frames the body chunked
-// (StreamEncoderImpl::encodeHeadersBase, source/common/http/http1/codec_impl.cc) and HTTP/2
-// by END_STREAM. Providers send streams chunked already; a gateway or fake that sends one
-// with a length costs one header removal.
+// is garbage on the connection) and an HTTP/2 client refuses the stream. So
+// freeStreamLength removes it from every 2xx event stream's headers while they can still be
+// edited — held for the first-event hold in body mode, or in the headers callback before
+// they go on in header-routed mode; every 2xx event stream Spillway routes passes one of
+// the two, so none is committed with its length. Envoy's HTTP/1 codec then frames the body
+// chunked (StreamEncoderImpl::encodeHeadersBase, source/common/http/http1/codec_impl.cc),
+// HTTP/2 by END_STREAM. Providers send streams chunked already; a gateway or fake that
+// sends one with a length costs one header removal. (The watchdogs' error event needs the
+// same.)
 
 // streamCutMessage is the added error event's message.
 const streamCutMessage = "the provider ended the stream before its end event ([DONE], message_stop or " +
