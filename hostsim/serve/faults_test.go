@@ -87,8 +87,10 @@ var faultCases = []faultCase{
 		status: 200, body: []string{"event: content_block_delta",
 			"event: error\n" + `data: {"error":{"message":"Overloaded","type":"overloaded_error"},"type":"error"}`},
 		notBody: "message_stop"},
+	// A clean end without [DONE]: the filter ends the stream with its error event (code
+	// stream_truncated, then [DONE]); the fake's own last chunk never came.
 	{name: "truncated stream", fault: fakeprovider.Fault{Scenario: fakeprovider.ScenarioTruncate}, stream: true,
-		status: 200, body: []string{`"content":" from"`}, notBody: "[DONE]"},
+		status: 200, body: []string{`"content":" from"`, `"code":"stream_truncated"`}, notBody: `"finish_reason":"stop"`},
 	{name: "reset mid-stream", fault: fakeprovider.Fault{Scenario: fakeprovider.ScenarioReset, AfterEvents: 1}, stream: true,
 		status: 200, body: []string{`"content":"Hello"`}, notBody: "[DONE]", cut: true,
 		logStatus: "reset(upstream_reset_after_response_started{connection_termination})", flags: "UC",
