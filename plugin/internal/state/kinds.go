@@ -18,6 +18,8 @@ const (
 	KindSelectionCounter = 'R' // selection: a round-robin turn counter
 	KindSelectionDeck    = 'K' // selection: a strict-random deck
 	KindVMDirectory      = 'V' // filter: the directory of worker VMs and their wake queues
+	KindRecheckSchedule  = 'T' // recheck: an expired connection's re-check schedule
+	KindRecheckTick      = 'U' // recheck: the process-wide claim of a re-check tick
 )
 
 // KindInfo names a record kind's owner.
@@ -41,4 +43,6 @@ var Kinds = []KindInfo{
 	{KindSelectionCounter, "selection", "round-robin counter"},
 	{KindSelectionDeck, "selection", "strict-random deck"},
 	{KindVMDirectory, "filter", "worker VM directory"},
+	{KindRecheckSchedule, "recheck", "expired connection re-check schedule"},
+	{KindRecheckTick, "recheck", "re-check tick claim"},
 }
