@@ -36,20 +36,6 @@ const (
 	RecheckRefused
 )
 
-// String returns the outcome's metric label value.
-func (o RecheckOutcome) String() string {
-	switch o {
-	case RecheckRestored:
-		return "restored"
-	case RecheckRefused:
-		return "refused"
-	}
-	return "inconclusive"
-}
-
-// RecheckOutcomes lists every outcome, in a stable order.
-var RecheckOutcomes = []RecheckOutcome{RecheckRestored, RecheckRefused, RecheckInconclusive}
-
 // RecheckEnabled reports whether the policy turns the re-check on. When it is off the engine
 // holds no scheduler, and DueRechecks touches no shared data.
 func (e *Engine) RecheckEnabled() bool { return e.rechecks != nil }
