@@ -161,3 +161,23 @@ func TestAnswerOf(t *testing.T) {
 		t.Errorf("openai headers %v", h)
 	}
 }
+
+// A stored schedule is decoded without panicking whatever the bytes, and one that decodes is
+// what its encoding says (it re-encodes to the same bytes).
+func FuzzDecodeSchedule(f *testing.F) {
+	f.Add(schedule{since: 1, next: 2, refusals: 3}.encode())
+	f.Add([]byte{})
+	f.Add([]byte("T\x01"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decodeSchedule(b)
+		if err != nil {
+			return
+		}
+		if r.refusals < 0 || r.refusals > maxRefusals {
+			t.Fatalf("decoded refusals %d", r.refusals)
+		}
+		if again, err := decodeSchedule(r.encode()); err != nil || again != r {
+			t.Fatalf("re-encoded %+v decodes to %+v, %v", r, again, err)
+		}
+	})
+}
