@@ -221,6 +221,9 @@ type Resilience struct {
 	ProviderErrorRules []ProviderErrorRule `json:"providerErrorRules,omitzero"`
 	// StreamRecovery holds the stream watchdogs.
 	StreamRecovery StreamRecovery `json:"streamRecovery,omitzero"`
+	// TerminalRecheck is the opt-in periodic re-check of expired connections (Spillway's
+	// own; the guide keeps a terminal state until an operator reset or a new credential).
+	TerminalRecheck TerminalRecheck `json:"terminalRecheck,omitzero"`
 	// P2CLatency is the opt-in latency signal for p2c selection (guide §2).
 	P2CLatency P2CLatency `json:"p2cLatency,omitzero"`
 	// SessionAffinityTtlMs pins a client session (x-session-id, x-codex-session-id,
@@ -566,6 +569,34 @@ type ContentStall struct {
 	// TimeoutMs is the longest a stream may go without model output. Default 2 min;
 	// rejected outside 1 s–1 h.
 	TimeoutMs *int64 `json:"timeoutMs,omitempty" jsonschema:"minimum=1000,maximum=3600000"`
+}
+
+// TerminalRecheck re-checks connections in the terminal expired state (a revoked or invalid
+// key: guide §2's EXPIRED_RETRY_MAX reached) with a cheap authenticated request, so a key
+// that was fixed upstream comes back without an operator reset: GET /v1/models on the
+// provider's cluster with the connection's credential (and anthropic-version for an
+// anthropic provider). A 2xx clears the expired state, as a reset of that connection
+// would; a 401 or 403 keeps it and doubles the wait before the next check of that
+// connection (up to maxIntervalMs); any other answer, a timeout or no answer changes
+// nothing. banned and credits_exhausted are never re-checked. Each connection is checked
+// at most once per intervalMs, and at most maxPerTick checks start per second across every
+// worker of the proxy. Off by default (the guide's terminal state stands until a reset).
+type TerminalRecheck struct {
+	// Enabled turns the re-check on. Default false.
+	Enabled *bool `json:"enabled,omitempty"`
+	// IntervalMs is how long after a connection became expired, and after each check, the
+	// next check of that connection may start. Default 5 min; rejected outside 10 s–24 h.
+	IntervalMs *int64 `json:"intervalMs,omitempty" jsonschema:"minimum=10000,maximum=86400000"`
+	// MaxIntervalMs caps the wait after repeated 401/403 answers (intervalMs doubled per
+	// refused check). Default 1 h, or intervalMs when that is longer; must be ≥ intervalMs;
+	// rejected outside 10 s–24 h.
+	MaxIntervalMs *int64 `json:"maxIntervalMs,omitempty" jsonschema:"minimum=10000,maximum=86400000"`
+	// MaxPerTick is the most checks started per second (the filter's one-second tick),
+	// counted across every worker of the Envoy process. Default 1; rejected outside 1–10.
+	MaxPerTick *int `json:"maxPerTick,omitempty" jsonschema:"minimum=1,maximum=10"`
+	// TimeoutMs bounds one check's request; no answer in time changes nothing. Default
+	// 10 s; rejected outside 1 s–1 min.
+	TimeoutMs *int64 `json:"timeoutMs,omitempty" jsonschema:"minimum=1000,maximum=60000"`
 }
 
 // P2CLatency is resilienceSettings.p2cLatency.

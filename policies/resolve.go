@@ -35,6 +35,8 @@ type Resolved struct {
 	ThroughputWatchdog ThroughputWatchdogSettings
 	// ContentStall is the content-stall watchdog.
 	ContentStall ContentStallSettings
+	// TerminalRecheck is the opt-in re-check of expired connections.
+	TerminalRecheck TerminalRecheckSettings
 	// P2CLatency is the p2c latency signal.
 	P2CLatency P2CLatencySettings
 	// SessionAffinityTTL pins sessions to connections; 0 = off.
@@ -237,6 +239,16 @@ type ThroughputWatchdogSettings struct {
 type ContentStallSettings struct {
 	Enabled bool
 	Timeout time.Duration // the longest a stream may go without model output
+}
+
+// TerminalRecheckSettings are the re-check settings of expired connections.
+type TerminalRecheckSettings struct {
+	Enabled     bool
+	Interval    time.Duration // between checks of one connection (and from its expiry)
+	MaxInterval time.Duration // cap of the doubled interval after refused checks
+	MaxPerTick  int           // checks started per Tick, process-wide
+	Tick        time.Duration // the round MaxPerTick counts in (not configurable)
+	Timeout     time.Duration // one check's request timeout
 }
 
 // P2CLatencySettings are the p2c latency signal settings (only Weight is configurable).
@@ -455,6 +467,15 @@ func (p *Policy) Resolved() *Resolved {
 	res.ContentStall = ContentStallSettings{
 		Enabled: boolOr(cs.Enabled, ContentStallEnabled),
 		Timeout: msOr(cs.TimeoutMs, ContentStallTimeout),
+	}
+	tr := &rs.TerminalRecheck
+	res.TerminalRecheck = TerminalRecheckSettings{
+		Enabled:     boolOr(tr.Enabled, TerminalRecheckEnabled),
+		Interval:    msOr(tr.IntervalMs, TerminalRecheckInterval),
+		MaxInterval: max(msOr(tr.MaxIntervalMs, TerminalRecheckMaxInterval), msOr(tr.IntervalMs, TerminalRecheckInterval)),
+		MaxPerTick:  intOr(tr.MaxPerTick, TerminalRecheckMaxPerTick),
+		Tick:        TerminalRecheckTick,
+		Timeout:     msOr(tr.TimeoutMs, TerminalRecheckTimeout),
 	}
 	res.P2CLatency = P2CLatencySettings{
 		Weight:     intOr(rs.P2CLatency.Weight, P2CLatencyWeight),

@@ -52,6 +52,10 @@
 //     no name the provider refused as unknown displaces such a model's lockout, and no
 //     failure of a name without evidence locks a real model's bare name or family (the
 //     lockout package doc states both; issue 18).
+//   - The opt-in re-check of expired connections (recheck.go, resilience.terminalRecheck)
+//     leaves the guide's terminal state in place (§2) and clears only the expired one, and
+//     only when a check sent with the connection's current credential passed; banned and
+//     credits_exhausted are never re-checked.
 //   - A truncated stream (RecordTruncation) is a synthesised 502 at the exact model's scope
 //     (guide §3): the model lockout takes it when on, else the connection cools; never the
 //     breaker.
@@ -106,6 +110,7 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/latency"
 	"github.com/spillwayproxy/spillway/plugin/internal/lockout"
 	"github.com/spillwayproxy/spillway/plugin/internal/providercooldown"
+	"github.com/spillwayproxy/spillway/plugin/internal/recheck"
 	"github.com/spillwayproxy/spillway/plugin/internal/restate"
 	"github.com/spillwayproxy/spillway/plugin/internal/selection"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
@@ -138,6 +143,8 @@ type Engine struct {
 	classifier *classify.Classifier
 	comboWait  combo.Config
 	gateOn     bool // the opt-in provider cooldown gate
+	// rechecks schedules the opt-in re-checks of expired connections; nil when off.
+	rechecks *recheck.Scheduler
 	// cache is the store when it is the filter's per-VM cache (nil otherwise): its epoch
 	// backs the clean memos that spare the success path its reads (see cleanMemo).
 	cache *state.Cache
@@ -170,6 +177,7 @@ type connection struct {
 	lockout  lockout.Conn
 	gate     providercooldown.Entry
 	admit    *admission.Gate
+	recheck  recheck.Conn // its re-check schedule (used only with the re-check on)
 	// capped: the connection has a concurrency cap (maxConcurrent or modelConcurrency), so
 	// shared data counts the leases of its attempts.
 	capped bool
@@ -221,6 +229,8 @@ type settings struct {
 	classify      classify.Options
 	providers     []providerSettings
 	routes        []routeSettings
+	recheck       recheck.Config
+	recheckOn     bool // resilience.terminalRecheck.enabled
 }
 
 // providerSettings are one provider's mechanism configs.
@@ -260,6 +270,7 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 		providers:     make([]providerSettings, len(res.Providers)),
 		routes:        make([]routeSettings, len(res.Routes)),
 	}
+	s.recheck, s.recheckOn = recheck.ConfigFrom(res.TerminalRecheck)
 	for i := range res.Providers {
 		rp := &res.Providers[i]
 		for _, r := range rp.StatusRestatement {
@@ -376,6 +387,11 @@ func New(p *policies.Policy, store state.Store, clock state.Clock, opts Options)
 	if e.classifier, err = newClassifier(cfg); err != nil {
 		return nil, err
 	}
+	if cfg.recheckOn {
+		if e.rechecks, err = recheck.New(store, clock, cfg.recheck); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
 	e.providers = make([]provider, len(res.Providers))
 	for i := range res.Providers {
 		if err := e.prepareProvider(i, &cfg.providers[i]); err != nil {
@@ -426,6 +442,9 @@ func (e *Engine) prepareProvider(i int, cfg *providerSettings) error {
 			return fail(err)
 		}
 		if c.admit, err = admission.NewGate(cfg.conns[j].admit); err != nil {
+			return fail(err)
+		}
+		if c.recheck, err = recheck.NewConn(rp.ID, rc.ID); err != nil {
 			return fail(err)
 		}
 	}

@@ -28,7 +28,8 @@ const (
 
 // isLiveKey selects the shared-data records that change on most requests — concurrency
 // leases and queues (spw1:adm:), round-robin turns and decks (spw1:sel:), session pins
-// (spw1:aff:), the VM directory (spw1:vms) — which bypass the per-VM cache and do not bump
+// (spw1:aff:), the VM directory (spw1:vms), the terminal re-check's tick claim and schedules
+// (spw1:rck:) — which bypass the per-VM cache and do not bump
 // its generation, so they do not make every other worker re-read everything after every
 // request. It looks at the three bytes after the prefix only: it runs on every shared-data
 // access, and comparing strings is dear in a Go wasm module.
@@ -38,7 +39,7 @@ func isLiveKey(key string) bool {
 		return false
 	}
 	switch key[n : n+3] {
-	case "adm", "sel", "aff", "vms":
+	case "adm", "sel", "aff", "vms", "rck":
 		return true
 	}
 	return false
@@ -95,6 +96,8 @@ type pluginContext struct {
 	// gaugeEngine reads the gauges through gaugeCache (made when this VM first publishes).
 	gaugeEngine *engine.Engine
 	gaugeCache  *state.Cache
+	// rechecks is the terminal re-check's state (recheck.go); nil until its first tick.
+	rechecks *rechecker
 
 	// beforeCallback, when set (tests only), runs at the start of every stream callback.
 	beforeCallback func(callback string)
@@ -386,6 +389,7 @@ func (p *pluginContext) OnTick() {
 		p.setTick(idleTickMs)
 	}
 	p.publishGauges(p.vm.publishesGauges())
+	p.recheckTick()
 	p.metrics.flush()
 }
 

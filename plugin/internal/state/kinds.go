@@ -19,6 +19,8 @@ const (
 	KindSelectionCounter = 'R' // selection: a round-robin turn counter
 	KindSelectionDeck    = 'K' // selection: a strict-random deck
 	KindVMDirectory      = 'V' // admission: the directory of worker VMs and their heartbeats
+	KindRecheckSchedule  = 'S' // recheck: an expired connection's re-check schedule
+	KindRecheckTick      = 'U' // recheck: the process-wide claim of a re-check tick
 )
 
 // KindInfo names a record kind's owner.
@@ -43,4 +45,6 @@ var Kinds = []KindInfo{
 	{KindSelectionCounter, "selection", "round-robin counter"},
 	{KindSelectionDeck, "selection", "strict-random deck"},
 	{KindVMDirectory, "admission", "worker VM directory and heartbeats"},
+	{KindRecheckSchedule, "recheck", "expired connection re-check schedule"},
+	{KindRecheckTick, "recheck", "re-check tick claim"},
 }
