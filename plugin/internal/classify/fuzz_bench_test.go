@@ -80,6 +80,12 @@ func FuzzClassify(f *testing.F) {
 		if res.FromStatus != status || (!res.Restated && res.Status != status) || v.Status != res.Status {
 			t.Fatalf("restatement inconsistent: %+v / %+v", res, v)
 		}
+		// A client that sent the whole error body (every phrase in it an echo) gets no
+		// terminal state from its words: only Payment Required's own status is one.
+		in.Sent = textscan.Sent{Body: body}
+		if echoed, _ := c.Classify(in); echoed.Terminal != failure.TerminalNone && status != 402 {
+			t.Fatalf("a body the client sent whole is terminal on status %d: %+v", status, echoed)
+		}
 	})
 }
 
