@@ -7,6 +7,7 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/classify"
+	"github.com/spillwayproxy/spillway/plugin/internal/classify/textscan"
 	"github.com/spillwayproxy/spillway/plugin/internal/conncooldown"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/lockout"
@@ -21,6 +22,10 @@ type Outcome struct {
 	Body     []byte        // upstream error body (small; only failures are read)
 	TTFB     time.Duration // time to the response headers
 	Message  string        // short operator-facing summary for the connection's lastError
+	// Sent is what the client sent on the request (a read-only view, zero: unknown):
+	// classification takes a marker phrase it holds for an echo of the client's input, no
+	// evidence (classify's package doc, "Echoes"). Read only when a failure's marker matched.
+	Sent textscan.Sent
 }
 
 // Result is what the engine made of an attempt's outcome.
@@ -109,7 +114,7 @@ func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 		return r
 	}
 	r.Verdict, r.Restatement = e.classifier.Classify(classify.Input{Provider: pv.res.ID, Profile: pv.res.Profile,
-		Status: o.Status, TimedOut: o.TimedOut, Headers: o.Headers, Body: o.Body, Now: e.now()})
+		Status: o.Status, TimedOut: o.TimedOut, Headers: o.Headers, Body: o.Body, Now: e.now(), Sent: o.Sent})
 	r.RequestOnly = e.recordFailure(pv, cn, d, o, r.Verdict, note, &r.Effects)
 	return r
 }

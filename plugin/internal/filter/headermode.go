@@ -343,7 +343,7 @@ func (h *httpContext) headerRoutedResponseHeaders(endOfStream bool) (action type
 	if ok && len(details) > 0 && string(details) != viaUpstream {
 		h.envoyReply = string(details)
 	}
-	o := engine.Outcome{Status: status, Headers: hdrs, TTFB: ttfb}
+	o := engine.Outcome{Status: status, Headers: hdrs, TTFB: ttfb, Sent: h.sent()}
 	// Envoy's own reply, or a response without a body: nothing more to read, so it is
 	// decided as in body mode. Otherwise its status and headers decide.
 	bodyless := h.envoyReply != "" || endOfStream
@@ -468,7 +468,7 @@ func (h *httpContext) recordWatchedError() {
 		return
 	}
 	r := p.engine.Record(h.d, engine.Outcome{Status: h.status, Headers: h.respHdrs, Body: h.bufs.respBody,
-		TTFB: h.hm.ttfb}, &h.plan)
+		TTFB: h.hm.ttfb, Sent: h.sent()}, &h.plan)
 	h.inFlight = false
 	if r.Errors != nil {
 		proxywasm.LogDebugf("spillway: record failure on %s: %v", h.targetName(), r.Errors)

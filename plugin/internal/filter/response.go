@@ -270,6 +270,7 @@ func (h *httpContext) recordFailure(o engine.Outcome) failureResult {
 	fr.log.status = o.Status
 	switch {
 	case h.envoyReply == "":
+		o.Sent = h.sent()
 		r := p.engine.Record(h.d, o, &h.plan)
 		h.inFlight = false
 		if r.Errors != nil {

@@ -243,6 +243,7 @@ func (h *httpContext) rewriteTryBody() {
 // retry can reach takes it, the try's response headers get the marker. It reports whether
 // they did.
 func (h *httpContext) tryFailed(o engine.Outcome) (marked bool) {
+	o.Sent = h.sent() // the request's own: t.request() linked the try to h
 	if v, _ := h.plugin.engine.Preview(h.d, o); !v.Fallback || !h.takeRetryTarget() {
 		return false
 	}
