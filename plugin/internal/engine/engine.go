@@ -274,7 +274,7 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 			return nil, fmt.Errorf("engine: provider %q: %w", rp.ID, err)
 		}
 		ps.gate = providercooldown.ConfigFrom(res.ProviderCooldownEnabled, rp.ProviderCooldown)
-		ps.cooldown = conncooldown.ConfigFrom(rp.ConnectionCooldown)
+		ps.cooldown = conncooldown.ConfigFrom(rp.ConnectionCooldown, rp.Breaker.ProbeTimeout)
 		ps.lockout = lockout.ConfigFrom(res.ModelLockout, res.RequestQueue)
 		if len(rp.QuotaFamilies) > 0 {
 			ps.lockout.Family = rp.QuotaFamily
