@@ -109,7 +109,7 @@ func TestScenarioRecoveryAfterAnOutage(t *testing.T) {
 		t.Run(outage.String(), func(t *testing.T) {
 			run := simulateOutage(t, outage)
 			t.Logf("%v outage: %v", outage, run)
-			budget := ladderAttempts(outage, 2) + int((outage+3*time.Second-1)/(3*time.Second))
+			budget := ladderAttempts(outage, 2) + int(outage/(3*time.Second))
 			if run.firstOK < 0 || run.firstOK > 3*time.Second {
 				t.Errorf("first 200 %v after the recovery, want within 3 s", run.firstOK)
 			}

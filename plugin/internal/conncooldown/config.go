@@ -1,6 +1,7 @@
 // Package conncooldown keeps one connection's (account's or key's) cooldown and terminal state in
 // shared data: escalating backoff, upstream retry hints, thundering-herd protection, lazy
-// recovery, and the terminal states banned, expired and credits_exhausted.
+// recovery, and the terminal states banned, expired and credits_exhausted; and its
+// provider's recovery probe claim (probe.go), Spillway's deviation from the guide.
 package conncooldown
 
 import (
