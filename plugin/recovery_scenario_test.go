@@ -133,7 +133,7 @@ func TestScenarioOneRecoveryProbeAcrossWorkers(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		fail  func(upstreamCall) *hostsim.UpstreamResponse // what both keys answered, twice
-		probe bool                                          // then a request probes, 3 s later
+		probe bool                                         // then a request probes, 3 s later
 	}{
 		{name: "503", probe: true, fail: func(upstreamCall) *hostsim.UpstreamResponse {
 			return jsonError(503, `{"error":{"message":"upstream unavailable","type":"server_error"}}`)

@@ -129,7 +129,7 @@ func (t *Tracker) ClaimProbe(c Conn) (Claim, error) {
 			return nil, state.Keep, nil
 		}
 		next := probeRecord{claimedAt: now, until: now + t.cfg.ProbeTimeout.Milliseconds()}
-		claim = Claim{claimedAt: next.claimedAt, until: next.until}
+		claim = Claim(next)
 		return next.encode(), state.Write, nil
 	})
 	if err != nil {

@@ -15,10 +15,6 @@ type Dispatch struct {
 	Target  Target
 	Started time.Time
 	probe   breaker.Decision // the breaker's decision (holds the HALF_OPEN probe if any)
-	// recovery is the provider's recovery probe claim, held when the target was planned as
-	// the probe (Target.probe) and won it; ended when the attempt's outcome is recorded or
-	// the attempt is abandoned.
-	recovery conncooldown.Claim
 	Lease   admission.Lease  // concurrency slots held (released by Finish or Abandon)
 	Ticket  admission.Ticket // set when the attempt must wait for a slot
 	Waiting bool             // the attempt waits in the queue (TryDispatch again later)
@@ -34,6 +30,10 @@ type Dispatch struct {
 	// unleased: the attempt is counted in its connection's in-memory in-flight count (it
 	// holds no lease that shared data would count).
 	unleased bool
+	// recovery is the provider's recovery probe claim, held when the target was planned as
+	// the probe (Target.probe) and won it; ended when the attempt's outcome is recorded or
+	// the attempt is abandoned.
+	recovery conncooldown.Claim
 }
 
 // ErrTargetUnavailable reports that a planned target cannot take the attempt now: try the

@@ -34,14 +34,14 @@ type Target struct {
 }
 
 // Plan is the routing decision for one request: the eligible targets in the order to try
-// them, and every target skipped with the reason.
+// them, and every target skipped with the reason. A recovery probe (see Engine.Plan) is the
+// one target of its plan and stays listed in Excluded too: every request but the one that
+// claims it is answered as before.
 type Plan struct {
 	Model    string            // requested model
 	Route    int               // index in Resolved.Routes
 	Targets  []Target          // eligible, in order: [0] first, the rest for failover
 	Excluded []combo.Exclusion // skipped before dispatch (AllExcluded adds those skipped at dispatch)
-	// A recovery probe (see Plan) is the one target of its plan and stays listed in
-	// Excluded too: every request but the one that claims it is answered as before.
 	Pinned   bool              // the session's pin leads the order
 	Session  affinity.Key      // the session key (zero when affinity is off or absent)
 	pin      affinity.Pin      // the pin read, passed back when recording
