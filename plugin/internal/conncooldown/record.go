@@ -21,13 +21,25 @@ const (
 	maxMessageBytes = 160
 )
 
-// Conn names one connection: its key in shared data and the fingerprint of the credential it
-// uses now. Build it once per connection when the policy loads and reuse it: the hot path then
-// needs no allocation to find the record.
+// Shared-data keys, one builder per record kind (ids are validated first, so no two
+// connections or providers share a key):
+//
+//	spw1:cc:<provider>:<connection>  a connection's cooldown record (recordKind)
+//	spw1:ccp:<provider>              the provider's recovery probe claim (probeKind)
+func connKey(provider, connection string) string {
+	return state.KeyPrefix + "cc:" + provider + ":" + connection
+}
+
+func probeKey(provider string) string { return state.KeyPrefix + "ccp:" + provider }
+
+// Conn names one connection: its key in shared data (and its provider's recovery probe
+// key) and the fingerprint of the credential it uses now. Build it once per connection when
+// the policy loads and reuse it: the hot path then needs no allocation to find the record.
 type Conn struct {
 	provider    string
 	connection  string
 	key         string
+	probeKey    string
 	fingerprint uint64
 }
 
@@ -45,7 +57,8 @@ func NewConn(provider, connection, credentialFingerprint string) (Conn, error) {
 	return Conn{
 		provider:    provider,
 		connection:  connection,
-		key:         state.KeyPrefix + "cc:" + provider + ":" + connection,
+		key:         connKey(provider, connection),
+		probeKey:    probeKey(provider),
 		fingerprint: fingerprint(credentialFingerprint),
 	}, nil
 }

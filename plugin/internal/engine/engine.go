@@ -63,6 +63,15 @@
 //     (failure.Reason.Waitable: a rate limit or a concurrency limit, the would-be 429 of
 //     guide §4); an open breaker, another worker's HALF_OPEN probe (Retry-After about a
 //     second), 5xx, auth, quota, not-found and terminal states are answered at once.
+//   - The recovery probe, Spillway's deviation from the guide (README, "The resilience
+//     engine"; conncooldown's probe.go has the rules): when every target is excluded and each
+//     that may serve again cools for a server error, Plan lists the one whose cooldown ends
+//     soonest as the plan's only target if its provider's probe is ready, and Dispatch claims
+//     the probe (after the slots, like the breaker's HALF_OPEN probe) or excludes the target
+//     as the plan did. Its success clears the provider's server-error cooldowns set before
+//     it was sent; its failure escalates its connection and counts for neither the breaker
+//     nor the gate, unless it holds the breaker's probe too. Any other exclusion (a 429,
+//     quota, auth or capacity cooldown, a lockout, an open breaker, the gate) rules it out.
 //   - The load-aware strategies (least-used, p2c, fill-first) compare requests in flight:
 //     the leases shared data holds where a connection has a cap, plus this worker's own
 //     attempts that hold none, counted in memory by Dispatch and Release (no shared data).
@@ -289,7 +298,7 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 			return nil, fmt.Errorf("engine: provider %q: %w", rp.ID, err)
 		}
 		ps.gate = providercooldown.ConfigFrom(res.ProviderCooldownEnabled, rp.ProviderCooldown)
-		ps.cooldown = conncooldown.ConfigFrom(rp.ConnectionCooldown)
+		ps.cooldown = conncooldown.ConfigFrom(rp.ConnectionCooldown, rp.Breaker.ProbeTimeout)
 		ps.lockout = lockout.ConfigFrom(res.ModelLockout, res.RequestQueue)
 		if len(rp.QuotaFamilies) > 0 {
 			ps.lockout.Family = rp.QuotaFamily

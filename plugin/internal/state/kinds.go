@@ -9,6 +9,7 @@ const (
 	KindAffinityPin      = 'A' // affinity: a session pin slot
 	KindBreaker          = 'B' // breaker: one provider's circuit
 	KindConnCooldown     = 'C' // conncooldown: one connection's cooldown and terminal state
+	KindRecoveryProbe    = 'Y' // conncooldown: a provider's recovery probe claim
 	KindAdmissionConn    = 'Q' // admission: a connection's leases and waiting counts
 	KindAdmissionTickets = 'T' // admission: a connection's published queue tickets
 	KindAdmissionPool    = 'P' // admission: the global or a provider's lease pool
@@ -35,6 +36,7 @@ var Kinds = []KindInfo{
 	{KindAffinityPin, "affinity", "session pin slot"},
 	{KindBreaker, "breaker", "provider circuit"},
 	{KindConnCooldown, "conncooldown", "connection cooldown and terminal state"},
+	{KindRecoveryProbe, "conncooldown", "provider recovery probe claim"},
 	{KindAdmissionConn, "admission", "connection leases and waiting counts"},
 	{KindAdmissionTickets, "admission", "connection's published queue tickets"},
 	{KindAdmissionPool, "admission", "global or provider lease pool"},
