@@ -81,7 +81,9 @@ func TestPolicyWideDefaults(t *testing.T) {
 		{"lockout", r.ModelLockout, ModelLockoutSettings{false, []int{403, 404, 429, 502, 503, 504}, 120 * time.Second, 30 * time.Minute, 10, true, 24 * time.Hour, 30 * time.Minute}},
 		{"queue", r.RequestQueue, RequestQueueSettings{30 * time.Second, 10 * time.Minute, 0}},
 		{"combo wait", r.ComboCooldownWait, ComboCooldownWaitSettings{ComboCooldownWaitEnabled, ComboCooldownWaitMaxWait, ComboCooldownWaitMaxAttempts, ComboCooldownWaitBudget}},
-		{"failover", r.Failover, FailoverSettings{MaxAttempts: FailoverMaxAttempts, Budget: FailoverBudget}},
+		// Failover that streams is the default (design.md §4, decided in turn 3): an unset via
+		// goes through the router in body-routed mode.
+		{"failover", r.Failover, FailoverSettings{MaxAttempts: FailoverMaxAttempts, Budget: FailoverBudget, ViaRouter: true}},
 		{"watchdog", r.ThroughputWatchdog, ThroughputWatchdogSettings{false, ThroughputWatchdogWindow, ThroughputWatchdogWarmup, ThroughputWatchdogMinBytesPerSec, ThroughputWatchdogMinOutput}},
 		{"content stall", r.ContentStall, ContentStallSettings{false, 2 * time.Minute}},
 		{"p2c", r.P2CLatency, P2CLatencySettings{0, 20, 15 * time.Minute, 3}},
