@@ -215,7 +215,7 @@ func requireDefaultFailover(t *testing.T, tg *e2etest.Target, c defaultFailoverC
 		before = <-firstEvents
 	}
 	first, released := before[len(before)-1].At, hold.releasedAt()
-	t.Logf("Envoy 1.%d: first content %v after the request, %v after %s's request arrived; its generation lasted %v (held until %v after the request)",
+	t.Logf("Envoy 1.%d, "+c.name+": first content %v after the request, %v after %s's request arrived; its generation lasted %v (held until %v after the request)",
 		release, first.Sub(sent).Round(time.Millisecond), first.Sub(start).Round(time.Millisecond), c.credential,
 		released.Sub(start).Round(time.Millisecond), released.Sub(sent).Round(time.Millisecond))
 	if streams != first.Before(released) {

@@ -183,7 +183,7 @@ func (o Options) withDefaults() (Options, error) {
 		}
 	}
 	if o.EnvoyMinor < SupportedEnvoyMinor {
-		errs = append(errs, fmt.Errorf("Envoy 1.%d is not supported (1.%d or newer)", o.EnvoyMinor, SupportedEnvoyMinor))
+		errs = append(errs, fmt.Errorf("envoy release 1.%d is not supported (Envoy 1.%d or newer)", o.EnvoyMinor, SupportedEnvoyMinor))
 	}
 	if _, ok := wasmv3.FailurePolicy_name[int32(o.FailurePolicy)]; !ok {
 		errs = append(errs, fmt.Errorf("unknown failure policy %d", o.FailurePolicy))

@@ -399,7 +399,7 @@ func TestRouterIsInlineOnly(t *testing.T) {
 		t.Errorf("ExtensionConfig of a router policy: %v, want ErrRouterNeedsInline", err)
 	}
 	if _, err := envoy.Bootstrap(loadDemo(t), envoy.Options{Upstreams: demoUpstreams, EnvoyMinor: 35}); err == nil ||
-		!strings.Contains(err.Error(), "Envoy 1.35 is not supported") {
+		!strings.Contains(err.Error(), "envoy release 1.35 is not supported") {
 		t.Errorf("Envoy 1.35: %v", err)
 	}
 }

@@ -311,9 +311,10 @@ func (h *httpContext) responseAfterTries() {
 		p.metrics.unlinked.Increment(1)
 		if !p.vm.unlinkedLogged {
 			p.vm.unlinkedLogged = true
-			proxywasm.LogCriticalf("spillway: resilience.failover.via is router, but no upstream instance saw a try " +
-				"of a request: attach the module as each provider cluster's upstream HTTP filter (root_id " +
-				"spillway.upstream) on the same vm_config; failing over by callout meanwhile")
+			proxywasm.LogCriticalf("spillway: failover goes through the router (resilience.failover.via router, or " +
+				"unset: the default), but no upstream instance saw a try of a request: attach the module as each " +
+				"provider cluster's upstream HTTP filter (root_id spillway.upstream) on the same vm_config, or set " +
+				"resilience.failover.via: callout; failing over by callout meanwhile")
 		}
 	}
 }
