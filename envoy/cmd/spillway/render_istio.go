@@ -128,13 +128,13 @@ func renderIstio(_ context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	var doc bytes.Buffer
 	fmt.Fprintf(&doc, "# Istio (>= 1.28) manifests for Spillway, generated from %s by:\n#   %s\n", source, commandLine("istio", args))
-	doc.WriteString("# Do not edit: change the policy or the flags and render again. Secrets come from the\n" +
-		"# istio-proxy container's environment, never from this file. See istio/README.md.\n")
 	why := ""
 	if !m.Failover.ViaRouter && f.opts.Mode != istio.ModeFull {
 		why = " (header-routed mode, which " + string(f.opts.Mode) + " needs)"
 	}
 	fmt.Fprintf(&doc, "# Failover: rendered for Istio 1.%d (-istio-version), %s%s.\n", f.opts.IstioMinor, envoyrelease.Streams(m.Failover), why)
+	doc.WriteString("# Do not edit: change the policy or the flags and render again. Secrets come from the\n" +
+		"# istio-proxy container's environment, never from this file. See istio/README.md.\n")
 	if len(m.HostEnv) > 0 {
 		fmt.Fprintf(&doc, "# The filter reads from the istio-proxy container's environment: %s\n", strings.Join(m.HostEnv, ", "))
 	}
