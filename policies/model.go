@@ -423,21 +423,28 @@ type Failover struct {
 	// BudgetMs is the total time one request may spend on attempts before Spillway answers
 	// with the last failure. Default 10 min; rejected outside 1 s–24 h.
 	BudgetMs *int64 `json:"budgetMs,omitempty" jsonschema:"minimum=1000,maximum=86400000"`
-	// Via is how a failover attempt reaches its target. callout (the default) sends it with
-	// proxy_http_call from the HTTP connection manager's filter: any target, but the
-	// attempt's response reaches the client only once complete. router has Envoy's router
-	// retry the request through Spillway's upstream HTTP filter on the provider cluster, so
-	// a failover attempt streams: it needs that filter and the route's retry policy (the
-	// envoy generator writes both) and body-routed mode, and it fails over this way only to
-	// targets on the first target's cluster with its model, on what the status and headers
-	// of a failed try say; every other failover still goes by callout.
+	// Via is how a failover attempt reaches its target. router has Envoy's router retry the
+	// request through Spillway's upstream HTTP filter on the provider cluster, so a failover
+	// attempt streams: it needs that filter and the route's retry policy (render envoy,
+	// render istio's Full mode and hostsim serve write both) and body-routed mode, and it
+	// fails over this way to the targets a retry can reach (the first target's cluster and
+	// model; any with crossCluster), on what the status and headers of a failed try say
+	// (its body too with holdTries); every other failover still goes by callout. callout
+	// sends every failover attempt with proxy_http_call from the HTTP connection manager's
+	// filter: any target, but the attempt's response reaches the client only once complete.
+	// Default: router in body-routed mode, callout in header-routed mode (routing.mode:
+	// headers, which refuses router). A proxy without the upstream filter is detected
+	// (spillway_router_unlinked_total, a critical log once per VM) and fails over by
+	// callout; set callout to keep the callout path without the detector.
 	Via FailoverVia `json:"via,omitempty" jsonschema:"enum=callout,enum=router"`
 	// HoldTries (router only) has the upstream instance hold a failed try's response to
 	// read its error body, and a 200 event stream until its first event, before it decides
 	// whether the try fails over, as the callout path decides; without it a try fails over
 	// on its status and headers alone, and a failure only its body shows is failed over by
 	// callout. It needs Envoy ≥ 1.37: releasing a held try for a retry is undefined
-	// behaviour before envoyproxy/envoy#41879. Default false.
+	// behaviour before envoyproxy/envoy#41879. Default false; render envoy, render istio
+	// and hostsim serve set it from the Envoy release they render for (on from 1.37) and
+	// refuse true for an older one.
 	HoldTries *bool `json:"holdTries,omitempty"`
 	// CrossCluster (router only) lets a retry go to a target on another cluster, with another
 	// model, so a fallback to another provider streams too: the route picks its cluster with
@@ -445,7 +452,8 @@ type Failover struct {
 	// (RetryPolicy.refresh_cluster_on_retry); the Envoy generator writes that route instead
 	// of the cluster_header one. It needs Envoy ≥ 1.39. Without it a retry stays on the first
 	// target's cluster and model, and a fallback to another provider goes by callout.
-	// Default false.
+	// Default false; render envoy and hostsim serve set it from the Envoy release they
+	// render for (on from 1.39) and refuse true for an older one; render istio refuses it.
 	CrossCluster *bool `json:"crossCluster,omitempty"`
 }
 

@@ -217,13 +217,31 @@ type ComboCooldownWaitSettings struct {
 type FailoverSettings struct {
 	MaxAttempts int
 	Budget      time.Duration
-	// ViaRouter: failover attempts on the first target's cluster go as the router's
-	// retries through the upstream filter (Failover.Via router).
+	// ViaRouter: failover attempts go as the router's retries through the upstream filter
+	// where they can (see ViaRouter: Failover.Via router, or unset in body-routed mode).
 	ViaRouter bool
 	// HoldTries: the upstream instance holds a failed try to read its body (router only).
 	HoldTries bool
 	// CrossCluster: a retry may go to another cluster and model (router only).
 	CrossCluster bool
+}
+
+// ViaRouter is the one place that decides how failover reaches its target: through the
+// router (Failover.Via router) unless the policy says callout or routes by header
+// (routing.mode: headers, where the target is picked before the body is read, so a try
+// has nothing to replay: validate refuses router there). An unset via is router in
+// body-routed mode: failover that streams is the default, and a deployment without the
+// upstream filter is caught by the filter's unlinked detector, which fails over by callout
+// (README, "Failover that keeps streaming"). The generators write the upstream filter for
+// it and say the path in the policy they render (policies/envoyrelease.Settle).
+func ViaRouter(via FailoverVia, mode RoutingMode) bool {
+	switch via {
+	case FailoverViaRouter:
+		return true
+	case FailoverViaCallout:
+		return false
+	}
+	return mode != RoutingModeHeaders
 }
 
 // ThroughputWatchdogSettings are the slow-stream watchdog settings.
@@ -451,7 +469,7 @@ func (p *Policy) Resolved() *Resolved {
 	res.Failover = FailoverSettings{
 		MaxAttempts: intOr(rs.Failover.MaxAttempts, FailoverMaxAttempts),
 		Budget:      msOr(rs.Failover.BudgetMs, FailoverBudget),
-		ViaRouter:   rs.Failover.Via == FailoverViaRouter,
+		ViaRouter:   ViaRouter(rs.Failover.Via, p.Routing.Mode),
 	}
 	res.Failover.HoldTries = res.Failover.ViaRouter && boolOr(rs.Failover.HoldTries, false)
 	res.Failover.CrossCluster = res.Failover.ViaRouter && boolOr(rs.Failover.CrossCluster, false)

@@ -257,11 +257,28 @@ func (v *validator) failover(f *Failover, path string) {
 		vp := joinField(path, "via")
 		v.fail(vp, "unknown failover path "+v.quote(vp, string(f.Via))+" (want callout or router)")
 	}
-	if f.HoldTries != nil && *f.HoldTries && f.Via != FailoverViaRouter {
-		v.warn(joinField(path, "holdTries"), "only router-mode failover reads it (via: router); the callout path always reads a failure's body")
+}
+
+// failoverPath checks the failover switches against the path failover takes (ViaRouter),
+// which the routing mode decides for an unset via.
+func (v *validator) failoverPath(f *Failover, mode RoutingMode, path string) {
+	if f.Via == FailoverViaRouter && mode == RoutingModeHeaders {
+		v.fail(joinField(path, "via"), "router needs body-routed mode: its tries start from a request whose body was read and "+
+			"checked before the first try left; header-routed mode (routing.mode: headers) fails over by callout")
+		return
 	}
-	if f.CrossCluster != nil && *f.CrossCluster && f.Via != FailoverViaRouter {
-		v.warn(joinField(path, "crossCluster"), "only router-mode failover reads it (via: router); the callout path reaches every cluster")
+	if ViaRouter(f.Via, mode) {
+		return
+	}
+	why := "via: callout"
+	if f.Via == "" {
+		why = "header-routed mode fails over by callout"
+	}
+	if f.HoldTries != nil && *f.HoldTries {
+		v.warn(joinField(path, "holdTries"), "only router-mode failover reads it ("+why+"); the callout path always reads a failure's body")
+	}
+	if f.CrossCluster != nil && *f.CrossCluster {
+		v.warn(joinField(path, "crossCluster"), "only router-mode failover reads it ("+why+"); the callout path reaches every cluster")
 	}
 }
 

@@ -157,10 +157,14 @@ func faultPolicy(t *testing.T, cases []faultCase, spare bool) string {
 		}
 		routes = append(routes, map[string]any{"model": c.slug(), "strategy": "priority", "targets": targets})
 	}
-	doc := map[string]any{"providers": providers, "routes": routes}
+	// The spare hides a fault by a callout, whose answer the access line names as
+	// Spillway's local reply (requireFaultAccessLine): via: callout, said explicitly since
+	// an unset via fails over through the router.
+	failover := map[string]any{"via": "callout"}
 	if !spare {
-		doc["resilience"] = map[string]any{"failover": map[string]any{"maxAttempts": 1}}
+		failover["maxAttempts"] = 1
 	}
+	doc := map[string]any{"providers": providers, "routes": routes, "resilience": map[string]any{"failover": failover}}
 	b, err := json.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
