@@ -30,6 +30,7 @@ var scenarios = []scenario{
 	{"streaming pass-through and time to first content", testStreamingPassThrough},
 	{"errors inside a stream", testErrorInStream},
 	{"a truncated stream", testTruncatedStream},
+	{"a cut stream reaches openai-go and anthropic-sdk-go as an API error", testCutStreamSDKs},
 	{"a client disconnect gives its slot back", testClientDisconnect},
 	{"openai-go and anthropic-sdk-go, JSON and streaming, first key rate-limited", testSDKs},
 	{"the SDKs' own retry honours the proxy's Retry-After", testSDKRetryAfter},

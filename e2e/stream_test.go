@@ -1,11 +1,18 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/openai/openai-go/v3/responses"
+	"github.com/tidwall/gjson"
 
 	"github.com/spillwayproxy/spillway/e2e/internal/e2etest"
 	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
@@ -128,9 +135,10 @@ func joinEvents(events []e2etest.Event) string {
 	return b.String()
 }
 
-// A stream that ends cleanly without [DONE] reaches the client as it is, and counts as
-// a failure of the key that served it (a synthesised 502): the key cools and the next
-// request goes to the spare.
+// A stream that ends cleanly without [DONE] reaches the client as it came, ended with
+// Spillway's error event (code stream_truncated, then [DONE]: testCutStreamSDKs has what the
+// SDKs make of it), and counts as a failure of the key that served it (a synthesised 502):
+// the key cools and the next request goes to the spare.
 func testTruncatedStream(t *testing.T, start e2etest.Starter) {
 	tg := start(t, streamPolicy)
 	fake := tg.Fake(t, "fake-openai")
@@ -138,8 +146,10 @@ func testTruncatedStream(t *testing.T, start e2etest.Starter) {
 	s := openStream(t, tg, "m-trunc", nil)
 	events, err := s.Rest()
 	all := joinEvents(events)
-	if !errors.Is(err, io.EOF) || strings.Count(all, `"content":"`) != 4 || strings.Contains(all, "[DONE]") {
-		t.Fatalf("truncated: %v:\n%s", err, all) // the role chunk and three content chunks, a clean end
+	n := len(events)
+	if !errors.Is(err, io.EOF) || strings.Count(all, `"content":"`) != 4 || n < 2 || events[n-1].Text != "data: [DONE]" ||
+		gjson.Get(strings.TrimPrefix(events[n-2].Text, "data: "), "error.code").Str != "stream_truncated" {
+		t.Fatalf("truncated: %v:\n%s", err, all) // the role chunk and three content chunks, the error event, a clean end
 	}
 	e2etest.WaitFor(t, "trunc-a to be marked failed", func() bool { // recorded when the stream ends in the filter
 		_, c := tg.Admin(t, "GET", "resilience/cooldowns", "")
@@ -185,4 +195,116 @@ func testClientDisconnect(t *testing.T, start e2etest.Starter) {
 		t.Errorf("gone after its client left: %s", c.Get(`connections.#(id=="gone")`).Raw)
 	}
 	requireRequests(t, "disconnect", fake, map[string]int{"key-gone": 2})
+}
+
+// cutPolicy gives each API of the cut-stream scenario its own key, so that one's
+// truncation (which cools its key) never meets another's request.
+const cutPolicy = `
+providers:
+  - id: openai
+    cluster: fake-openai
+    connections:
+      - {id: chat, credential: {header: authorization, value: "Bearer key-cut-chat"}}
+      - {id: resp, credential: {header: authorization, value: "Bearer key-cut-resp"}}
+      - {id: reset, credential: {header: authorization, value: "Bearer key-cut-reset"}}
+  - id: anthropic
+    api: anthropic
+    cluster: fake-anthropic
+    connections:
+      - {id: msgs, credential: {header: x-api-key, value: "key-cut-msgs"}}
+routes:
+  - {model: m-chat, targets: [{provider: openai, connection: chat}]}
+  - {model: m-resp, targets: [{provider: openai, connection: resp}]}
+  - {model: m-reset, targets: [{provider: openai, connection: reset}]}
+  - {model: m-msgs, targets: [{provider: anthropic, connection: msgs}]}
+`
+
+// A stream the provider ends cleanly after some content without its terminal event reaches
+// the SDKs as an API error with Spillway's code stream_truncated, after the content that
+// came: openai-go's chat stream stops with its StreamError, anthropic-sdk-go's with its API
+// error, and a Responses stream ends with response.failed (the API's own end of a failed
+// response, which openai-go hands over as an event). Without the error event each of them
+// would end as if the answer were whole. A stream the provider resets instead can take
+// nothing more: the proxy drops the HTTP/1.1 connection before the body's last chunk, and
+// the SDK reports the broken body (unexpected EOF).
+func testCutStreamSDKs(t *testing.T, start e2etest.Starter) {
+	tg := start(t, cutPolicy)
+	oa, an := tg.Fake(t, "fake-openai"), tg.Fake(t, "fake-anthropic")
+	cut := fakeprovider.Fault{Scenario: fakeprovider.ScenarioTruncate, AfterEvents: 3}
+	oa.ScriptFor("key-cut-chat", cut)
+	oa.ScriptFor("key-cut-resp", cut)
+	an.ScriptFor("key-cut-msgs", cut)
+	oa.ScriptFor("key-cut-reset", fakeprovider.Fault{Scenario: fakeprovider.ScenarioReset, AfterEvents: 3})
+	ctx := context.Background()
+	const firstWords = "Hello from fake-" // three content events of the fake's answer
+
+	t.Run("openai-go chat completions", func(t *testing.T) {
+		client := openAIClient(tg)
+		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "m-chat",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello")}})
+		var text strings.Builder
+		for stream.Next() {
+			if cs := stream.Current().Choices; len(cs) > 0 {
+				text.WriteString(cs[0].Delta.Content)
+			}
+		}
+		var se *ssestream.StreamError
+		if !errors.As(stream.Err(), &se) || gjson.GetBytes(se.Event.Data, "error.code").Str != "stream_truncated" {
+			t.Fatalf("the stream ended with %v (%T), want the SDK's StreamError with code stream_truncated", stream.Err(), stream.Err())
+		}
+		if !strings.HasPrefix(text.String(), firstWords) {
+			t.Fatalf("content before the error %q", text.String())
+		}
+	})
+	t.Run("openai-go responses", func(t *testing.T) {
+		client := openAIClient(tg)
+		stream := client.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "m-resp",
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Hello")}})
+		var text strings.Builder
+		var last responses.ResponseStreamEventUnion
+		for stream.Next() {
+			last = stream.Current()
+			text.WriteString(last.AsResponseOutputTextDelta().Delta)
+		}
+		failed := last.AsResponseFailed()
+		if stream.Err() != nil || last.Type != "response.failed" || failed.Response.Status != "failed" ||
+			string(failed.Response.Error.Code) != "stream_truncated" {
+			t.Fatalf("last event %s, err %v; want response.failed with code stream_truncated", last.RawJSON(), stream.Err())
+		}
+		if !strings.HasPrefix(text.String(), firstWords) {
+			t.Fatalf("content before the error %q", text.String())
+		}
+	})
+	t.Run("anthropic-sdk-go messages", func(t *testing.T) {
+		client := anthropicClient(tg)
+		stream := client.Messages.NewStreaming(ctx, anthropic.MessageNewParams{Model: "m-msgs", MaxTokens: 64,
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Hello"))}})
+		var text strings.Builder
+		for stream.Next() {
+			text.WriteString(stream.Current().Delta.Text)
+		}
+		var ae *anthropic.Error
+		if !errors.As(stream.Err(), &ae) || !strings.Contains(ae.Error(), "api_error") || !strings.Contains(ae.Error(), "stream_truncated") {
+			t.Fatalf("the stream ended with %v (%T), want the SDK's API error naming stream_truncated", stream.Err(), stream.Err())
+		}
+		if !strings.HasPrefix(text.String(), firstWords) {
+			t.Fatalf("content before the error %q", text.String())
+		}
+	})
+	t.Run("openai-go chat completions, reset", func(t *testing.T) {
+		client := openAIClient(tg)
+		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "m-reset",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello")}})
+		var text strings.Builder
+		for stream.Next() {
+			if cs := stream.Current().Choices; len(cs) > 0 {
+				text.WriteString(cs[0].Delta.Content)
+			}
+		}
+		if !errors.Is(stream.Err(), io.ErrUnexpectedEOF) || !strings.HasPrefix(text.String(), firstWords) {
+			t.Fatalf("after %q the stream ended with %v, want the broken body's unexpected EOF", text.String(), stream.Err())
+		}
+	})
+	requireRequests(t, "cut streams", oa, map[string]int{"key-cut-chat": 1, "key-cut-resp": 1, "key-cut-reset": 1})
+	requireRequests(t, "cut streams", an, map[string]int{"key-cut-msgs": 1})
 }

@@ -100,10 +100,13 @@ func Bootstrap(p *Policy, opts Options) (*bootstrapv3.Bootstrap, error) {
 	} else if !hasCluster(ups, defaultCluster) {
 		return nil, fmt.Errorf("envoy: default cluster %q is not a provider's cluster", defaultCluster)
 	}
-	viaRouter := p.Resolved.Failover.ViaRouter
-	if viaRouter && o.XDS != "" {
-		return nil, fmt.Errorf("envoy: %w", policies.Errors{ErrRouterNeedsInline})
+	if p, err = p.For(o); err != nil {
+		return nil, err
 	}
+	if err := errIfRouterWithoutFilter(p, o); err != nil {
+		return nil, err
+	}
+	viaRouter := p.Resolved.Failover.ViaRouter
 	filter, err := spillwayFilter(p, o)
 	if err != nil {
 		return nil, err

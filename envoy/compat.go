@@ -9,6 +9,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/envoylimits"
+	"github.com/spillwayproxy/spillway/policies/envoyrelease"
 )
 
 // Fits reports whether a new policy can replace base's in a running Envoy whose bootstrap
@@ -19,6 +20,13 @@ import (
 // The error lists each conflict as a policies.FieldError; the warnings say where Envoy's
 // idle timer would now end a request before the filter's own bounds do.
 func Fits(base, next *Policy) (warnings []string, err error) {
+	// Both as the control plane serves them, to a bootstrap without the upstream filter.
+	if base, err = base.forECDS(Options{}); err != nil {
+		return nil, err
+	}
+	if next, err = next.forECDS(Options{}); err != nil {
+		return nil, err
+	}
 	var errs policies.Errors
 	known := make(map[string]bool)
 	var names []string
@@ -90,14 +98,16 @@ func VersionMinor(versionOutput []byte) (int, error) {
 	return strconv.Atoi(string(m[1]))
 }
 
-// SupportedEnvoyMinor is the oldest supported Envoy, 1.36: every configuration this package
-// generates needs nothing newer.
-const SupportedEnvoyMinor = 36
+// SupportedEnvoyMinor is the oldest supported Envoy, 1.36 (envoyrelease.Oldest): every
+// configuration this package generates for it needs nothing newer, and it is the release
+// Options.EnvoyMinor defaults to.
+const SupportedEnvoyMinor = envoyrelease.Oldest
 
 // RequiredEnvoy says which Envoy release the configuration rendered for a policy needs
 // (1.minor) and why: each feature it relies on with the release that introduced it. Only
-// the policy decides: failover through the router (resilience.failover.via: router) adds
-// the upstream filter and the route's retry buffer, holdTries needs 1.37, crossCluster 1.39.
+// the policy decides (a settled one, see Policy.For): failover through the router adds the
+// upstream filter and the route's retry buffer, holdTries needs 1.37, crossCluster 1.39
+// (envoyrelease.HoldTries, envoyrelease.CrossCluster).
 func RequiredEnvoy(p *Policy) (minor int, features []EnvoyFeature) {
 	features = []EnvoyFeature{
 		// proxy-wasm-cpp-host #427 (fd_fdstat_set_flags, sched_yield, poll_oneoff).
@@ -125,11 +135,11 @@ func RequiredEnvoy(p *Policy) (minor int, features []EnvoyFeature) {
 		// retried on 5xx and the filter returned FilterHeadersStatus::StopIteration in
 		// encodeHeaders()" (envoyproxy/envoy#41879); before it the release is undefined
 		// behaviour. The configuration is the same: only the plugin acts differently.
-		features = append(features, EnvoyFeature{"a try held by the upstream filter released for a retry (failover.holdTries)", 37})
+		features = append(features, EnvoyFeature{"a try held by the upstream filter released for a retry (failover.holdTries)", envoyrelease.HoldTries})
 	}
 	if p.Resolved.Failover.CrossCluster {
 		// changelogs/1.39.0.yaml: refresh_cluster_on_retry (envoyproxy/envoy#44719).
-		features = append(features, EnvoyFeature{"RetryPolicy.refresh_cluster_on_retry with the matcher cluster specifier (failover.crossCluster)", 39})
+		features = append(features, EnvoyFeature{"RetryPolicy.refresh_cluster_on_retry with the matcher cluster specifier (failover.crossCluster)", envoyrelease.CrossCluster})
 	}
 	for _, f := range features {
 		minor = max(minor, f.Since)

@@ -34,10 +34,14 @@
 //     against the provider host, HTTP/2 or HTTP/1.1 by ALPN.
 //   - stats_tags that turn Spillway's metric names into tagged Envoy stats.
 //
-// Failover through the router: exactly when the policy says resilience.failover.via: router
-// (policies.FailoverSettings.ViaRouter; the default, callout, leaves the bootstrap as above),
+// Failover through the router: exactly when the policy fails over through the router
+// (policies.ViaRouter: resilience.failover.via router, or unset in body-routed mode, the
+// default; via: callout, header-routed mode and Options.XDS leave the bootstrap as above),
 // failover goes through Envoy's own router retries, so that a streamed request can move to
-// another connection before its first byte reaches the client:
+// another connection before its first byte reaches the client. The bootstrap is for one
+// release, Options.EnvoyMinor (default SupportedEnvoyMinor): Policy.For writes the failover
+// path into the plugin configuration, the switches the policy leaves unset chosen for that
+// release (policies/envoyrelease), and Bootstrap renders the settled policy:
 //
 //   - Every provider cluster's HttpProtocolOptions (the protocol it already chose kept) get
 //     http_filters [the Wasm filter with root_id UpstreamRootID, envoy.filters.http.upstream_codec].
@@ -62,7 +66,8 @@
 //     of a provider outage with the failed try's response).
 //
 // It needs Envoy 1.31 (Wasm upstream) and 1.36 (request_body_buffer_limit), see
-// RequiredEnvoy, and is refused with Options.XDS (ErrRouterNeedsInline, at the policy field).
+// RequiredEnvoy; an explicit via: router is refused with Options.XDS (ErrRouterNeedsInline,
+// at the policy field), where an unset via is callout.
 //
 // ECDS (Envoy's extension config discovery): with Options.XDS set the bootstrap's HTTP
 // filter has no inline configuration but a config_discovery source naming the control plane

@@ -84,6 +84,13 @@ func ExtensionConfig(p *Policy, opts Options) (*corev3.TypedExtensionConfig, err
 	if err := checkRouting(p); err != nil {
 		return nil, err // the bootstrap's route reads filter state
 	}
+	// A bootstrap that takes the filter over ECDS has no upstream filter.
+	if p, err = p.forECDS(o); err != nil {
+		return nil, err
+	}
+	if err := errIfRouterWithoutFilter(p, Options{XDS: "ecds"}); err != nil {
+		return nil, err
+	}
 	w, err := wasmFilter(p, o)
 	if err != nil {
 		return nil, err

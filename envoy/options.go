@@ -94,6 +94,14 @@ type Options struct {
 	ConnectTimeout time.Duration
 	// StatsTags turn Spillway's metric names into tagged stats (Envoy's stats_tags).
 	StatsTags []StatsTag
+	// EnvoyMinor is the Envoy release the configuration is for, 1.EnvoyMinor (flag
+	// -envoy-version). The failover switches the policy leaves unset are chosen for it and
+	// the ones it sets are checked against it (Policy.For: holdTries from 1.37, crossCluster
+	// from 1.39). Default SupportedEnvoyMinor, the oldest supported release: a bootstrap for
+	// it runs on every supported Envoy, and nothing a newer one allows is switched on
+	// unasked (refresh_cluster_on_retry is a field 1.36–1.38 refuse, and a held try
+	// released for a retry is undefined behaviour there).
+	EnvoyMinor int
 	// XDS, when set (host:port), makes the bootstrap take the filter's configuration from
 	// a control plane over ECDS (see package envoy/xds) instead of inline. A policy that
 	// fails over through the router (resilience.failover.via: router) is refused with it:
@@ -151,6 +159,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ConnectTimeout == 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
 	}
+	if o.EnvoyMinor == 0 {
+		o.EnvoyMinor = SupportedEnvoyMinor
+	}
 	if o.FailurePolicy == wasmv3.FailurePolicy_UNSPECIFIED {
 		o.FailurePolicy = DefaultFailurePolicy
 	}
@@ -170,6 +181,9 @@ func (o Options) withDefaults() (Options, error) {
 		if _, err := hex.DecodeString(m.SHA256); err != nil || len(m.SHA256) != 64 {
 			errs = append(errs, errors.New("module: sha256 must be 64 hex digits"))
 		}
+	}
+	if o.EnvoyMinor < SupportedEnvoyMinor {
+		errs = append(errs, fmt.Errorf("envoy release 1.%d is not supported (Envoy 1.%d or newer)", o.EnvoyMinor, SupportedEnvoyMinor))
 	}
 	if _, ok := wasmv3.FailurePolicy_name[int32(o.FailurePolicy)]; !ok {
 		errs = append(errs, fmt.Errorf("unknown failure policy %d", o.FailurePolicy))

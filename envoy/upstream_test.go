@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
 	"github.com/spillwayproxy/spillway/envoy"
@@ -52,10 +53,11 @@ routes: [{model: "*", targets: [{provider: openai}, {provider: local}]}]
 // viaRouter is appended to a policy to fail over through the router.
 const viaRouter = "\nresilience: {failover: {via: router}}\n"
 
-// TestCalloutIsTheShippedBootstrap: a policy that fails over by callout (the demo, by
-// default) gets the bootstrap envoy.yaml ships (whose bytes envoy/cmd/spillway's golden test
-// pins), message for message: no upstream filter, no retry policy.
-func TestCalloutIsTheShippedBootstrap(t *testing.T) {
+// TestDemoIsTheShippedBootstrap: the demo policy, which leaves failover.via unset and so
+// fails over through the router (design.md §4: failover that streams is the default), gets
+// the bootstrap envoy.yaml ships (whose bytes envoy/cmd/spillway's golden test pins),
+// message for message: the upstream filter and the retry policy included.
+func TestDemoIsTheShippedBootstrap(t *testing.T) {
 	data, err := os.ReadFile("envoy.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -73,21 +75,46 @@ func TestCalloutIsTheShippedBootstrap(t *testing.T) {
 		t.Fatal("envoy.yaml has no stats_tags: the comparison below would not be the CLI's")
 	}
 	demo := loadDemo(t)
-	if demo.Resolved.Failover.ViaRouter {
-		t.Fatal("the demo policy fails over through the router: this test needs a callout policy")
+	if demo.Parsed.Resilience.Failover.Via != "" {
+		t.Fatal("the demo policy sets failover.via: this test is about the default")
 	}
 	got := bootstrap(t, demo, envoy.Options{Upstreams: demoUpstreams, StatsTags: tags})
 	if diff := cmp.Diff(&golden, got, protocmp.Transform()); diff != "" {
 		t.Errorf("the default bootstrap differs from envoy.yaml (-golden +got):\n%s", diff)
 	}
+	if !bootstrapHasRetries(t, got) {
+		t.Error("the demo's bootstrap has no router retries: an unset via must fail over through the router")
+	}
+	// The default is the router path exactly: the bootstrap of the same policy with
+	// via: router written out is the same, plugin configuration included (Policy.For writes
+	// the unset switches into it).
+	explicit, err := sjson.SetBytes(demoJSON(t), "resilience.failover.via", "router")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got, bootstrap(t, load(t, string(explicit), envoy.LoadOptions{}), envoy.Options{Upstreams: demoUpstreams, StatsTags: tags}),
+		protocmp.Transform()); diff != "" {
+		t.Errorf("the default differs from via: router (-default +router):\n%s", diff)
+	}
+}
+
+// demoJSON is the demo policy as JSON.
+func demoJSON(t *testing.T) []byte {
+	t.Helper()
+	doc, err := policyfile.ToJSON(examples.Demo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
 }
 
 // TestRouterAddsOnlyItsFields: failover.via router adds the upstream chain, the circuit
 // breaker, the retry policy and the route's buffer limit, and changes nothing else — the
-// plugin configuration aside, which is the policy itself and says via: router.
+// plugin configuration aside, which is the policy itself and says via: router — against
+// via: callout.
 func TestRouterAddsOnlyItsFields(t *testing.T) {
 	opts := envoy.Options{Upstreams: map[string]string{"ollama": "http://10.0.0.7:11434"}}
-	off := bootstrap(t, load(t, twoClusters, envoy.LoadOptions{}), opts)
+	off := bootstrap(t, load(t, twoClusters+"\nresilience: {failover: {via: callout}}\n", envoy.LoadOptions{}), opts)
 	onPolicy := load(t, twoClusters+viaRouter, envoy.LoadOptions{})
 	on := bootstrap(t, onPolicy, opts)
 	if bootstrapHasRetries(t, off) {
@@ -344,9 +371,36 @@ func TestRouterIsInlineOnly(t *testing.T) {
 	if !strings.HasPrefix(err.Error(), "envoy: ") {
 		t.Errorf("%q: want the package prefix", err)
 	}
-	// The same policy by callout is fine with a control plane.
-	if _, err := envoy.Bootstrap(loadDemo(t), envoy.Options{Upstreams: demoUpstreams, XDS: "127.0.0.1:18000"}); err != nil {
-		t.Errorf("callout with xds: %v", err)
+	// The demo, which leaves via unset, fails over by callout with a control plane: the
+	// bootstrap has no upstream filter, and the ECDS resource says callout to the filter.
+	b, err := envoy.Bootstrap(loadDemo(t), envoy.Options{Upstreams: demoUpstreams, XDS: "127.0.0.1:18000"})
+	if err != nil {
+		t.Fatalf("the default with xds: %v", err)
+	}
+	if bootstrapHasRetries(t, b) {
+		t.Error("an xds bootstrap got the router's retries")
+	}
+	ext, err := envoy.ExtensionConfig(loadDemo(t), envoy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w wasmfilterv3.Wasm
+	if err := ext.GetTypedConfig().UnmarshalTo(&w); err != nil {
+		t.Fatal(err)
+	}
+	var config wrapperspb.StringValue
+	if err := w.GetConfig().GetConfiguration().UnmarshalTo(&config); err != nil {
+		t.Fatal(err)
+	}
+	if via := gjson.Get(config.GetValue(), "resilience.failover.via").String(); via != "callout" {
+		t.Errorf("the ECDS resource's policy says via %q, want callout written out", via)
+	}
+	if _, err := envoy.ExtensionConfig(demoViaRouter(t), envoy.Options{}); !errors.As(err, &fes) || fes[0] != envoy.ErrRouterNeedsInline {
+		t.Errorf("ExtensionConfig of a router policy: %v, want ErrRouterNeedsInline", err)
+	}
+	if _, err := envoy.Bootstrap(loadDemo(t), envoy.Options{Upstreams: demoUpstreams, EnvoyMinor: 35}); err == nil ||
+		!strings.Contains(err.Error(), "envoy release 1.35 is not supported") {
+		t.Errorf("Envoy 1.35: %v", err)
 	}
 }
 
@@ -357,8 +411,12 @@ func TestRequiredEnvoy(t *testing.T) {
 		has    string // a feature the list must name
 		want   int    // the minor version it needs
 	}{
-		// The default bootstrap needs the supported floor, 1.36, for request_body_buffer_limit.
-		{"callout", loadDemo(t), "VirtualHost.request_body_buffer_limit", 36},
+		// A callout bootstrap needs the supported floor, 1.36, for request_body_buffer_limit.
+		{"callout", load(t, twoClusters+"\nresilience: {failover: {via: callout}}\n", envoy.LoadOptions{}), "VirtualHost.request_body_buffer_limit", 36},
+		// So does the default (router, unset via) on the default release.
+		{"default", settled(t, loadDemo(t), envoy.Options{}), "upstream HTTP filter", 36},
+		// The default rendered for 1.39 switches held tries and cross-cluster retries on.
+		{"default for 1.39", settled(t, loadDemo(t), envoy.Options{EnvoyMinor: 39}), "refresh_cluster_on_retry", 39},
 		// The upstream filter needs 1.31 for the Wasm filter upstream and 1.36 for the
 		// route's buffer limit: nothing beyond the supported floor.
 		{"router", demoViaRouter(t), "upstream HTTP filter", 36},
@@ -391,7 +449,7 @@ func TestRequiredEnvoy(t *testing.T) {
 // refreshes it before each retry; everything validates with go-control-plane.
 func TestCrossClusterRefreshesTheClusterBeforeEachRetry(t *testing.T) {
 	p := load(t, twoClusters+"\nresilience: {failover: {via: router, crossCluster: true}}\n", envoy.LoadOptions{})
-	b := bootstrap(t, p, envoy.Options{Upstreams: map[string]string{"ollama": "http://10.0.0.7:11434"}})
+	b := bootstrap(t, p, envoy.Options{Upstreams: map[string]string{"ollama": "http://10.0.0.7:11434"}, EnvoyMinor: 39})
 	if err := b.ValidateAll(); err != nil {
 		t.Fatal(err)
 	}
@@ -416,6 +474,16 @@ func TestCrossClusterRefreshesTheClusterBeforeEachRetry(t *testing.T) {
 	if plain.routes[0].GetRoute().GetRetryPolicy().GetRefreshClusterOnRetry() {
 		t.Error("refresh_cluster_on_retry without crossCluster (Envoy 1.39)")
 	}
+}
+
+// settled is p as a bootstrap rendered with o runs it.
+func settled(t *testing.T, p *envoy.Policy, o envoy.Options) *envoy.Policy {
+	t.Helper()
+	s, err := p.For(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // routeMatcher reads a route's matcher cluster specifier: the filter-state key it reads, its

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/spillwayproxy/spillway/internal/failurepolicy"
+	"github.com/spillwayproxy/spillway/policies/envoyrelease"
 )
 
 // Mode is how the filter is attached to the proxy.
@@ -165,6 +166,14 @@ type Options struct {
 	// StatsTags, when set, are emitted as Envoy stats_tags in a bootstrap-override
 	// ConfigMap (annotation sidecar.istio.io/bootstrapOverride on the proxy's pod).
 	StatsTags []StatsTag
+	// IstioMinor is the Istio release the resources are for, 1.IstioMinor (flag
+	// -istio-version). In the Full mode, where failover goes through the router unless the
+	// policy says callout, the switches the policy leaves unset are chosen for the Envoy that
+	// release ships (envoyrelease.IstioEnvoy; holdTries from Istio 1.29, Envoy 1.37) and the
+	// ones it sets are checked against it; crossCluster is refused in every release (see
+	// Render). Default envoyrelease.OldestIstio (1.28, Envoy 1.36), the oldest supported: a
+	// default never switches on what a supported proxy runs as undefined behaviour.
+	IstioMinor int
 }
 
 // Defaults of Options.
@@ -263,6 +272,12 @@ func checkOptions(o Options) (*settings, error) {
 		bad("FailurePolicy", "%s", errFailOpen)
 	case !slices.Contains(FailurePolicies, s.FailurePolicy):
 		bad("FailurePolicy", "%q: want one of %s", s.FailurePolicy, joinQuoted(FailurePolicies))
+	}
+	if s.IstioMinor == 0 {
+		s.IstioMinor = envoyrelease.OldestIstio
+	}
+	if s.IstioMinor < envoyrelease.OldestIstio {
+		bad("IstioMinor", "Istio 1.%d is not supported (1.%d or newer)", s.IstioMinor, envoyrelease.OldestIstio)
 	}
 	if s.Name == "" {
 		s.Name = DefaultName

@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/spillwayproxy/spillway/policies"
+	"github.com/spillwayproxy/spillway/policies/envoyrelease"
 	"github.com/spillwayproxy/spillway/policies/policyfile"
 )
 
@@ -34,6 +35,9 @@ type Manifests struct {
 	// Warnings are the policy's warnings (values clamped, doubtful settings), each with its
 	// field path: the policy is valid, but may not do what its author meant.
 	Warnings policies.Errors
+	// Failover is how the filter fails over as rendered (the plugin configuration's
+	// resilience.failover, settled for the mode and Options.IstioMinor).
+	Failover policies.FailoverSettings
 }
 
 // YAML writes the resources as one multi-document stream.
@@ -64,6 +68,12 @@ func Render(policyDoc []byte, opts Options) (*Manifests, error) {
 	if err != nil {
 		return nil, fmt.Errorf("istio: policy: %w", err)
 	}
+	// The failover path as the mode runs it, written into the plugin configuration: the Full
+	// mode attaches the upstream filter (router, unless the policy says callout), the
+	// WasmPlugin and TrafficExtension modes run header-routed policies (callout).
+	if doc, p, err = envoyrelease.Settle(doc, p, s.deployment()); err != nil {
+		return nil, fmt.Errorf("istio: policy: %w", err)
+	}
 	res := p.Resolved()
 	if (s.Mode == ModeWasmPlugin || s.Mode == ModeTrafficExtension) && !res.Routing.HeaderRouted() {
 		// Neither resource can set allow_on_headers_stop_iteration: a body-routed filter would
@@ -79,7 +89,7 @@ func Render(policyDoc []byte, opts Options) (*Manifests, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manifests{PluginConfig: pluginConfig, Clusters: clusters, Warnings: p.Warnings}
+	m := &Manifests{PluginConfig: pluginConfig, Clusters: clusters, Warnings: p.Warnings, Failover: res.Failover}
 	for name := range env.seen {
 		if _, inline := s.InlineEnv[name]; !inline {
 			m.HostEnv = append(m.HostEnv, name)
@@ -98,6 +108,15 @@ func Render(policyDoc []byte, opts Options) (*Manifests, error) {
 		return nil, fmt.Errorf("istio: rendered manifests fail validation (a Spillway bug): %w", err)
 	}
 	return m, nil
+}
+
+// deployment is what the resources are for, as envoyrelease settles a policy's failover
+// for it: the Envoy of Options.IstioMinor, the upstream filter in the Full mode only, and no
+// route that refreshes its cluster on retry (crossCluster is refused, see mapUpstreams).
+func (s *settings) deployment() envoyrelease.Deployment {
+	envoy := envoyrelease.IstioEnvoy(s.IstioMinor)
+	return envoyrelease.Deployment{Envoy: envoy, UpstreamFilter: s.Mode == ModeFull,
+		Name: "Istio 1." + strconv.Itoa(s.IstioMinor) + " (Envoy 1." + strconv.Itoa(envoy) + ")", Flag: "-istio-version"}
 }
 
 // envPlaceholder is the value of every ${NAME} the proxy's environment will hold: a valid

@@ -1,6 +1,7 @@
 package istio
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"github.com/google/go-cmp/cmp"
+	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -24,11 +26,14 @@ import (
 )
 
 // routerDemoPolicy is the demo policy failing over through the router.
-func routerDemoPolicy(t *testing.T) []byte {
+func routerDemoPolicy(t *testing.T) []byte { return demoWithVia(t, "router") }
+
+// demoWithVia is the demo policy with resilience.failover.via set.
+func demoWithVia(t *testing.T, via string) []byte {
 	t.Helper()
 	doc, err := policyfile.ToJSON(examples.Demo())
 	if err == nil {
-		doc, err = sjson.SetBytes(doc, "resilience.failover.via", "router")
+		doc, err = sjson.SetBytes(doc, "resilience.failover.via", via)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -150,11 +155,14 @@ func TestRouterPatches(t *testing.T) {
 	}
 }
 
-// TestCalloutHasNoRouterPatches: the callout demo's EnvoyFilter has one extension config, no
-// cluster or route patch, and its provider routes turn Istio's retries off (attempts 0), as
-// every provider route does: Spillway fails over itself.
+// TestCalloutHasNoRouterPatches: the demo's EnvoyFilter with failover.via: callout has one
+// extension config, no cluster or route patch, and its provider routes turn Istio's
+// retries off (attempts 0), as every provider route does: Spillway fails over itself.
 func TestCalloutHasNoRouterPatches(t *testing.T) {
-	m := renderDemo(t, Options{Namespace: "istio-ingress", Hosts: []string{"llm.example.com"}})
+	m, err := Render(demoWithVia(t, "callout"), exampleOptions(Options{Namespace: "istio-ingress", Hosts: []string{"llm.example.com"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ef := spec[*networking.EnvoyFilter](t, m.Objects, "spillway")
 	exts := 0
 	for _, cp := range ef.ConfigPatches {
@@ -179,6 +187,88 @@ func TestCalloutHasNoRouterPatches(t *testing.T) {
 	}
 	if providers == 0 {
 		t.Error("no provider VirtualService rendered")
+	}
+}
+
+// TestFailoverDefaultPerMode: what a policy that leaves failover unset runs as in each mode
+// and Istio release (design.md §4: failover that streams is the default where the
+// deployment has the upstream filter, the Full mode; header-routed mode, which WasmPlugin
+// and TrafficExtension need, stays on callout), written into the plugin configuration.
+// Istio 1.28 ships Envoy 1.36, 1.29 ships 1.37, the first with held tries
+// (envoyproxy/envoy#41879); no release gets cross-cluster retries (a mesh routes each
+// provider on a virtual host of its own).
+func TestFailoverDefaultPerMode(t *testing.T) {
+	tests := []struct {
+		name        string
+		mode        Mode
+		istio       int // Options.IstioMinor (0: the default)
+		wantRouter  bool
+		wantHold    bool
+		wantPatches bool // the upstream filter's CLUSTER and HTTP_ROUTE patches
+	}{
+		{"full on the default release (1.28)", ModeFull, 0, true, false, true},
+		{"full on Istio 1.28", ModeFull, 28, true, false, true},
+		{"full on Istio 1.29", ModeFull, 29, true, true, true},
+		{"full on Istio 1.31", ModeFull, 31, true, true, true},
+		{"wasmplugin (header-routed)", ModeWasmPlugin, 31, false, false, false},
+		{"trafficextension (header-routed)", ModeTrafficExtension, 31, false, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := Render(demoPolicy(t, tt.mode), exampleOptions(Options{Mode: tt.mode, IstioMinor: tt.istio,
+				Namespace: "istio-ingress", Hosts: []string{"llm.example.com"}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var f struct {
+				Via          string `json:"via"`
+				HoldTries    *bool  `json:"holdTries"`
+				CrossCluster *bool  `json:"crossCluster"`
+			}
+			if err := json.Unmarshal([]byte(gjson.GetBytes(m.PluginConfig, "resilience.failover").Raw), &f); err != nil {
+				t.Fatalf("plugin configuration's failover: %v\n%s", err, m.PluginConfig)
+			}
+			wantVia := "callout"
+			if tt.wantRouter {
+				wantVia = "router"
+			}
+			if f.Via != wantVia {
+				t.Errorf("via %q, want %q written into the plugin configuration", f.Via, wantVia)
+			}
+			if tt.wantRouter && (f.HoldTries == nil || *f.HoldTries != tt.wantHold || f.CrossCluster == nil || *f.CrossCluster) {
+				t.Errorf("holdTries %v, crossCluster %v; want %v and false", f.HoldTries, f.CrossCluster, tt.wantHold)
+			}
+			if m.Failover.ViaRouter != tt.wantRouter || m.Failover.HoldTries != tt.wantHold || m.Failover.CrossCluster {
+				t.Errorf("Manifests.Failover %+v", m.Failover)
+			}
+			patches := false
+			for i := range m.Objects {
+				if ef, ok := m.Objects[i].Spec.(*networking.EnvoyFilter); ok {
+					for _, cp := range ef.ConfigPatches {
+						patches = patches || cp.ApplyTo == networking.EnvoyFilter_CLUSTER || cp.ApplyTo == networking.EnvoyFilter_HTTP_ROUTE
+					}
+				}
+			}
+			if patches != tt.wantPatches {
+				t.Errorf("router patches %v, want %v", patches, tt.wantPatches)
+			}
+		})
+	}
+	// An explicit holdTries is checked against the release: refused on Istio 1.28, whose
+	// Envoy (1.36) runs a released held try as undefined behaviour.
+	doc, err := policyfile.ToJSON(examples.Demo())
+	if err == nil {
+		doc, err = sjson.SetBytes(doc, "resilience.failover.holdTries", true)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Render(doc, exampleOptions(Options{Namespace: "istio-ingress", Hosts: []string{"llm.example.com"}})); err == nil ||
+		!strings.Contains(err.Error(), "resilience.failover.holdTries: needs Envoy ≥ 1.37") || !strings.Contains(err.Error(), "Istio 1.28 (Envoy 1.36)") {
+		t.Errorf("holdTries on Istio 1.28: err %v", err)
+	}
+	if _, err := Render(doc, exampleOptions(Options{IstioMinor: 29, Namespace: "istio-ingress", Hosts: []string{"llm.example.com"}})); err != nil {
+		t.Errorf("holdTries on Istio 1.29: %v", err)
 	}
 }
 

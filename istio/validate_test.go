@@ -2,6 +2,7 @@ package istio
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -191,27 +192,27 @@ func TestValidateRules(t *testing.T) {
 		}, "invalid HttpFilter.Name"},
 		{"listener patch with a filter match", 0, func(t *testing.T, o []Object) {
 			ef := spec[*networking.EnvoyFilter](t, o, "spillway")
-			ef.ConfigPatches[len(ef.ConfigPatches)-1].Match.ObjectTypes = ef.ConfigPatches[1].Match.ObjectTypes
+			ef.ConfigPatches[listenerPatch(t, ef)].Match.ObjectTypes = ef.ConfigPatches[1].Match.ObjectTypes
 		}, "filter match has no effect when used with LISTENER"},
 		// Spillway's rules on the buffer limits (Envoy 1.36 buffers a request held at its
 		// headers under the listener's limit: envoyproxy/envoy#42607).
 		{"no listener patch", 0, func(t *testing.T, o []Object) {
 			ef := spec[*networking.EnvoyFilter](t, o, "spillway")
-			ef.ConfigPatches = ef.ConfigPatches[:len(ef.ConfigPatches)-1]
+			ef.ConfigPatches = slices.Delete(ef.ConfigPatches, listenerPatch(t, ef), listenerPatch(t, ef)+1)
 		}, "needs a LISTENER MERGE of per_connection_buffer_limit_bytes ≥ 9437184 in context GATEWAY"},
 		{"listener limit below the virtual hosts'", 0, func(t *testing.T, o []Object) {
 			ef := spec[*networking.EnvoyFilter](t, o, "spillway")
-			patchValue(t, ef, len(ef.ConfigPatches)-1, new(listenerv3.Listener), func(l *listenerv3.Listener) {
+			patchValue(t, ef, listenerPatch(t, ef), new(listenerv3.Listener), func(l *listenerv3.Listener) {
 				l.PerConnectionBufferLimitBytes = wrapperspb.UInt32(1 << 20)
 			})
 		}, "1048576 is below the virtual hosts' request_body_buffer_limit 9437184"},
 		{"listener patch without a port", 0, func(t *testing.T, o []Object) {
 			ef := spec[*networking.EnvoyFilter](t, o, "spillway")
-			ef.ConfigPatches[len(ef.ConfigPatches)-1].Match.GetListener().PortNumber = 0
+			ef.ConfigPatches[listenerPatch(t, ef)].Match.GetListener().PortNumber = 0
 		}, "portNumber: required"},
 		{"sidecar listener patch on another port", 1, func(t *testing.T, o []Object) {
 			ef := spec[*networking.EnvoyFilter](t, o, "spillway")
-			ef.ConfigPatches[len(ef.ConfigPatches)-1].Match.GetListener().PortNumber = 8080
+			ef.ConfigPatches[listenerPatch(t, ef)].Match.GetListener().PortNumber = 8080
 		}, "8080, but Spillway's virtual hosts are on port 80"},
 		// Spillway's rules on the Full mode's Wasm config.
 		{"option off", 0, func(t *testing.T, o []Object) {
@@ -438,4 +439,23 @@ func TestDecodeStrict(t *testing.T) {
 			}
 		})
 	}
+}
+
+// listenerPatch is the index of the EnvoyFilter's one LISTENER patch (the listener's buffer
+// limit), wherever the router patches of the default failover put it.
+func listenerPatch(t *testing.T, ef *networking.EnvoyFilter) int {
+	t.Helper()
+	at := -1
+	for i, cp := range ef.ConfigPatches {
+		if cp.ApplyTo == networking.EnvoyFilter_LISTENER {
+			if at >= 0 {
+				t.Fatalf("LISTENER patches %d and %d", at, i)
+			}
+			at = i
+		}
+	}
+	if at < 0 {
+		t.Fatal("no LISTENER patch")
+	}
+	return at
 }

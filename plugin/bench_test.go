@@ -447,20 +447,31 @@ func perRequestCalls(m *benchMeter) string {
 	return strings.Join(parts, ", ")
 }
 
+// benchPolicy is a policy for the benchmarks, edited by edit (when set), failing over by
+// callout unless edit says otherwise: the paths here call one filter's callbacks, the
+// downstream instance's, and a router-mode request (what an unset via is) without the
+// upstream instance that sees its tries is the unlinked detector's path, not the default
+// path of a deployment. The router paths, success and failover, are measured as whole
+// exchanges with the upstream filter in routerbench_test.go.
 func benchPolicy(tb testing.TB, yaml []byte, edit func(p map[string]any)) []byte {
 	tb.Helper()
 	data, err := policyfile.ToJSON(yaml)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if edit == nil {
-		return data
-	}
 	var p map[string]any
 	if err := json.Unmarshal(data, &p); err != nil {
 		tb.Fatal(err)
 	}
-	edit(p)
+	r, _ := p["resilience"].(map[string]any)
+	if r == nil {
+		r = map[string]any{}
+		p["resilience"] = r
+	}
+	r["failover"] = map[string]any{"via": "callout"}
+	if edit != nil {
+		edit(p)
+	}
 	if data, err = json.Marshal(p); err != nil {
 		tb.Fatal(err)
 	}
@@ -496,7 +507,8 @@ func (e benchErrs) check(tb testing.TB, s *benchSide) {
 	}
 }
 
-// BenchmarkSuccessPath is the goal's success path: the demo policy, one chat completion for
+// BenchmarkSuccessPath is the goal's success path: the demo policy (failing over by callout,
+// see benchPolicy; BenchmarkRouterSuccessPath has the default's), one chat completion for
 // gpt-4o routed to openai-a (capped, so it takes and frees a concurrency lease), a 200.
 func BenchmarkSuccessPath(b *testing.B) {
 	p := successPath(benchPolicy(b, examples.Demo(), nil))

@@ -38,6 +38,7 @@ type emulator interface {
 	CompleteHttpContext(id uint32)
 	GetCurrentRequestHeaders(id uint32) [][2]string
 	GetCurrentResponseHeaders(id uint32) [][2]string
+	GetCurrentResponseBody(id uint32) []byte
 	GetCounterMetric(name string) (uint64, error)
 	Tick()
 	CallOnHttpCallResponse(calloutID uint32, headers, trailers [][2]string, body []byte)
@@ -151,6 +152,24 @@ func chatExchange(r *recorder, path string, respHeaders [][2]string, respBody st
 	return id
 }
 
+// streamExchange sends a streamed request and answers it with a 200 event stream of chunks
+// (the last ends it), recording the body the client gets of each chunk.
+func streamExchange(r *recorder, path, body string, chunks ...string) {
+	id := r.e.InitializeHttpContext()
+	hs := [][2]string{{":method", "POST"}, {":path", path}, {":authority", "spillway.local"},
+		{"content-type", "application/json"}}
+	r.act("request headers", r.e.CallOnRequestHeaders(id, hs, false))
+	r.act("request body", r.e.CallOnRequestBody(id, []byte(body), true))
+	r.act("response headers", r.e.CallOnResponseHeaders(id, [][2]string{{":status", "200"},
+		{"content-type", "text/event-stream"}, {"content-length", "1000"}}, false))
+	for i, c := range chunks {
+		r.act("response body", r.e.CallOnResponseBody(id, []byte(c), i == len(chunks)-1))
+		r.obs.Actions = append(r.obs.Actions, fmt.Sprintf("client gets %q", r.e.GetCurrentResponseBody(id)))
+	}
+	r.snapshot(id)
+	r.e.CompleteHttpContext(id)
+}
+
 // failoverByCallout sends a chat completion (with the extra request headers) whose response
 // is a 429 and answers the failover callout it makes with a 200.
 func failoverByCallout(r *recorder, body string, extra ...[2]string) {
@@ -209,6 +228,18 @@ func scenarios(t *testing.T) []scenario {
 			chatRequest(r, "/v1/chat/completions")
 		}},
 		{name: "a 429 fails over with a callout", config: demo, run: func(r *recorder) { failoverByCallout(r, body) }},
+		{name: "a stream cut without its terminal event ends with an error event, one with it does not", config: demo,
+			run: func(r *recorder) {
+				chat := `{"model":"gpt-4o","stream":true,"messages":[]}`
+				role := "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+				content := "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n"
+				streamExchange(r, "/v1/chat/completions", chat, role+content, content, content[:20])
+				streamExchange(r, "/v1/chat/completions", chat, role+content, content+"data: [DONE]\n\n")
+				ant := `{"model":"claude-sonnet-4","stream":true,"max_tokens":5,"messages":[]}`
+				streamExchange(r, "/v1/messages", ant,
+					"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n"+
+						"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n", "")
+			}},
 		{name: "router mode without an upstream filter fails over by callout", config: router, run: func(r *recorder) {
 			failoverByCallout(r, body)
 		}},

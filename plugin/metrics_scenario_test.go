@@ -268,6 +268,23 @@ var metricScenarios = []struct {
 		w.advance(time.Hour)
 		w.wantGauge("terminal stays", 1, &stats.ConnectionTerminal, "anthropic", "ant-a")
 	}},
+	{name: "a terminal re-check, refused and then restoring", policy: metricsPolicy + "  terminalRecheck: {enabled: true, intervalMs: 60000}\n",
+		run: func(t *testing.T, w *world) {
+			key := &revocableKey{}
+			w.fakes.set("cred-7f3a-openai-a", key.answer)
+			for i := range 3 { // the guide's EXPIRED_RETRY_MAX revoked-key 401s, each failed over
+				expect(t, "revoked", w.run(i%2, chatReq("gpt-4.1")), 200, "openai/key-b/gpt-4.1/2")
+				w.advance(10 * time.Second)
+			}
+			w.wantGauge("expired", 1, &stats.ConnectionTerminal, "openai", "key-a")
+			w.advance(time.Minute) // the first check, still refused
+			w.wantCount("refused", 1, &stats.ConnectionRechecks, "openai", "key-a", stats.RecheckRefused)
+			key.fixed.Store(true)
+			w.advance(2 * time.Minute) // the second, twice the interval later, passes
+			w.wantCount("restored", 1, &stats.ConnectionRechecks, "openai", "key-a", stats.RecheckRestored)
+			w.wantGauge("restored", 0, &stats.ConnectionTerminal, "openai", "key-a")
+			expect(t, "restored", w.run(0, chatReq("gpt-4.1")), 200, "openai/key-a/gpt-4.1/1")
+		}},
 	{name: "a restated status", run: func(t *testing.T, w *world) {
 		w.fakes.set("cred-c8e1-agentrouter", func(upstreamCall) *hostsim.UpstreamResponse {
 			return jsonError(403, `{"error":{"message":"用户额度不足, 剩余额度: 0","type":"new_api_error"}}`)

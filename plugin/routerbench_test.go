@@ -1,7 +1,9 @@
 package main
 
-// Router-mode failover (resilience.failover.via: router) against the callout path, per
-// request and in the same run: the issue's "failover path per request vs the callout path".
+// Router-mode failover (resilience.failover.via: router, the default) against the callout
+// path, per request and in the same run: the issue's "failover path per request vs the
+// callout path", and what the default costs a request that never fails over
+// (BenchmarkRouterSuccessPath: key A answers 200, one try, on each side).
 //
 // Unlike bench_test.go's paths, which call the guest's callbacks one by one, these drive
 // whole exchanges through hostsim (VM.RunHTTP): the connection manager, the filter, the
@@ -60,12 +62,15 @@ const (
 	routerBenchKeyB = "Bearer demo-key-b" // the demo's openai-b
 )
 
-// routerBenchPath is one failover, run through the three modules.
+// routerBenchPath is one request, run through the three modules: a failover, or with
+// success a request key A answers.
 type routerBenchPath struct {
 	req *hostsim.Request
 	// keyB is key B's answer; wantBody is its whole body, what the client must get.
 	keyB     func() *hostsim.UpstreamResponse
 	wantBody []byte
+	// success: key A answers as key B would (keyB), so nothing fails over.
+	success bool
 }
 
 // BenchmarkRouterFailoverPath: a chat completion for gpt-4o (not streamed) on the demo
@@ -78,6 +83,24 @@ func BenchmarkRouterFailoverPath(b *testing.B) {
 			return &hostsim.UpstreamResponse{Headers: benchOK, Body: benchOKBody}
 		},
 		wantBody: benchOKBody,
+	})
+}
+
+// BenchmarkRouterSuccessPath is the success path of the default, failover through the
+// router, against the callout path's: the demo's chat completion for gpt-4o (not streamed,
+// model lockout off as in the failover paths) answered 200 by openai-a, as whole exchanges
+// through the connection manager, the filter, the router and, for the router path, the
+// upstream filter on the try. What router mode adds to a request that never fails over:
+// the link to its tries (the filter state spillway.link) and the upstream instance's
+// look at the try (its request headers and the link, its response status).
+func BenchmarkRouterSuccessPath(b *testing.B) {
+	runRouterBench(b, routerBenchPath{
+		req: &hostsim.Request{Headers: benchReqHeaders, Body: benchReqBody},
+		keyB: func() *hostsim.UpstreamResponse {
+			return &hostsim.UpstreamResponse{Headers: benchOK, Body: benchOKBody}
+		},
+		wantBody: benchOKBody,
+		success:  true,
 	})
 }
 
@@ -107,12 +130,13 @@ type routerFakes struct {
 	keyBWhole []byte
 	tries     atomic.Int64 // upstream requests through the router
 	callouts  atomic.Int64
+	success   bool // every key answers as key B (routerBenchPath.success)
 	// the last callout's cluster and credential
 	calloutCluster, calloutCredential atomic.Value // string
 }
 
 func (f *routerFakes) answer(credential string) *hostsim.UpstreamResponse {
-	if credential == routerBenchKeyB {
+	if credential == routerBenchKeyB || f.success {
 		return f.keyB()
 	}
 	return &hostsim.UpstreamResponse{Headers: bench429, Body: bench429Body}
@@ -157,7 +181,7 @@ func newRouterSide(tb testing.TB, via string, p routerBenchPath) *routerSide {
 			r["failover"] = map[string]any{"via": via}
 		}
 	})
-	f := &routerFakes{keyB: p.keyB, keyBWhole: p.wantBody}
+	f := &routerFakes{keyB: p.keyB, keyBWhole: p.wantBody, success: p.success}
 	// The generated bootstrap's route: the cluster from the filter's filter state, the
 	// demo's first provider's cluster without it.
 	route := &hostsim.ClusterMatcher{FilterState: routerretry.TargetFilterStateKey, OnNoMatch: "fake-openai",
@@ -195,6 +219,13 @@ func (s *routerSide) request(tb testing.TB, p routerBenchPath, m *benchMeter) {
 	if int(tries) != len(resp.Tries) {
 		tb.Fatalf("%s: the upstream got %d requests, the router made %d tries", s.name, tries, len(resp.Tries))
 	}
+	if s.via == "" && p.success {
+		if resp.StatusCode != 200 || len(resp.Tries) != 1 || callouts != 0 || string(resp.Body) != string(p.wantBody) {
+			tb.Fatalf("noop: %d after %d tries and %d callouts, body %s; want the 200 passed through", resp.StatusCode,
+				len(resp.Tries), callouts, resp.Body)
+		}
+		return
+	}
 	if s.via == "" {
 		if resp.StatusCode != 429 || len(resp.Tries) != 1 || callouts != 0 || string(resp.Body) != string(bench429Body) {
 			tb.Fatalf("noop: %d after %d tries and %d callouts, body %s; want key A's 429 passed through", resp.StatusCode,
@@ -205,10 +236,21 @@ func (s *routerSide) request(tb testing.TB, p routerBenchPath, m *benchMeter) {
 	if resp.StatusCode != 200 || string(resp.Body) != string(p.wantBody) {
 		tb.Fatalf("%s: %d %q, want 200 with key B's body", s.name, resp.StatusCode, resp.Body)
 	}
-	requireRouted(tb, s.benchSide, resp.Headers, "openai-b", "2")
 	if v := benchHeader(resp.Headers, routerretry.MarkerHeader); v != "" {
 		tb.Fatalf("%s: the retry marker reached the client (%q)", s.name, v)
 	}
+	if p.success {
+		requireRouted(tb, s.benchSide, resp.Headers, "openai-a", "1")
+		if len(resp.Tries) != 1 || callouts != 0 || resp.LocalReply != nil {
+			tb.Fatalf("%s: %d tries, %d callouts, local reply %v; want key A's one try through the router", s.name,
+				len(resp.Tries), callouts, resp.LocalReply != nil)
+		}
+		if c, a := resp.Tries[0].Cluster, benchHeader(resp.Tries[0].Headers, "authorization"); c != "fake-openai" || a != routerBenchKeyA {
+			tb.Fatalf("%s: the try went to cluster %q with %q, want fake-openai with key A's", s.name, c, a)
+		}
+		return
+	}
+	requireRouted(tb, s.benchSide, resp.Headers, "openai-b", "2")
 	wantTries := []string{routerBenchKeyA}
 	if s.via == "router" {
 		wantTries = append(wantTries, routerBenchKeyB)
@@ -253,7 +295,9 @@ func (s *routerSide) run(tb testing.TB, p routerBenchPath, m *benchMeter, n int)
 	for i := 0; i < n; i++ {
 		s.request(tb, p, m)
 		m.done()
-		s.idle(tb)
+		if !p.success {
+			s.idle(tb)
+		}
 	}
 }
 
@@ -272,15 +316,19 @@ func (s *routerSide) counters(tb testing.TB) map[string]uint64 {
 	return out
 }
 
-// checkRound fails unless n requests moved the counters as n failovers on this side's path.
-func (s *routerSide) checkRound(tb testing.TB, before map[string]uint64, n int) {
+// checkRound fails unless n requests moved the counters as n requests of the path on this
+// side's: n failovers, or n successes without one.
+func (s *routerSide) checkRound(tb testing.TB, p routerBenchPath, before map[string]uint64, n int) {
 	tb.Helper()
-	retries := uint64(0)
+	retries, attempts, failovers := uint64(0), uint64(2*n), uint64(n)
 	if s.via == "router" {
 		retries = uint64(n)
 	}
-	want := map[string]uint64{"spillway_routed_total": uint64(n), "spillway_attempts_total": uint64(2 * n),
-		"spillway_failovers_total": uint64(n), "spillway_router_retries_total": retries,
+	if p.success {
+		retries, attempts, failovers = 0, uint64(n), 0
+	}
+	want := map[string]uint64{"spillway_routed_total": uint64(n), "spillway_attempts_total": attempts,
+		"spillway_failovers_total": failovers, "spillway_router_retries_total": retries,
 		"spillway_router_unlinked_total": 0, "spillway_panics_total": 0}
 	after := s.counters(tb)
 	for name, d := range want {
@@ -319,7 +367,7 @@ func runRouterBench(b *testing.B, p routerBenchPath) {
 			m := &benchMeter{s: s.benchSide}
 			s.run(b, p, m, perRound)
 			if before != nil {
-				s.checkRound(b, before, perRound)
+				s.checkRound(b, p, before, perRound)
 			}
 			elapsed[i] = m.elapsed
 			nsPerReq[i] = append(nsPerReq[i], float64(m.elapsed.Nanoseconds())/float64(perRound))

@@ -552,9 +552,10 @@ func TestScenarioATruncatedStreamCountsAgainstItsConnection(t *testing.T) {
 	w := newWorld(t, scenarioPolicy, 2)
 	w.fakes.set("sk-a", func(upstreamCall) *hostsim.UpstreamResponse { return sse(chatRoleEvent, chatContentEvent) })
 	resp := w.run(0, chatReq("gpt-4o"))
-	// The client got what there was: nothing can be replayed once content went out.
+	// The client got what there was, ended with an error event: nothing can be replayed once
+	// content went out (streamcut_scenario_test.go has the shapes).
 	expect(t, "truncated", resp, 200, "openai/key-a/gpt-4o/1")
-	if string(resp.Body) != chatRoleEvent+chatContentEvent {
+	if added, ok := addedAfter(resp, chatRoleEvent, chatContentEvent); !ok || truncationErr("chat", added) != "" {
 		t.Fatalf("client got %q", resp.Body)
 	}
 	// The truncation cooled key A: the next request goes to key B.

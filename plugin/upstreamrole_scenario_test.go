@@ -1,8 +1,9 @@
 package main
 
 // The upstream role: the same module attached as each provider cluster's upstream HTTP
-// filter under root id rootid.Upstream, a second plugin on every VM. For now it passes every
-// try through untouched, so a request gives exactly what it gives without it.
+// filter under root id rootid.Upstream, a second plugin on every VM. Under a policy that
+// fails over by callout it passes every try through untouched, so a request gives exactly
+// what it gives without it.
 
 import (
 	"fmt"
@@ -25,9 +26,13 @@ import (
 // upstreamRoleLine is the start log line of the upstream role.
 const upstreamRoleLine = "spillway: upstream filter (root_id spillway.upstream)"
 
+// calloutDemo is the demo policy failing over by callout (said explicitly: an unset via is
+// router), under which the upstream role passes every try through.
+var calloutDemo = strings.Replace(string(examples.Demo()), "\nresilience:\n", "\nresilience:\n  failover: {via: callout}\n", 1)
+
 func demoPolicyJSON(t *testing.T) []byte {
 	t.Helper()
-	config, err := policyfile.ToJSON(examples.Demo())
+	config, err := policyfile.ToJSON([]byte(calloutDemo))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +55,7 @@ type demoOutcome struct {
 // worker, and returns what they gave.
 func runDemo(t *testing.T, workers int, opts ...hostsim.Option) demoOutcome {
 	t.Helper()
-	w := newWorld(t, string(examples.Demo()), workers,
+	w := newWorld(t, calloutDemo, workers,
 		append([]hostsim.Option{hostsim.WithCluster("fake-openai", "fake-openrouter", "fake-anthropic")}, opts...)...)
 	var out demoOutcome
 	out.started, out.roleLines = map[string]int{}, map[string]int{}

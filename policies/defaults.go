@@ -217,6 +217,21 @@ const (
 	ContentStallTimeout = 2 * time.Minute
 )
 
+// Terminal re-check (Spillway's own, issue 19; the guide is silent: its terminal states stay
+// until an operator reset or a new credential, §2): off by default. Five minutes between
+// checks of one connection is far below what a revoked key costs in a request each, and
+// one check per second per proxy keeps the re-check out of the providers' rate limits.
+const (
+	TerminalRecheckEnabled     = false
+	TerminalRecheckInterval    = 5 * time.Minute
+	TerminalRecheckMaxInterval = time.Hour
+	TerminalRecheckMaxPerTick  = 1
+	TerminalRecheckTimeout     = 10 * time.Second
+	// TerminalRecheckTick is the round maxPerTick counts in: one second, the filter's idle
+	// tick period, whatever the workers' tick periods are at the moment.
+	TerminalRecheckTick = time.Second
+)
+
 // Admin API defaults.
 const AdminPathPrefix = "/spillway/api/"
 

@@ -231,6 +231,9 @@ type Resilience struct {
 	ProviderErrorRules []ProviderErrorRule `json:"providerErrorRules,omitzero"`
 	// StreamRecovery holds the stream watchdogs.
 	StreamRecovery StreamRecovery `json:"streamRecovery,omitzero"`
+	// TerminalRecheck is the opt-in periodic re-check of expired connections (Spillway's
+	// own; the guide keeps a terminal state until an operator reset or a new credential).
+	TerminalRecheck TerminalRecheck `json:"terminalRecheck,omitzero"`
 	// P2CLatency is the opt-in latency signal for p2c selection (guide §2).
 	P2CLatency P2CLatency `json:"p2cLatency,omitzero"`
 	// SessionAffinityTtlMs pins a client session (x-session-id, x-codex-session-id,
@@ -430,21 +433,28 @@ type Failover struct {
 	// BudgetMs is the total time one request may spend on attempts before Spillway answers
 	// with the last failure. Default 10 min; rejected outside 1 s–24 h.
 	BudgetMs *int64 `json:"budgetMs,omitempty" jsonschema:"minimum=1000,maximum=86400000"`
-	// Via is how a failover attempt reaches its target. callout (the default) sends it with
-	// proxy_http_call from the HTTP connection manager's filter: any target, but the
-	// attempt's response reaches the client only once complete. router has Envoy's router
-	// retry the request through Spillway's upstream HTTP filter on the provider cluster, so
-	// a failover attempt streams: it needs that filter and the route's retry policy (the
-	// envoy generator writes both) and body-routed mode, and it fails over this way only to
-	// targets on the first target's cluster with its model, on what the status and headers
-	// of a failed try say; every other failover still goes by callout.
+	// Via is how a failover attempt reaches its target. router has Envoy's router retry the
+	// request through Spillway's upstream HTTP filter on the provider cluster, so a failover
+	// attempt streams: it needs that filter and the route's retry policy (render envoy,
+	// render istio's Full mode and hostsim serve write both) and body-routed mode, and it
+	// fails over this way to the targets a retry can reach (the first target's cluster and
+	// model; any with crossCluster), on what the status and headers of a failed try say
+	// (its body too with holdTries); every other failover still goes by callout. callout
+	// sends every failover attempt with proxy_http_call from the HTTP connection manager's
+	// filter: any target, but the attempt's response reaches the client only once complete.
+	// Default: router in body-routed mode, callout in header-routed mode (routing.mode:
+	// headers, which refuses router). A proxy without the upstream filter is detected
+	// (spillway_router_unlinked_total, a critical log once per VM) and fails over by
+	// callout; set callout to keep the callout path without the detector.
 	Via FailoverVia `json:"via,omitempty" jsonschema:"enum=callout,enum=router"`
 	// HoldTries (router only) has the upstream instance hold a failed try's response to
 	// read its error body, and a 200 event stream until its first event, before it decides
 	// whether the try fails over, as the callout path decides; without it a try fails over
 	// on its status and headers alone, and a failure only its body shows is failed over by
 	// callout. It needs Envoy ≥ 1.37: releasing a held try for a retry is undefined
-	// behaviour before envoyproxy/envoy#41879. Default false.
+	// behaviour before envoyproxy/envoy#41879. Default false; render envoy, render istio
+	// and hostsim serve set it from the Envoy release they render for (on from 1.37) and
+	// refuse true for an older one.
 	HoldTries *bool `json:"holdTries,omitempty"`
 	// CrossCluster (router only) lets a retry go to a target on another cluster, with another
 	// model, so a fallback to another provider streams too: the route picks its cluster with
@@ -452,7 +462,8 @@ type Failover struct {
 	// (RetryPolicy.refresh_cluster_on_retry); the Envoy generator writes that route instead
 	// of the cluster_header one. It needs Envoy ≥ 1.39. Without it a retry stays on the first
 	// target's cluster and model, and a fallback to another provider goes by callout.
-	// Default false.
+	// Default false; render envoy and hostsim serve set it from the Envoy release they
+	// render for (on from 1.39) and refuse true for an older one; render istio refuses it.
 	CrossCluster *bool `json:"crossCluster,omitempty"`
 }
 
@@ -576,6 +587,34 @@ type ContentStall struct {
 	// TimeoutMs is the longest a stream may go without model output. Default 2 min;
 	// rejected outside 1 s–1 h.
 	TimeoutMs *int64 `json:"timeoutMs,omitempty" jsonschema:"minimum=1000,maximum=3600000"`
+}
+
+// TerminalRecheck re-checks connections in the terminal expired state (a revoked or invalid
+// key: guide §2's EXPIRED_RETRY_MAX reached) with a cheap authenticated request, so a key
+// that was fixed upstream comes back without an operator reset: GET /v1/models on the
+// provider's cluster with the connection's credential (and anthropic-version for an
+// anthropic provider). A 2xx clears the expired state, as a reset of that connection
+// would; a 401 or 403 keeps it and doubles the wait before the next check of that
+// connection (up to maxIntervalMs); any other answer, a timeout or no answer changes
+// nothing. banned and credits_exhausted are never re-checked. Each connection is checked
+// at most once per intervalMs, and at most maxPerTick checks start per second across every
+// worker of the proxy. Off by default (the guide's terminal state stands until a reset).
+type TerminalRecheck struct {
+	// Enabled turns the re-check on. Default false.
+	Enabled *bool `json:"enabled,omitempty"`
+	// IntervalMs is how long after a connection became expired, and after each check, the
+	// next check of that connection may start. Default 5 min; rejected outside 10 s–24 h.
+	IntervalMs *int64 `json:"intervalMs,omitempty" jsonschema:"minimum=10000,maximum=86400000"`
+	// MaxIntervalMs caps the wait after repeated 401/403 answers (intervalMs doubled per
+	// refused check). Default 1 h, or intervalMs when that is longer; must be ≥ intervalMs;
+	// rejected outside 10 s–24 h.
+	MaxIntervalMs *int64 `json:"maxIntervalMs,omitempty" jsonschema:"minimum=10000,maximum=86400000"`
+	// MaxPerTick is the most checks started per second (the filter's one-second tick),
+	// counted across every worker of the Envoy process. Default 1; rejected outside 1–10.
+	MaxPerTick *int `json:"maxPerTick,omitempty" jsonschema:"minimum=1,maximum=10"`
+	// TimeoutMs bounds one check's request; no answer in time changes nothing. Default
+	// 10 s; rejected outside 1 s–1 min.
+	TimeoutMs *int64 `json:"timeoutMs,omitempty" jsonschema:"minimum=1000,maximum=60000"`
 }
 
 // P2CLatency is resilienceSettings.p2cLatency.

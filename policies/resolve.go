@@ -35,6 +35,8 @@ type Resolved struct {
 	ThroughputWatchdog ThroughputWatchdogSettings
 	// ContentStall is the content-stall watchdog.
 	ContentStall ContentStallSettings
+	// TerminalRecheck is the opt-in re-check of expired connections.
+	TerminalRecheck TerminalRecheckSettings
 	// P2CLatency is the p2c latency signal.
 	P2CLatency P2CLatencySettings
 	// SessionAffinityTTL pins sessions to connections; 0 = off.
@@ -217,13 +219,31 @@ type ComboCooldownWaitSettings struct {
 type FailoverSettings struct {
 	MaxAttempts int
 	Budget      time.Duration
-	// ViaRouter: failover attempts on the first target's cluster go as the router's
-	// retries through the upstream filter (Failover.Via router).
+	// ViaRouter: failover attempts go as the router's retries through the upstream filter
+	// where they can (see ViaRouter: Failover.Via router, or unset in body-routed mode).
 	ViaRouter bool
 	// HoldTries: the upstream instance holds a failed try to read its body (router only).
 	HoldTries bool
 	// CrossCluster: a retry may go to another cluster and model (router only).
 	CrossCluster bool
+}
+
+// ViaRouter is the one place that decides how failover reaches its target: through the
+// router (Failover.Via router) unless the policy says callout or routes by header
+// (routing.mode: headers, where the target is picked before the body is read, so a try
+// has nothing to replay: validate refuses router there). An unset via is router in
+// body-routed mode: failover that streams is the default, and a deployment without the
+// upstream filter is caught by the filter's unlinked detector, which fails over by callout
+// (README, "Failover that keeps streaming"). The generators write the upstream filter for
+// it and say the path in the policy they render (policies/envoyrelease.Settle).
+func ViaRouter(via FailoverVia, mode RoutingMode) bool {
+	switch via {
+	case FailoverViaRouter:
+		return true
+	case FailoverViaCallout:
+		return false
+	}
+	return mode != RoutingModeHeaders
 }
 
 // ThroughputWatchdogSettings are the slow-stream watchdog settings.
@@ -239,6 +259,16 @@ type ThroughputWatchdogSettings struct {
 type ContentStallSettings struct {
 	Enabled bool
 	Timeout time.Duration // the longest a stream may go without model output
+}
+
+// TerminalRecheckSettings are the re-check settings of expired connections.
+type TerminalRecheckSettings struct {
+	Enabled     bool
+	Interval    time.Duration // between checks of one connection (and from its expiry)
+	MaxInterval time.Duration // cap of the doubled interval after refused checks
+	MaxPerTick  int           // checks started per Tick, process-wide
+	Tick        time.Duration // the round MaxPerTick counts in (not configurable)
+	Timeout     time.Duration // one check's request timeout
 }
 
 // P2CLatencySettings are the p2c latency signal settings (only Weight is configurable).
@@ -441,7 +471,7 @@ func (p *Policy) Resolved() *Resolved {
 	res.Failover = FailoverSettings{
 		MaxAttempts: intOr(rs.Failover.MaxAttempts, FailoverMaxAttempts),
 		Budget:      msOr(rs.Failover.BudgetMs, FailoverBudget),
-		ViaRouter:   rs.Failover.Via == FailoverViaRouter,
+		ViaRouter:   ViaRouter(rs.Failover.Via, p.Routing.Mode),
 	}
 	res.Failover.HoldTries = res.Failover.ViaRouter && boolOr(rs.Failover.HoldTries, false)
 	res.Failover.CrossCluster = res.Failover.ViaRouter && boolOr(rs.Failover.CrossCluster, false)
@@ -457,6 +487,15 @@ func (p *Policy) Resolved() *Resolved {
 	res.ContentStall = ContentStallSettings{
 		Enabled: boolOr(cs.Enabled, ContentStallEnabled),
 		Timeout: msOr(cs.TimeoutMs, ContentStallTimeout),
+	}
+	tr := &rs.TerminalRecheck
+	res.TerminalRecheck = TerminalRecheckSettings{
+		Enabled:     boolOr(tr.Enabled, TerminalRecheckEnabled),
+		Interval:    msOr(tr.IntervalMs, TerminalRecheckInterval),
+		MaxInterval: max(msOr(tr.MaxIntervalMs, TerminalRecheckMaxInterval), msOr(tr.IntervalMs, TerminalRecheckInterval)),
+		MaxPerTick:  intOr(tr.MaxPerTick, TerminalRecheckMaxPerTick),
+		Tick:        TerminalRecheckTick,
+		Timeout:     msOr(tr.TimeoutMs, TerminalRecheckTimeout),
 	}
 	res.P2CLatency = P2CLatencySettings{
 		Weight:     intOr(rs.P2CLatency.Weight, P2CLatencyWeight),

@@ -82,7 +82,9 @@ func TestPolicyWideDefaults(t *testing.T) {
 		// No depth set: each connection gets the default of its caps (below).
 		{"queue", r.RequestQueue, RequestQueueSettings{30 * time.Second, 10 * time.Minute, RequestQueueMaxDepthUnset}},
 		{"combo wait", r.ComboCooldownWait, ComboCooldownWaitSettings{ComboCooldownWaitEnabled, ComboCooldownWaitMaxWait, ComboCooldownWaitMaxAttempts, ComboCooldownWaitBudget}},
-		{"failover", r.Failover, FailoverSettings{MaxAttempts: FailoverMaxAttempts, Budget: FailoverBudget}},
+		// Failover that streams is the default (design.md §4, decided in turn 3): an unset via
+		// goes through the router in body-routed mode.
+		{"failover", r.Failover, FailoverSettings{MaxAttempts: FailoverMaxAttempts, Budget: FailoverBudget, ViaRouter: true}},
 		{"watchdog", r.ThroughputWatchdog, ThroughputWatchdogSettings{false, ThroughputWatchdogWindow, ThroughputWatchdogWarmup, ThroughputWatchdogMinBytesPerSec, ThroughputWatchdogMinOutput}},
 		{"content stall", r.ContentStall, ContentStallSettings{false, 2 * time.Minute}},
 		{"p2c", r.P2CLatency, P2CLatencySettings{0, 20, 15 * time.Minute, 3}},

@@ -139,6 +139,51 @@ func TestRouterFailoverNeedsBodyMode(t *testing.T) {
 	}
 }
 
+// TestFailoverPathDefault: how failover reaches its target for every via and routing mode.
+// The oracle is design.md §4's decision (turn 3): "failover that streams is the default ...
+// unless the policy says via: callout; header-routed mode stays on callout".
+func TestFailoverPathDefault(t *testing.T) {
+	tests := []struct {
+		name    string // the policy's choice
+		via     string // resilience.failover.via ("" unset)
+		headers bool   // routing.mode: headers
+		router  bool   // want router-mode failover
+		warns   bool   // want holdTries and crossCluster (both set true) warned as unread
+	}{
+		{"unset, body-routed: router", "", false, true, false},
+		{"unset, header-routed: callout", "", true, false, true},
+		{"callout, body-routed", "callout", false, false, true},
+		{"callout, header-routed", "callout", true, false, true},
+		{"router, body-routed", "router", false, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			failover := map[string]any{"holdTries": true, "crossCluster": true}
+			if tt.via != "" {
+				failover["via"] = tt.via
+			}
+			doc := mutate(t, "resilience.failover", failover)
+			if tt.headers {
+				doc = mutateDoc(t, doc, "routing", map[string]any{"mode": "headers", "defaultModel": "gpt-4o"})
+			}
+			p := mustParse(t, doc, ParseOptions{})
+			r := p.Resolved().Failover
+			if r.ViaRouter != tt.router || r.HoldTries != tt.router || r.CrossCluster != tt.router {
+				t.Errorf("failover %+v, want router %v (and its switches with it)", r, tt.router)
+			}
+			for _, field := range []string{"holdTries", "crossCluster"} {
+				warned := false
+				for _, w := range p.Warnings {
+					warned = warned || w.Path == "resilience.failover."+field
+				}
+				if warned != tt.warns {
+					t.Errorf("%s warned %v, want %v (%v)", field, warned, tt.warns, p.Warnings)
+				}
+			}
+		})
+	}
+}
+
 func TestRoutingAcceptedEdgeValues(t *testing.T) {
 	tests := []struct {
 		name  string // what is accepted
@@ -226,7 +271,7 @@ func TestRoutingDefaults(t *testing.T) {
 		{"first event", r.FirstEvent, FirstEventSettings{MaxBytes: 65536, Timeout: 10 * time.Second}},
 		{"quota reset zone", r.QuotaResetTimeZone, time.UTC},
 		{"body limit", r.MaxRequestBodyBytes, int64(8 << 20)},
-		{"failover", r.Failover, FailoverSettings{MaxAttempts: 3, Budget: 10 * time.Minute}},
+		{"failover", r.Failover, FailoverSettings{MaxAttempts: 3, Budget: 10 * time.Minute, ViaRouter: true}}, // design.md §4
 		{"provider API", r.Providers[0].API, APIOpenAI},
 		{"truncated streams count", r.Providers[0].CountTruncatedStreams, true},
 	}

@@ -90,10 +90,7 @@ func (v *validator) run() {
 	v.resilience(&p.Resilience, "resilience")
 	v.admin(&p.Admin, "admin")
 	v.routing(&p.Routing, "routing")
-	if p.Resilience.Failover.Via == FailoverViaRouter && p.Routing.Mode == RoutingModeHeaders {
-		v.fail("resilience.failover.via", "router needs body-routed mode: its tries start from a request whose body was read and "+
-			"checked before the first try left; header-routed mode (routing.mode: headers) fails over by callout")
-	}
+	v.failoverPath(&p.Resilience.Failover, p.Routing.Mode, "resilience.failover")
 	if p.MaxRequestBodyBytes != nil {
 		v.rangeInt64("maxRequestBodyBytes", *p.MaxRequestBodyBytes, 1024, 256<<20, "")
 	}

@@ -43,6 +43,7 @@ func (v *validator) resilience(r *Resilience, path string) {
 	v.throughputWatchdog(&r.StreamRecovery.ThroughputWatchdog, joinField(path, "streamRecovery.throughputWatchdog"))
 	v.firstEvent(&r.StreamRecovery.FirstEvent, joinField(path, "streamRecovery.firstEvent"))
 	v.rangeMs(joinField(path, "streamRecovery.contentStall.timeoutMs"), r.StreamRecovery.ContentStall.TimeoutMs, msSecond, msHour)
+	v.terminalRecheck(&r.TerminalRecheck, joinField(path, "terminalRecheck"))
 	v.clampInt(joinField(path, "p2cLatency.weight"), r.P2CLatency.Weight, 0, P2CLatencyWeightMax)
 	v.rangeMs(joinField(path, "sessionAffinityTtlMs"), r.SessionAffinityTtlMs, 0, 7*msDay)
 	if r.QuotaResetTimeZone != "" {
@@ -50,6 +51,25 @@ func (v *validator) resilience(r *Resilience, path string) {
 		if _, err := parseFixedZone(r.QuotaResetTimeZone); err != nil {
 			v.fail(zp, v.quote(zp, r.QuotaResetTimeZone)+": "+err.Error())
 		}
+	}
+}
+
+// terminalRecheck checks the re-check's bounds (rejected, not clamped: the guide names none,
+// and a typo here changes how often Spillway calls a provider on its own).
+func (v *validator) terminalRecheck(t *TerminalRecheck, path string) {
+	v.rangeMs(joinField(path, "intervalMs"), t.IntervalMs, 10*msSecond, msDay)
+	v.rangeMs(joinField(path, "maxIntervalMs"), t.MaxIntervalMs, 10*msSecond, msDay)
+	if t.MaxPerTick != nil {
+		v.rangeInt(joinField(path, "maxPerTick"), *t.MaxPerTick, 1, 10, "")
+	}
+	v.rangeMs(joinField(path, "timeoutMs"), t.TimeoutMs, msSecond, msMinute)
+	// An unset maxIntervalMs is raised to intervalMs (Resolved), never reported.
+	lo := TerminalRecheckInterval.Milliseconds()
+	if t.IntervalMs != nil {
+		lo = *t.IntervalMs
+	}
+	if hi := t.MaxIntervalMs; hi != nil && *hi < lo && lo <= msDay && *hi >= 10*msSecond {
+		v.fail(joinField(path, "maxIntervalMs"), "must not be below intervalMs ("+formatMs(lo)+"), got "+formatMs(*hi))
 	}
 }
 
@@ -237,11 +257,28 @@ func (v *validator) failover(f *Failover, path string) {
 		vp := joinField(path, "via")
 		v.fail(vp, "unknown failover path "+v.quote(vp, string(f.Via))+" (want callout or router)")
 	}
-	if f.HoldTries != nil && *f.HoldTries && f.Via != FailoverViaRouter {
-		v.warn(joinField(path, "holdTries"), "only router-mode failover reads it (via: router); the callout path always reads a failure's body")
+}
+
+// failoverPath checks the failover switches against the path failover takes (ViaRouter),
+// which the routing mode decides for an unset via.
+func (v *validator) failoverPath(f *Failover, mode RoutingMode, path string) {
+	if f.Via == FailoverViaRouter && mode == RoutingModeHeaders {
+		v.fail(joinField(path, "via"), "router needs body-routed mode: its tries start from a request whose body was read and "+
+			"checked before the first try left; header-routed mode (routing.mode: headers) fails over by callout")
+		return
 	}
-	if f.CrossCluster != nil && *f.CrossCluster && f.Via != FailoverViaRouter {
-		v.warn(joinField(path, "crossCluster"), "only router-mode failover reads it (via: router); the callout path reaches every cluster")
+	if ViaRouter(f.Via, mode) {
+		return
+	}
+	why := "via: callout"
+	if f.Via == "" {
+		why = "header-routed mode fails over by callout"
+	}
+	if f.HoldTries != nil && *f.HoldTries {
+		v.warn(joinField(path, "holdTries"), "only router-mode failover reads it ("+why+"); the callout path always reads a failure's body")
+	}
+	if f.CrossCluster != nil && *f.CrossCluster {
+		v.warn(joinField(path, "crossCluster"), "only router-mode failover reads it ("+why+"); the callout path reaches every cluster")
 	}
 }
 

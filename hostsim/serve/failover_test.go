@@ -90,23 +90,28 @@ func TestSlowUpstreamTimesOut(t *testing.T) {
 	}
 }
 
-// The README's router example (policies/examples/router.yaml): a streamed request whose
-// first key is rate-limited is answered by openai-b after 2 attempts as a stream (no
-// Content-Length: the router's retry streams), where the demo's callout failover answers
-// with the whole stream as a local reply (its Content-Length).
+// The README's Quickstart failover: a streamed request whose first key is rate-limited is
+// answered by openai-b after 2 attempts as a stream (no Content-Length: the router's retry
+// streams) by the demo (failover through the router is the default, on every supported
+// release: a 429 decides on its status) and by the router example (its switches need
+// -envoy-version 1.39), where the demo with via: callout answers with the whole stream as
+// a local reply (its Content-Length).
 func TestTheRouterExampleStreamsItsFailover(t *testing.T) {
 	stream := `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"Hello"}]}`
 	fault := map[string]string{"x-fake-scenario": "rate-limit", "x-fake-key-suffix": "key-a"}
+	calloutDemo, _ := routerDemo(t, "callout", 0)
 	for _, tt := range []struct {
 		name     string // the policy
 		policy   string // its path ("" the demo)
+		envoy    int    // Options.EnvoyMinor (0: the default, 1.36)
 		streamed bool   // the failover's answer streams
 	}{
-		{"router example", filepath.Join("..", "..", "policies", "examples", "router.yaml"), true},
-		{"demo (callout)", "", false},
+		{"demo (the default)", "", 0, true},
+		{"router example on 1.39", filepath.Join("..", "..", "policies", "examples", "router.yaml"), 39, true},
+		{"demo with via: callout", calloutDemo, 0, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			d := startDemo(t, func(o *Options) { o.PolicyPath = tt.policy })
+			d := startDemo(t, func(o *Options) { o.PolicyPath, o.EnvoyMinor = tt.policy, tt.envoy })
 			resp, body := postJSON(t, d.URL()+"/v1/chat/completions", strings.NewReader(stream), fault)
 			if resp.StatusCode != 200 || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
 				t.Fatalf("%d %s", resp.StatusCode, body)

@@ -87,8 +87,10 @@ var faultCases = []faultCase{
 		status: 200, body: []string{"event: content_block_delta",
 			"event: error\n" + `data: {"error":{"message":"Overloaded","type":"overloaded_error"},"type":"error"}`},
 		notBody: "message_stop"},
+	// A clean end without [DONE]: the filter ends the stream with its error event (code
+	// stream_truncated, then [DONE]); the fake's own last chunk never came.
 	{name: "truncated stream", fault: fakeprovider.Fault{Scenario: fakeprovider.ScenarioTruncate}, stream: true,
-		status: 200, body: []string{`"content":" from"`}, notBody: "[DONE]"},
+		status: 200, body: []string{`"content":" from"`, `"code":"stream_truncated"`}, notBody: `"finish_reason":"stop"`},
 	{name: "reset mid-stream", fault: fakeprovider.Fault{Scenario: fakeprovider.ScenarioReset, AfterEvents: 1}, stream: true,
 		status: 200, body: []string{`"content":"Hello"`}, notBody: "[DONE]", cut: true,
 		logStatus: "reset(upstream_reset_after_response_started{connection_termination})", flags: "UC",
@@ -155,10 +157,14 @@ func faultPolicy(t *testing.T, cases []faultCase, spare bool) string {
 		}
 		routes = append(routes, map[string]any{"model": c.slug(), "strategy": "priority", "targets": targets})
 	}
-	doc := map[string]any{"providers": providers, "routes": routes}
+	// The spare hides a fault by a callout, whose answer the access line names as
+	// Spillway's local reply (requireFaultAccessLine): via: callout, said explicitly since
+	// an unset via fails over through the router.
+	failover := map[string]any{"via": "callout"}
 	if !spare {
-		doc["resilience"] = map[string]any{"failover": map[string]any{"maxAttempts": 1}}
+		failover["maxAttempts"] = 1
 	}
+	doc := map[string]any{"providers": providers, "routes": routes, "resilience": map[string]any{"failover": failover}}
 	b, err := json.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
+	"github.com/spillwayproxy/spillway/internal/rootid"
 	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
 
@@ -43,9 +45,14 @@ func TestDefaultsModelTheGeneratedBootstrap(t *testing.T) {
 	}
 	l := limitsFor(DefaultOptions(), demo)
 
+	// The virtual host's limit and the routed route's retry buffer: the demo leaves
+	// failover.via unset, so it fails over through the router in both.
 	buffer := field(`request_body_buffer_limit: "(\d+)"`)
-	if len(buffer) != 1 || buffer[0] != strconv.Itoa(l.RequestBufferLimit) || !l.RequestBufferFromPolicy {
-		t.Errorf("request body buffer limit %d (from the policy: %v), bootstrap %v", l.RequestBufferLimit, l.RequestBufferFromPolicy, buffer)
+	slices.Sort(buffer)
+	if l.Router == nil || len(buffer) != 2 || !l.RequestBufferFromPolicy ||
+		!slices.Equal(buffer, slices.Sorted(slices.Values([]string{strconv.Itoa(l.RequestBufferLimit), strconv.FormatUint(*l.Router.Retry.BufferLimit, 10)}))) {
+		t.Errorf("request body buffer limit %d (from the policy: %v), router %+v, bootstrap %v", l.RequestBufferLimit,
+			l.RequestBufferFromPolicy, l.Router, buffer)
 	}
 	// The listener carries the request limit too, for an Envoy that raises a stream's
 	// limit only in the router (before envoyproxy/envoy#42607).
@@ -69,11 +76,25 @@ func TestDefaultsModelTheGeneratedBootstrap(t *testing.T) {
 	}
 	// What a worker does once its VM failed, and the plugin name Envoy files the plugin's
 	// own stats under (wasm.<name>.vm_reload_success, served by serve's admin).
-	if fp := field(`\n\s+failure_policy: (\S+)\n`); len(fp) != 1 || fp[0] != DefaultOptions().FailurePolicy.String() {
-		t.Errorf("failure policy %v, bootstrap %v", DefaultOptions().FailurePolicy, fp)
+	// Every plugin's: the HTTP filter's, then the upstream filter's on each provider cluster.
+	clusters := len(demo.Clusters())
+	fp := field(`\n\s+failure_policy: (\S+)\n`)
+	if len(fp) != 1+clusters {
+		t.Errorf("failure policies %v, want %d", fp, 1+clusters)
 	}
-	if names := field(`\n\s+name: (\S+)\n\s+root_id: `); len(names) != 1 || names[0] != pluginName {
+	for _, f := range fp {
+		if f != DefaultOptions().FailurePolicy.String() {
+			t.Errorf("failure policy %v, bootstrap %v", DefaultOptions().FailurePolicy, fp)
+		}
+	}
+	names := field(`\n\s+name: (\S+)\n\s+root_id: `)
+	if len(names) != 1+clusters || names[0] != pluginName {
 		t.Errorf("plugin name %q, bootstrap %v", pluginName, names)
+	}
+	for _, n := range names[min(1, len(names)):] {
+		if n != rootid.Upstream {
+			t.Errorf("upstream plugin name %q, want %q", n, rootid.Upstream)
+		}
 	}
 }
 

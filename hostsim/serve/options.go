@@ -13,6 +13,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/hostsim"
 	"github.com/spillwayproxy/spillway/policies/envoylimits"
+	"github.com/spillwayproxy/spillway/policies/envoyrelease"
 )
 
 // Defaults of the serve flags.
@@ -92,6 +93,13 @@ type Options struct {
 	// the connection's limit. Default false: Envoy ≥ 1.37, which applies it when the route
 	// is matched.
 	RouteBufferLimitAtRouter bool
+	// EnvoyMinor is the Envoy release serve runs the policy as the generated bootstrap for,
+	// 1.EnvoyMinor (-envoy-version, as `spillway render envoy -envoy-version`): the failover
+	// switches the policy leaves unset are chosen for it and the ones it sets are checked
+	// against it (Policy.For; holdTries from 1.37, crossCluster from 1.39). Default
+	// envoyrelease.Oldest (1.36), render envoy's default. It models nothing else of that
+	// release: -route-buffer-limit-at-router is 1.36's buffer limit.
+	EnvoyMinor int
 	// StreamIdleTimeout ends a stream silent both ways this long (-stream-idle-timeout, 0:
 	// off): the connection manager's stream_idle_timeout and the route's idle_timeout.
 	// FromPolicy (the default): the policy's longest silence plus 30 s, as the generated
@@ -123,7 +131,8 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{WasmPath: DefaultWasm, Listen: DefaultListen, Workers: DefaultWorkers, Timeout: DefaultTimeout,
 		ConnectTimeout: DefaultConnectTimeout, BufferLimit: FromPolicy, RequestBufferLimit: FromPolicy,
-		StreamIdleTimeout: FromPolicy, AllowOnHeadersStopIteration: true, FailurePolicy: hostsim.DefaultFailurePolicy}
+		StreamIdleTimeout: FromPolicy, AllowOnHeadersStopIteration: true, FailurePolicy: hostsim.DefaultFailurePolicy,
+		EnvoyMinor: envoyrelease.Oldest}
 }
 
 // RegisterFlags defines the flags shared by serve and run on fs, writing into o (whose
@@ -144,6 +153,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 		"connection buffer limit in `bytes` (Envoy's per_connection_buffer_limit_bytes); policy: the request limit (-request-buffer-limit), as the generated bootstrap")
 	fs.Var((*bufferLimitFlag)(&o.RequestBufferLimit), "request-buffer-limit",
 		"request body buffer limit in `bytes` (the route's request_body_buffer_limit); policy: maxRequestBodyBytes + 1 MiB, as the generated bootstrap")
+	fs.Var((*releaseFlag)(&o.EnvoyMinor), "envoy-version",
+		"the Envoy `release` (1.N) to run the policy as the generated bootstrap for: failover's holdTries (1.37) and crossCluster (1.39) on where it has them and the policy leaves them unset")
 	fs.BoolVar(&o.RouteBufferLimitAtRouter, "route-buffer-limit-at-router", o.RouteBufferLimitAtRouter,
 		"model Envoy 1.36, before envoyproxy/envoy#42607: the route's buffer limit applies only once the request headers reach the router")
 	fs.Var((*policyTimeoutFlag)(&o.StreamIdleTimeout), "stream-idle-timeout",
@@ -293,6 +304,25 @@ func (f *clusterFlag) Set(s string) error {
 		}
 	}
 	*f = append(*f, c)
+	return nil
+}
+
+// releaseFlag is Options.EnvoyMinor, given as 1.N or 1.N.P.
+type releaseFlag int
+
+func (f *releaseFlag) String() string {
+	if f == nil || *f == 0 {
+		return ""
+	}
+	return "1." + strconv.Itoa(int(*f))
+}
+
+func (f *releaseFlag) Set(s string) error {
+	n, err := envoyrelease.ParseMinor(s, envoyrelease.Oldest)
+	if err != nil {
+		return err
+	}
+	*f = releaseFlag(n)
 	return nil
 }
 

@@ -78,13 +78,13 @@ func TestGoodFlagValues(t *testing.T) {
 		"-wasi", "wazero", "-failure-policy", "fail-reload", "-timeout", "30s",
 		"-cluster", "gone=", "-allow-on-headers-stop-iteration=false", "-admin", "127.0.0.1:9901",
 		"-connect-timeout", "2s", "-route-timeout", "0", "-idle-timeout", "45s", "-buffer-limit", "65536",
-		"-route-buffer-limit-at-router")
+		"-route-buffer-limit-at-router", "-envoy-version", "1.39.2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(o.Clusters) != 3 || o.Clusters[2] != (Cluster{Name: "gone"}) || o.AllowOnHeadersStopIteration ||
 		o.Admin != "127.0.0.1:9901" || o.ConnectTimeout != 2*time.Second || o.RouteTimeout != 0 ||
-		o.IdleTimeout != 45*time.Second || o.BufferLimit != 65536 || !o.RouteBufferLimitAtRouter {
+		o.IdleTimeout != 45*time.Second || o.BufferLimit != 65536 || !o.RouteBufferLimitAtRouter || o.EnvoyMinor != 39 {
 		t.Errorf("options %+v", o)
 	}
 	o.Clusters = o.Clusters[:2]
@@ -141,6 +141,8 @@ func TestBadFlagValues(t *testing.T) {
 		{[]string{"-request-buffer-limit", "derive"}, "want policy or a number"},
 		{[]string{"-stream-idle-timeout", "-1s"}, "want policy, 0 (none) or a positive duration"},
 		{[]string{"-stream-idle-timeout", "never"}, "want policy, 0 (none)"},
+		{[]string{"-envoy-version", "1.35"}, "is not supported (1.36 or newer)"},
+		{[]string{"-envoy-version", "39"}, "want 1.N or 1.N.P"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -80,7 +80,7 @@ func TestServeNormalisesPathsAsTheConnectionManager(t *testing.T) {
 		}
 	}
 	// Each was routed by Spillway (the access line names its provider), not passed through.
-	if n := len(d.access.lines("provider=openai")); n != 3 {
+	if n := len(d.access.await("provider=openai", 3)); n != 3 {
 		t.Errorf("%d requests routed to openai, want 3:\n%s", n, d.access.String())
 	}
 	before := len(d.fake(t, "fake-openai").Requests())
@@ -89,7 +89,7 @@ func TestServeNormalisesPathsAsTheConnectionManager(t *testing.T) {
 			t.Errorf("%s: %d, want 400", target, status)
 		}
 	}
-	if n := len(d.access.lines("details=" + DetailsPathNormalizationFailed)); n != 3 {
+	if n := len(d.access.await("details="+DetailsPathNormalizationFailed, 3)); n != 3 {
 		t.Errorf("%d access lines with %s, want 3:\n%s", n, DetailsPathNormalizationFailed, d.access.String())
 	}
 	if after := len(d.fake(t, "fake-openai").Requests()); after != before {

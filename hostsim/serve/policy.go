@@ -9,6 +9,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
 	"github.com/spillwayproxy/spillway/policies"
+	"github.com/spillwayproxy/spillway/policies/envoyrelease"
 	"github.com/spillwayproxy/spillway/policies/examples"
 	"github.com/spillwayproxy/spillway/policies/policyfile"
 )
@@ -78,6 +79,27 @@ func LoadPolicy(path string, env []EnvVar) (*Policy, error) {
 		return nil, &PolicyError{Source: p.Source, Fields: policies.Errors{ErrClusterHeader}}
 	}
 	return p, nil
+}
+
+// For returns the policy as serve runs it for Envoy 1.minor (0: envoyrelease.Oldest), which
+// is how the generated bootstrap runs it there (envoy.Policy.For): the failover switches it
+// leaves unset written into its JSON — via router (serve attaches the upstream filter),
+// holdTries from 1.37, crossCluster from 1.39 (serve's route refreshes its cluster as the
+// bootstrap's does) — and the ones it sets checked against that release. An invalid choice
+// is a *PolicyError; p is not changed.
+func (p *Policy) For(minor int) (*Policy, error) {
+	doc, parsed, err := envoyrelease.Settle(p.JSON, p.Parsed, envoyrelease.Deployment{Envoy: minor, UpstreamFilter: true,
+		CrossClusterRoute: true, Flag: "-envoy-version"})
+	if err != nil {
+		var fields policies.Errors
+		if errors.As(err, &fields) {
+			return nil, &PolicyError{Source: p.Source, Fields: fields}
+		}
+		return nil, fmt.Errorf("serve: policy %s: %w", p.Source, err)
+	}
+	out := *p
+	out.JSON, out.Parsed, out.Resolved = doc, parsed, parsed.Resolved()
+	return &out, nil
 }
 
 // ErrClusterHeader refuses a policy that routes by header (routing.clusterHeader), as

@@ -24,8 +24,8 @@ import (
 	"github.com/spillwayproxy/spillway/policies/policyfile"
 )
 
-// routerDemo writes the demo policy with failover.via (and maxAttempts when > 0) set, and
-// returns its path and document.
+// routerDemo writes the demo policy with failover.via (unless "": the default), maxAttempts
+// (when > 0) and crossCluster (when given true) set, and returns its path and document.
 func routerDemo(t *testing.T, via string, maxAttempts int, crossCluster ...bool) (string, []byte) {
 	t.Helper()
 	doc, err := policyfile.ToJSON(examples.Demo())
@@ -37,8 +37,10 @@ func routerDemo(t *testing.T, via string, maxAttempts int, crossCluster ...bool)
 			t.Fatal(err)
 		}
 	}
-	if doc, err = sjson.SetBytes(doc, "resilience.failover.via", via); err != nil {
-		t.Fatal(err)
+	if via != "" {
+		if doc, err = sjson.SetBytes(doc, "resilience.failover.via", via); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if maxAttempts > 0 {
 		if doc, err = sjson.SetBytes(doc, "resilience.failover.maxAttempts", maxAttempts); err != nil {
@@ -72,15 +74,26 @@ func TestRouterFailoverIsTheGeneratedBootstrap(t *testing.T) {
 		{"router, seven attempts", "router", 7, true, false},
 		// Retries to any cluster: the matcher on the filter's filter state, refreshed.
 		{"router, cross cluster", "router", 0, true, true},
+		// The default: an unset via is router.
+		{"unset (the default)", "", 0, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path, doc := routerDemo(t, tt.via, tt.maxAttempts, tt.cross)
+			release := 0 // the default, 1.36
+			if tt.cross {
+				release = 39 // refresh_cluster_on_retry
+			}
 			p, err := LoadPolicy(path, nil)
+			if err == nil {
+				p, err = p.For(release)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := limitsFor(DefaultOptions(), p).Router
+			o := DefaultOptions()
+			o.EnvoyMinor = release
+			got := limitsFor(o, p).Router
 			if (got != nil) != tt.router {
 				t.Fatalf("router failover %+v, want it: %v", got, tt.router)
 			}
@@ -89,7 +102,8 @@ func TestRouterFailoverIsTheGeneratedBootstrap(t *testing.T) {
 				t.Fatal(err)
 			}
 			b, err := envoy.Bootstrap(ep, envoy.Options{Upstreams: map[string]string{
-				"fake-openai": "http://127.0.0.1:4001", "fake-openrouter": "http://127.0.0.1:4002", "fake-anthropic": "http://127.0.0.1:4003"}})
+				"fake-openai": "http://127.0.0.1:4001", "fake-openrouter": "http://127.0.0.1:4002", "fake-anthropic": "http://127.0.0.1:4003"},
+				EnvoyMinor: release})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -230,18 +244,18 @@ func retryMatchers(t *testing.T, hs []*routev3.HeaderMatcher) []hostsim.RetryHea
 	return out
 }
 
-// TestServeStartsWithARouterPolicy: with a router policy serve loads the module a second
-// time as the upstream filter (a bad hostsim option or a plugin that refused the upstream
-// root id would fail Start), says so in its banner, and answers through the fakes; the
-// callout banner does not mention it.
+// TestServeStartsWithARouterPolicy: with a router policy (the demo's default) serve loads
+// the module a second time as the upstream filter (a bad hostsim option or a plugin that
+// refused the upstream root id would fail Start), says so in its banner, and answers
+// through the fakes; the banner of a callout policy says the callout path.
 func TestServeStartsWithARouterPolicy(t *testing.T) {
-	path, _ := routerDemo(t, "router", 0)
-	d := startDemo(t, func(o *Options) { o.PolicyPath = path })
+	d := startDemo(t, nil)
 	if d.Limits.Router == nil {
-		t.Fatal("no router failover for a router policy")
+		t.Fatal("no router failover for the demo, which leaves via unset")
 	}
-	if b := d.Banner(); !strings.Contains(b, "failover:  through the router (failover.via: router): upstream filter spillway.upstream, "+
-		"retry on x-spillway-retry, num_retries 2, back-off 1ms–10ms, retry buffer 18874368 bytes, max_retries 1024") {
+	if b := d.Banner(); !strings.Contains(b, "failover:  as the generated bootstrap for Envoy 1.36 (-envoy-version), through the router") ||
+		!strings.Contains(b, "upstream filter spillway.upstream, retry on x-spillway-retry, num_retries 2, back-off 1ms–10ms, "+
+			"retry buffer 18874368 bytes, max_retries 1024") {
 		t.Errorf("banner does not describe the router failover:\n%s", b)
 	}
 	client := &http.Client{Timeout: time.Minute}
@@ -259,8 +273,10 @@ func TestServeStartsWithARouterPolicy(t *testing.T) {
 		t.Error("the retry marker reached the client")
 	}
 
-	callout := startDemo(t, nil)
-	if callout.Limits.Router != nil || strings.Contains(callout.Banner(), "failover:") {
-		t.Errorf("a callout policy got the router failover: %+v", callout.Limits.Router)
+	path, _ := routerDemo(t, "callout", 0)
+	callout := startDemo(t, func(o *Options) { o.PolicyPath = path })
+	if callout.Limits.Router != nil || !strings.Contains(callout.Banner(), "failover:  as the generated bootstrap for Envoy 1.36 (-envoy-version), by callout") ||
+		strings.Contains(callout.Banner(), "upstream filter") {
+		t.Errorf("a callout policy got the router failover: %+v\n%s", callout.Limits.Router, callout.Banner())
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/spillwayproxy/spillway/internal/rootid"
 	"github.com/spillwayproxy/spillway/internal/routerretry"
 	"github.com/spillwayproxy/spillway/policies/envoylimits"
+	"github.com/spillwayproxy/spillway/policies/envoyrelease"
 )
 
 // ShutdownGrace is how long a graceful shutdown waits for requests in flight.
@@ -102,6 +103,9 @@ func limitsFor(o Options, p *Policy) Limits {
 func Start(opts Options, access, logs io.Writer) (_ *Instance, err error) {
 	policy, err := LoadPolicy(opts.PolicyPath, opts.Env)
 	if err != nil {
+		return nil, err
+	}
+	if policy, err = policy.For(opts.EnvoyMinor); err != nil {
 		return nil, err
 	}
 	inst := &Instance{Policy: policy, opts: opts, Fakes: map[string]*fakeprovider.Server{},
@@ -297,11 +301,12 @@ func (inst *Instance) Banner() string {
 		o.ConnectTimeout, o.Timeout)
 	fmt.Fprintf(&b, "  buffers:   route %d bytes (%s), applied %s; connection %d bytes (%s)\n",
 		l.RequestBufferLimit, bufferFrom, applied, l.BufferLimit, connFrom)
+	fmt.Fprintf(&b, "  failover:  as the generated bootstrap for Envoy 1.%d (-envoy-version), %s\n", max(o.EnvoyMinor, envoyrelease.Oldest),
+		envoyrelease.Streams(inst.Policy.Resolved.Failover))
 	if r := l.Router; r != nil {
-		fmt.Fprintf(&b, "  failover:  through the router (failover.via: router): upstream filter %s, retry on %s, "+
-			"num_retries %d, back-off %v–%v, retry buffer %d bytes, max_retries %d, as the generated bootstrap\n",
-			rootid.Upstream, routerretry.MarkerHeader, *r.Retry.NumRetries, r.Retry.BaseInterval, r.Retry.MaxInterval,
-			*r.Retry.BufferLimit, r.MaxRetries)
+		fmt.Fprintf(&b, "             upstream filter %s, retry on %s, num_retries %d, back-off %v–%v, retry buffer %d bytes, "+
+			"max_retries %d\n", rootid.Upstream, routerretry.MarkerHeader, *r.Retry.NumRetries, r.Retry.BaseInterval,
+			r.Retry.MaxInterval, *r.Retry.BufferLimit, r.MaxRetries)
 		if r.Retry.RefreshClusterOnRetry {
 			fmt.Fprintf(&b, "             retries to any provider (failover.crossCluster): the route's cluster refreshed "+
 				"before each retry (Envoy >= 1.39)\n")

@@ -125,6 +125,11 @@ func SetProperty(path []byte, value string) error {
 	return proxywasm.SetProperty(strings.Split(string(path), "\x00"), []byte(value))
 }
 
+// SetPropertyBytes is SetProperty with the value in a byte slice.
+func SetPropertyBytes(path, value []byte) error {
+	return proxywasm.SetProperty(strings.Split(string(path), "\x00"), value)
+}
+
 // SendLocalResponse sends a local reply (the SDK's call has no details).
 func SendLocalResponse(status uint32, _ string, body []byte, headers [][2]string, _ *[]byte) error {
 	return proxywasm.SendHttpResponse(status, headers, body, -1)

@@ -369,6 +369,12 @@ func SetProperty(path []byte, value string) error {
 	return statusErr(hostSetProperty(bptr(path), int32(len(path)), ptr(value), int32(len(value))))
 }
 
+// SetPropertyBytes is SetProperty with the value in a byte slice, written as it is (no
+// copy, no allocation).
+func SetPropertyBytes(path, value []byte) error {
+	return statusErr(hostSetProperty(bptr(path), int32(len(path)), bptr(value), int32(len(value))))
+}
+
 // SendLocalResponse sends a local reply; headers are encoded into *scratch.
 func SendLocalResponse(status uint32, details string, body []byte, headers [][2]string, scratch *[]byte) error {
 	*scratch = pairs.Append((*scratch)[:0], headers)

@@ -53,6 +53,9 @@ var (
 		Help: "time those requests waited, in milliseconds"}
 	ConnectionWatchdogAborts = Family{Name: "spillway_connection_watchdog_aborts_total", Labels: []string{TagProvider, TagConnection, TagReason},
 		Help: "streams of the connection the watchdog ended (reason " + WatchdogSlowStream + " or " + WatchdogStall + ")"}
+	ConnectionRechecks = Family{Name: "spillway_connection_rechecks_total", Labels: []string{TagProvider, TagConnection, TagOutcome},
+		Help: "re-checks of the connection's expired state (resilience.terminalRecheck) by outcome: " + RecheckRestored + ", " +
+			RecheckRefused + " or " + RecheckInconclusive}
 
 	// Gauges.
 
@@ -86,13 +89,20 @@ const (
 	WatchdogStall      = "content_stall" // no model output in time (guide §6)
 )
 
+// Outcomes of a terminal re-check (TagOutcome of ConnectionRechecks).
+const (
+	RecheckRestored     = "restored"     // a 2xx: the expired state was cleared
+	RecheckRefused      = "refused"      // a 401 or 403: still expired, the next check backs off
+	RecheckInconclusive = "inconclusive" // anything else, or no answer: nothing changed
+)
+
 // Families returns every family the filter defines, in a fixed order.
 func Families() []*Family {
 	return []*Family{&Requests, &Routed, &LocalReplies, &Attempts, &Failovers, &Restated, &StreamErrorEvents,
 		&TruncatedStreams, &Queued, &AdmissionFailedOpen, &ModelNotServed, &Wakeups, &Misconfigured, &RouterRetries, &RouterUnlinked, &Panics,
 		&AdminLookalikes, &ABIPanics, &AdmissionStoreErrors, &RouteRequests,
 		&ConnectionAttempts, &ConnectionFailovers, &ConnectionFailures, &ConnectionRestated, &ConnectionQueueWaits,
-		&ConnectionQueueWaitMs, &ConnectionWatchdogAborts,
+		&ConnectionQueueWaitMs, &ConnectionWatchdogAborts, &ConnectionRechecks,
 		&BreakerState, &ProviderCooling, &ConnectionCooling, &ConnectionTerminal, &ConnectionLockouts,
 		&ConnectionQueueDepth, &ConnectionSlotsInUse}
 }

@@ -84,3 +84,43 @@ func TestExamplesAreFullyServed(t *testing.T) {
 		}
 	}
 }
+
+// TestNotices: a policy that leaves failover.via unset is told which path it gets (design.md
+// §4: router in body-routed mode, callout in header-routed mode) and how to keep the
+// callout path; a policy that says either gets no notice.
+func TestNotices(t *testing.T) {
+	route := "routes:\n- {model: gpt-4o, targets: [{provider: openai}]}\n- {model: 'claude-*', targets: [{provider: anthropic}]}\n"
+	tests := []struct {
+		name  string
+		extra string   // after providers and routes
+		want  []string // fragments of the one notice, none when empty
+	}{
+		{"unset, body-routed", "", []string{"goes through Envoy's router", "it was callout before", "Set via: callout to keep the callout path"}},
+		{"unset, header-routed", "routing: {mode: headers, defaultModel: gpt-4o}", []string{"header-routed mode", "fails over by callout"}},
+		{"callout said", "resilience: {failover: {via: callout}}", nil},
+		{"router said", "resilience: {failover: {via: router}}", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := policyfile.Parse([]byte(providers+route+tt.extra), policies.ParseOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := lint.Notices(p)
+			if len(tt.want) == 0 {
+				if len(got) != 0 {
+					t.Errorf("notices %v, want none", got)
+				}
+				return
+			}
+			if len(got) != 1 || got[0].Path != "resilience.failover.via" {
+				t.Fatalf("notices %v, want one at resilience.failover.via", got)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(got[0].Message, w) {
+					t.Errorf("notice %q lacks %q", got[0].Message, w)
+				}
+			}
+		})
+	}
+}

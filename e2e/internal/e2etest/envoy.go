@@ -45,7 +45,7 @@ func EnvoyStarter(bin string) Starter {
 	return func(t testing.TB, policy string) *Target {
 		t.Helper()
 		_, p := loadPolicy(t, policy)
-		once.Do(func() { minor, versionErr = envoyMinor(bin) })
+		once.Do(func() { minor, versionErr = EnvoyMinor(bin) })
 		if versionErr != nil {
 			t.Fatalf("e2etest: %v", versionErr)
 		}
@@ -54,7 +54,7 @@ func EnvoyStarter(bin string) Starter {
 		}
 		tg := &Target{Kind: "envoy", Policy: p, Fakes: startFakes(t, p), Logs: &hostsimtest.Lines{}}
 		listen, admin := freeAddr(t), freeAddr(t)
-		yaml := renderBootstrap(t, tg, WasmPath(t), listen, admin)
+		yaml := renderBootstrap(t, tg, WasmPath(t), listen, admin, minor)
 		cfg := filepath.Join(t.TempDir(), "envoy.yaml")
 		if err := os.WriteFile(cfg, yaml, 0o600); err != nil {
 			t.Fatalf("e2etest: %v", err)
@@ -85,8 +85,8 @@ func EnvoyStarter(bin string) Starter {
 	}
 }
 
-// envoyMinor reads bin's release from `envoy --version`: its minor number.
-func envoyMinor(bin string) (int, error) {
+// EnvoyMinor reads bin's release from `envoy --version`: its minor number.
+func EnvoyMinor(bin string) (int, error) {
 	out, err := exec.Command(bin, "--version").CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("%s --version: %w: %s", bin, err, out)
@@ -98,10 +98,11 @@ func envoyMinor(bin string) (int, error) {
 	return minor, nil
 }
 
-// renderBootstrap renders the Envoy bootstrap for tg's policy as `spillway render envoy`
-// does (stats_tags included), every cluster pointing at its fake over plain HTTP, the
-// module at wasm, the listener and the admin on the given addresses.
-func renderBootstrap(t testing.TB, tg *Target, wasm, listen, admin string) []byte {
+// renderBootstrap renders the Envoy bootstrap for tg's policy as `spillway render envoy
+// -envoy-version 1.<minor>` does (stats_tags included), every cluster pointing at its fake
+// over plain HTTP, the module at wasm, the listener and the admin on the given addresses:
+// the failover switches the policy leaves unset are chosen for the binary's release.
+func renderBootstrap(t testing.TB, tg *Target, wasm, listen, admin string, minor int) []byte {
 	t.Helper()
 	upstreams := map[string]string{}
 	for name, f := range tg.Fakes {
@@ -112,11 +113,12 @@ func renderBootstrap(t testing.TB, tg *Target, wasm, listen, admin string) []byt
 		tags = append(tags, envoy.StatsTag{Name: tag.Name, Regex: tag.Regex})
 	}
 	b, err := envoy.Bootstrap(tg.Policy, envoy.Options{
-		Module:    envoy.Module{Path: wasm},
-		Upstreams: upstreams,
-		Listen:    listen,
-		Admin:     admin,
-		StatsTags: tags,
+		Module:     envoy.Module{Path: wasm},
+		Upstreams:  upstreams,
+		Listen:     listen,
+		Admin:      admin,
+		StatsTags:  tags,
+		EnvoyMinor: minor,
 	})
 	if err != nil {
 		t.Fatalf("e2etest: envoy.Bootstrap: %v", err)

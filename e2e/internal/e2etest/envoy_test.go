@@ -27,7 +27,7 @@ admin: {token: "${SPILLWAY_ADMIN_TOKEN}"}
 	if k := tg.Fakes["fake-anthropic"].Kind(); k != "anthropic" {
 		t.Errorf("fake-anthropic speaks %s", k)
 	}
-	yaml := string(renderBootstrap(t, tg, "/tmp/module.wasm", "127.0.0.1:10555", "127.0.0.1:10556"))
+	yaml := string(renderBootstrap(t, tg, "/tmp/module.wasm", "127.0.0.1:10555", "127.0.0.1:10556", 36))
 	want := []string{
 		"filename: /tmp/module.wasm",
 		"- SPILLWAY_ADMIN_TOKEN",
@@ -70,7 +70,9 @@ resilience:
 `
 	_, p := loadPolicy(t, policy)
 	tg := &Target{Policy: p, Fakes: startFakes(t, p)}
-	yaml := string(renderBootstrap(t, tg, "/tmp/module.wasm", "127.0.0.1:10555", "127.0.0.1:10556"))
+	// An Envoy 1.37 binary: the policy's holdTries is its to run (on 1.36 the policy is
+	// refused, and EnvoyStarter skips the scenario before rendering).
+	yaml := string(renderBootstrap(t, tg, "/tmp/module.wasm", "127.0.0.1:10555", "127.0.0.1:10556", 37))
 	for w, n := range map[string]int{
 		"root_id: spillway.upstream":              len(tg.Fakes), // one upstream filter per cluster
 		"name: envoy.filters.http.upstream_codec": len(tg.Fakes),
@@ -113,7 +115,7 @@ func TestEnvoyMinor(t *testing.T) {
 			if err := os.WriteFile(bin, []byte("#!/bin/sh\necho '"+tt.output+"'\n"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			got, err := envoyMinor(bin)
+			got, err := EnvoyMinor(bin)
 			switch {
 			case tt.want < 0 && err == nil:
 				t.Errorf("read 1.%d from %q, want an error", got, tt.output)

@@ -5,13 +5,17 @@ import (
 	"io"
 	"testing"
 
+	"github.com/spillwayproxy/spillway/envoy"
 	"github.com/spillwayproxy/spillway/hostsim/hostsimtest"
 	"github.com/spillwayproxy/spillway/hostsim/serve"
 )
 
 // StartServe is a Starter running the filter in `hostsim serve`, in-process, on
 // 127.0.0.1:0 with its admin listener, as `hostsim serve -cluster NAME=URL...` would
-// (serve's defaults otherwise: two workers, the Envoy the generated bootstrap describes).
+// (serve's defaults otherwise: two workers, the Envoy the generated bootstrap describes),
+// for the oldest Envoy the policy runs on (-envoy-version; envoy.RequiredEnvoy: 1.36 unless
+// the policy's own holdTries or crossCluster need 1.37 or 1.39, as EnvoyStarter skips an
+// older binary), so a failover switch the policy leaves unset is chosen as for 1.36.
 // Its fakes are the harness's (startFakes), one per cluster, so a Target under Envoy has
 // the very same ones.
 func StartServe(t testing.TB, policy string) *Target {
@@ -31,6 +35,7 @@ func StartServeWith(t testing.TB, policy string, change func(*serve.Options)) *T
 	for _, name := range sortedKeys(tg.Fakes) {
 		opts.Clusters = append(opts.Clusters, serve.Cluster{Name: name, URL: tg.Fakes[name].URL})
 	}
+	opts.EnvoyMinor, _ = envoy.RequiredEnvoy(p)
 	if change != nil {
 		change(&opts)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
@@ -14,6 +15,7 @@ import (
 	"github.com/spillwayproxy/spillway/envoy"
 	"github.com/spillwayproxy/spillway/istio"
 	"github.com/spillwayproxy/spillway/policies"
+	"github.com/spillwayproxy/spillway/policies/envoyrelease"
 	"github.com/spillwayproxy/spillway/policies/examples"
 )
 
@@ -170,3 +172,25 @@ func holdsProblems(err error) bool {
 }
 
 func envoyFailurePolicy(f failurePolicyFlag) wasmv3.FailurePolicy { return wasmv3.FailurePolicy(f) }
+
+// releaseFlag reads a release as 1.N or 1.N.P into its minor number N, refusing one
+// older than oldest (envoyrelease.ParseMinor).
+type releaseFlag struct {
+	minor, oldest int
+}
+
+func (r *releaseFlag) String() string {
+	if r == nil || r.minor == 0 {
+		return ""
+	}
+	return "1." + strconv.Itoa(r.minor)
+}
+
+func (r *releaseFlag) Set(s string) error {
+	n, err := envoyrelease.ParseMinor(s, r.oldest)
+	if err != nil {
+		return err
+	}
+	r.minor = n
+	return nil
+}

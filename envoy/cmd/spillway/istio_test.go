@@ -222,6 +222,21 @@ func TestRenderIstioHeader(t *testing.T) {
 	if err := istio.Validate(got); err != nil {
 		t.Errorf("the written file does not validate: %v", err)
 	}
+	// Which failovers stream, for the Istio release it is rendered for (1.28 by default,
+	// Envoy 1.36; from 1.29, Envoy 1.37, held tries too).
+	for release, want := range map[string]string{
+		"":     "# Failover: rendered for Istio 1.28 (-istio-version), through the router: a try that fails over on its status and headers",
+		"1.29": "# Failover: rendered for Istio 1.29 (-istio-version), through the router: a try that fails over on its status, headers, error body or first event",
+	} {
+		args := demoIstioArgs("-namespace", "istio-ingress", "-host", "llm.example.com")
+		if release != "" {
+			args = append(args, "-istio-version", release)
+		}
+		code, stdout, stderr := runCLI(t, append([]string{"render", "istio"}, args...)...)
+		if code != exitOK || !strings.Contains(stdout, want) || !strings.Contains(stdout, "a fallback to another provider or model fail") {
+			t.Errorf("-istio-version %q: exit %d, stderr %s, header:\n%.1200s", release, code, stderr, stdout)
+		}
+	}
 }
 
 // TestRenderIstioRefusals: bad flags are usage errors; options and policies Render refuses
@@ -279,6 +294,7 @@ func TestRenderIstioRefusals(t *testing.T) {
 		{"an empty host", []string{"-host", ""}, exitUsage, []string{`for flag -host: want a host name`}},
 		{"an unknown flag", []string{"-cluster", "fake-openai=https://api.openai.com"}, exitUsage, []string{"flag provided but not defined: -cluster"}},
 		{"stray argument", []string{"extra"}, exitUsage, []string{`spillway render istio: unexpected argument "extra"`}},
+		{"an unsupported Istio", []string{"-istio-version", "1.27"}, exitUsage, []string{`for flag -istio-version: release "1.27" is not supported (1.28 or newer)`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

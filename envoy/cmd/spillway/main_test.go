@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -76,26 +77,69 @@ func TestExamplesAreUpToDate(t *testing.T) {
 	}
 }
 
-// TestRenderSaysWhichEnvoyAPolicyNeeds: the bootstrap's header names the oldest Envoy it
-// runs on, and each feature that raises it above the supported 1.36: the router example's
-// held tries (1.37) and cross-cluster retries (1.39).
+// TestRenderSaysWhichEnvoyAPolicyNeeds: -envoy-version chooses the failover switches a
+// policy leaves unset and checks the ones it sets; the bootstrap's header names the oldest
+// Envoy it runs on, each feature that raises it above the supported 1.36 (held tries:
+// 1.37, envoyproxy/envoy#41879; cross-cluster retries: 1.39, refresh_cluster_on_retry) and
+// what streams. The default release is the oldest supported, so a default bootstrap never
+// asks for more than 1.36.
 func TestRenderSaysWhichEnvoyAPolicyNeeds(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "envoy.yaml")
-	code, _, stderr := runCLI(t, "render", "envoy", "-o", out, "-policy", routerExample,
-		"-cluster", "fake-openai=https://api.openai.com", "-cluster", "fake-openrouter=https://openrouter.ai")
-	if code != exitOK {
-		t.Fatalf("render exited %d: %s", code, stderr)
+	demoClusters := []string{"-cluster", "fake-openai=https://api.openai.com", "-cluster", "fake-openrouter=https://openrouter.ai",
+		"-cluster", "fake-anthropic=https://api.anthropic.com"}
+	routerClusters := []string{"-policy", routerExample, "-cluster", "fake-openai=https://api.openai.com", "-cluster", "fake-openrouter=https://openrouter.ai"}
+	tests := []struct {
+		name string
+		args []string // after render envoy -o FILE
+		code int
+		want []string // in the header (exit 0) or in stderr
+		not  []string // not in the header
+	}{
+		{"the demo by default: 1.36, retries on status and headers to the same cluster", demoClusters, exitOK,
+			[]string{"# Envoy (>= 1.36) bootstrap", "# Failover: rendered for Envoy 1.36 (-envoy-version), through the router",
+				"a fallback to another provider or model fail over by callout and arrive whole"},
+			[]string{"# Needs Envoy"}},
+		{"the demo for 1.37: held tries", append([]string{"-envoy-version", "1.37"}, demoClusters...), exitOK,
+			[]string{"# Envoy (>= 1.37) bootstrap", "# Needs Envoy 1.37 for a try held by the upstream filter",
+				"rendered for Envoy 1.37", "a fallback to another provider or model fails over by callout and arrives whole"},
+			[]string{"refresh_cluster_on_retry"}},
+		{"the demo for 1.39: cross-cluster retries too", append([]string{"-envoy-version", "1.39.2"}, demoClusters...), exitOK,
+			[]string{"# Envoy (>= 1.39) bootstrap", "# Needs Envoy 1.37 for a try held by the upstream filter",
+				"# Needs Envoy 1.39 for RetryPolicy.refresh_cluster_on_retry", "is retried on any target, another provider or model included, and the retry streams."},
+			[]string{"arrive"}},
+		{"the router example's switches refused for 1.36", routerClusters, exitProblem,
+			[]string{"resilience.failover.holdTries: needs Envoy ≥ 1.37", "resilience.failover.crossCluster: needs Envoy ≥ 1.39",
+				"give -envoy-version for the release you run"}, nil},
+		{"the router example for 1.39", append([]string{"-envoy-version", "1.39"}, routerClusters...), exitOK,
+			[]string{"# Envoy (>= 1.39) bootstrap", "# Needs Envoy 1.39 for RetryPolicy.refresh_cluster_on_retry"}, nil},
+		{"an unsupported release", append([]string{"-envoy-version", "1.35"}, demoClusters...), exitUsage,
+			[]string{"is not supported (1.36 or newer)"}, nil},
 	}
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	head := string(data[:bytes.Index(data, []byte("\nnode:"))])
-	for _, want := range []string{"# Envoy (>= 1.39) bootstrap", "# Needs Envoy 1.37 for a try held by the upstream filter",
-		"# Needs Envoy 1.39 for RetryPolicy.refresh_cluster_on_retry"} {
-		if !strings.Contains(head, want) {
-			t.Errorf("header lacks %q:\n%s", want, head)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "envoy.yaml")
+			code, _, stderr := runCLI(t, append([]string{"render", "envoy", "-o", out}, tt.args...)...)
+			if code != tt.code {
+				t.Fatalf("render exited %d, want %d: %s", code, tt.code, stderr)
+			}
+			text := stderr
+			if code == exitOK {
+				data, err := os.ReadFile(out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				text = string(data[:bytes.Index(data, []byte("\nnode:"))])
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(text, want) {
+					t.Errorf("lacks %q:\n%s", want, text)
+				}
+			}
+			for _, not := range tt.not {
+				if strings.Contains(text, not) {
+					t.Errorf("has %q:\n%s", not, text)
+				}
+			}
+		})
 	}
 }
 
@@ -144,7 +188,7 @@ func TestEnvoyAcceptsTheExamples(t *testing.T) {
 			t.Skipf("SKIPPED: %s is Envoy 1.%d; the router example needs 1.39 (refresh_cluster_on_retry)", bin, minor)
 		}
 		out := filepath.Join(t.TempDir(), "envoy-router.yaml")
-		code, _, stderr := runCLI(t, "render", "envoy", "-o", out, "-wasm", module, "-policy", routerExample,
+		code, _, stderr := runCLI(t, "render", "envoy", "-o", out, "-wasm", module, "-policy", routerExample, "-envoy-version", "1."+strconv.Itoa(minor),
 			"-cluster", "fake-openai=https://api.openai.com", "-cluster", "fake-openrouter=https://openrouter.ai")
 		if code != exitOK {
 			t.Fatalf("render exited %d: %s", code, stderr)
@@ -176,7 +220,10 @@ func TestLint(t *testing.T) {
 		code int      // exit status
 		want []string // lines the output must contain
 	}{
-		{"good", []string{good}, exitOK, []string{"good.yaml: ok (1 providers, 1 routes)"}},
+		// good.yaml leaves failover.via unset: a notice says it now goes through the router.
+		{"good", []string{good}, exitOK, []string{"good.yaml: ok (1 providers, 1 routes)",
+			"  notice: resilience.failover.via: unset, so failover goes through Envoy's router", "Set via: callout to keep the callout path"}},
+		{"a notice never fails -strict", []string{"-strict", good}, exitOK, []string{"notice: resilience.failover.via"}},
 		{"every problem with its path", []string{bad}, exitProblem, []string{
 			"bad.yaml: 2 problem(s):", "  resilience.bogus: unknown field", "  routes[0].targets[0].provider: unknown provider \"q\""}},
 		{"warnings and what is never served", []string{doubtful}, exitOK, []string{

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spillwayproxy/spillway/envoy"
 	"github.com/spillwayproxy/spillway/plugin/stats"
+	"github.com/spillwayproxy/spillway/policies/envoyrelease"
 )
 
 // statsTags are the stats_tags every rendered bootstrap carries: the tags plugin/stats
@@ -38,6 +40,9 @@ func renderEnvoy(_ context.Context, args []string, stdout, stderr io.Writer) int
 	nodeID := fs.String("node-id", envoy.DefaultNodeID, "the bootstrap's node `ID`")
 	ca := fs.String("ca", envoy.DefaultCAFile, "the PEM `FILE` of CAs that TLS upstreams are verified against")
 	xdsAddr := fs.String("xds", "", "take the filter's configuration from `HOST:PORT`, a spillway xds control plane, over ECDS (instead of inline)")
+	release := releaseFlag{minor: envoy.SupportedEnvoyMinor, oldest: envoy.SupportedEnvoyMinor}
+	fs.Var(&release, "envoy-version", "the Envoy `RELEASE` (1.N) the bootstrap is for: failover's holdTries (1.37) and crossCluster (1.39) "+
+		"are switched on where it has them and the policy leaves them unset")
 	var mod moduleFlags
 	mod.register(fs)
 	if code, ok := parseFlags(fs, args); !ok {
@@ -60,7 +65,7 @@ func renderEnvoy(_ context.Context, args []string, stdout, stderr io.Writer) int
 	for _, w := range p.Parsed.Warnings {
 		fmt.Fprintf(stderr, "%s: warning: %s\n", source, w.Error())
 	}
-	b, err := envoy.Bootstrap(p, envoy.Options{
+	opts := envoy.Options{
 		Module:         mod.module(),
 		Upstreams:      clusters,
 		DefaultCluster: *defaultCluster,
@@ -71,7 +76,13 @@ func renderEnvoy(_ context.Context, args []string, stdout, stderr io.Writer) int
 		CAFile:         *ca,
 		StatsTags:      statsTags(),
 		XDS:            *xdsAddr,
-	})
+		EnvoyMinor:     release.minor,
+	}
+	if p, err = p.For(opts); err != nil {
+		printProblems(stderr, source, err)
+		return exitProblem
+	}
+	b, err := envoy.Bootstrap(p, opts)
 	if err != nil {
 		printProblems(stderr, source, err)
 		return exitProblem
@@ -89,6 +100,7 @@ func renderEnvoy(_ context.Context, args []string, stdout, stderr io.Writer) int
 			fmt.Fprintf(&doc, "# Needs Envoy 1.%d for %s.\n", f.Since, f.What)
 		}
 	}
+	fmt.Fprintf(&doc, "# Failover: %s.\n", failoverSummary(p, opts))
 	doc.WriteString("# Do not edit: change the policy or the flags and render again. Secrets come from Envoy's\n" +
 		"# environment (host_env_keys), never from this file. See envoy/README.md.\n")
 	doc.Write(body)
@@ -116,4 +128,18 @@ func commandLine(target string, args []string) string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// failoverSummary is the rendered bootstrap's note on failover: the release it is for, what
+// streams there, and why a policy that leaves via unset fails over by callout.
+func failoverSummary(p *envoy.Policy, o envoy.Options) string {
+	s := "rendered for Envoy 1." + strconv.Itoa(o.EnvoyMinor) + " (" + envoy.EnvoyVersionFlag + "), " + envoyrelease.Streams(p.Resolved.Failover)
+	switch {
+	case p.Resolved.Failover.ViaRouter:
+	case p.Resolved.Routing.HeaderRouted():
+		s += " (header-routed mode)"
+	case o.XDS != "":
+		s += " (a bootstrap fed over ECDS has no upstream filter)"
+	}
+	return s
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spillwayproxy/spillway/istio"
 	"github.com/spillwayproxy/spillway/plugin/stats"
+	"github.com/spillwayproxy/spillway/policies/envoyrelease"
 )
 
 // istioOptionFlags name the flag that sets each field of istio.Options, so a problem with
@@ -37,6 +38,7 @@ var istioOptionFlags = map[string]string{
 	"FailurePolicy":       "failure-policy",
 	"InlineEnv":           "inline-env",
 	"StatsTags":           "stats-bootstrap-override",
+	"IstioMinor":          "istio-version",
 }
 
 // istioFlags are the command line of render istio: istio.Options, the policy and the
@@ -57,6 +59,7 @@ func newIstioFlags(stderr io.Writer) (*flag.FlagSet, *istioFlags) {
 		Upstreams:     map[string]string{},
 		InlineEnv:     map[string]string{},
 		Selector:      map[string]string{},
+		IstioMinor:    envoyrelease.OldestIstio,
 	}}
 	o := &f.opts
 	fs.StringVar(&f.policy, "policy", "", "the policy, YAML or JSON (`FILE`; default: the embedded demo policy)")
@@ -78,6 +81,8 @@ func newIstioFlags(stderr io.Writer) (*flag.FlagSet, *istioFlags) {
 	fs.Var(clusterFlags(o.Upstreams), "upstream", "a provider cluster's upstream, `CLUSTER=URL` (repeatable): https://host[:port] outside the mesh, http://host:port for a Service in it (default https://<the provider's authority>)")
 	fs.Var(&istioFailureFlag{&o.FailurePolicy}, "failure-policy", "what the proxy does after a VM failure, `POLICY`: fail-reload (a fresh VM) or fail-closed (503); fail-open is refused (istiod's routes match headers a client can send)")
 	fs.Var(envFlags(o.InlineEnv), "inline-env", "set a VM environment variable in the resource itself, `NAME=VALUE` (repeatable; readable by anyone who can read the resource: never a credential)")
+	fs.Var(&istioReleaseFlag{releaseFlag{minor: envoyrelease.OldestIstio, oldest: envoyrelease.OldestIstio}, &o.IstioMinor}, "istio-version",
+		"the Istio `RELEASE` (1.N) the resources are for: in full mode failover's holdTries is switched on from 1.29 (Envoy 1.37) where the policy leaves it unset")
 	fs.BoolVar(&f.statsTags, "stats-bootstrap-override", false, "also emit Spillway's stats_tags as a bootstrap-override ConfigMap (for proxies whose extraStatTags you cannot set; never both)")
 	return fs, f
 }
@@ -123,6 +128,11 @@ func renderIstio(_ context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	var doc bytes.Buffer
 	fmt.Fprintf(&doc, "# Istio (>= 1.28) manifests for Spillway, generated from %s by:\n#   %s\n", source, commandLine("istio", args))
+	why := ""
+	if !m.Failover.ViaRouter && f.opts.Mode != istio.ModeFull {
+		why = " (header-routed mode, which " + string(f.opts.Mode) + " needs)"
+	}
+	fmt.Fprintf(&doc, "# Failover: rendered for Istio 1.%d (-istio-version), %s%s.\n", f.opts.IstioMinor, envoyrelease.Streams(m.Failover), why)
 	doc.WriteString("# Do not edit: change the policy or the flags and render again. Secrets come from the\n" +
 		"# istio-proxy container's environment, never from this file. See istio/README.md.\n")
 	if len(m.HostEnv) > 0 {
@@ -273,5 +283,19 @@ func (f envFlags) Set(s string) error {
 		return fmt.Errorf("variable %q given twice", k)
 	}
 	f[k] = v
+	return nil
+}
+
+// istioReleaseFlag is -istio-version: a releaseFlag that writes istio.Options.IstioMinor.
+type istioReleaseFlag struct {
+	releaseFlag
+	to *int
+}
+
+func (f *istioReleaseFlag) Set(s string) error {
+	if err := f.releaseFlag.Set(s); err != nil {
+		return err
+	}
+	*f.to = f.minor
 	return nil
 }

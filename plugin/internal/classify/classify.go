@@ -46,8 +46,45 @@
 //     sent (405, 406, 411–417, 422, 428, 431: see clientFault) stay bad_request, no
 //     fallback, like a plain 400.
 //
+// # Echoes
+//
+// Providers echo client input back in their errors — OpenAI's 404 "The model `X` does not
+// exist", its 400 "'X' is not one of ['system', …]", other providers' parameter values — so a
+// marker phrase in an error body may be the client's words, not the provider's: a model
+// named gpt-5-insufficient_quota under a gpt-5* route would otherwise end a shared connection
+// as credits_exhausted until an operator resets it. A marker counts only if the client did
+// not send it: when a marker that is evidence matched in the body — a signal fragment below
+// that blames more than the status alone (ban, credits, quota, subscription, expiry,
+// request-rejected, concurrency, credential, rate-limit and capacity wording), a restatement
+// rule's textMarker, a provider error rule's marker — and the same phrase occurs in what the
+// client sent (Input.Sent: the request body with its JSON escapes decoded, the requested
+// model, the request headers; compared as the marker is, ignoring ASCII case), the match is
+// ignored: the body is classified as if the phrase were absent, and status-based defaults
+// apply. A multi-fragment signal counts only if none of its fragments was sent.
+//
+// Phrases that can only narrow the blame are read whoever wrote them: the model-missing
+// wording that makes a 404 model-only, the 403 route-denied and project-setup texts, the
+// 400 context-overflow texts, and every rule's excludeMarkers. Ignoring one of them would
+// let a client widen the blame — every request body holds the word "model", and a planted
+// "does not exist" would turn a genuine model-only 404 into a connection-wide one — while
+// planting one can only make its own failure milder. So what a client sends can take
+// evidence away, never add evidence for a harsher verdict. An operator's rule is evidence
+// whatever it declares: a client that echoes its marker, or one of its excludeMarkers, keeps
+// its own failure from that rule and leaves the body to the built-in rules.
+//
+// The check errs toward safety: a genuine account error whose phrase also appears in the
+// client's request (a prompt about "insufficient_quota") loses its terminal or quota
+// classification for that one response; later responses classify normally. It costs
+// nothing on success, nothing on a failure no marker matched, and one pass over the request
+// per distinct matched phrase, within textscan.MaxEchoScanBytes (four passes over an 8 MiB
+// body: textscan's BenchmarkSentContains8MiB). What it cannot see: a marker whose words are
+// split between the provider's own text and the echo, and echoes the provider transforms
+// beyond JSON escaping and ASCII case (percent-encoding, HTML entities, a cut inside the
+// phrase).
+//
 // Classification is pure: no state, no clock but Input.Now, bounded work on arbitrary input
-// (at most textscan.MaxScanBytes of a body), and it never panics.
+// (at most textscan.MaxScanBytes of a body, textscan.MaxEchoScanBytes of what the client
+// sent), and it never panics.
 package classify
 
 import (
@@ -103,6 +140,9 @@ type Input struct {
 	Headers  [][2]string // upstream response headers, as proxy-wasm delivers them
 	Body     []byte      // upstream response body (only its first textscan.MaxScanBytes are read)
 	Now      time.Time   // the filter clock, for HTTP-date and epoch hints
+	// Sent is what the client sent on the request this attempt answers (zero: unknown, every
+	// marker counts). A marker phrase it holds is no evidence (the package doc, "Echoes").
+	Sent textscan.Sent
 }
 
 // Classifier holds the restatement and provider error rules and the classification options.
@@ -200,9 +240,11 @@ func (c *Classifier) Classify(in Input) (failure.Verdict, restate.Result) {
 		v := failure.Verdict{Status: in.Status, Reason: failure.ReasonUnknown, Fallback: true, Scope: failure.ScopeExact}
 		return v, res
 	}
-	res = c.restatements.Apply(in.Provider, in.Status, in.Headers, in.Body, in.Now)
+	echo := textscan.NewEcho(in.Sent)
+	res = c.restatements.Apply(in.Provider, in.Status, in.Headers, in.Body, in.Now, &echo)
 	var folded [foldBuffer]byte // typical error bodies fold into it without allocating
 	a := newAttempt(in, res.Status, folded[:0])
+	a.echo = &echo
 	v := c.decide(&a, in)
 	v.CountBreaker = c.TripsBreaker(in.Provider, v.Status) && providerLevel(v.Reason)
 	if a.hint.Found() {
@@ -236,6 +278,30 @@ type attempt struct {
 	// answered this 429 (anthropic-ratelimit-unified-status: rejected).
 	unifiedRejected bool
 	hint            retryhint.Hint // the upstream's own retry hint
+	echo            *textscan.Echo // what the client sent, for the marker phrases that matched
+}
+
+// shows reports whether the text shows any of signals in the provider's own words: a
+// signal counts when every fragment occurs in the text and none of them occurs in what the
+// client sent (the package doc, "Echoes"). Signals that only narrow the blame are read with
+// a.folded.anyOf instead.
+func (a *attempt) shows(signals []signal) bool {
+	for _, s := range signals {
+		if a.folded.all(s) && !a.echoed(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// echoed reports whether any fragment of s is in what the client sent.
+func (a *attempt) echoed(s signal) bool {
+	for _, fragment := range s {
+		if a.echo.Echoed(fragment) {
+			return true
+		}
+	}
+	return false
 }
 
 // maxHeaders bounds how many response headers are looked at.
@@ -299,7 +365,7 @@ func trimLeft(s string) string {
 
 // decide applies the provider error rules, then the generic rules.
 func (c *Classifier) decide(a *attempt, in Input) failure.Verdict {
-	if m, ok := c.rules.Match(in.Provider, a.status, errorrules.Text{Code: a.code, Type: a.typ, Full: a.text}); ok {
+	if m, ok := c.rules.Match(in.Provider, a.status, errorrules.Text{Code: a.code, Type: a.typ, Full: a.text, Echo: a.echo}); ok {
 		v := newVerdict(a.status, m.Reason)
 		if m.ScopeHonoured {
 			v.Scope = m.Scope
@@ -320,16 +386,16 @@ func (c *Classifier) generic(a *attempt, in Input) failure.Verdict {
 	s := a.status
 	// Account-level terminal signals, whatever the status.
 	switch {
-	case a.folded.anyOf(banSignals):
+	case a.shows(banSignals):
 		return newVerdict(s, failure.ReasonBanned)
-	case a.folded.anyOf(creditSignals):
+	case a.shows(creditSignals):
 		return newVerdict(s, failure.ReasonCreditsExhausted)
 	}
 	switch {
 	case s == 429:
 		return c.rateLimited(a, in.Now)
 	case s == 401:
-		if a.folded.anyOf(expiredSignals) {
+		if a.shows(expiredSignals) {
 			return newVerdict(s, failure.ReasonExpired)
 		}
 		return newVerdict(s, failure.ReasonAuthError)
@@ -337,10 +403,10 @@ func (c *Classifier) generic(a *attempt, in Input) failure.Verdict {
 		// Payment Required: the account must pay before it serves again.
 		return newVerdict(s, failure.ReasonCreditsExhausted)
 	case s == 403:
-		if in.Profile == policies.ProfileOAuth && a.folded.anyOf(requestRejectedSignals) {
+		if in.Profile == policies.ProfileOAuth && a.shows(requestRejectedSignals) {
 			return newVerdict(s, failure.ReasonRequestRejected)
 		}
-		if daily := a.folded.anyOf(dailyQuotaSignals); daily || a.folded.anyOf(subscriptionSignals) || a.folded.anyOf(quotaSignals) {
+		if daily := a.shows(dailyQuotaSignals); daily || a.shows(subscriptionSignals) || a.shows(quotaSignals) {
 			// A quota signal (guide §3: 429 / 403 / 402 are quota or entitlement signals):
 			// Google APIs answer an exhausted daily quota with 403 "Daily Limit Exceeded".
 			return c.quota(a, daily, in.Now)
@@ -378,7 +444,7 @@ func (c *Classifier) generic(a *attempt, in Input) failure.Verdict {
 		return newVerdict(s, failure.ReasonUnknown)
 	case s == 504:
 		return newVerdict(s, failure.ReasonTimeout)
-	case s == 529 || a.typ == "overloaded_error" || a.folded.anyOf(capacitySignals):
+	case s == 529 || a.typ == "overloaded_error" || a.shows(capacitySignals):
 		return newVerdict(s, failure.ReasonModelCapacity)
 	}
 	return newVerdict(s, failure.ReasonServerError)
@@ -391,20 +457,20 @@ func (c *Classifier) rateLimited(a *attempt, now time.Time) failure.Verdict {
 	if a.unifiedRejected {
 		return c.quota(a, false, now) // Anthropic's 5-hour / weekly subscription window
 	}
-	daily := a.folded.anyOf(dailyQuotaSignals)
-	if a.folded.anyOf(subscriptionSignals) {
+	daily := a.shows(dailyQuotaSignals)
+	if a.shows(subscriptionSignals) {
 		return c.quota(a, daily, now) // a subscription window: its reset, or the long quota-text cooldown
 	}
-	if daily || a.folded.anyOf(quotaSignals) {
+	if daily || a.shows(quotaSignals) {
 		if shortHint(a) {
 			return newVerdict(a.status, failure.ReasonRateLimit)
 		}
 		return c.quota(a, daily, now)
 	}
-	if a.hint.Found() && !shortHint(a) && a.folded.anyOf(quotaWordSignals) {
+	if a.hint.Found() && !shortHint(a) && a.shows(quotaWordSignals) {
 		return c.quota(a, false, now)
 	}
-	if a.folded.anyOf(concurrencySignals) {
+	if a.shows(concurrencySignals) {
 		return newVerdict(a.status, failure.ReasonConcurrencyLimited)
 	}
 	return newVerdict(a.status, failure.ReasonRateLimit)
@@ -458,9 +524,9 @@ func namesMissingModel(a *attempt) bool {
 func badRequest(a *attempt) failure.Verdict {
 	s := a.status
 	switch {
-	case a.folded.anyOf(credentialSignals):
+	case a.shows(credentialSignals):
 		return newVerdict(s, failure.ReasonAuthError)
-	case a.folded.anyOf(rateLimitSignals):
+	case a.shows(rateLimitSignals):
 		v := newVerdict(s, failure.ReasonRateLimit)
 		v.Scope = failure.ScopeConnection
 		return v

@@ -55,6 +55,10 @@ type Exclusion struct {
 	// server errors and overloaded models, quota_exhausted, auth, not-found and terminal
 	// states.
 	Transient bool
+	// Cause is why the connection cools (Reason unavailable; empty for every other
+	// reason): a connection cooling for a server error may take the provider's recovery
+	// probe (engine). Not part of the diagnostics.
+	Cause failure.Reason
 }
 
 // Progress is what one request has already spent on cooldown waits.

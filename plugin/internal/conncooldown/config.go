@@ -1,6 +1,7 @@
 // Package conncooldown keeps one connection's (account's or key's) cooldown and terminal state in
 // shared data: escalating backoff, upstream retry hints, thundering-herd protection, lazy
-// recovery, and the terminal states banned, expired and credits_exhausted.
+// recovery, and the terminal states banned, expired and credits_exhausted; and its
+// provider's recovery probe claim (probe.go), Spillway's deviation from the guide.
 package conncooldown
 
 import (
@@ -40,13 +41,19 @@ type Config struct {
 	// StreamStallCooldown makes a content stall cool the connection like any other failure
 	// (streamStallCooldown.enabled); when false it only records the error.
 	StreamStallCooldown bool
+	// ProbeTimeout frees a recovery probe claim whose outcome never came (see ClaimProbe).
+	// It is the provider breaker's probeTimeoutMs: one setting bounds both of a provider's
+	// probe claims, the breaker's HALF_OPEN probe and this one.
+	ProbeTimeout time.Duration
 }
 
 // ConfigFrom converts a provider's resolved connection-cooldown settings
-// (policies.ResolvedProvider.ConnectionCooldown) into a Config: the one conversion from
-// policy settings to the tracker.
-func ConfigFrom(s policies.ConnectionCooldownSettings) Config {
+// (policies.ResolvedProvider.ConnectionCooldown) and its breaker's probe timeout
+// (ResolvedProvider.Breaker.ProbeTimeout) into a Config: the one conversion from policy
+// settings to the tracker.
+func ConfigFrom(s policies.ConnectionCooldownSettings, probeTimeout time.Duration) Config {
 	return Config{
+		ProbeTimeout:             probeTimeout,
 		BaseCooldown:             s.BaseCooldown,
 		MaxBackoffSteps:          s.MaxBackoffSteps,
 		MaxCooldown:              s.MaxCooldown,
@@ -66,7 +73,7 @@ func DefaultConfig(p policies.Profile) Config {
 	if !ok {
 		d, _ = policies.ProfileDefaults(policies.ProfileAPIKey)
 	}
-	return ConfigFrom(d.ConnectionCooldown)
+	return ConfigFrom(d.ConnectionCooldown, d.Breaker.ProbeTimeout)
 }
 
 // Validate reports the first setting that is out of range.
@@ -84,11 +91,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("conncooldown: expiredRetryMax %d outside [1, %d]", c.ExpiredRetryMax, maxStreakLimit)
 	case c.RequestRejectedStreak < 1 || c.RequestRejectedStreak > maxStreakLimit:
 		return fmt.Errorf("conncooldown: requestRejectedStreak %d outside [1, %d]", c.RequestRejectedStreak, maxStreakLimit)
+	case c.ProbeTimeout < time.Millisecond || c.ProbeTimeout > maxCooldownLimit:
+		return fmt.Errorf("conncooldown: probeTimeout %v outside [1ms, %v]", c.ProbeTimeout, maxCooldownLimit)
 	}
 	for _, d := range [...]struct {
 		name string
 		v    time.Duration
-	}{{"baseCooldown", c.BaseCooldown}, {"maxCooldown", c.MaxCooldown}, {"concurrencyLimitCooldown", c.ConcurrencyLimitCooldown}} {
+	}{{"baseCooldown", c.BaseCooldown}, {"maxCooldown", c.MaxCooldown}, {"concurrencyLimitCooldown", c.ConcurrencyLimitCooldown},
+		{"probeTimeout", c.ProbeTimeout}} {
 		if d.v%time.Millisecond != 0 {
 			return fmt.Errorf("conncooldown: %s %v is not a whole number of milliseconds", d.name, d.v)
 		}

@@ -21,13 +21,18 @@ const (
 	maxMessageBytes = 160
 )
 
-// Conn names one connection: its key in shared data and the fingerprint of the credential it
-// uses now. Build it once per connection when the policy loads and reuse it: the hot path then
-// needs no allocation to find the record.
+// Shared-data keys (state's keys.go): a connection's cooldown record is its upstream
+// account's (state.KeyConnCooldown), the recovery probe claim its provider's upstream's
+// (state.KeyRecoveryProbe), so every policy on the account or upstream shares them.
+
+// Conn names one connection: its key in shared data (and its provider's recovery probe
+// key) and the fingerprint of the credential it uses now. Build it once per connection when
+// the policy loads and reuse it: the hot path then needs no allocation to find the record.
 type Conn struct {
 	provider    string
 	connection  string
 	key         string
+	probeKey    string
 	fingerprint uint64
 }
 
@@ -37,7 +42,10 @@ type Conn struct {
 // credential changes (a hash or a version, never the credential itself); a stored terminal
 // state or cooldown written under another fingerprint no longer applies. An empty
 // fingerprint means unknown: it matches every stored record.
-func NewConn(provider, connection, account, credentialFingerprint string) (Conn, error) {
+//
+// upstream is the provider's state.UpstreamID: one recovery probe per upstream, whichever
+// policy claims it.
+func NewConn(provider, connection, upstream, account, credentialFingerprint string) (Conn, error) {
 	if err := validID("provider", provider); err != nil {
 		return Conn{}, err
 	}
@@ -47,10 +55,14 @@ func NewConn(provider, connection, account, credentialFingerprint string) (Conn,
 	if err := validID("account", account); err != nil {
 		return Conn{}, err
 	}
+	if err := validID("upstream", upstream); err != nil {
+		return Conn{}, err
+	}
 	return Conn{
 		provider:    provider,
 		connection:  connection,
 		key:         state.KeyConnCooldown.Key(account),
+		probeKey:    state.KeyRecoveryProbe.Key(upstream),
 		fingerprint: fingerprint(credentialFingerprint),
 	}, nil
 }

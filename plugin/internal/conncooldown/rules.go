@@ -35,6 +35,10 @@ type Failure struct {
 	// Message is a short operator-facing summary (guide §2's lastError), never a credential
 	// or an upstream body; it is truncated to 160 bytes.
 	Message string
+	// Probe says the attempt was the provider's recovery probe (ClaimProbe), sent while the
+	// connection cooled: its failure is new evidence, not a concurrent one, so it escalates
+	// as the first failure after the cooldown would, even though the cooldown still runs.
+	Probe bool
 }
 
 // failureKind sorts a verdict into the rule that handles it.
@@ -108,7 +112,7 @@ func (c Config) applyFailure(cur record, f Failure, now int64) (next record, wri
 		}
 	}
 	started := millis(f.Started)
-	cooling := cur.until > now
+	cooling := cur.until > now && !f.Probe
 	inFlightBefore := started != 0 && cur.setAt != 0 && started < cur.setAt
 	if cooling || inFlightBefore {
 		// Thundering herd: this failure overlaps one that was already counted. Only an

@@ -7,6 +7,7 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
+	"github.com/spillwayproxy/spillway/plugin/internal/conncooldown"
 )
 
 // Dispatch is one attempt on its way to a target.
@@ -29,6 +30,10 @@ type Dispatch struct {
 	// unleased: the attempt is counted in its connection's in-memory in-flight count (it
 	// holds no lease that shared data would count).
 	unleased bool
+	// recovery is the provider's recovery probe claim, held when the target was planned as
+	// the probe (Target.probe) and won it; ended when the attempt's outcome is recorded or
+	// the attempt is abandoned.
+	recovery conncooldown.Claim
 }
 
 // ErrTargetUnavailable reports that a planned target cannot take the attempt now: try the
@@ -146,10 +151,16 @@ func (e *Engine) recheck(pv *provider, cn *connection, t Target, withBreaker boo
 	} else {
 		x, excluded = e.connectionExclusion(pv, cn, t.Model, &degraded)
 	}
-	if excluded {
+	if excluded && !(t.probe && probeable(&x)) {
 		return e.excluded(t, x)
 	}
 	return nil
+}
+
+// probeable reports an exclusion a recovery probe target passes at the re-check: its
+// connection still cools for a server error (claimProbe then claims the probe).
+func probeable(x *combo.Exclusion) bool {
+	return x.Reason == combo.ReasonUnavailable && x.Cause.ServerError()
 }
 
 // excluded notes x in t's request and returns it as an *ExcludedError.
@@ -158,25 +169,61 @@ func (e *Engine) excluded(t Target, x combo.Exclusion) error {
 	return &ExcludedError{Exclusion: x}
 }
 
-// claimProbe asks the breaker for an attempt that holds its slots. When the provider refuses
-// (OPEN again, or another worker holds the HALF_OPEN probe) the slots go back at once and
-// the target is excluded as circuit_open: for the rest of the OPEN period, or about a second
-// when another request holds the probe. A breaker that cannot be read fails open.
+// claimProbe asks for the probes an attempt that holds its slots needs: the provider's
+// recovery probe for a target planned as one (claimRecovery), then the breaker's decision.
+// When the breaker refuses (OPEN again, or another worker holds the HALF_OPEN probe) the
+// target is excluded as circuit_open: for the rest of the OPEN period, or about a second
+// when another request holds the probe; a recovery probe another request claimed first
+// leaves it excluded as cooling, as the plan did. Either way the slots go back at once (and
+// a recovery claim already won ends). A breaker that cannot be read fails open.
 func (e *Engine) claimProbe(pv *provider, cn *connection, d *Dispatch) error {
-	dec, err := e.breakers.Allow(pv.breaker)
-	if err != nil || dec.Allowed {
-		d.probe = dec
-		e.launched(cn, d)
-		return nil
+	x, refused := e.claimRecovery(pv, cn, d)
+	if !refused {
+		dec, err := e.breakers.Allow(pv.breaker)
+		if err != nil || dec.Allowed {
+			d.probe = dec
+			e.launched(cn, d)
+			return nil
+		}
+		_ = e.endRecovery(pv, cn, d)
+		x = combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: d.Target.Model,
+			Reason: combo.ReasonCircuitOpen, RetryAfter: dec.RetryAfter}
+		if dec.State == breaker.HalfOpen {
+			x.RetryAfter = probeRetryAfter
+		}
 	}
 	wake, _ := e.admitter.Release(d.Lease) // a failure is retried by the admitter
 	d.Lease, d.Wake, d.FailedOpen = admission.Lease{}, d.Wake.Or(wake), false
-	x := combo.Exclusion{Provider: pv.res.ID, Connection: cn.res.ID, Model: d.Target.Model,
-		Reason: combo.ReasonCircuitOpen, RetryAfter: dec.RetryAfter}
-	if dec.State == breaker.HalfOpen {
-		x.RetryAfter = probeRetryAfter
-	}
 	return e.excluded(d.Target, x)
+}
+
+// claimRecovery claims the provider's recovery probe for a target planned as one
+// (conncooldown.ClaimProbe, a compare-and-swap with a deadline, as the breaker's HALF_OPEN
+// probe is claimed). Without the claim — another request won it, or it could not be written:
+// no claim, no probe — the target is refused with the exclusion the plan gave it (the
+// request's answer without a probe); a target whose cooldown ended meanwhile goes as an
+// ordinary attempt. Any other target passes.
+func (e *Engine) claimRecovery(pv *provider, cn *connection, d *Dispatch) (combo.Exclusion, bool) {
+	if !d.Target.probe {
+		return combo.Exclusion{}, false
+	}
+	claim, _ := pv.cooldown.ClaimProbe(cn.cooldown)
+	if claim.Held() {
+		d.recovery = claim
+		return combo.Exclusion{}, false
+	}
+	var degraded error // a layer that cannot be read fails open: the target goes
+	return e.connectionExclusion(pv, cn, d.Target.Model, &degraded)
+}
+
+// endRecovery ends the attempt's recovery probe claim, if it holds one.
+func (e *Engine) endRecovery(pv *provider, cn *connection, d *Dispatch) error {
+	if !d.recovery.Held() {
+		return nil
+	}
+	err := pv.cooldown.EndProbe(cn.cooldown, d.recovery)
+	d.recovery = conncooldown.Claim{}
+	return err
 }
 
 // launched counts an attempt that goes without a lease in its connection's in-memory load.
@@ -191,6 +238,7 @@ func (e *Engine) releaseProbe(pv *provider, d Dispatch) {
 	if d.probe.Probe {
 		_ = e.breakers.ReleaseProbe(pv.breaker, d.probe)
 	}
+	_ = e.endRecovery(pv, &pv.conns[d.Target.Connection], &d)
 }
 
 // Release hands back an attempt's concurrency slots and reports whom they may let in (the

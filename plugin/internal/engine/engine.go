@@ -55,6 +55,10 @@
 //     no name the provider refused as unknown displaces such a model's lockout, and no
 //     failure of a name without evidence locks a real model's bare name or family (the
 //     lockout package doc states both; issue 18).
+//   - The opt-in re-check of expired connections (recheck.go, resilience.terminalRecheck)
+//     leaves the guide's terminal state in place (§2) and clears only the expired one, and
+//     only when a check sent with the connection's current credential passed; banned and
+//     credits_exhausted are never re-checked.
 //   - A truncated stream (RecordTruncation) is a synthesised 502 at the exact model's scope
 //     (guide §3): the model lockout takes it when on, else the connection cools; never the
 //     breaker.
@@ -62,6 +66,15 @@
 //     (failure.Reason.Waitable: a rate limit or a concurrency limit, the would-be 429 of
 //     guide §4); an open breaker, another worker's HALF_OPEN probe (Retry-After about a
 //     second), 5xx, auth, quota, not-found and terminal states are answered at once.
+//   - The recovery probe, Spillway's deviation from the guide (README, "The resilience
+//     engine"; conncooldown's probe.go has the rules): when every target is excluded and each
+//     that may serve again cools for a server error, Plan lists the one whose cooldown ends
+//     soonest as the plan's only target if its provider's probe is ready, and Dispatch claims
+//     the probe (after the slots, like the breaker's HALF_OPEN probe) or excludes the target
+//     as the plan did. Its success clears the provider's server-error cooldowns set before
+//     it was sent; its failure escalates its connection and counts for neither the breaker
+//     nor the gate, unless it holds the breaker's probe too. Any other exclusion (a 429,
+//     quota, auth or capacity cooldown, a lockout, an open breaker, the gate) rules it out.
 //   - The load-aware strategies (least-used, p2c, fill-first) compare requests in flight:
 //     the leases shared data holds where a connection has a cap, plus this worker's own
 //     attempts that hold none, counted in memory by Dispatch and Release (no shared data).
@@ -109,6 +122,7 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/latency"
 	"github.com/spillwayproxy/spillway/plugin/internal/lockout"
 	"github.com/spillwayproxy/spillway/plugin/internal/providercooldown"
+	"github.com/spillwayproxy/spillway/plugin/internal/recheck"
 	"github.com/spillwayproxy/spillway/plugin/internal/restate"
 	"github.com/spillwayproxy/spillway/plugin/internal/selection"
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
@@ -145,6 +159,8 @@ type Engine struct {
 	classifier *classify.Classifier
 	comboWait  combo.Config
 	gateOn     bool // the opt-in provider cooldown gate
+	// rechecks schedules the opt-in re-checks of expired connections; nil when off.
+	rechecks *recheck.Scheduler
 	// cache is the store when it is the filter's per-VM cache (nil otherwise): its epoch
 	// backs the clean memos that spare the success path its reads (see cleanMemo).
 	cache *state.Cache
@@ -177,6 +193,7 @@ type connection struct {
 	lockout  lockout.Conn
 	gate     providercooldown.Entry
 	admit    *admission.Gate
+	recheck  recheck.Conn // its re-check schedule (used only with the re-check on)
 	// capped: the connection has a concurrency cap (maxConcurrent or modelConcurrency), so
 	// shared data counts the leases of its attempts.
 	capped bool
@@ -229,6 +246,8 @@ type settings struct {
 	classify      classify.Options
 	providers     []providerSettings
 	routes        []routeSettings
+	recheck       recheck.Config
+	recheckOn     bool // resilience.terminalRecheck.enabled
 }
 
 // providerSettings are one provider's mechanism configs.
@@ -276,6 +295,7 @@ func settingsFrom(res *policies.Resolved, pluginName, rootID string) (*settings,
 		routes:        make([]routeSettings, len(res.Routes)),
 	}
 	s.affinity.Namespace = ns
+	s.recheck, s.recheckOn = recheck.ConfigFrom(res.TerminalRecheck)
 	for i := range res.Providers {
 		rp := &res.Providers[i]
 		for _, r := range rp.StatusRestatement {
@@ -295,7 +315,7 @@ func settingsFrom(res *policies.Resolved, pluginName, rootID string) (*settings,
 			return nil, fmt.Errorf("engine: provider %q: %w", rp.ID, err)
 		}
 		ps.gate = providercooldown.ConfigFrom(res.ProviderCooldownEnabled, rp.ProviderCooldown)
-		ps.cooldown = conncooldown.ConfigFrom(rp.ConnectionCooldown)
+		ps.cooldown = conncooldown.ConfigFrom(rp.ConnectionCooldown, rp.Breaker.ProbeTimeout)
 		ps.lockout = lockout.ConfigFrom(res.ModelLockout, res.RequestQueue)
 		if len(rp.QuotaFamilies) > 0 {
 			ps.lockout.Family = rp.QuotaFamily
@@ -396,6 +416,11 @@ func New(p *policies.Policy, store state.Store, clock state.Clock, opts Options)
 	if e.classifier, err = newClassifier(cfg); err != nil {
 		return nil, err
 	}
+	if cfg.recheckOn {
+		if e.rechecks, err = recheck.New(store, clock, cfg.recheck); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
 	e.providers = make([]provider, len(res.Providers))
 	for i := range res.Providers {
 		if err := e.prepareProvider(i, &cfg.providers[i]); err != nil {
@@ -437,7 +462,7 @@ func (e *Engine) prepareProvider(i int, cfg *providerSettings) error {
 		c.res = rc
 		c.capped = rc.MaxConcurrent > 0 || len(rc.ModelConcurrency) > 0
 		cs := &cfg.conns[j]
-		if c.cooldown, err = conncooldown.NewConn(rp.ID, rc.ID, cs.account, cs.fingerprint); err != nil {
+		if c.cooldown, err = conncooldown.NewConn(rp.ID, rc.ID, cfg.upstream, cs.account, cs.fingerprint); err != nil {
 			return fail(err)
 		}
 		if c.lockout, err = lockout.NewConn(rp.ID, rc.ID, cs.account, cs.fingerprint, cs.models...); err != nil {
@@ -447,6 +472,9 @@ func (e *Engine) prepareProvider(i int, cfg *providerSettings) error {
 			return fail(err)
 		}
 		if c.admit, err = admission.NewGate(cfg.conns[j].admit); err != nil {
+			return fail(err)
+		}
+		if c.recheck, err = recheck.NewConn(rp.ID, rc.ID, cs.account); err != nil {
 			return fail(err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/affinity"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
+	"github.com/spillwayproxy/spillway/plugin/internal/classify/textscan"
 	"github.com/spillwayproxy/spillway/plugin/internal/combo"
 	"github.com/spillwayproxy/spillway/plugin/internal/errorrules"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
@@ -534,5 +535,41 @@ func BenchmarkRequestSuccessCached(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		request()
+	}
+}
+
+// TestAnEchoedMarkerLeavesTheConnectionActive: issue 18. A client names, under the demo's
+// claude-* glob, a model whose name is Anthropic's credit-exhaustion text; Anthropic's 404
+// echoes the name. With what the client sent (Outcome.Sent) the 404 is the model-not-found
+// it is, the connection serves the next request; the control, recorded without it, is the
+// terminal credits_exhausted the same body is when the phrase is the provider's own.
+func TestAnEchoedMarkerLeavesTheConnectionActive(t *testing.T) {
+	const junk = "claude-x your credit balance is too low"
+	body := []byte(`{"type":"error","error":{"type":"not_found_error","message":"model: ` + junk + `"}}`)
+	sent := textscan.Sent{Body: []byte(`{"model":"` + junk + `","max_tokens":5,"messages":[]}`)}
+	for _, tc := range []struct {
+		name     string         // what the row shows
+		sent     textscan.Sent  // what the client sent, as the filter passes it
+		terminal bool           // the connection ends terminal
+		reason   failure.Reason // the verdict's reason
+	}{
+		{"echoed", sent, false, failure.ReasonNotFound},
+		{"control: nothing known of the request", textscan.Sent{}, true, failure.ReasonCreditsExhausted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, examples.Demo())
+			r := f.attempt(t, f.plan(t, junk, affinity.Key{}), Outcome{Status: 404, Body: body, Sent: tc.sent})
+			if r.Verdict.Reason != tc.reason || (r.Verdict.Terminal != failure.TerminalNone) != tc.terminal {
+				t.Fatalf("verdict %+v, want %s (terminal %v)", r.Verdict, tc.reason, tc.terminal)
+			}
+			next, err := f.e.Plan("claude-sonnet-4", f.apiOf("claude-sonnet-4"), affinity.Key{}, &f.buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			terminal := excludedReasons(next)["anthropic-a"] == combo.ReasonTerminal
+			if served := len(next.Targets) > 0; terminal != tc.terminal || served == tc.terminal {
+				t.Fatalf("the next request's plan %v excluded %v; want anthropic-a terminal: %v", f.names(next), next.Excluded, tc.terminal)
+			}
+		})
 	}
 }

@@ -134,6 +134,46 @@ func TestEveryWrittenKeyIsRegistered(t *testing.T) {
 		failOn(t, e, targetOf(t, e, "b", "gpt-4o-mini"), overloaded)
 	}
 
+	// A second policy on the same store: an expired key's re-check (its schedule and the
+	// process's tick claim) and a recovery probe (the upstream's claim).
+	p2, err := policyfile.Parse(recoveryPolicy(recheckOn), policies.ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := New(p2, cache, clock, Options{PluginName: "team-b.spillway"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiredB, coolingA := targetOf(t, e2, "acme-b", "m1"), targetOf(t, e2, "acme-a", "m1")
+	for i := range 3 {
+		if i > 0 {
+			clock.Advance(time.Minute)
+		}
+		failOn(t, e2, expiredB, revokedKey)
+	}
+	for _, wait := range []time.Duration{0, 3 * time.Second, 6 * time.Second, 12 * time.Second} {
+		clock.Advance(wait)
+		failOn(t, e2, coolingA, serverDown)
+	}
+	clock.Advance(3 * time.Second)
+	if err := cache.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if plan, err := e2.Plan("m1", policies.APIOpenAI, affinity.Key{}, &Buffers{}); err != nil || !isProbe(plan) {
+		t.Fatalf("no recovery probe planned: %v %+v", err, plan.Excluded)
+	} else if d, err := e2.Dispatch(plan.Targets[0]); err != nil {
+		t.Fatal(err)
+	} else {
+		e2.Finish(d, serverDown, &plan)
+	}
+	clock.Advance(time.Minute)
+	if !e2.RecheckLook() {
+		t.Fatal("no re-check look a minute after the expiry")
+	}
+	if due, err := e2.DueRechecks(nil); err != nil || len(due) == 0 {
+		t.Fatalf("no re-check due: %v", err)
+	}
+
 	seen := map[string]bool{}
 	for key, kind := range rec.written {
 		k, ok := state.ParseKey(key)

@@ -19,5 +19,5 @@ func (e *Engine) Preview(d Dispatch, o Outcome) (failure.Verdict, restate.Result
 	}
 	pv := &e.providers[d.Target.Provider]
 	return e.classifier.Classify(classify.Input{Provider: pv.res.ID, Profile: pv.res.Profile,
-		Status: o.Status, TimedOut: o.TimedOut, Headers: o.Headers, Body: o.Body, Now: e.now()})
+		Status: o.Status, TimedOut: o.TimedOut, Headers: o.Headers, Body: o.Body, Now: e.now(), Sent: o.Sent})
 }

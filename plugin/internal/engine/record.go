@@ -7,6 +7,7 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/admission"
 	"github.com/spillwayproxy/spillway/plugin/internal/breaker"
 	"github.com/spillwayproxy/spillway/plugin/internal/classify"
+	"github.com/spillwayproxy/spillway/plugin/internal/classify/textscan"
 	"github.com/spillwayproxy/spillway/plugin/internal/conncooldown"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/lockout"
@@ -21,6 +22,10 @@ type Outcome struct {
 	Body     []byte        // upstream error body (small; only failures are read)
 	TTFB     time.Duration // time to the response headers
 	Message  string        // short operator-facing summary for the connection's lastError
+	// Sent is what the client sent on the request (a read-only view, zero: unknown):
+	// classification takes a marker phrase it holds for an echo of the client's input, no
+	// evidence (classify's package doc, "Echoes"). Read only when a failure's marker matched.
+	Sent textscan.Sent
 }
 
 // Result is what the engine made of an attempt's outcome.
@@ -99,6 +104,9 @@ func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 				note(e.gate.RecordSuccess(cn.gate))
 			}
 		}
+		if d.recovery.Held() {
+			e.recovered(pv, &d, note)
+		}
 		if e.sampleLatency {
 			e.sample(pv, cn, d.Target.Model, o.TTFB, true)
 		}
@@ -109,9 +117,24 @@ func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 		return r
 	}
 	r.Verdict, r.Restatement = e.classifier.Classify(classify.Input{Provider: pv.res.ID, Profile: pv.res.Profile,
-		Status: o.Status, TimedOut: o.TimedOut, Headers: o.Headers, Body: o.Body, Now: e.now()})
+		Status: o.Status, TimedOut: o.TimedOut, Headers: o.Headers, Body: o.Body, Now: e.now(), Sent: o.Sent})
 	r.RequestOnly = e.recordFailure(pv, cn, d, o, r.Verdict, note, &r.Effects)
+	note(e.endRecovery(pv, cn, &d))
 	return r
+}
+
+// recovered is the success of the provider's recovery probe: the claim ends, and the
+// provider's other connections cooling for a server error recorded before the probe was sent
+// are cleared as its own connection was (conncooldown.RecoverServerError): a server error is
+// the provider's service failing, which the probe found serving again (as the breaker's
+// HALF_OPEN probe's success closes the circuit for every connection, guide §1).
+func (e *Engine) recovered(pv *provider, d *Dispatch, note func(error)) {
+	note(e.endRecovery(pv, &pv.conns[d.Target.Connection], d))
+	for j := range pv.conns {
+		if j != d.Target.Connection {
+			note(pv.cooldown.RecoverServerError(pv.conns[j].cooldown, d.Started))
+		}
+	}
 }
 
 // recordFailure applies a failure verdict to the layers whose scope it blames, and marks
@@ -120,6 +143,13 @@ func (e *Engine) Record(d Dispatch, o Outcome, plan *Plan) Result {
 func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outcome, v failure.Verdict, note func(error), fx *Effects) (requestOnly bool) {
 	providerScoped := v.Scope == failure.ScopeProvider
 	switch {
+	case v.CountBreaker && d.recovery.Held() && !d.probe.Probe:
+		// A recovery probe's server error counts for neither the breaker nor the provider
+		// cooldown gate: the probe is the traffic the connection cooldowns held back, sent
+		// once per base cooldown to find the recovery, and counting it would open the
+		// breaker whose OPEN period (30 s for an API key, then doubled) it is there to
+		// shorten. Its connection escalates (below). A probe that also holds the breaker's
+		// HALF_OPEN probe is the breaker's and counts.
 	case v.CountBreaker:
 		st, err := e.breakers.RecordFailure(pv.breaker, v, d.attempt())
 		note(err)
@@ -164,7 +194,8 @@ func (e *Engine) recordFailure(pv *provider, cn *connection, d Dispatch, o Outco
 	case modelLevel && !terminal && missingModel(v.Reason):
 		requestOnly = true
 	default:
-		out, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started, Message: o.Message})
+		out, err := pv.cooldown.RecordFailure(cn.cooldown, conncooldown.Failure{Verdict: v, Started: d.Started, Message: o.Message,
+			Probe: d.recovery.Held()})
 		note(err)
 		fx.ConnectionRecorded, fx.Connection = err == nil, out.Availability
 		if e.gateOn {
@@ -250,6 +281,9 @@ func (e *Engine) RecordTruncation(d Dispatch) Result {
 		}
 		r.Effects.ConnectionRecorded, r.Effects.Connection = err == nil, cout.Availability
 	}
+	if err := e.endRecovery(pv, cn, &d); err != nil {
+		r.Errors = errors.Join(r.Errors, err)
+	}
 	if e.sampleLatency {
 		e.sample(pv, cn, d.Target.Model, 0, false)
 	}
@@ -277,6 +311,9 @@ func (e *Engine) RecordStall(d Dispatch) Result {
 		if err := e.breakers.ReleaseProbe(pv.breaker, d.probe); err != nil {
 			r.Errors = errors.Join(r.Errors, err)
 		}
+	}
+	if err := e.endRecovery(pv, cn, &d); err != nil {
+		r.Errors = errors.Join(r.Errors, err)
 	}
 	if e.sampleLatency {
 		e.sample(pv, cn, d.Target.Model, 0, false)

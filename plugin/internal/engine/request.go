@@ -28,10 +28,15 @@ type Target struct {
 	clean uint64
 	// invented: Model is the client's, passed on by a glob route (candidateRef.invented).
 	invented bool
+	// probe: the target is cooling for a server error and Plan lists it as the provider's
+	// recovery probe (see recoveryProbe): Dispatch lets it through only with the claim.
+	probe bool
 }
 
 // Plan is the routing decision for one request: the eligible targets in the order to try
-// them, and every target skipped with the reason.
+// them, and every target skipped with the reason. A recovery probe (see Engine.Plan) is the
+// one target of its plan and stays listed in Excluded too: every request but the one that
+// claims it is answered as before.
 type Plan struct {
 	Model    string            // requested model
 	Route    int               // index in Resolved.Routes
@@ -113,6 +118,12 @@ func (b *Buffers) noteExcluded(x combo.Exclusion) {
 //
 // Plan starts the request's memory in buf afresh: a request planned again after a combo
 // cooldown wait may try what the wait sat out (guide §4).
+//
+// When every target is excluded and each one that may serve again cools for a server error
+// (the rest terminal or of another API), the one whose cooldown ends soonest becomes the
+// plan's single target when its provider's recovery probe is ready (recoveryProbe;
+// conncooldown.ProbeReady): Dispatch claims the probe, or excludes the target as the plan
+// did. This is Spillway's deviation from the guide (README, "The resilience engine").
 func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf *Buffers) (Plan, error) {
 	ri, ok := e.lastRoute, e.lastRoute >= 0 && model == e.lastModel
 	if !ok {
@@ -131,6 +142,7 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	if routeAPI && rt.inOrder && (session.IsZero() || !e.affinity.Enabled()) && e.planInOrder(rt, &plan, epoch) {
 		return plan, nil
 	}
+	probe := recoveryPick{index: -1}
 	for i, c := range rt.candidates {
 		model := c.model
 		if model == "" {
@@ -149,6 +161,7 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 			if excluded {
 				memo.forget()
 				excl = append(excl, x)
+				probe.note(i, &x)
 				continue
 			}
 			memo.note(e.cleanSince(w), model)
@@ -163,6 +176,9 @@ func (e *Engine) Plan(model string, api policies.API, session affinity.Key, buf 
 	buf.candidates, buf.excluded = cands, excl
 	plan.Excluded = excl
 	if len(cands) == 0 {
+		if probe.found() {
+			e.recoveryProbe(rt, &plan, probe)
+		}
 		return plan, nil
 	}
 	if e.affinity.Enabled() && !session.IsZero() {
@@ -220,6 +236,57 @@ func (e *Engine) planInOrder(rt *route, plan *Plan, epoch uint64) bool {
 	buf.targets, buf.excluded = targets, buf.excluded[:0]
 	plan.Targets, plan.Excluded = targets, buf.excluded
 	return true
+}
+
+// recoveryPick follows a plan's exclusions for its recovery probe: the candidate whose
+// server-error cooldown ends soonest (the first in the route's order on a tie), and whether
+// an exclusion of another kind rules a probe out.
+type recoveryPick struct {
+	index      int           // candidate index; -1 = none
+	retryAfter time.Duration // its cooldown's time left
+	model      string        // its upstream model
+	blocked    bool          // a target is excluded by something a probe must not skip
+}
+
+// note follows one exclusion of candidate i. A connection cooling for a server error may be
+// probed; a terminal state or another API never serves by waiting, so it neither counts nor
+// blocks; anything else — a 429, quota or auth cooldown, a lockout, an open breaker or a
+// probe in flight, the provider cooldown gate — blocks the probe: that request is answered
+// as the guide answers it.
+func (p *recoveryPick) note(i int, x *combo.Exclusion) {
+	switch {
+	case x.Reason == combo.ReasonUnavailable && x.Cause.ServerError():
+		if p.index < 0 || x.RetryAfter < p.retryAfter {
+			p.index, p.retryAfter, p.model = i, x.RetryAfter, x.Model
+		}
+	case x.Reason == combo.ReasonTerminal, x.Reason == combo.ReasonAPIMismatch:
+	default:
+		p.blocked = true
+	}
+}
+
+// found reports a candidate a probe may go to.
+func (p *recoveryPick) found() bool { return p.index >= 0 && !p.blocked }
+
+// recoveryProbe makes the picked candidate the plan's one target, marked as the recovery
+// probe, when its provider's probe is ready (conncooldown.ProbeReady: the connection has
+// cooled for one base cooldown, the provider holds no probe claim in flight and has made none
+// within one base cooldown). It only reads; Dispatch claims. A store error leaves the plan
+// without a probe (and is reported in Plan.Degraded).
+func (e *Engine) recoveryProbe(rt *route, plan *Plan, pick recoveryPick) {
+	ref := rt.candidates[pick.index]
+	pv := &e.providers[ref.provider]
+	ready, err := pv.cooldown.ProbeReady(pv.conns[ref.connection].cooldown)
+	if err != nil {
+		plan.Degraded = errors.Join(plan.Degraded, err)
+	}
+	if !ready {
+		return
+	}
+	buf := plan.req
+	buf.targets = append(buf.targets[:0], Target{Provider: ref.provider, Connection: ref.connection, Model: pick.model,
+		req: buf, invented: ref.invented, probe: true})
+	plan.Targets = buf.targets
 }
 
 // Route returns the route serving model, as policies.Resolved.Route does, remembering the
@@ -327,7 +394,7 @@ func (e *Engine) connectionExclusion(pv *provider, cn *connection, model string,
 		if av.Status.Terminal() {
 			x.Reason = combo.ReasonTerminal
 		} else {
-			x.Reason, x.RetryAfter, x.Transient = combo.ReasonUnavailable, av.RetryAfter, av.Transient()
+			x.Reason, x.RetryAfter, x.Transient, x.Cause = combo.ReasonUnavailable, av.RetryAfter, av.Transient(), av.Reason
 		}
 		return x, true
 	}

@@ -7,7 +7,8 @@
 // scope is only informational unless the provider is in HonoursScopeProviders. An operator
 // rule is the operator's explicit opt-in (guide #11104): a provider with any operator rule
 // gets the full error text and an honoured scope, for its operator and built-in rules
-// alike. Operator rules are consulted before built-in ones.
+// alike. Operator rules are consulted before built-in ones. A marker the client sent (Text.Echo)
+// does not count (classify's package doc, "Echoes").
 package errorrules
 
 import (
@@ -21,9 +22,9 @@ import (
 
 // Bounds on operator rules, so matching stays cheap whatever the policy says.
 const (
-	MaxRules       = 128 // rules per catalogue, built-ins included
-	MaxMarkers     = 16  // markers or exclude markers per rule
-	MaxMarkerBytes = 256 // bytes per marker
+	MaxRules       = 128                     // rules per catalogue, built-ins included
+	MaxMarkers     = 16                      // markers or exclude markers per rule
+	MaxMarkerBytes = textscan.MaxNeedleBytes // bytes per marker: what an echo look-up reads
 	// MaxCooldown bounds a declared cooldown (the layers clamp it further).
 	MaxCooldown = 30 * 24 * time.Hour
 	maxIDBytes  = 128
@@ -55,6 +56,10 @@ type Text struct {
 	// lower case by the caller (matching ignores ASCII case anyway). Built-in rules of
 	// providers outside FullTextProviders never see it.
 	Full []byte
+	// Echo is what the client sent (nil: unknown). A rule's marker that it holds does not
+	// count, wherever it matched; exclude markers veto whoever wrote them (classify's package
+	// doc, "Echoes").
+	Echo *textscan.Echo
 }
 
 // Match is the rule that decided.
@@ -284,14 +289,32 @@ func (c *Catalogue) Match(provider string, status int, text Text) (Match, bool) 
 }
 
 // matches applies a rule's markers to the text it may see: the structured code and type
-// always, the full text only when fullText is set.
+// always, the full text only when fullText is set. A marker the client sent (text.Echo)
+// does not count; an exclude marker vetoes the rule whoever wrote it.
 func matches(markers, exclude []string, text Text, fullText bool) bool {
-	has := func(list []string) bool {
-		return textscan.ContainsAnyFold(text.Code, list) || textscan.ContainsAnyFold(text.Type, list) ||
-			(fullText && textscan.ContainsAnyFold(textscan.String(text.Full), list))
-	}
-	if len(markers) > 0 && !has(markers) {
+	if len(markers) > 0 && !shows(markers, text, fullText) {
 		return false
 	}
-	return !has(exclude)
+	for _, m := range exclude {
+		if has(m, text, fullText) {
+			return false
+		}
+	}
+	return true
+}
+
+// shows reports whether the text holds one of markers that the client did not send.
+func shows(markers []string, text Text, fullText bool) bool {
+	for _, m := range markers {
+		if has(m, text, fullText) && !text.Echo.Echoed(m) {
+			return true
+		}
+	}
+	return false
+}
+
+// has reports whether the text holds marker m (an empty one matches nothing).
+func has(m string, text Text, fullText bool) bool {
+	return m != "" && (textscan.ContainsFold(text.Code, m) || textscan.ContainsFold(text.Type, m) ||
+		(fullText && textscan.ContainsFold(textscan.String(text.Full), m)))
 }

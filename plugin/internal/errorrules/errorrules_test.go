@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/plugin/internal/classify/textscan"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/policies"
 )
@@ -242,6 +243,37 @@ func BenchmarkMatchNoRuleForProvider(b *testing.B) {
 	for b.Loop() {
 		if _, ok := c.Match("openai", 429, t); ok {
 			b.Fatal("matched")
+		}
+	}
+}
+
+// TestAnEchoedMarkerDoesNotMatch: a rule's marker the client sent does not count wherever it
+// matched, the structured code included (classify's package doc, "Echoes"); an exclude marker
+// vetoes whoever wrote it.
+func TestAnEchoedMarkerDoesNotMatch(t *testing.T) {
+	c, err := New([]Rule{{ID: "acme-locked", Provider: "acme", Markers: []string{"account locked"},
+		ExcludeMarkers: []string{"temporarily"}, Reason: failure.ReasonBanned}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoing := `{"error":{"message":"unknown tool 'account locked'","type":"invalid_request"}}`
+	cases := []struct {
+		name  string // what the row shows
+		text  Text   // the error text (Echo set from sent)
+		sent  string // the request body the client sent
+		match bool   // the rule matches
+	}{
+		{"the marker echoed from the request", text(echoing), `{"tools":[{"name":"Account Locked"}]}`, false},
+		{"the marker in the structured code, sent", Text{Code: "account_locked", Type: "ACCOUNT LOCKED"}, `{"x":"account locked"}`, false},
+		{"control: the marker is the provider's", text(echoing), `{"tools":[]}`, true},
+		{"control: nothing known of the request", text(echoing), ``, true},
+		{"an echoed exclude marker still vetoes", text(`{"error":{"message":"account locked; unknown field 'temporarily'"}}`), `{"temporarily":1}`, false},
+	}
+	for _, tc := range cases {
+		echo := textscan.NewEcho(textscan.Sent{Body: []byte(tc.sent)})
+		tc.text.Echo = &echo
+		if _, ok := c.Match("acme", 400, tc.text); ok != tc.match {
+			t.Errorf("%s: matched %v, want %v", tc.name, ok, tc.match)
 		}
 	}
 }

@@ -125,6 +125,16 @@ func (r Reason) Waitable() bool {
 	return r == ReasonRateLimit || r == ReasonConcurrencyLimited
 }
 
+// ServerError reports the provider-level reasons of guide §1: a failure on one of the
+// breaker's trip codes (408, 500, 502, 503, 504) or without any response — server_error,
+// timeout, transport_error. A connection cooled for one of these is what a recovery probe
+// may try before its cooldown ends (conncooldown, Spillway's deviation from the guide): the
+// provider's service failed, not the account. Never a rate limit, quota, auth or capacity
+// verdict, which name the account or the model, and never a terminal state.
+func (r Reason) ServerError() bool {
+	return r == ReasonServerError || r == ReasonTimeout || r == ReasonTransport
+}
+
 // Transient reports whether waiting a little could make the target usable again: true for
 // rate limits, concurrency limits, capacity and server errors; false for quota exhaustion,
 // auth, not-found and terminal states. Whether comboCooldownWait may wait is narrower:

@@ -77,3 +77,37 @@ func TestWaitable(t *testing.T) {
 		}
 	}
 }
+
+func TestServerError(t *testing.T) {
+	// guide §1: only provider-level failures — the trip codes 408, 500, 502, 503, 504 and
+	// failures without a response — are the provider's service failing; "NIET trippen bij
+	// fouten op accountniveau (de meeste 401/403/429 — die horen bij cooldown of lockout)".
+	cases := []struct {
+		reason Reason // why the connection cools
+		want   bool   // a recovery probe may try it
+	}{
+		{ReasonServerError, true},
+		{ReasonTimeout, true},
+		{ReasonTransport, true},
+		{ReasonRateLimit, false},
+		{ReasonConcurrencyLimited, false},
+		{ReasonQuotaExhausted, false},
+		{ReasonAuthError, false},
+		{ReasonExpired, false},
+		{ReasonCreditsExhausted, false},
+		{ReasonBanned, false},
+		{ReasonRequestRejected, false},
+		{ReasonModelCapacity, false}, // an overloaded model, not the service
+		{ReasonNotFound, false},
+		{ReasonBadRequest, false},
+		{ReasonStreamStall, false},
+		{ReasonStreamTruncated, false},
+		{ReasonUnknown, false},
+		{ReasonNone, false},
+	}
+	for _, c := range cases {
+		if got := c.reason.ServerError(); got != c.want {
+			t.Errorf("%q.ServerError() = %v, want %v", c.reason, got, c.want)
+		}
+	}
+}

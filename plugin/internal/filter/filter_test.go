@@ -486,7 +486,7 @@ func TestLiveKeys(t *testing.T) {
 	for key, live := range map[string]bool{
 		"spw2:adl:" + a: true, "spw2:adt:" + n + ":" + a: true, "spw2:adg:" + n: true, "spw2:adp:" + n + ":openai": true,
 		"spw2:srr:" + n + ":gpt-4o": true, "spw2:sdk:" + n + ":gpt-4o": true, "spw2:aff:" + n + ":12": true,
-		admission.DirectoryKey: true, "spw2:vms": true,
+		admission.DirectoryKey: true, "spw2:vms": true, "spw2:rck:" + a: true, "spw2:rct": true, "spw2:ccp:" + a: false,
 		"spw2:brk:" + a: false, "spw2:pcw:" + a: false, "spw2:pcb:" + a: false, "spw2:ccd:" + a: false,
 		"spw2:mli:" + a: false, "spw2:mlk:" + a + ":exact:gpt-4o": false, "spw2:gen": false, "spw2:": false,
 		"spw1:adm:c:6:openai:a": false, "spw1:sel:rr:gpt-4o": false,

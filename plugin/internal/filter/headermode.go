@@ -328,6 +328,7 @@ func (h *httpContext) headerRoutedResponseHeaders(endOfStream bool) (action type
 		h.setSpillwayHeaders()
 		if isEventStream(contentType) && !endOfStream {
 			// Watched, not held: its first event decides the attempt's outcome.
+			h.freeStreamLength(hdrs) // streamcut.go
 			h.eventStream = true
 			h.phase, h.holdStart = phaseWatchFirst, p.clock()
 			h.bufs.respBody = h.bufs.respBody[:0]
@@ -342,7 +343,7 @@ func (h *httpContext) headerRoutedResponseHeaders(endOfStream bool) (action type
 	if ok && len(details) > 0 && string(details) != viaUpstream {
 		h.envoyReply = string(details)
 	}
-	o := engine.Outcome{Status: status, Headers: hdrs, TTFB: ttfb}
+	o := engine.Outcome{Status: status, Headers: hdrs, TTFB: ttfb, Sent: h.sent()}
 	// Envoy's own reply, or a response without a body: nothing more to read, so it is
 	// decided as in body mode. Otherwise its status and headers decide.
 	bodyless := h.envoyReply != "" || endOfStream
@@ -427,9 +428,10 @@ func (h *httpContext) watchedResponseBody(bodySize int, endOfStream bool) types.
 	if h.phase == phaseWatchError {
 		want, limit = min(bodySize, maxErrorBody-len(h.bufs.respBody)), maxErrorBody
 	}
+	read := want == 0 // this chunk is in seen
 	if acc := h.bufs.respBody; want > 0 {
 		tail, err := hostabi.ReadBuffer(hostabi.ResponseBody, 0, want, acc[len(acc):])
-		if err == nil {
+		if read = err == nil; read {
 			h.bufs.respBody = append(acc, tail...)
 		}
 	}
@@ -449,6 +451,10 @@ func (h *httpContext) watchedResponseBody(bodySize int, endOfStream bool) types.
 		h.watchedStreamFailed(502, emptyStreamError)
 	default:
 		h.commitWatchedStream() // content, or past the byte bound
+		if endOfStream && read && h.phase == phaseStreaming {
+			// This callback's chunk is the end of what was watched (the rest went on before).
+			h.endCutStream(seen[len(seen)-bodySize:]) // streamcut.go
+		}
 	}
 	return types.ActionContinue
 }
@@ -462,7 +468,7 @@ func (h *httpContext) recordWatchedError() {
 		return
 	}
 	r := p.engine.Record(h.d, engine.Outcome{Status: h.status, Headers: h.respHdrs, Body: h.bufs.respBody,
-		TTFB: h.hm.ttfb}, &h.plan)
+		TTFB: h.hm.ttfb, Sent: h.sent()}, &h.plan)
 	h.inFlight = false
 	if r.Errors != nil {
 		proxywasm.LogDebugf("spillway: record failure on %s: %v", h.targetName(), r.Errors)

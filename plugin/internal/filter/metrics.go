@@ -273,6 +273,8 @@ type metrics struct {
 	// watchdogAborts: *watchdogKinds + kind).
 	connAttempts, connFailovers, connRestated, connQueueWaits, connQueueWaitMs series
 	connFailures, watchdogAborts                                               series
+	// connRechecks: series connIndex*len(recheckOutcomes) + outcome (recheck.go).
+	connRechecks series
 
 	// Gauges, per provider and per connection.
 	breakerState, providerCooling                                   gauges
@@ -360,6 +362,10 @@ func (m *metrics) define(res *policies.Resolved) {
 		}
 		return []string{c.provider, c.connection, reason}
 	})
+	m.connRechecks = newSeries(&stats.ConnectionRechecks, n*len(recheckOutcomes), func(i int) []string {
+		c := conns[i/len(recheckOutcomes)]
+		return []string{c.provider, c.connection, recheckOutcomes[i%len(recheckOutcomes)].label}
+	})
 	byProvider := func(i int) []string { return []string{res.Providers[i].ID} }
 	m.breakerState = newGauges(&stats.BreakerState, len(res.Providers), byProvider)
 	m.providerCooling = newGauges(&stats.ProviderCooling, len(res.Providers), byProvider)
@@ -416,13 +422,37 @@ func (m *metrics) WatchdogAbort(t engine.Target, kind watchdogKind) {
 	}
 }
 
+// recheckOutcomes are the outcomes of a terminal re-check with their label values
+// (stats.TagOutcome of stats.ConnectionRechecks).
+var recheckOutcomes = [...]struct {
+	outcome engine.RecheckOutcome
+	label   string
+}{
+	{engine.RecheckRestored, stats.RecheckRestored},
+	{engine.RecheckRefused, stats.RecheckRefused},
+	{engine.RecheckInconclusive, stats.RecheckInconclusive},
+}
+
+// recheck counts a terminal re-check of rc's connection that ended with o.
+func (m *metrics) recheck(rc engine.Recheck, o engine.RecheckOutcome) {
+	c := m.connIndex(engine.Target{Provider: rc.Provider, Connection: rc.Connection})
+	if c < 0 {
+		return
+	}
+	for i, ro := range recheckOutcomes {
+		if ro.outcome == o {
+			m.connRechecks.add(c*len(recheckOutcomes)+i, 1)
+		}
+	}
+}
+
 // flush adds every pending count to Envoy's counters.
 func (m *metrics) flush() {
 	for _, e := range m.all() {
 		e.c.flush()
 	}
 	for _, s := range [...]*series{&m.storeErrors.series, &m.routeRequests, &m.connAttempts, &m.connFailovers, &m.connRestated,
-		&m.connQueueWaits, &m.connQueueWaitMs, &m.connFailures, &m.watchdogAborts} {
+		&m.connQueueWaits, &m.connQueueWaitMs, &m.connFailures, &m.watchdogAborts, &m.connRechecks} {
 		s.flush()
 	}
 }

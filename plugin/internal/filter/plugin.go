@@ -26,11 +26,11 @@ const (
 	idleTickMs = 1000
 )
 
-// isLiveKey selects the shared-data records that change on most requests — leases, tickets
-// and pools, round-robin turns and decks, session pins, the VM directory: the Live kinds of
-// state's key registry (state.Keys) — which bypass the per-VM cache and do not bump its
-// generation, so they do not make every other worker re-read everything after every
-// request.
+// isLiveKey selects the shared-data records that change on most requests or without one
+// — leases, tickets and pools, round-robin turns and decks, session pins, the VM directory,
+// the terminal re-check's schedules and tick claim: the Live kinds of state's key registry
+// (state.Keys) — which bypass the per-VM cache and do not bump its generation, so they do
+// not make every other worker re-read everything after every request.
 func isLiveKey(key string) bool { return state.IsLive(key) }
 
 // pluginContext is one VM's root context: the policy, the engine over shared data, and
@@ -84,6 +84,8 @@ type pluginContext struct {
 	// gaugeEngine reads the gauges through gaugeCache (made when this VM first publishes).
 	gaugeEngine *engine.Engine
 	gaugeCache  *state.Cache
+	// rechecks is the terminal re-check's state (recheck.go); nil until its first tick.
+	rechecks *rechecker
 
 	// beforeCallback, when set (tests only), runs at the start of every stream callback.
 	beforeCallback func(callback string)
@@ -376,6 +378,7 @@ func (p *pluginContext) OnTick() {
 		p.setTick(idleTickMs)
 	}
 	p.publishGauges(p.vm.publishesGauges())
+	p.recheckTick()
 	p.metrics.flush()
 }
 

@@ -65,6 +65,7 @@ func (h *httpContext) OnHttpResponseHeaders(_ int, endOfStream bool) (action typ
 	h.status = status
 	if status >= 200 && status < 300 {
 		if isEventStream(contentType) && !endOfStream {
+			h.freeStreamLength(hdrs) // streamcut.go
 			h.eventStream = true
 			// A stream its try held already (router.go) is held from the try's headers: the
 			// first-event bound is the request's, not each instance's.
@@ -115,15 +116,25 @@ func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) (action
 	}
 	switch h.phase {
 	case phaseStreaming:
-		if h.eventStream && bodySize > 0 {
-			chunk, err := hostabi.ReadBuffer(hostabi.ResponseBody, 0, bodySize, h.bufs.respBody)
-			h.bufs.respBody = chunk
-			if err == nil {
+		if !h.eventStream {
+			h.respEnded = endOfStream
+			return types.ActionContinue
+		}
+		var chunk []byte
+		read := bodySize == 0
+		if bodySize > 0 {
+			c, err := hostabi.ReadBuffer(hostabi.ResponseBody, 0, bodySize, h.bufs.respBody)
+			h.bufs.respBody = c
+			if read = err == nil; read {
+				chunk = c
 				h.tracker.Feed(chunk)
 				if h.wd.on {
 					h.watchChunk(chunk)
 				}
 			}
+		}
+		if endOfStream && read && h.phase == phaseStreaming { // not ended by a watchdog meanwhile
+			h.endCutStream(chunk) // streamcut.go
 		}
 		h.respEnded = endOfStream
 		return types.ActionContinue
@@ -149,6 +160,9 @@ func (h *httpContext) OnHttpResponseBody(bodySize int, endOfStream bool) (action
 		}
 		// Content, or past the byte bound: the stream goes on as it comes.
 		h.commitHeldStream(body)
+		if endOfStream && body != nil && h.phase == phaseStreaming {
+			h.endCutStream(body) // the whole stream was held: it is this callback's to edit
+		}
 		h.respEnded = endOfStream
 		return types.ActionContinue
 	case phaseHoldError:
@@ -256,6 +270,7 @@ func (h *httpContext) recordFailure(o engine.Outcome) failureResult {
 	fr.log.status = o.Status
 	switch {
 	case h.envoyReply == "":
+		o.Sent = h.sent()
 		r := p.engine.Record(h.d, o, &h.plan)
 		h.inFlight = false
 		if r.Errors != nil {

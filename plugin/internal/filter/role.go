@@ -94,7 +94,7 @@ func (p *pluginContext) startUpstream() types.OnPluginStartStatus {
 			"as the router's retry, on %s, to %s", rootid.Upstream, on, to)
 	} else {
 		proxywasm.LogInfof("spillway: upstream filter (root_id %s): every try passes through untouched "+
-			"(resilience.failover.via is callout)", rootid.Upstream)
+			"(failover goes by callout: resilience.failover.via is callout, or the policy routes by header)", rootid.Upstream)
 	}
 	return types.OnPluginStartStatusOK
 }

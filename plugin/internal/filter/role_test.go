@@ -51,11 +51,15 @@ func TestRoleOfRootID(t *testing.T) {
 
 func TestUpstreamRolePassesATryThroughUntouched(t *testing.T) {
 	// A policy with a warning: the upstream role leaves warnings to the downstream plugin.
+	// It fails over by callout (said explicitly: an unset via is router), so every try
+	// passes through.
 	mixed := testPolicy + `
   - model: mixed
     targets:
       - {provider: openai}
       - {provider: anthropic}
+resilience:
+  failover: {via: callout}
 `
 	host, status := newRootHost(t, rootid.Upstream, policyJSON(t, mixed))
 	if status != types.OnPluginStartStatusOK {

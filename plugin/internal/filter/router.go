@@ -115,6 +115,9 @@ type routerLinks struct {
 	token  string // random: tells this VM's links from another's
 	next   uint64
 	linked map[uint64]*httpContext
+	// prop is the buffer a try reads the link into: one per VM (a VM runs one callback at a
+	// time), since a try's context is new for every try and would grow its own each time.
+	prop []byte
 }
 
 // link files h under a new number and returns it with the link's property value; ok is
@@ -172,7 +175,7 @@ func (h *httpContext) linkTries(bodyLen int) {
 	if !ok {
 		return
 	}
-	if err := proxywasm.SetProperty([]string{LinkProperty}, value); err != nil {
+	if err := hostabi.SetPropertyBytes(propLink, value); err != nil {
 		p.vm.links.unlink(n)
 		proxywasm.LogWarnf("spillway: router failover: set %s: %v; failing over by callout", LinkProperty, err)
 		return
@@ -243,6 +246,7 @@ func (h *httpContext) rewriteTryBody() {
 // retry can reach takes it, the try's response headers get the marker. It reports whether
 // they did.
 func (h *httpContext) tryFailed(o engine.Outcome) (marked bool) {
+	o.Sent = h.sent() // the request's own: t.request() linked the try to h
 	if v, _ := h.plugin.engine.Preview(h.d, o); !v.Fallback || !h.takeRetryTarget() {
 		return false
 	}
@@ -308,9 +312,10 @@ func (h *httpContext) responseAfterTries() {
 		p.metrics.unlinked.Increment(1)
 		if !p.vm.unlinkedLogged {
 			p.vm.unlinkedLogged = true
-			proxywasm.LogCriticalf("spillway: resilience.failover.via is router, but no upstream instance saw a try " +
-				"of a request: attach the module as each provider cluster's upstream HTTP filter (root_id " +
-				"spillway.upstream) on the same vm_config; failing over by callout meanwhile")
+			proxywasm.LogCriticalf("spillway: failover goes through the router (resilience.failover.via router, or " +
+				"unset: the default), but no upstream instance saw a try of a request: attach the module as each " +
+				"provider cluster's upstream HTTP filter (root_id spillway.upstream) on the same vm_config, or set " +
+				"resilience.failover.via: callout; failing over by callout meanwhile")
 		}
 	}
 }
@@ -358,7 +363,6 @@ type upstreamTry struct {
 	id     uint32       // the try's context id
 	h      *httpContext // the linked request (nil: none)
 	serial uint64       // h's stream when the try started
-	prop   []byte
 	// With failover.holdTries, a failed try's response or a 200 event stream is held
 	// (holdTries below) from holdStart; sawBody: a body callback reached the held try.
 	hold      tryHold
@@ -392,8 +396,8 @@ func (t *upstreamTry) request() *httpContext {
 func (t *upstreamTry) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	t.vm.inTry = true
 	defer t.recover("try request headers", &action)
-	value, ok := property(propLink, t.prop)
-	t.prop = value
+	value, ok := property(propLink, t.vm.links.prop)
+	t.vm.links.prop = value
 	if !ok {
 		return types.ActionContinue
 	}

@@ -125,6 +125,7 @@ type streamState struct {
 	heldDropped bool           // the held response's buffer was emptied while a failover attempt ran
 	answeredBy  *engine.Target // the failed attempt whose response is the final answer (else h.d's)
 	wd          streamWatch    // the stream watchdogs (watchdog.go)
+	cutEnded    bool           // the upstream ended the stream without its terminal event: an error event ended it (streamcut.go)
 
 	watched bool
 
@@ -527,7 +528,7 @@ func (h *httpContext) OnHttpStreamDone() {
 		if !h.tracker.Terminal && h.provider().CountTruncatedStreams && !h.clientWentAway() {
 			p.readClock()
 			p.metrics.truncated.Increment(1)
-			proxywasm.LogWarnf("spillway: stream from %s ended without its terminal event", h.targetName())
+			proxywasm.LogWarnf("spillway: stream from %s ended without its terminal event%s", h.targetName(), h.cutNote())
 			r := p.engine.RecordTruncation(h.d)
 			if r.Errors != nil {
 				proxywasm.LogWarnf("spillway: record truncation: %v", r.Errors)

@@ -9,7 +9,6 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/hostabi"
 	"github.com/spillwayproxy/spillway/plugin/internal/llmapi"
 	"github.com/spillwayproxy/spillway/plugin/internal/watchdog"
-	"github.com/spillwayproxy/spillway/policies"
 )
 
 // The stream watchdogs (guide §6 throughput, guide §2 content stall) on a committed event
@@ -106,11 +105,7 @@ func (h *httpContext) watchChunk(chunk []byte) {
 		h.markDue(v, now)
 		return
 	}
-	shape := h.bufs.sse.Shape()
-	if shape == llmapi.ShapeUnknown && h.api == policies.APIAnthropic {
-		shape = llmapi.ShapeAnthropic
-	}
-	out := llmapi.AppendStreamError(chunk[:cut], shape, "timeout_error", v.Code(), v.Message())
+	out := llmapi.AppendStreamError(chunk[:cut], h.errorShape(h.bufs.sse.Shape()), "timeout_error", v.Code(), v.Message())
 	h.bufs.respBody = out
 	if err := hostabi.ReplaceBuffer(hostabi.ResponseBody, out); err != nil {
 		proxywasm.LogWarnf("spillway: watchdog: add the error event: %v", err)

@@ -41,6 +41,9 @@ const (
 	TypeServiceUnavailable = "service_unavailable_error"
 	TypeTimeout            = "timeout_error"
 	TypeServer             = "server_error"
+	// TypeAPI is Anthropic's class of an error on the API's side, where OpenAI says
+	// TypeServer (Anthropic's API reference, "Errors": api_error).
+	TypeAPI = "api_error"
 )
 
 // Header names the replies set (lower case, as HTTP/2 and Envoy carry them).
@@ -296,6 +299,13 @@ const (
 	CodeMisconfigured = "spillway_misconfigured"
 	CodeUpstreamError = "upstream_error"
 )
+
+// CodeStreamTruncated is not a reply's but an error event's: the one that ends, for the
+// client, a committed event stream the provider ended without its terminal event (the
+// filter adds it in the stream's API shape, llmapi.AppendStreamError). It is the word the
+// attempt is recorded with (the failure reason stream_truncated), so the client's error and
+// the operator's metrics and logs name the same thing.
+const CodeStreamTruncated = "stream_truncated"
 
 // ModelNotFound is 404 model_not_found: no route of the policy serves the requested model.
 func ModelNotFound(model string) Reply {

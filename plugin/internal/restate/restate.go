@@ -2,7 +2,8 @@
 // §7): a gateway that reports temporary quota exhaustion as 403/400 is restated to 429.
 //
 // A Rule matches one provider (case-insensitive), one of its fromStatuses, and a body that
-// holds one of its textMarkers (if it declares any) and none of its excludeMarkers. The first matching rule wins:
+// holds one of its textMarkers (if it declares any; one the client sent is an echo and does
+// not count) and none of its excludeMarkers. The first matching rule wins:
 // operator rules in their order, then the built-in rules an operator rule does not replace
 // by id. The restated response advertises the upstream's own positive Retry-After, or the
 // rule's default (60 s); that value is only what the client is told, never the internal
@@ -20,10 +21,10 @@ import (
 
 // Bounds on operator rules, so matching stays cheap whatever the policy says.
 const (
-	MaxRules        = 64  // rules per table, built-ins included
-	MaxMarkers      = 16  // textMarkers or excludeMarkers per rule
-	MaxMarkerBytes  = 256 // bytes per marker
-	MaxFromStatuses = 16  // fromStatuses per rule
+	MaxRules        = 64                      // rules per table, built-ins included
+	MaxMarkers      = 16                      // textMarkers or excludeMarkers per rule
+	MaxMarkerBytes  = textscan.MaxNeedleBytes // bytes per marker: what an echo look-up reads
+	MaxFromStatuses = 16                      // fromStatuses per rule
 	maxIDBytes      = 128
 )
 
@@ -176,9 +177,11 @@ func validMarkers(field string, markers []string) error {
 
 // Apply restates one upstream error response when a rule matches; otherwise it returns
 // the status unchanged (Restated false). headers are the upstream's response headers
-// (for its Retry-After); at most textscan.MaxScanBytes of body are read. A response that
-// no rule's provider and status select costs no allocation.
-func (t *Table) Apply(provider string, status int, headers [][2]string, body []byte, now time.Time) Result {
+// (for its Retry-After); at most textscan.MaxScanBytes of body are read. echo is what the
+// client sent (nil: unknown): a textMarker it holds does not count, while an excludeMarker
+// vetoes whoever wrote it (classify's package doc, "Echoes"). A response that no rule's
+// provider and status select costs no allocation.
+func (t *Table) Apply(provider string, status int, headers [][2]string, body []byte, now time.Time, echo *textscan.Echo) Result {
 	res := Result{Status: status, FromStatus: status}
 	var text string // searched text, decoded lazily the first time a rule needs it
 	searched := false
@@ -190,7 +193,7 @@ func (t *Table) Apply(provider string, status int, headers [][2]string, body []b
 		if !searched {
 			text, searched = textscan.String(textscan.Searchable(body)), true
 		}
-		if (len(r.TextMarkers) > 0 && !textscan.ContainsAnyFold(text, r.TextMarkers)) ||
+		if (len(r.TextMarkers) > 0 && !shows(text, r.TextMarkers, echo)) ||
 			textscan.ContainsAnyFold(text, r.ExcludeMarkers) {
 			continue
 		}
@@ -208,6 +211,16 @@ func (t *Table) Apply(provider string, status int, headers [][2]string, body []b
 func hasStatus(statuses []int, s int) bool {
 	for _, x := range statuses {
 		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// shows reports whether text holds one of markers that the client did not send.
+func shows(text string, markers []string, echo *textscan.Echo) bool {
+	for _, m := range markers {
+		if m != "" && textscan.ContainsFold(text, m) && !echo.Echoed(m) {
 			return true
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/plugin/internal/classify/textscan"
 	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 	"github.com/spillwayproxy/spillway/policies"
 )
@@ -50,7 +51,7 @@ func TestBuiltinAgentrouterRule(t *testing.T) {
 		{"empty body", "agentrouter", 403, nil, "", false, 403, 0, false},
 	}
 	for _, c := range cases {
-		got := table.Apply(c.provider, c.status, c.headers, []byte(c.body), now)
+		got := table.Apply(c.provider, c.status, c.headers, []byte(c.body), now, nil)
 		want := Result{Status: c.wantStatus, FromStatus: c.status}
 		if c.restated {
 			want.Restated, want.RuleID, want.RetryAfter, want.RetryAfterFromUpstream = true, AgentrouterQuotaRuleID, c.retryAfter, c.upstream
@@ -116,7 +117,7 @@ func TestOperatorRules(t *testing.T) {
 		{"OpenAI insufficient_quota is never restated", "openai", 429, openAIInsufficientQuot, "", 0},
 	}
 	for _, c := range cases {
-		got := table.Apply(c.provider, c.status, nil, []byte(c.body), now)
+		got := table.Apply(c.provider, c.status, nil, []byte(c.body), now, nil)
 		if got.RuleID != c.ruleID || got.Restated != (c.ruleID != "") || got.RetryAfter != c.retryAfter {
 			t.Errorf("%s: got %+v, want rule %q retry-after %v", c.name, got, c.ruleID, c.retryAfter)
 		}
@@ -137,10 +138,10 @@ func TestOperatorRuleReplacesBuiltinByID(t *testing.T) {
 	if n := len(table.Rules()); n != 1 {
 		t.Fatalf("table has %d rules, want the replacement only", n)
 	}
-	if got := table.Apply("agentrouter", 403, nil, []byte(agentrouterQuota), now); got.RetryAfter != 2*time.Minute {
+	if got := table.Apply("agentrouter", 403, nil, []byte(agentrouterQuota), now, nil); got.RetryAfter != 2*time.Minute {
 		t.Errorf("replacement not applied: %+v", got)
 	}
-	if got := table.Apply("agentrouter", 400, nil, []byte(agentrouterQuota), now); got.Restated {
+	if got := table.Apply("agentrouter", 400, nil, []byte(agentrouterQuota), now, nil); got.Restated {
 		t.Errorf("the replaced built-in still restates 400: %+v", got)
 	}
 }
@@ -195,7 +196,7 @@ func TestNewCopiesOperatorSlices(t *testing.T) {
 		t.Fatal(err)
 	}
 	markers[0] = "changed"
-	if !table.Apply("p", 403, nil, []byte("quota"), now).Restated {
+	if !table.Apply("p", 403, nil, []byte("quota"), now, nil).Restated {
 		t.Error("the table aliases the caller's marker slice")
 	}
 }
@@ -206,7 +207,7 @@ func FuzzApply(f *testing.F) {
 	}
 	table := Default()
 	f.Fuzz(func(t *testing.T, provider string, status int, body []byte, retryAfter string) {
-		got := table.Apply(provider, status, [][2]string{{"Retry-After", retryAfter}}, body, now)
+		got := table.Apply(provider, status, [][2]string{{"Retry-After", retryAfter}}, body, now, nil)
 		if got.FromStatus != status {
 			t.Fatalf("FromStatus %d, want %d", got.FromStatus, status)
 		}
@@ -227,7 +228,7 @@ func BenchmarkApplyNonMatchingProvider(b *testing.B) {
 	body := []byte(openAIInsufficientQuot)
 	b.ReportAllocs()
 	for b.Loop() {
-		if table.Apply("openai", 429, nil, body, now).Restated {
+		if table.Apply("openai", 429, nil, body, now, nil).Restated {
 			b.Fatal("restated")
 		}
 	}
@@ -239,7 +240,7 @@ func BenchmarkApplyNonMatchingBody(b *testing.B) {
 	body := []byte(agentrouterOtherError)
 	b.ReportAllocs()
 	for b.Loop() {
-		if table.Apply("agentrouter", 403, nil, body, now).Restated {
+		if table.Apply("agentrouter", 403, nil, body, now, nil).Restated {
 			b.Fatal("restated")
 		}
 	}
@@ -250,8 +251,34 @@ func BenchmarkApplyMatching(b *testing.B) {
 	body := []byte(agentrouterUserQuota)
 	b.ReportAllocs()
 	for b.Loop() {
-		if !table.Apply("agentrouter", 403, nil, body, now).Restated {
+		if !table.Apply("agentrouter", 403, nil, body, now, nil).Restated {
 			b.Fatal("not restated")
+		}
+	}
+}
+
+// TestAnEchoedTextMarkerDoesNotRestate: a textMarker the client sent, echoed back in the
+// error, does not count (classify's package doc, "Echoes"); an excludeMarker vetoes whoever
+// wrote it.
+func TestAnEchoedTextMarkerDoesNotRestate(t *testing.T) {
+	table := Default()
+	echoing := `{"error":{"message":"invalid parameter 'user': 用户额度不足","type":"new_api_error"}}`
+	cases := []struct {
+		name     string // what the row shows
+		body     string // the 403's error body
+		sent     string // the request body the client sent
+		restated bool   // restated to 429
+	}{
+		{"the marker echoed from the request", echoing, `{"user":"用户额度不足"}`, false},
+		{"the marker \\u-escaped in the request", echoing, `{"user":"\u7528\u6237\u989d\u5ea6\u4e0d\u8db3"}`, false},
+		{"control: the marker is the gateway's", echoing, `{"user":"u1"}`, true},
+		{"control: the gateway's own quota text", agentrouterUserQuota, `{"messages":[]}`, true},
+		{"an echoed exclude marker still vetoes", `{"error":{"message":"额度不足; unknown field '无权访问'"}}`, `{"无权访问":1}`, false},
+	}
+	for _, c := range cases {
+		echo := textscan.NewEcho(textscan.Sent{Body: []byte(c.sent)})
+		if got := table.Apply("agentrouter", 403, nil, []byte(c.body), now, &echo); got.Restated != c.restated {
+			t.Errorf("%s: restated %v, want %v", c.name, got.Restated, c.restated)
 		}
 	}
 }

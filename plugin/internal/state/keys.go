@@ -17,7 +17,8 @@ import (
 //     authority): the breaker and the provider cooldown window. Two policies that name one
 //     upstream differently (other provider ids) share its circuit; two upstreams never do,
 //     since a cluster name is unique in one Envoy and the authority tells apart the hosts a
-//     shared cluster (an egress gateway) reaches.
+//     shared cluster (an egress gateway) reaches. The recovery probe claim too: one probe
+//     per upstream after an outage.
 //   - Account facts (ScopeAccount), keyed by AccountID (the upstream and the connection's
 //     credential header and value, hashed: never the credential itself): connection cooldown
 //     and terminal states, the provider cooldown's connection backoff, model lockouts and
@@ -34,7 +35,8 @@ import (
 //   - Process records (ScopeProcess), one per proxy on purpose: the cache generation (account
 //     facts are shared, so a VM's cache must be voided by any policy's write to them; a
 //     generation per namespace would hide another policy's 429 until the next write of this
-//     policy's own), the VM directory, the guard key and the wake queues (a release on a
+//     policy's own), the VM directory, the re-check tick claim, the guard key and the wake
+//     queues (a release on a
 //     shared lease record wakes every policy's waiters: a wake-up names the gate by the lease
 //     record's identity, admission.Gate.ID).
 //
@@ -104,6 +106,13 @@ var (
 	KeyGateWindow   = KeyKind{Tag: "pcw", Scope: ScopeUpstream, Parts: "U", Kind: KindGateWindow, Owner: "providercooldown"}
 	KeyGateBackoff  = KeyKind{Tag: "pcb", Scope: ScopeAccount, Parts: "A", Kind: KindGateBackoff, Owner: "providercooldown"}
 	KeyConnCooldown = KeyKind{Tag: "ccd", Scope: ScopeAccount, Parts: "A", Kind: KindConnCooldown, Owner: "conncooldown"}
+	// KeyRecoveryProbe is an upstream's recovery probe claim: one probe per upstream after an
+	// outage, whichever policy claims it.
+	KeyRecoveryProbe = KeyKind{Tag: "ccp", Scope: ScopeUpstream, Parts: "U", Kind: KindRecoveryProbe, Owner: "conncooldown"}
+	// KeyRecheck is an expired account's re-check schedule: one claim per account.
+	KeyRecheck = KeyKind{Tag: "rck", Scope: ScopeAccount, Parts: "A", Live: true, Kind: KindRecheckSchedule, Owner: "recheck"}
+	// KeyRecheckTick is the process-wide claim of a re-check tick.
+	KeyRecheckTick  = KeyKind{Tag: "rct", Scope: ScopeProcess, Parts: "", Live: true, Kind: KindRecheckTick, Owner: "recheck"}
 	KeyLockoutIndex = KeyKind{Tag: "mli", Scope: ScopeAccount, Parts: "A", Kind: KindLockoutIndex, Owner: "lockout"}
 	KeyLockout      = KeyKind{Tag: "mlk", Scope: ScopeAccount, Parts: "Al", Kind: KindLockout, Owner: "lockout"}
 	KeyLease        = KeyKind{Tag: "adl", Scope: ScopeAccount, Parts: "A", Live: true, Kind: KindAdmissionConn, Owner: "admission"}
@@ -122,7 +131,8 @@ var (
 // Keys lists every key kind (a test checks the tags are distinct and three bytes, and that
 // every record kind has a key).
 var Keys = []KeyKind{
-	KeyBreaker, KeyGateWindow, KeyGateBackoff, KeyConnCooldown, KeyLockoutIndex, KeyLockout,
+	KeyBreaker, KeyGateWindow, KeyGateBackoff, KeyConnCooldown, KeyRecoveryProbe, KeyRecheck,
+	KeyRecheckTick, KeyLockoutIndex, KeyLockout,
 	KeyLease, KeyTickets, KeyGlobalPool, KeyProviderPool, KeyTurn, KeyDeck, KeyPin,
 	KeyDirectory, KeyGeneration, KeyGuard, KeyWakeQueue,
 }

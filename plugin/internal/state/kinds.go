@@ -9,6 +9,7 @@ const (
 	KindAffinityPin      = 'A' // affinity: a session pin slot
 	KindBreaker          = 'B' // breaker: one provider's circuit
 	KindConnCooldown     = 'C' // conncooldown: one connection's cooldown and terminal state
+	KindRecoveryProbe    = 'Y' // conncooldown: a provider's recovery probe claim
 	KindAdmissionConn    = 'Q' // admission: a connection's leases and waiting counts
 	KindAdmissionTickets = 'T' // admission: a connection's published queue tickets
 	KindAdmissionPool    = 'P' // admission: the global or a provider's lease pool
@@ -19,6 +20,8 @@ const (
 	KindSelectionCounter = 'R' // selection: a round-robin turn counter
 	KindSelectionDeck    = 'K' // selection: a strict-random deck
 	KindVMDirectory      = 'V' // admission: the directory of worker VMs and their heartbeats
+	KindRecheckSchedule  = 'S' // recheck: an expired connection's re-check schedule
+	KindRecheckTick      = 'U' // recheck: the process-wide claim of a re-check tick
 )
 
 // KindInfo names a record kind's owner.
@@ -33,6 +36,7 @@ var Kinds = []KindInfo{
 	{KindAffinityPin, "affinity", "session pin slot"},
 	{KindBreaker, "breaker", "provider circuit"},
 	{KindConnCooldown, "conncooldown", "connection cooldown and terminal state"},
+	{KindRecoveryProbe, "conncooldown", "provider recovery probe claim"},
 	{KindAdmissionConn, "admission", "connection leases and waiting counts"},
 	{KindAdmissionTickets, "admission", "connection's published queue tickets"},
 	{KindAdmissionPool, "admission", "global or provider lease pool"},
@@ -43,4 +47,6 @@ var Kinds = []KindInfo{
 	{KindSelectionCounter, "selection", "round-robin counter"},
 	{KindSelectionDeck, "selection", "strict-random deck"},
 	{KindVMDirectory, "admission", "worker VM directory and heartbeats"},
+	{KindRecheckSchedule, "recheck", "expired connection re-check schedule"},
+	{KindRecheckTick, "recheck", "re-check tick claim"},
 }

@@ -10,8 +10,6 @@ import (
 	"bytes"
 	"slices"
 	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
 	"unsafe"
 )
 
@@ -134,60 +132,17 @@ func HasUnicodeEscape(b []byte) bool {
 // quotes and structure included, is copied as is, so the result is searchable text rather
 // than JSON. Malformed escapes are copied verbatim.
 func UnescapeJSON(dst, src []byte) []byte {
-	for i := 0; i < len(src); i++ {
-		c := src[i]
-		if c != '\\' || i+1 >= len(src) {
-			dst = append(dst, c)
-			continue
-		}
-		e := src[i+1]
-		switch e {
-		case '"', '\\', '/':
-			dst = append(dst, e)
-			i++
-		case 'n':
-			dst = append(dst, '\n')
-			i++
-		case 't':
-			dst = append(dst, '\t')
-			i++
-		case 'r':
-			dst = append(dst, '\r')
-			i++
-		case 'b', 'f':
-			dst = append(dst, ' ')
-			i++
-		case 'u':
-			r, ok := hex4(src, i+2)
-			if !ok {
-				dst = append(dst, c)
-				continue
-			}
-			i += 5
-			if utf16.IsSurrogate(r) && i+6 < len(src) && src[i+1] == '\\' && src[i+2] == 'u' {
-				if lo, ok := hex4(src, i+3); ok {
-					if joined := utf16.DecodeRune(r, lo); joined != utf8.RuneError {
-						r = joined
-						i += 6
-					}
-				}
-			}
-			dst = utf8.AppendRune(dst, r) // a lone surrogate becomes U+FFFD
-		default:
-			dst = append(dst, c)
-		}
-	}
-	return dst
+	return appendUnescaped(dst, src)
 }
 
 // hex4 decodes four hex digits at src[at:].
-func hex4(src []byte, at int) (rune, bool) {
+func hex4[T string | []byte](src T, at int) (rune, bool) {
 	if at+4 > len(src) {
 		return 0, false
 	}
 	var r rune
-	for _, c := range src[at : at+4] {
-		switch {
+	for i := at; i < at+4; i++ {
+		switch c := src[i]; {
 		case '0' <= c && c <= '9':
 			r = r<<4 | rune(c-'0')
 		case 'a' <= c && c <= 'f':
