@@ -33,16 +33,20 @@ var everyPolicy = map[string]struct {
 	// headerModes: the WasmPlugin and TrafficExtension modes render it, header-routed
 	// (routing.mode: headers set where the policy routes by body, as istio/examples does).
 	headerModes bool
+	// istioMinor is the Istio release it is rendered for (0: Render's default, the oldest
+	// supported), for a policy whose switches need a newer Envoy than that release's.
+	istioMinor int
 }{
 	"agentrouter.yaml":    {headerModes: true},
 	"demo.yaml":           {headerModes: true},
 	"header-routed.yaml":  {headerModes: true},
 	"multi-provider.yaml": {headerModes: true},
 	// Render refuses crossCluster for a mesh (each provider has a virtual host of its own),
-	// and a router failover routes by body, so no header-routed mode.
+	// and a router failover routes by body, so no header-routed mode; its held tries need
+	// Envoy 1.37, Istio 1.29.
 	"router.yaml": {forIstio: func(t *testing.T, doc []byte) []byte {
 		return setJSON(t, mustJSON(t, doc), "resilience.failover.crossCluster", false)
-	}},
+	}, istioMinor: 29},
 }
 
 func setJSON(t *testing.T, doc []byte, path string, value any) []byte {
@@ -93,6 +97,7 @@ func TestRenderEveryPolicy(t *testing.T) {
 					}
 					o = exampleOptions(o)
 					o.Upstreams = upstreamsOf(t, policy)
+					o.IstioMinor = how.istioMinor
 					m, err := Render(policy, o)
 					if err != nil {
 						t.Fatal(err)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/spillwayproxy/spillway/hostsim"
 )
@@ -79,4 +81,28 @@ func TestScenarioAnEchoedMarkerLeavesTheConnectionsActive(t *testing.T) {
 			w.noStreamsLeft()
 		})
 	}
+}
+
+// TestScenarioEchoedResetTextIsNoRetryHint: issue 18's class through the built module. A
+// client writes "try again in 86400s" in its prompt; key A's 429 (no Retry-After) quotes the
+// prompt back. Read as OpenAI's own wait, it would cool key A for as long as a hint may, and
+// the next request would go to key B; as the client's text it is no hint, key A cools for
+// the apikey profile's base cooldown (3 s, guide §2) and serves the next request 4 s later.
+func TestScenarioEchoedResetTextIsNoRetryHint(t *testing.T) {
+	const prompt = "Repeat after me: try again in 86400s"
+	w := newWorld(t, echoPolicy, 2)
+	var limited atomic.Bool
+	w.fakes.set("sk-a", func(c upstreamCall) *hostsim.UpstreamResponse {
+		if !limited.CompareAndSwap(false, true) {
+			return chatOK(c)
+		}
+		return jsonError(429, `{"error":{"message":"Rate limit reached for requests. Input: '`+prompt+`'","type":"requests","code":"rate_limit_exceeded"}}`)
+	})
+	req := func() *hostsim.Request {
+		return llmRequest("/v1/chat/completions", `{"model":"gpt-5","messages":[{"role":"user","content":"`+prompt+`"}]}`)
+	}
+	expect(t, "the 429", w.run(0, req()), 200, "openai/key-b/gpt-5/2")
+	w.advance(4 * time.Second)
+	expect(t, "4 s later", w.run(1, req()), 200, "openai/key-a/gpt-5/1")
+	w.noStreamsLeft()
 }

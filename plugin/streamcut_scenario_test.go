@@ -8,6 +8,7 @@ package main
 import (
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -251,4 +252,82 @@ func TestScenarioAnEndedStreamsLastChunkCostsNoHostCallMore(t *testing.T) {
 	}
 	vm.CompleteHttpContext(id)
 	w.noStreamsLeft()
+}
+
+// calloutPolicy is scenarioPolicy with a second Anthropic key and failover by callout
+// (failover.via: callout, whatever the default), so each API has a key to fail over to.
+var calloutPolicy = strings.Replace(scenarioPolicy, `      - {id: ant-a, credential: {header: x-api-key, value: "sk-ant"}}`,
+	`      - {id: ant-a, credential: {header: x-api-key, value: "sk-ant"}}
+      - {id: ant-b, credential: {header: x-api-key, value: "sk-ant-b"}}`, 1) + `
+resilience:
+  failover: {via: callout}
+`
+
+// Issue 19: a stream that reaches the client as a failover callout's answer (its whole body
+// one local reply) is checked for its end as a streamed one is. The first key's 429 (its
+// Retry-After 1 s) sends the request to the second by callout; the second ends its stream
+// cleanly without the terminal event: the client gets the stream with the API's error event
+// added, and the truncation is counted and cools the second key, so the next request goes
+// elsewhere — to the backup gateway, or, on the Anthropic route, to the first key once its
+// second is over (comboCooldownWait). A whole stream gets nothing added and cools nothing:
+// the next request goes to the second key.
+func TestScenarioACalloutStreamCutByTheProviderEndsWithAnErrorEvent(t *testing.T) {
+	antReq := func() *hostsim.Request {
+		return llmRequest("/v1/messages", `{"model":"claude-sonnet-4","max_tokens":5,"messages":[],"stream":true}`)
+	}
+	chat := func() *hostsim.Request { return chatReq("gpt-4o") }
+	cases := []struct {
+		name, api    string
+		req          func() *hostsim.Request
+		first, spare string   // the credentials that fail once and that answer by callout
+		events       []string // the spare's stream
+		cut          bool     // the stream lacks its terminal event
+		answered     string   // x-spillway-* of the reply
+		next         string   // who answers the next request
+	}{
+		{"chat completions, cut", "chat", chat, "sk-a", "sk-b",
+			[]string{chatRoleEvent, chatContentEvent}, true, "openai/key-b/gpt-4o/2", "backup/backup-a/openai/gpt-4o/1"},
+		{"chat completions, whole", "chat", chat, "sk-a", "sk-b",
+			[]string{chatRoleEvent, chatContentEvent, chatDoneEvent}, false, "openai/key-b/gpt-4o/2", "openai/key-b/gpt-4o/1"},
+		{"anthropic messages, cut", "anthropic", antReq, "sk-ant", "sk-ant-b",
+			[]string{antStart, antDelta}, true, "anthropic/ant-b/claude-sonnet-4/2", "anthropic/ant-a/claude-sonnet-4/1"},
+		{"anthropic messages, whole", "anthropic", antReq, "sk-ant", "sk-ant-b",
+			[]string{antStart, antDelta, antStop}, false, "anthropic/ant-b/claude-sonnet-4/2", "anthropic/ant-b/claude-sonnet-4/1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t, calloutPolicy, 2)
+			var failed atomic.Bool
+			w.fakes.set(c.first, func(call upstreamCall) *hostsim.UpstreamResponse {
+				if failed.CompareAndSwap(false, true) {
+					return rateLimited("1")(call)
+				}
+				return chatOK(call)
+			})
+			w.fakes.set(c.spare, func(upstreamCall) *hostsim.UpstreamResponse { return sse(c.events...) })
+			resp := w.run(0, c.req())
+			expect(t, "failover", resp, 200, c.answered)
+			if calls := w.fakes.received(); len(calls) != 2 || !calls[1].viaCallout {
+				t.Fatalf("upstream calls %+v, want the spare's by callout", calls)
+			}
+			added, ok := addedAfter(resp, c.events...)
+			switch {
+			case !ok:
+				t.Fatalf("the client got %q", resp.Body)
+			case c.cut && truncationErr(c.api, added) != "":
+				t.Fatalf("%s; added %q", truncationErr(c.api, added), added)
+			case !c.cut && added != "":
+				t.Fatalf("added %q to a whole stream", added)
+			}
+			want := uint64(0)
+			if c.cut {
+				want = 1
+			}
+			if n := w.metric(stats.TruncatedStreams.Name); n != want {
+				t.Errorf("truncated streams = %d, want %d", n, want)
+			}
+			expect(t, "next", w.run(1, c.req()), 200, c.next)
+			w.noStreamsLeft()
+		})
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spillwayproxy/spillway/hostsim/fakeprovider"
 )
 
 // requireSpillwayHeaders checks the filter's x-spillway-* headers on a routed answer: the
@@ -135,5 +137,58 @@ func TestTheRouterExampleStreamsItsFailover(t *testing.T) {
 				t.Errorf("GET /v1/models: %d, want the default cluster's 200", models.StatusCode)
 			}
 		})
+	}
+}
+
+// calloutCutPolicy: two keys on each built-in fake, failover by callout.
+const calloutCutPolicy = `{"providers":[
+ {"id":"openai","profile":"apikey","api":"openai","cluster":"fake-openai","connections":[
+  {"id":"oa-1","credential":{"header":"authorization","value":"Bearer key-cut-oa-1"}},
+  {"id":"oa-2","credential":{"header":"authorization","value":"Bearer key-cut-oa-2"}}]},
+ {"id":"anthropic","profile":"apikey","api":"anthropic","cluster":"fake-anthropic","connections":[
+  {"id":"an-1","credential":{"header":"x-api-key","value":"key-cut-an-1"}},
+  {"id":"an-2","credential":{"header":"x-api-key","value":"key-cut-an-2"}}]}],
+"routes":[{"model":"gpt-4o","targets":[{"provider":"openai"}]},{"model":"claude-sonnet-4","targets":[{"provider":"anthropic"}]}],
+"resilience":{"failover":{"via":"callout"}}}`
+
+// Issue 19: the fakes' own truncate scenario (a clean end without [DONE] or message_stop)
+// on the key a failover callout goes to. The first key's rate limit sends the request to
+// the second by callout; the client gets the second's content, then the error event the
+// filter ends a cut stream with (code stream_truncated) in its API's shape, and the
+// truncation is logged as a streamed one is.
+func TestACalloutStreamTheFakeCutsEndsWithAnErrorEvent(t *testing.T) {
+	d := startDemo(t, func(o *Options) { o.PolicyPath = writeFile(t, "cut.json", calloutCutPolicy) })
+	cases := []struct {
+		name, fake, path, body, first, spare, content string
+		last                                          string // the client's last event, as the filter adds it
+	}{
+		{"chat completions", "fake-openai", "/v1/chat/completions", streamChatBody, "key-cut-oa-1", "key-cut-oa-2",
+			`"content":"Hello"`, "data: [DONE]"},
+		{"anthropic messages", "fake-anthropic", "/v1/messages",
+			`{"model":"claude-sonnet-4","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Hello"}]}`,
+			"key-cut-an-1", "key-cut-an-2", `"text":"Hello"`, "event: error"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fake := d.fake(t, c.fake)
+			fake.SetPacing(fakeprovider.Pacing{})
+			fake.ScriptFor(c.first, fakeprovider.Fault{Scenario: fakeprovider.ScenarioRateLimit})
+			fake.ScriptFor(c.spare, fakeprovider.Fault{Scenario: fakeprovider.ScenarioTruncate})
+			resp, got := postJSON(t, d.URL()+c.path, strings.NewReader(c.body), nil)
+			if resp.StatusCode != 200 || resp.Header.Get("x-spillway-attempts") != "2" {
+				t.Fatalf("%d after %s attempts: %s", resp.StatusCode, resp.Header.Get("x-spillway-attempts"), got)
+			}
+			events := strings.Split(strings.TrimSuffix(string(got), "\n\n"), "\n\n")
+			if !strings.Contains(string(got), c.content) || !strings.Contains(string(got), "stream_truncated") ||
+				!strings.HasPrefix(events[len(events)-1], c.last) {
+				t.Fatalf("the client got:\n%s", got)
+			}
+			if n := fake.StatsFor(c.spare).Requests; n != 1 {
+				t.Errorf("the spare asked %d times", n)
+			}
+		})
+	}
+	if got := d.logs.await("ended without its terminal event; the client got a stream_truncated error event", 2); len(got) != 2 {
+		t.Fatalf("truncation warnings %q", got)
 	}
 }

@@ -60,7 +60,9 @@
 // client sent (Input.Sent: the request body with its JSON escapes decoded, the requested
 // model, the request headers; compared as the marker is, ignoring ASCII case), the match is
 // ignored: the body is classified as if the phrase were absent, and status-based defaults
-// apply. A multi-fragment signal counts only if none of its fragments was sent.
+// apply. A multi-fragment signal counts only if none of its fragments was sent. The reset
+// text a retry hint is read from ("try again in 30s") is checked the same way, with the same
+// Echo (the retryhint package doc).
 //
 // Phrases that can only narrow the blame are read whoever wrote them: the model-missing
 // wording that makes a 404 model-only, the 403 route-denied and project-setup texts, the
@@ -243,8 +245,7 @@ func (c *Classifier) Classify(in Input) (failure.Verdict, restate.Result) {
 	echo := textscan.NewEcho(in.Sent)
 	res = c.restatements.Apply(in.Provider, in.Status, in.Headers, in.Body, in.Now, &echo)
 	var folded [foldBuffer]byte // typical error bodies fold into it without allocating
-	a := newAttempt(in, res.Status, folded[:0])
-	a.echo = &echo
+	a := newAttempt(in, res.Status, folded[:0], &echo)
 	v := c.decide(&a, in)
 	v.CountBreaker = c.TripsBreaker(in.Provider, v.Status) && providerLevel(v.Reason)
 	if a.hint.Found() {
@@ -314,15 +315,17 @@ var errorRoots = [...]struct{ code, status, typ string }{
 	{"0.error.code", "0.error.status", "0.error.type"},
 }
 
-// newAttempt prepares a response for matching, folding the body into buf. It returns a
-// value, so buf can stay on the caller's stack.
-func newAttempt(in Input, status int, buf []byte) attempt {
+// newAttempt prepares a response for matching, folding the body into buf; echo is what the
+// client sent, for the markers and the reset text of the retry hint. It returns a value, so
+// buf can stay on the caller's stack.
+func newAttempt(in Input, status int, buf []byte, echo *textscan.Echo) attempt {
 	text := textscan.AppendFolded(buf, in.Body)
 	a := attempt{
 		status: status,
 		text:   text,
 		folded: newFolded(textscan.String(text)),
-		hint:   retryhint.Find(in.Headers, in.Body, in.Now),
+		hint:   retryhint.Find(in.Headers, in.Body, in.Now, echo),
+		echo:   echo,
 	}
 	json := textscan.String(textscan.Cap(in.Body))
 	root := errorRoots[0]

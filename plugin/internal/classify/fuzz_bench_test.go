@@ -185,7 +185,7 @@ func echoRules(t testing.TB) (*restate.Table, *errorrules.Catalogue) {
 
 // echoPhrases are the phrases that count as evidence (the package doc, "Echoes"): every
 // fragment of the evidence signals and every rule's textMarker or marker, built-in and the
-// operator's. A phrase that holds narrowing wording or an exclude marker is left out: those
+// operator's, and reset text a retry hint is read from. A phrase that holds narrowing wording or an exclude marker is left out: those
 // count whoever wrote them, so echoing one may narrow the verdict, by design.
 func echoPhrases(rt *restate.Table, cat *errorrules.Catalogue) []string {
 	var phrases, narrowing []string
@@ -207,6 +207,10 @@ func echoPhrases(rt *restate.Table, cat *errorrules.Catalogue) []string {
 			narrowing = append(narrowing, s...)
 		}
 	}
+	// Reset text, which the retry hint reads from the body (retryhint.FromText): a wait long
+	// enough to turn quota wording on a 429 into a quota (QuotaScaleHint) and to cool a
+	// connection for its longest.
+	phrases = append(phrases, "try again in 86400s", "retry in 86399s", "Resets in 164h27m24s", "retry after 2 hours")
 	kept := phrases[:0]
 	for _, p := range phrases {
 		if !slices.ContainsFunc(narrowing, func(n string) bool { return textscan.ContainsFold(p, n) }) {
@@ -242,6 +246,11 @@ func FuzzClassifyEcho(f *testing.F) {
 		for j := range 4 {
 			f.Add(seed.provider, seed.status, seed.message, len(seed.message)/2, seed.typ, seed.code, uint16(i*7+j*31))
 		}
+	}
+	// Reset text echoed into quota wording: read, its day-long wait would make the 429 a quota.
+	for _, planted := range []string{"try again in 86400s", "Resets in 164h27m24s"} {
+		quota := "You exceeded your current quota, please check your plan and billing details."
+		f.Add("openai", 429, quota, len(quota), "", "", uint16(slices.Index(phrases, planted)))
 	}
 	f.Fuzz(func(t *testing.T, provider string, status int, message string, at int, typ, code string, which uint16) {
 		if len(message) > 4096 || len(typ) > 64 || len(code) > 64 {

@@ -573,3 +573,51 @@ func TestAnEchoedMarkerLeavesTheConnectionActive(t *testing.T) {
 		})
 	}
 }
+
+// TestEchoedResetTextSetsNoCooldown: issue 18's class. A client plants "try again in 86400s"
+// in its prompt and the provider's 429 quotes it. Read as the provider's hint, it cools the
+// connection for as long as any hint may (rate limit) or, with quota wording, makes the 429
+// an exhausted quota locked for the day it names. With what the client sent (Outcome.Sent)
+// the echo is no hint: the 429 is the rate limit it is, and the connection cools for the
+// apikey profile's base cooldown, 3 s (guide §2). The controls, recorded without it, show
+// the day-long text read as the provider's own.
+func TestEchoedResetTextSetsNoCooldown(t *testing.T) {
+	const planted = "try again in 86400s"
+	sent := textscan.Sent{Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + planted + `"}]}`)}
+	rateLimit := []byte(`{"error":{"message":"Rate limit reached for gpt-4o-mini. Input: '` + planted + `'","type":"requests","code":"rate_limit_exceeded"}}`)
+	quota := []byte(`{"error":{"message":"You exceeded your current quota. Input: '` + planted + `'","type":"requests"}}`)
+	for _, tc := range []struct {
+		name     string         // what the row shows
+		body     []byte         // the provider's 429
+		sent     textscan.Sent  // what the client sent, as the filter passes it
+		reason   failure.Reason // the verdict's reason
+		min, max time.Duration  // the bounds of the connection's cooldown, as the next plan reports it
+	}{
+		{"rate limit, echoed", rateLimit, sent, failure.ReasonRateLimit, time.Second, 3 * time.Second},
+		{"rate limit, control: nothing known of the request", rateLimit, textscan.Sent{}, failure.ReasonRateLimit, 29 * time.Minute, 24 * time.Hour},
+		{"quota wording, echoed", quota, sent, failure.ReasonRateLimit, time.Second, 3 * time.Second},
+		{"quota wording, control: nothing known of the request", quota, textscan.Sent{}, failure.ReasonQuotaExhausted, 23 * time.Hour, 24 * time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, examples.Demo(), noLockout)
+			p := f.plan(t, "gpt-4o-mini", affinity.Key{})
+			first := p.Targets[0].Connection
+			r := f.attempt(t, p, Outcome{Status: 429, Body: tc.body, Sent: tc.sent})
+			if r.Verdict.Reason != tc.reason {
+				t.Fatalf("verdict %+v, want %s", r.Verdict, tc.reason)
+			}
+			next := f.plan(t, "gpt-4o-mini", affinity.Key{})
+			name := f.e.res.Providers[p.Targets[0].Provider].Connections[first].ID
+			for _, x := range next.Excluded {
+				if x.Connection == name {
+					t.Logf("%s: %s, cools for %v", name, r.Verdict.Reason, x.RetryAfter)
+					if x.RetryAfter < tc.min || x.RetryAfter > tc.max {
+						t.Fatalf("%s cools for %v, want within [%v, %v]", name, x.RetryAfter, tc.min, tc.max)
+					}
+					return
+				}
+			}
+			t.Fatalf("%s not excluded after its 429: %+v", name, next.Excluded)
+		})
+	}
+}

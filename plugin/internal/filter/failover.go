@@ -264,6 +264,9 @@ func (h *httpContext) onCalloutResponse(numHeaders, bodySize, _ int) {
 		}
 		if failedStatus == 0 {
 			h.recordSuccess(ttfb)
+			if isEventStream(contentType) {
+				body = h.endCalloutStream(status, body)
+			}
 			h.release()
 			h.bufs.replyHdrs = replyHeaders(h.bufs.replyHdrs[:0], hdrs)
 			h.sendLocal(status, h.bufs.replyHdrs, body)
@@ -280,6 +283,27 @@ func (h *httpContext) onCalloutResponse(numHeaders, bodySize, _ int) {
 	}
 	fr := h.recordFailure(engine.Outcome{Status: status, Headers: hdrs, Body: errBody, TTFB: ttfb})
 	h.carryOut(h.afterFailure(fr, &attemptFailure{status: status, headers: hdrs, body: body, fromCallout: true}))
+}
+
+// endCalloutStream checks a callout's 2xx event stream answer, body, for its end as a
+// streamed response's end is checked (streamcut.go): the host's async client hands over the
+// whole answer once the upstream ended it, so a stream the provider ended cleanly without its
+// terminal event arrives here as a complete, successful body. It gets the same error event
+// appended (appendCutEvent) and is recorded as the same truncation on the attempt's
+// connection (recordTruncation), status being the answer's. It returns the body the reply
+// carries. A stream that ended with its terminal event costs one pass of the tracker and no
+// host call.
+func (h *httpContext) endCalloutStream(status int, body []byte) []byte {
+	h.tracker = llmapi.Tracker{} // an earlier attempt's stream may have been followed
+	h.tracker.Feed(body)
+	out, added := h.appendCutEvent(body)
+	if added {
+		h.bufs.callBody, h.cutEnded = out, true // kept for reuse, as the answer's read is
+	}
+	if h.truncated() {
+		h.recordTruncation(status)
+	}
+	return out
 }
 
 // carryOut finishes a response-path step taken outside a response callback: the held

@@ -525,17 +525,8 @@ func (h *httpContext) OnHttpStreamDone() {
 	p.unwatch(h)
 	if h.phase == phaseStreaming && h.eventStream {
 		h.tracker.End()
-		if !h.tracker.Terminal && h.provider().CountTruncatedStreams && !h.clientWentAway() {
-			p.readClock()
-			p.metrics.truncated.Increment(1)
-			proxywasm.LogWarnf("spillway: stream from %s ended without its terminal event%s", h.targetName(), h.cutNote())
-			r := p.engine.RecordTruncation(h.d)
-			if r.Errors != nil {
-				proxywasm.LogWarnf("spillway: record truncation: %v", r.Errors)
-			}
-			p.metrics.failure(h.d.Target, r.Verdict.Reason)
-			h.logFailure(h.d.Target, &failureLog{status: h.status, reason: string(r.Verdict.Reason), effects: r.Effects},
-				nextNone, nil, 0, "")
+		if h.truncated() && !h.clientWentAway() {
+			h.recordTruncation(h.status) // streamcut.go
 		}
 	}
 	if h.phase == phaseWatchError {

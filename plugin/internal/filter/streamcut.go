@@ -41,6 +41,13 @@ import (
 //     saw no end of stream and the trailers callback has no body to add to; the stream ends
 //     as it came, the truncation is recorded.
 //
+// A stream that reaches the client as a failover callout's answer (failover.go) is a body
+// the host's async client handed over whole once the upstream ended it, so only the clean
+// end is possible there: a reset fails the callout, answered with no headers
+// (Context::onHttpCallFailure, source/extensions/common/wasm/context.cc). endCalloutStream
+// runs the same tracker over it, appends the same event (appendCutEvent) to the local
+// reply's body and records the same truncation (recordTruncation).
+//
 // An error event can only be added to a stream whose headers carry no content-length: of a
 // body longer than it declares, an HTTP/1.1 client reads the declared length only (the rest
 // is garbage on the connection) and an HTTP/2 client refuses the stream. So
@@ -67,31 +74,70 @@ func (h *httpContext) freeStreamLength(hdrs [][2]string) {
 
 // endCutStream runs at the upstream's end of a committed event stream, chunk being that
 // callback's body as read (and fed to the tracker): a stream that carried neither its
-// terminal event nor an error event gets an error event appended, unless its provider does
-// not count truncated streams (policies: countTruncatedStreams, for providers whose streams
-// have no terminal event). A stream with its terminal event, or already ended with an error
-// (the provider's, or a watchdog's: that stream has left phaseStreaming), gets nothing, and
-// neither does a client that went away (no end-of-stream callback comes). Nothing here calls
-// the host unless an event is added.
+// terminal event nor an error event gets an error event appended (appendCutEvent). A stream
+// with its terminal event, or already ended with an error (the provider's, or a watchdog's:
+// that stream has left phaseStreaming), gets nothing, and neither does a client that went
+// away (no end-of-stream callback comes). Nothing here calls the host unless an event is
+// added.
 func (h *httpContext) endCutStream(chunk []byte) {
-	keep, sep := h.tracker.Boundary(len(chunk))
-	h.tracker.End()
-	if h.tracker.Terminal || h.tracker.Errored || !h.provider().CountTruncatedStreams {
+	out, added := h.appendCutEvent(chunk)
+	if !added {
 		return
 	}
-	shape := h.errorShape(h.tracker.Shape)
-	errType := replies.TypeServer
-	if shape == llmapi.ShapeAnthropic {
-		errType = replies.TypeAPI
-	}
-	out := append(chunk[:keep], sep...)
-	out = llmapi.AppendStreamError(out, shape, errType, replies.CodeStreamTruncated, streamCutMessage)
 	h.bufs.respBody = out
 	if err := hostabi.ReplaceBuffer(hostabi.ResponseBody, out); err != nil {
 		proxywasm.LogWarnf("spillway: add the error event to a cut stream: %v", err)
 		return
 	}
 	h.cutEnded = true
+}
+
+// appendCutEvent ends the stream h.tracker followed, last being the bytes fed last that are
+// still the filter's to edit (a committed stream's last chunk, or a callout answer's whole
+// body): when the stream carried neither its terminal event nor an error event, out is last
+// with the error event appended after its last complete event (Tracker.Boundary) and added
+// is true; otherwise out is last as it is. A provider that does not count truncated streams
+// (policies: countTruncatedStreams, for providers whose streams have no terminal event) gets
+// nothing added. The one decision for every path a stream reaches the client by: the
+// streamed response (endCutStream) and a callout failover's answer (failover.go).
+func (h *httpContext) appendCutEvent(last []byte) (out []byte, added bool) {
+	keep, sep := h.tracker.Boundary(len(last))
+	h.tracker.End()
+	if h.tracker.Terminal || h.tracker.Errored || !h.provider().CountTruncatedStreams {
+		return last, false
+	}
+	shape := h.errorShape(h.tracker.Shape)
+	errType := replies.TypeServer
+	if shape == llmapi.ShapeAnthropic {
+		errType = replies.TypeAPI
+	}
+	out = append(last[:keep], sep...)
+	return llmapi.AppendStreamError(out, shape, errType, replies.CodeStreamTruncated, streamCutMessage), true
+}
+
+// truncated reports whether the stream h.tracker followed to its end (Tracker.End) is a
+// truncation to record: it ended without its terminal event (an error event after content
+// counts: the answer is incomplete), and its provider counts truncated streams.
+func (h *httpContext) truncated() bool {
+	return !h.tracker.Terminal && h.provider().CountTruncatedStreams
+}
+
+// recordTruncation records a truncated stream (truncated) on the attempt's connection:
+// counted (spillway_truncated_streams_total), logged at warn, recorded by the engine
+// (RecordTruncation: a synthesised 502 of the model) with its decision line, status being
+// the status the stream came with.
+func (h *httpContext) recordTruncation(status int) {
+	p := h.plugin
+	p.readClock()
+	p.metrics.truncated.Increment(1)
+	proxywasm.LogWarnf("spillway: stream from %s ended without its terminal event%s", h.targetName(), h.cutNote())
+	r := p.engine.RecordTruncation(h.d)
+	if r.Errors != nil {
+		proxywasm.LogWarnf("spillway: record truncation: %v", r.Errors)
+	}
+	p.metrics.failure(h.d.Target, r.Verdict.Reason)
+	h.logFailure(h.d.Target, &failureLog{status: status, reason: string(r.Verdict.Reason), effects: r.Effects},
+		nextNone, nil, 0, "")
 }
 
 // errorShape is the shape of an error event that ends the stream: the shape its events

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -224,5 +225,109 @@ func TestAnEventStreamLosesItsContentLength(t *testing.T) {
 	}
 	if !strings.HasPrefix(got, body) || !strings.Contains(got[len(body):], "stream_truncated") {
 		t.Fatalf("the client got %q", got)
+	}
+}
+
+// calloutStream fails the request's first attempt with a 429 and answers the failover
+// callout that follows with a 200 event stream of body, whole (the host's async client
+// hands over a callout's answer once it is complete). It returns the local reply that
+// carries the answer to the client.
+func calloutStream(t *testing.T, host proxytest.HostEmulator, path, reqBody, body string) *proxytest.LocalHttpResponse {
+	t.Helper()
+	id := host.InitializeHttpContext()
+	host.CallOnRequestHeaders(id, chatHeaders(path), false)
+	host.CallOnRequestBody(id, []byte(reqBody), true)
+	host.CallOnResponseHeaders(id, [][2]string{{":status", "429"}, {"retry-after", "120"}, {"content-type", "application/json"}}, false)
+	if a := host.CallOnResponseBody(id, []byte(`{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}`), true); a != types.ActionPause {
+		t.Fatalf("error body: %v, want held while failing over", a)
+	}
+	callouts := host.GetCalloutAttributesFromContext(id)
+	if len(callouts) != 1 {
+		t.Fatalf("%d callouts, want the failover's", len(callouts))
+	}
+	host.CallOnHttpCallResponse(callouts[0].CalloutID, [][2]string{{":status", "200"}, {"content-type", "text/event-stream"},
+		{"content-length", strconv.Itoa(len(body))}}, nil, []byte(body))
+	lr := host.GetSentLocalResponse(id)
+	if lr == nil || lr.StatusCode != 200 {
+		t.Fatalf("reply %+v, want the callout's 200", lr)
+	}
+	host.CompleteHttpContext(id)
+	return lr
+}
+
+// twoAnthropicKeys is testPolicy with a second Anthropic key, for an Anthropic failover.
+var twoAnthropicKeys = strings.Replace(testPolicy, `      - {id: ant-a, credential: {header: x-api-key, value: "sk-ant"}}`,
+	`      - {id: ant-a, credential: {header: x-api-key, value: "sk-ant"}}
+      - {id: ant-b, credential: {header: x-api-key, value: "sk-ant-b"}}`, 1)
+
+// Issue 19: a failover callout's answer is a stream too. One the provider ended cleanly
+// without its terminal event reaches the client with the same error event a streamed one
+// ends with (the API's own error shape, code stream_truncated), and is recorded as the same
+// truncation on the connection that answered; a whole stream, or one ended by the provider's
+// error event, gets nothing added (the error event's stream is still a truncation, as
+// streamed: TestAStreamThatEndedGetsNothingAdded), and a provider that does not count
+// truncations gets neither.
+func TestACalloutStreamIsCheckedForItsEnd(t *testing.T) {
+	noCount := strings.Replace(testPolicy, "  - id: openai\n", "  - id: openai\n    countTruncatedStreams: false\n", 1)
+	chat := `{"model":"gpt-4o","stream":true,"messages":[]}`
+	ant := `{"model":"claude-sonnet-4","stream":true,"max_tokens":5,"messages":[]}`
+	cases := []struct {
+		name, policy, path, reqBody string
+		stream                      string // the callout's answer
+		api                         string // the added event's API shape ("": nothing added)
+		truncated                   uint64 // spillway_truncated_streams_total after it
+		connection                  string // the connection the truncation is recorded on
+	}{
+		{"chat completions, cut", testPolicy, "/v1/chat/completions", chat, cutChatRole + cutChatContent, "chat", 1, "key-b"},
+		{"chat completions, cut inside an event", testPolicy, "/v1/chat/completions", chat,
+			cutChatRole + cutChatContent + cutChatContent[:25], "chat", 1, "key-b"},
+		{"anthropic, cut", twoAnthropicKeys, "/v1/messages", ant, cutAntStart + cutAntDelta, "anthropic", 1, "ant-b"},
+		{"chat completions, whole", testPolicy, "/v1/chat/completions", chat, cutChatRole + cutChatContent + cutChatDone, "", 0, ""},
+		{"anthropic, whole", twoAnthropicKeys, "/v1/messages", ant, cutAntStart + cutAntDelta + cutAntStop, "", 0, ""},
+		{"chat completions, the provider's error event after content", testPolicy, "/v1/chat/completions", chat,
+			cutChatRole + cutChatContent + cutChatError, "", 1, "key-b"},
+		{"anthropic, the provider's error event after content", twoAnthropicKeys, "/v1/messages", ant,
+			cutAntStart + cutAntDelta + cutAntError, "", 1, "ant-b"},
+		{"a provider that does not count truncations", noCount, "/v1/chat/completions", chat, cutChatRole + cutChatContent, "", 0, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			host, _ := newHost(t, policyJSON(t, c.policy), nil)
+			lr := calloutStream(t, host, c.path, c.reqBody, c.stream)
+			got := string(lr.Data)
+			kept := c.stream
+			if i := strings.LastIndex(kept, "\n\n"); c.api != "" && i >= 0 {
+				kept = kept[:i+2] // a partial last event is dropped, as streamed
+			}
+			added, ok := strings.CutPrefix(got, kept)
+			switch {
+			case !ok:
+				t.Fatalf("the provider's bytes changed: %q", got)
+			case c.api == "" && added != "":
+				t.Fatalf("added %q to a stream that ended", added)
+			case c.api == "chat" && (gjson.Get(eventData(lastEvent(added, 1)), "error.code").Str != "stream_truncated" || lastEvent(added, 0) != "data: [DONE]"):
+				t.Fatalf("added %q, want an error data line with code stream_truncated, then [DONE]", added)
+			case c.api == "anthropic" && (!strings.HasPrefix(added, "event: error\n") || gjson.Get(eventData(added), "error.type").Str != "api_error" ||
+				!strings.Contains(gjson.Get(eventData(added), "error.message").Str, "stream_truncated")):
+				t.Fatalf("added %q, want an error event of type api_error naming stream_truncated", added)
+			}
+			if _, ok := header(lr.Headers, "content-length"); ok {
+				t.Errorf("the reply kept the answer's content-length: %v", lr.Headers)
+			}
+			host.Tick()
+			if n, err := host.GetCounterMetric(stats.TruncatedStreams.Name); err != nil || n != c.truncated {
+				t.Errorf("%s = %d (%v), want %d", stats.TruncatedStreams.Name, n, err, c.truncated)
+			}
+			// The decision log's line (README, "Logs") names the connection that answered.
+			line := ""
+			for _, l := range host.GetInfoLogs() {
+				if strings.Contains(l, "reason=stream_truncated") {
+					line = l
+				}
+			}
+			if c.connection == "" && line != "" || c.connection != "" && !strings.Contains(line, " connection="+c.connection+" ") {
+				t.Errorf("truncation's decision line %q, want it on %q", line, c.connection)
+			}
+		})
 	}
 }

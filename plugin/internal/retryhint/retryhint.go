@@ -9,6 +9,23 @@
 // "reset after 2h30m14s", "retry after 20 seconds"). Every delay is positive and at most
 // MaxDelay; anything else is no hint. Only HintGoogleRetryInfo may later become a long model
 // lockout (guide §5, "Retries uit de body").
+//
+// Reset text is free text, and providers echo client input into their error messages (the
+// classify package doc, "Echoes"): a client that writes "try again in 86400s" in its prompt
+// would otherwise set a genuine 429's cooldown, or an exhausted quota's window, to a day. So
+// a textual hint whose matched text — the trigger phrase and the duration after it, as they
+// stand in the body — occurs in what the client sent (textscan.Echo: the request body with
+// its JSON escapes decoded, the model, the headers; ASCII case ignored; within
+// textscan.MaxEchoScanBytes, and a match longer than textscan.MaxNeedleBytes, which no real
+// wait is, counts as sent) is no hint, and the search goes on past it; without another, the
+// hint from the status and headers applies. The structured sources are read as they
+// were: headers are the upstream's own, and body fields are read by JSON path from the
+// error object, where an echo lands only inside a string value, which no path descends into
+// (gjson reads the structure; "retry_after" spelled inside a message is no field). They can
+// carry client text only when an upstream answers with the request's own JSON as its error
+// body — a top-level "retry_after", or an "error" object with RetryInfo details, that the
+// client put in its request (the body must be one JSON object, so never the "0.error" array
+// form); that is not guarded.
 package retryhint
 
 import (
@@ -41,8 +58,9 @@ func (h Hint) Found() bool { return h.Source != failure.HintNone }
 // Find returns the most authoritative hint in a failed response: typed Google RetryInfo,
 // then Retry-After headers, untyped body fields, rate-limit reset headers, and reset text
 // (see the package doc). headers are name/value pairs as proxy-wasm delivers them; names
-// are matched case-insensitively. At most textscan.MaxScanBytes of body are read.
-func Find(headers [][2]string, body []byte, now time.Time) Hint {
+// are matched case-insensitively. At most textscan.MaxScanBytes of body are read. echo is
+// what the client sent, for the reset text (FromText); nil: unknown, every match counts.
+func Find(headers [][2]string, body []byte, now time.Time, echo *textscan.Echo) Hint {
 	body = textscan.Cap(body)
 	json := textscan.String(body)
 	if d, ok := googleRetryInfo(json); ok {
@@ -57,7 +75,7 @@ func Find(headers [][2]string, body []byte, now time.Time) Hint {
 	if d, ok := rateLimitReset(headers, now); ok {
 		return Hint{d, failure.HintRateLimitReset}
 	}
-	if d, ok := FromText(json); ok {
+	if d, ok := FromText(json, echo); ok {
 		return Hint{d, failure.HintBodyText}
 	}
 	return Hint{}
@@ -367,9 +385,10 @@ var textTriggers = [...]string{
 
 // FromText finds a relative wait in free text: a trigger phrase ("try again in", "retry
 // after", "reset after", "resets in", ...) followed by a duration ("30s", "20 seconds",
-// "2h30m14s", "1.5 minutes"). At most textscan.MaxScanBytes are read. The result is clamped
-// to MaxDelay.
-func FromText(s string) (time.Duration, bool) {
+// "2h30m14s", "1.5 minutes"). A match whose text (trigger and duration) the client sent
+// (echo.Echoed: the package doc) is skipped; a nil echo knows no request. At most
+// textscan.MaxScanBytes are read. The result is clamped to MaxDelay.
+func FromText(s string, echo *textscan.Echo) (time.Duration, bool) {
 	if len(s) > textscan.MaxScanBytes {
 		s = s[:textscan.MaxScanBytes]
 	}
@@ -380,11 +399,14 @@ func FromText(s string) (time.Duration, bool) {
 			if at < 0 {
 				break
 			}
+			match := rest[at:]
 			rest = rest[at+len(trigger):]
-			if d, _, ok := scanDuration(rest, 0, true); ok {
-				if d, ok := clamp(d); ok {
-					return d, true
-				}
+			d, end, ok := scanDuration(rest, 0, true)
+			if !ok {
+				continue
+			}
+			if d, ok := clamp(d); ok && !echo.Echoed(match[:len(trigger)+end]) {
+				return d, true
 			}
 		}
 	}

@@ -1,10 +1,12 @@
 package retryhint
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/spillwayproxy/spillway/plugin/internal/classify/textscan"
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
@@ -71,7 +73,7 @@ func TestFindSources(t *testing.T) {
 		{"HTML error page", nil, `<html><body><h1>429 Too Many Requests</h1></body></html>`, 0, failure.HintNone},
 	}
 	for _, c := range cases {
-		got := Find(c.headers, []byte(c.body), now)
+		got := Find(c.headers, []byte(c.body), now, nil)
 		if got.Delay != c.want || got.Source != c.source {
 			t.Errorf("%s: Find = %v/%d, want %v/%d", c.name, got.Delay, got.Source, c.want, c.source)
 		}
@@ -144,20 +146,66 @@ func TestFromText(t *testing.T) {
 		{"retry in -5s", 0, false},                                                    // negative
 		{"", 0, false},                                                                // empty
 	}
-	runParseTable(t, "FromText", FromText, cases)
+	runParseTable(t, "FromText", fromText, cases)
+}
+
+// fromText is FromText knowing nothing of the request.
+func fromText(s string) (time.Duration, bool) { return FromText(s, nil) }
+
+// Issue 18's class: reset text the client sent is no hint when the provider echoes it. The
+// client plants "try again in 86400s" in its request and the provider's error quotes it;
+// read anyway, a genuine 429 would cool its connection for a day (MaxDelay). With what the
+// client sent known, the echoed match is skipped: the provider's own text after it still
+// counts, headers decide as before, and the look-up compares as markers are compared (JSON
+// escapes decoded, ASCII case ignored). The wording is OpenAI's 429 and 400 bodies.
+func TestFindIgnoresResetTextTheClientSent(t *testing.T) {
+	planted := textscan.Sent{Body: []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"Say: try again in 86400s"}]}`)}
+	echoed := `{"error":{"message":"Rate limit reached for gpt-4o. Your input 'Say: try again in 86400s' was not processed.","type":"requests","code":"rate_limit_exceeded"}}`
+	cases := []struct {
+		name    string             // what the row shows
+		sent    textscan.Sent      // what the client sent (zero: unknown)
+		headers [][2]string        // response headers
+		body    string             // response body
+		want    time.Duration      // expected delay
+		source  failure.HintSource // expected source
+	}{
+		{"control: nothing known of the request", textscan.Sent{}, nil, echoed, 24 * time.Hour, failure.HintBodyText},
+		{"echoed: no hint", planted, nil, echoed, 0, failure.HintNone},
+		{"echoed, with Retry-After: the header's", planted, [][2]string{{"retry-after", "20"}}, echoed, 20 * time.Second, failure.HintRetryAfter},
+		{"echoed, then the provider's own text: the provider's", planted, nil,
+			strings.Replace(echoed, "not processed.", "not processed. Please try again in 1.91s.", 1), 1910 * time.Millisecond, failure.HintBodyText},
+		{"sent \\u-escaped, in another case", textscan.Sent{Body: []byte(`{"messages":[{"content":"TRY AGAIN\u0020IN 86400S"}]}`)}, nil, echoed,
+			0, failure.HintNone},
+		{"sent in a header", textscan.Sent{Headers: [][2]string{{"x-note", "try again in 86400s"}}}, nil, echoed, 0, failure.HintNone},
+		{"the echo cut short inside the number", textscan.Sent{Body: []byte(`{"messages":[{"content":"try again in 864000s"}]}`)}, nil,
+			`{"error":{"message":"Invalid content: 'try again in 8640","type":"invalid_request_error"}}`, 0, failure.HintNone},
+		{"the client sent another wait: the provider's counts", textscan.Sent{Body: []byte(`{"messages":[{"content":"try again in 5s"}]}`)}, nil,
+			echoed, 24 * time.Hour, failure.HintBodyText},
+		{"the client sent the trigger alone: the provider's counts", textscan.Sent{Body: []byte(`{"messages":[{"content":"try again in"}]}`)}, nil,
+			openAIRateLimit429, 1910 * time.Millisecond, failure.HintBodyText},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			echo := textscan.NewEcho(c.sent)
+			got := Find(c.headers, []byte(c.body), now, &echo)
+			if got.Delay != c.want || got.Source != c.source {
+				t.Fatalf("Find = %v/%d, want %v/%d", got.Delay, got.Source, c.want, c.source)
+			}
+		})
+	}
 }
 
 func TestHugeBodiesAreCapped(t *testing.T) {
 	// A hint placed after the scan cap is never seen, however valid.
 	body := strings.Repeat("x", 70<<10) + " try again in 5s"
-	if h := Find(nil, []byte(body), now); h.Found() {
+	if h := Find(nil, []byte(body), now, nil); h.Found() {
 		t.Fatalf("hint beyond the scan cap was read: %+v", h)
 	}
-	if d, ok := FromText(body); ok {
+	if d, ok := FromText(body, nil); ok {
 		t.Fatalf("FromText read beyond the cap: %v", d)
 	}
 	// The same hint inside the cap is found.
-	if h := Find(nil, []byte("try again in 5s "+strings.Repeat("x", 70<<10)), now); h.Delay != 5*time.Second {
+	if h := Find(nil, []byte("try again in 5s "+strings.Repeat("x", 70<<10)), now, nil); h.Delay != 5*time.Second {
 		t.Fatalf("hint inside the cap: %+v", h)
 	}
 }
@@ -174,12 +222,12 @@ func FuzzFind(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte, name, value string) {
 		headers := [][2]string{{name, value}, {"retry-after-ms", value}, {"x-ratelimit-remaining-tokens", value}}
-		h := Find(headers, body, now)
+		h := Find(headers, body, now, nil)
 		if h.Found() != (h.Delay > 0) || h.Delay < 0 || h.Delay > MaxDelay {
 			t.Fatalf("Find = %+v: delay must be in (0, MaxDelay] exactly when found", h)
 		}
 		for _, parse := range []func(string) (time.Duration, bool){
-			ParseDuration, ParseISO8601, FromText,
+			ParseDuration, ParseISO8601, fromText,
 			func(s string) (time.Duration, bool) { return ParseRetryAfter(s, now) },
 			func(s string) (time.Duration, bool) { return ParseReset(s, now, false) },
 		} {
@@ -190,11 +238,59 @@ func FuzzFind(f *testing.F) {
 	})
 }
 
+// FuzzFindEcho: planting reset text in the request never changes the hint from what the same
+// error body gets with the echo removed. The body is a provider's error whose message quotes
+// the planted text between backticks (a wait split between the provider's words and the
+// echo is what the check cannot see: the package doc); the other body is the same message
+// with the echo empty. Both are read knowing what the client sent, encoded as a client's
+// JSON would be.
+func FuzzFindEcho(f *testing.F) {
+	for _, seed := range []struct{ message, planted string }{
+		{"Rate limit reached for gpt-4o. Please try again in 1.91s.", "try again in 86400s"},
+		{"You exceeded your current quota. Please retry in 38s.", "retry in 86399s"},
+		{"Invalid value for 'stop'.", "Try Again After 5 Minutes"},
+		{"Individual quota reached. Resets in 164h27m24s.", "resets in 2h30m14s"},
+		{"The model does not exist.", "reset after 1 hour and 30 minutes"},
+		{"slow down", "wait for 10 seconds, retry after 60"},
+	} {
+		f.Add(seed.message, len(seed.message)/2, seed.planted)
+		f.Add(seed.message, 0, seed.planted)
+	}
+	f.Fuzz(func(t *testing.T, message string, at int, planted string) {
+		if len(message) > 4096 || len(planted) > 512 {
+			return // well under the scan cap, with room for the echo
+		}
+		at = min(max(at, 0), len(message))
+		jsonOf := func(v any) []byte {
+			b, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		body := func(echo string) []byte {
+			type errorObject struct {
+				Message string `json:"message"`
+			}
+			return jsonOf(struct {
+				Error errorObject `json:"error"`
+			}{errorObject{message[:at] + "`" + echo + "`" + message[at:]}})
+		}
+		sent := textscan.Sent{Body: jsonOf(map[string]any{"model": "gpt-4o",
+			"messages": []map[string]string{{"role": "user", "content": planted}}})}
+		e1, e2 := textscan.NewEcho(sent), textscan.NewEcho(sent)
+		echoed, removed := Find(nil, body(planted), now, &e1), Find(nil, body(""), now, &e2)
+		if echoed != removed {
+			t.Fatalf("%q echoed in %s: %+v; with the echo removed %+v", planted, body(planted), echoed, removed)
+		}
+	})
+}
+
 func BenchmarkFindGoogleRetryInfo(b *testing.B) {
 	body := []byte(geminiPerMinute429)
 	b.ReportAllocs()
 	for b.Loop() {
-		if h := Find(nil, body, now); h.Source != failure.HintGoogleRetryInfo {
+		if h := Find(nil, body, now, nil); h.Source != failure.HintGoogleRetryInfo {
 			b.Fatal(h)
 		}
 	}
@@ -210,7 +306,7 @@ func BenchmarkFindOpenAIHeaders(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if h := Find(headers, body, now); h.Source != failure.HintRateLimitReset {
+		if h := Find(headers, body, now, nil); h.Source != failure.HintRateLimitReset {
 			b.Fatal(h)
 		}
 	}
