@@ -24,6 +24,16 @@ type Policy struct {
 	// MaxRequestBodyBytes limits the buffered request body; larger requests get 413.
 	// Default 8 MiB; rejected outside 1 KiB–256 MiB.
 	MaxRequestBodyBytes *int64 `json:"maxRequestBodyBytes,omitempty" jsonschema:"minimum=1024,maximum=268435456"`
+	// StateNamespace names the shared state of this policy's own decisions — queue tickets,
+	// round-robin turns, session pins, global and provider caps — in the proxy's shared
+	// data, which every Spillway filter in one proxy shares (Istio sets no vm_id). Unset,
+	// it is the filter's plugin name and root id, so two filters never mix them; two
+	// filters that set the same stateNamespace share them on purpose. Facts about an
+	// upstream account (cooldowns, terminal states, lockouts, requests in flight on a
+	// credential) and a provider's circuit are shared by every policy that uses the same
+	// credential or upstream, whatever this says. Letters, digits, '.', '_' and '-', at
+	// most 64.
+	StateNamespace string `json:"stateNamespace,omitempty" jsonschema:"maxLength=64,pattern=^[A-Za-z0-9][A-Za-z0-9._-]*$"`
 
 	// Warnings lists what parsing changed or finds doubtful without rejecting it (values
 	// clamped into their range, weak admin token, unusable environment defaults). Not part

@@ -52,6 +52,8 @@ type Resolved struct {
 	Admin AdminSettings
 	// MaxRequestBodyBytes is the buffered request body limit (413 above it).
 	MaxRequestBodyBytes int64
+	// StateNamespace is the policy's stateNamespace ("" = the plugin's name and root id).
+	StateNamespace string
 	// Routing is which requests Spillway routes and the header that names their cluster.
 	Routing RoutingSettings
 	// FirstEvent bounds the hold of a 200 event stream before its first event.
@@ -511,6 +513,7 @@ func (p *Policy) Resolved() *Resolved {
 		Token:      p.Admin.Token,
 	}
 	res.MaxRequestBodyBytes = int64Or(p.MaxRequestBodyBytes, MaxRequestBodyBytes)
+	res.StateNamespace = p.StateNamespace
 	res.Routing = resolveRouting(&p.Routing)
 	fe := &rs.StreamRecovery.FirstEvent
 	res.FirstEvent = FirstEventSettings{

@@ -94,6 +94,9 @@ func (v *validator) run() {
 	if p.MaxRequestBodyBytes != nil {
 		v.rangeInt64("maxRequestBodyBytes", *p.MaxRequestBodyBytes, 1024, 256<<20, "")
 	}
+	if p.StateNamespace != "" {
+		v.identifier("stateNamespace", p.StateNamespace)
+	}
 }
 
 // --- providers and connections ---

@@ -49,11 +49,12 @@ func (p *pluginContext) OnPluginStart(int) types.OnPluginStartStatus {
 func (p *pluginContext) NewHttpContext(uint32) types.HttpContext { return &p.stream }
 
 // The shared-data keys spillway's success path reads and writes on the demo policy: the
-// per-VM cache's generation key, and openai-a's concurrency lease (the key admission's gate
-// derives for a connection: adm:c:<provider length>:<provider>:<connection>).
-const (
+// per-VM cache's generation key, and a lease record's key of the same shape and length as
+// openai-a's (state.KeyLease of its account id, a hash of its credential the floor does not
+// know; the host calls are what it mirrors).
+var (
 	generationKey = state.GenerationKey
-	leaseKey      = state.KeyPrefix + "adm:c:6:openai:openai-a"
+	leaseKey      = state.KeyLease.Key("0123456789abcdef")
 )
 
 // targetPath is the filter state property spillway names the cluster in

@@ -6,7 +6,11 @@
 //
 // A request takes its slots through a compound gate, global → provider → connection →
 // model, all or nothing; the stricter applicable cap wins. The connection and model caps
-// live in one lease record per connection, so both are taken in one CAS. The optional
+// live in one lease record per upstream account (GateConfig.Account), so both are taken in
+// one CAS. Every policy on the account shares that record: a gate grants a slot only while
+// the leases in it, whichever policy holds them, are fewer than its own cap (and the
+// model's leases fewer than its own model cap); waiting counts carry their policy's
+// namespace, so each policy's queue depth and FIFO order count its own waiters only. The optional
 // global and provider caps live in pool records of their own, taken first and handed back
 // if a later gate refuses. Every slot is a lease with a deadline (acquire time +
 // executionMaxWait, renewed while its stream runs) and an owner (the VM that took it).
@@ -619,7 +623,9 @@ func (a *Admitter) Inspect(g *Gate, model string) (Usage, error) {
 		}
 	}
 	for i := range a.lr.waiting {
-		u.Queued += a.lr.waiting[i].count
+		if a.lr.waiting[i].ns == g.ns {
+			u.Queued += a.lr.waiting[i].count
+		}
 	}
 	return u, nil
 }
@@ -812,7 +818,7 @@ func (a *Admitter) leaseUpdate(cur []byte, found bool) ([]byte, state.Mutation, 
 		return a.keepUnless(dirty)
 	case opSync:
 		count, until := a.localWaiting(g, op.nowMs)
-		if r.setWaiting(a.lane, a.node.owner(), count, until) {
+		if r.setWaiting(a.lane, a.node.owner(), g.ns, count, until) {
 			a.lValid, dirty = false, true
 		}
 		op.waiters = len(r.waiting) > 0
@@ -838,7 +844,7 @@ func (a *Admitter) admitOrPoll(dirty bool) ([]byte, state.Mutation, error) {
 	op := &a.op
 	g := op.gate
 	r := &a.lr
-	_, others := r.waitingOf(a.lane)
+	_, others := r.waitingOf(a.lane, g.ns)
 	op.others = others
 	if others > 0 && !op.haveTickets {
 		op.need = needTickets
@@ -880,26 +886,26 @@ func (a *Admitter) admitOrPoll(dirty bool) ([]byte, state.Mutation, error) {
 		if op.kind == opPoll {
 			count-- // the head leaves its line once this write lands
 		}
-		r.setWaiting(a.lane, owner, count, until)
+		r.setWaiting(a.lane, owner, g.ns, count, until)
 		return a.writeLease()
 	}
 	if op.kind == opPoll {
 		op.out = outQueued
-		if r.setWaiting(a.lane, owner, count, until) {
+		if r.setWaiting(a.lane, owner, g.ns, count, until) {
 			a.lValid, dirty = false, true
 		}
 		return a.keepUnless(dirty)
 	}
 	if d := g.queue.MaxQueueDepth; d > 0 && count+others >= d {
 		op.out, op.queued = outFull, count+others
-		if r.setWaiting(a.lane, owner, count, until) {
+		if r.setWaiting(a.lane, owner, g.ns, count, until) {
 			a.lValid, dirty = false, true
 		}
 		return a.keepUnless(dirty)
 	}
 	op.out, op.gotID = outQueued, r.nextID // the ticket's place in the FIFO order
 	r.nextID++
-	r.setWaiting(a.lane, owner, count+1, max(until, op.nowMs+g.maxWaitMs))
+	r.setWaiting(a.lane, owner, g.ns, count+1, max(until, op.nowMs+g.maxWaitMs))
 	return a.writeLease()
 }
 

@@ -202,7 +202,7 @@ func TestRandomInterleavingKeepsBooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for wi, a := range w.workers {
-		own, _ := r.waitingOf(a.lane)
+		own, _ := r.waitingOf(a.lane, g.ns)
 		if own != len(tickets[wi]) {
 			t.Fatalf("worker %d: waiting count %d in the record, %d tickets held", wi, own, len(tickets[wi]))
 		}

@@ -117,7 +117,7 @@ func TestGateKeysAreUnambiguous(t *testing.T) {
 	if a.leaseKey == b.leaseKey || a.ticketKey == b.ticketKey || a.ID() == b.ID() {
 		t.Fatalf("two connections share a key or an id: %q %q", a.leaseKey, a.ticketKey)
 	}
-	if !strings.HasPrefix(a.leaseKey, "spw1:") || !strings.HasPrefix(a.ticketKey, "spw1:") || !strings.HasPrefix(a.providerKey, "spw1:") || !strings.HasPrefix(a.globalKey, "spw1:") {
+	if !strings.HasPrefix(a.leaseKey, "spw2:") || !strings.HasPrefix(a.ticketKey, "spw2:") || !strings.HasPrefix(a.providerKey, "spw2:") || !strings.HasPrefix(a.globalKey, "spw2:") {
 		t.Fatalf("keys lack the state prefix: %q %q %q", a.leaseKey, a.providerKey, a.globalKey)
 	}
 }

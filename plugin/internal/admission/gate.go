@@ -5,12 +5,20 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
 // GateConfig is the resolved admission setting of one provider connection.
 type GateConfig struct {
 	Provider   string // provider id
 	Connection string // connection id
+	// Account is the connection's upstream account (a state.AccountID): its lease record is
+	// shared by every policy on that credential. "" means a connection without a credential:
+	// state.LocalAccountID of Namespace, Provider and Connection.
+	Account string
+	// Namespace is the policy's state.NamespaceID: its tickets and pools are its own.
+	Namespace string
 	// GlobalMaxConcurrent caps requests in flight over every gate that sets it (0 = none).
 	GlobalMaxConcurrent int
 	// ProviderMaxConcurrent caps requests in flight to the provider (0 = none).
@@ -38,6 +46,7 @@ type Gate struct {
 	// its lease key, never 0).
 	globalKey, providerKey, leaseKey, ticketKey string
 	id                                          uint64
+	ns                                          uint64 // hash of the namespace (waitCount.ns)
 	globalCap, providerCap, connCap             int
 	models                                      []modelLimit
 	queue                                       QueueConfig
@@ -66,13 +75,18 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	checkCap("globalMaxConcurrent", cfg.GlobalMaxConcurrent, 0)
 	checkCap("providerMaxConcurrent", cfg.ProviderMaxConcurrent, 0)
 	checkCap("maxConcurrent", cfg.MaxConcurrent, 0)
+	account := cfg.Account
+	if account == "" {
+		account = state.LocalAccountID(cfg.Namespace, cfg.Provider, cfg.Connection)
+	}
 	g := &Gate{
 		provider:    cfg.Provider,
 		connection:  cfg.Connection,
-		globalKey:   globalPoolKey(),
-		providerKey: providerPoolKey(cfg.Provider),
-		leaseKey:    leaseKey(cfg.Provider, cfg.Connection),
-		ticketKey:   ticketKey(cfg.Provider, cfg.Connection),
+		globalKey:   globalPoolKey(cfg.Namespace),
+		providerKey: providerPoolKey(cfg.Namespace, cfg.Provider),
+		leaseKey:    leaseKey(account),
+		ticketKey:   ticketKey(cfg.Namespace, account),
+		ns:          hashModel(cfg.Namespace),
 		globalCap:   cfg.GlobalMaxConcurrent,
 		providerCap: cfg.ProviderMaxConcurrent,
 		connCap:     cfg.MaxConcurrent,
@@ -125,8 +139,9 @@ func (g *Gate) limited(modelCap int) bool {
 	return g.globalCap > 0 || g.providerCap > 0 || g.connCap > 0 || modelCap > 0
 }
 
-// ID identifies the gate in wake-ups (Wake.Gate): the same on every VM and plugin for the
-// same connection.
+// ID identifies the gate in wake-ups (Wake.Gate): a hash of its lease record's key, so the
+// same on every VM and every plugin, whatever its policy, for the same upstream account — a
+// release on the shared record wakes every policy's waiters for it.
 func (g *Gate) ID() uint64 { return g.id }
 
 // window is how many of a line's first waiters can be granted before a later ticket of any

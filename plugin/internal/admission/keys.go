@@ -1,34 +1,25 @@
 package admission
 
-import (
-	"strconv"
+import "github.com/spillwayproxy/spillway/plugin/internal/state"
 
-	"github.com/spillwayproxy/spillway/plugin/internal/state"
-)
+// Shared-data keys, one builder per record kind (record.go has the layouts; state's keys.go
+// the layout of every key and whose each record is). The lease record is an account fact:
+// every policy on the credential counts its leases there. Tickets and the pools are the
+// policy's own, under its namespace.
 
-// Shared-data keys, one builder per record kind (record.go has the layouts). A change of
-// namespace (a prefix per plugin, or a stateNamespace) is a change here only.
+// leaseKey is an account's lease record (account: a state.AccountID).
+func leaseKey(account string) string { return state.KeyLease.Key(account) }
 
-// leaseKey is a connection's lease record. The length prefix keeps ("a:b", "c") and
-// ("a", "b:c") apart.
-func leaseKey(provider, connection string) string {
-	return state.KeyPrefix + "adm:c:" + connPart(provider, connection)
+// ticketKey is the namespace's ticket record for an account's lease record.
+func ticketKey(namespace, account string) string { return state.KeyTickets.Key(namespace, account) }
+
+// globalPoolKey is the pool record of the namespace's global cap.
+func globalPoolKey(namespace string) string { return state.KeyGlobalPool.Key(namespace) }
+
+// providerPoolKey is the pool record of the namespace's cap on a provider.
+func providerPoolKey(namespace, provider string) string {
+	return state.KeyProviderPool.Key(namespace, provider)
 }
-
-// ticketKey is a connection's ticket record.
-func ticketKey(provider, connection string) string {
-	return state.KeyPrefix + "adm:t:" + connPart(provider, connection)
-}
-
-// globalPoolKey is the pool record of the global cap.
-func globalPoolKey() string { return state.KeyPrefix + "adm:g" }
-
-// providerPoolKey is the pool record of a provider's cap.
-func providerPoolKey(provider string) string { return state.KeyPrefix + "adm:p:" + provider }
 
 // DirectoryKey is the VM directory (node.go): live worker VMs and their heartbeats.
-const DirectoryKey = state.KeyPrefix + "vms"
-
-func connPart(provider, connection string) string {
-	return strconv.Itoa(len(provider)) + ":" + provider + ":" + connection
-}
+var DirectoryKey = state.KeyDirectory.Key()

@@ -13,26 +13,29 @@ import (
 // collide with new ids. An owner is a VM's node id (0: an anonymous node, whose entries
 // only expire by time); a lane is one Admitter's id, unique across the process.
 //
-// Lease record (state.KindAdmissionConn 'Q', v2), one per connection: its live leases,
-// each tagged with its model's hash (so the per-model caps are counted in the same atomic
-// write as the connection cap) and its owner, and one waiting count per lane with waiters
-// (how many requests that Admitter holds in its lines for the connection, and until when
-// the newest may wait):
+// Lease record (state.KindAdmissionConn 'Q', v3), one per upstream account (state.KeyLease:
+// every policy on the credential shares it): its live leases, each tagged with its model's
+// hash (so the per-model caps are counted in the same atomic write as the connection cap)
+// and its owner, and one waiting count per lane with waiters (how many requests that
+// Admitter holds in its lines for the connection, until when the newest may wait, and the
+// hash of the lane's policy namespace, so a policy's queue depth and FIFO count its own
+// waiters only):
 //
-//	nextID, nLeases, {id, deadlineMs, model, owner}*, nWaiting, {lane, owner, count, untilMs}*
+//	nextID, nLeases, {id, deadlineMs, model, owner}*, nWaiting, {lane, owner, ns, count, untilMs}*
 //
 // A ticket's place in the FIFO order is the id the lease record handed it in the CAS that
 // queued it (the record's counter, so the order is the order of those CASes, across
 // workers), then its lane.
 //
-// Ticket record (state.KindAdmissionTickets 'T', v1), one per connection: the tickets each
+// Ticket record (state.KindAdmissionTickets 'T', v1), one per policy namespace and lease
+// record (state.KeyTickets: policies never mix their queues): the tickets each
 // lane publishes, per line (one model on the connection), the first Window of its waiters
 // in FIFO order — all that can be granted before a later ticket of any lane:
 //
 //	nLines, {lane, owner, model, modelCap, nTickets, {order, deadlineMs}*}*
 //
 // Pool record (state.KindAdmissionPool 'P', v2), one for the global cap and one per
-// provider: leases and the time until which some ticket may be waiting for the pool:
+// provider, each a policy's own (state.KeyGlobalPool, state.KeyProviderPool): leases and the time until which some ticket may be waiting for the pool:
 //
 //	nextID, contendedUntilMs, nLeases, {id, deadlineMs, owner}*
 //
@@ -42,13 +45,14 @@ import (
 //	nPeers, {id, seenMs}*
 //
 // A record of an earlier version reads as corrupt (counted, and treated as absent): v1
-// lease records held the tickets themselves, v1 directories named VMs by strings.
+// lease records held the tickets themselves, v2 ones no namespace per lane, v1 directories
+// named VMs by strings.
 const (
 	leaseKind   = state.KindAdmissionConn
 	ticketKind  = state.KindAdmissionTickets
 	poolKind    = state.KindAdmissionPool
 	dirKind     = state.KindVMDirectory
-	leaseV      = 2
+	leaseV      = 3
 	ticketV     = 1
 	poolV       = 2
 	dirV        = 2
@@ -66,6 +70,7 @@ type lease struct {
 // waitCount is how many requests one lane holds waiting for a connection.
 type waitCount struct {
 	lane, owner uint64
+	ns          uint64 // the lane's policy namespace (Gate.ns)
 	count       int
 	untilMs     int64 // the latest wait deadline among them
 }
@@ -154,7 +159,7 @@ func (r *leaseRecord) decode(b []byte) error {
 	}
 	r.waiting = r.waiting[:0]
 	for i := uint64(0); i < n && !d.Failed(); i++ {
-		r.waiting = append(r.waiting, waitCount{lane: d.Uint(), owner: d.Uint(), count: int(min(d.Uint(), maxQueued)), untilMs: d.Int()})
+		r.waiting = append(r.waiting, waitCount{lane: d.Uint(), owner: d.Uint(), ns: d.Uint(), count: int(min(d.Uint(), maxQueued)), untilMs: d.Int()})
 	}
 	if err := d.Err(); err != nil {
 		return fmt.Errorf("admission: lease record: %w", err)
@@ -173,7 +178,7 @@ func (r *leaseRecord) encode(buf []byte) []byte {
 	e.Uint(uint64(len(r.waiting)))
 	for i := range r.waiting {
 		w := &r.waiting[i]
-		e.Uint(w.lane).Uint(w.owner).Uint(uint64(w.count)).Int(w.untilMs)
+		e.Uint(w.lane).Uint(w.owner).Uint(w.ns).Uint(uint64(w.count)).Int(w.untilMs)
 	}
 	return e.Bytes()
 }
@@ -210,13 +215,15 @@ func (r *leaseRecord) pruneOwners(dead func(owner uint64) bool) bool {
 	return len(r.leases) != n || len(r.waiting) != w
 }
 
-// waitingOf returns the waiting count of lane (0 if none), and the total of every other lane.
-func (r *leaseRecord) waitingOf(lane uint64) (own, others int) {
+// waitingOf returns the waiting count of lane (0 if none), and the total of every other lane
+// of namespace ns: another policy's waiters are not in this policy's queue.
+func (r *leaseRecord) waitingOf(lane, ns uint64) (own, others int) {
 	for i := range r.waiting {
-		if r.waiting[i].lane == lane {
-			own = r.waiting[i].count
-		} else {
-			others += r.waiting[i].count
+		switch w := &r.waiting[i]; {
+		case w.lane == lane:
+			own = w.count
+		case w.ns == ns:
+			others += w.count
 		}
 	}
 	return own, others
@@ -233,7 +240,7 @@ func (r *leaseRecord) laneWaits(lane uint64) bool {
 }
 
 // setWaiting sets lane's waiting count (removing it at 0) and reports whether it changed.
-func (r *leaseRecord) setWaiting(lane, owner uint64, count int, untilMs int64) bool {
+func (r *leaseRecord) setWaiting(lane, owner, ns uint64, count int, untilMs int64) bool {
 	for i := range r.waiting {
 		w := &r.waiting[i]
 		if w.lane != lane {
@@ -243,16 +250,16 @@ func (r *leaseRecord) setWaiting(lane, owner uint64, count int, untilMs int64) b
 			r.waiting = append(r.waiting[:i], r.waiting[i+1:]...)
 			return true
 		}
-		if w.count == count && w.untilMs == untilMs && w.owner == owner {
+		if w.count == count && w.untilMs == untilMs && w.owner == owner && w.ns == ns {
 			return false
 		}
-		w.count, w.untilMs, w.owner = count, untilMs, owner
+		w.count, w.untilMs, w.owner, w.ns = count, untilMs, owner, ns
 		return true
 	}
 	if count <= 0 {
 		return false
 	}
-	r.waiting = append(r.waiting, waitCount{lane: lane, owner: owner, count: count, untilMs: untilMs})
+	r.waiting = append(r.waiting, waitCount{lane: lane, owner: owner, ns: ns, count: count, untilMs: untilMs})
 	return true
 }
 

@@ -33,6 +33,8 @@ type Config struct {
 	RefreshInterval time.Duration
 	// Slots is the size of the pin table (0 = policies.SessionAffinitySlots).
 	Slots int
+	// Namespace is the policy's state.NamespaceID: pins are the policy's own (state.KeyPin).
+	Namespace string
 }
 
 // ConfigFrom converts the resolved session affinity settings into a Config: the one
@@ -69,7 +71,20 @@ type Table struct {
 	ttl     time.Duration
 	refresh time.Duration
 	slots   uint64
+	prefix  string // the policy's pin keys up to the slot number
 	buf     []byte
+	// keys remembers recently built slot keys, direct-mapped by slot: a session's requests
+	// come in runs (an agent's turns), and building its key again would allocate each time.
+	// Bounded whatever sessions clients send.
+	keys [keyMemo]slotKeyMemo
+}
+
+// keyMemo is how many slot keys a Table remembers.
+const keyMemo = 64
+
+type slotKeyMemo struct {
+	slot uint64
+	key  string // "" = empty
 }
 
 // New returns a pin table over store. Negative durations and out-of-range slot counts are
@@ -97,6 +112,7 @@ func New(store state.Store, clock state.Clock, cfg Config) (*Table, error) {
 		ttl:     cfg.TTL,
 		refresh: min(cfg.RefreshInterval, cfg.TTL/10),
 		slots:   uint64(cfg.Slots),
+		prefix:  state.KeyPin.Prefix(cfg.Namespace),
 	}, nil
 }
 
@@ -122,8 +138,12 @@ func (t *Table) keyOf(k Key, place uint8) string {
 	if place == 2 {
 		slot = second
 	}
-	var b [32]byte
-	return string(strconv.AppendUint(append(b[:0], state.KeyPrefix+"aff:"...), slot, 10))
+	m := &t.keys[slot%keyMemo]
+	if m.key == "" || m.slot != slot {
+		var b [64]byte
+		m.slot, m.key = slot, string(strconv.AppendUint(append(b[:0], t.prefix...), slot, 10))
+	}
+	return m.key
 }
 
 // fingerprint identifies the session within its slot.

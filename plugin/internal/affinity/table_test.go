@@ -343,3 +343,28 @@ func TestStoreFailuresAreReported(t *testing.T) {
 		t.Fatalf("Record error = %v", err)
 	}
 }
+
+// A pin key is the policy's namespace and the slot number (state's key layout), and the
+// memo of built keys never hands one slot's key out for another that shares its memo entry.
+func TestSlotKeysNameTheirSlotAndNamespace(t *testing.T) {
+	const ns = "0123456789abcdef"
+	tab, _, _ := newTable(t, Config{TTL: time.Minute, Slots: 1 << 20, Namespace: ns})
+	keyAt := func(slot uint64) Key {
+		var k Key
+		for i := 0; i < 8; i++ {
+			k.digest[i] = byte(slot >> (56 - 8*i))
+		}
+		k.digest[15] = 1 // a second slot apart from the first
+		return k
+	}
+	for _, slot := range []uint64{3, 3 + 64, 3, 1<<20 - 1} {
+		want := "spw2:aff:" + ns + ":" + fmt.Sprint(slot)
+		if got := tab.slotKey(keyAt(slot)); got != want {
+			t.Fatalf("slot %d key %q, want %q", slot, got, want)
+		}
+	}
+	k := keyAt(5)
+	if n := testing.AllocsPerRun(100, func() { tab.slotKey(k) }); n != 0 {
+		t.Fatalf("a repeated session's key costs %v allocations, want 0", n)
+	}
+}

@@ -36,9 +36,6 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/state"
 )
 
-// keyPrefix starts every breaker key: spw1:br:<provider>.
-const keyPrefix = state.KeyPrefix + "br:"
-
 // maxIDLen bounds a provider id (it becomes part of a shared-data key).
 const maxIDLen = 128
 
@@ -50,17 +47,21 @@ type Provider struct {
 	cfg Config
 }
 
-// NewProvider validates a provider id and its settings and binds them to the provider's
-// shared-data key.
-func NewProvider(id string, cfg Config) (Provider, error) {
+// NewProvider validates a provider id and its settings and binds them to the shared-data
+// key of the provider's upstream (state.KeyBreaker of upstream, a state.UpstreamID): every
+// policy whose provider reaches that upstream shares the circuit.
+func NewProvider(id, upstream string, cfg Config) (Provider, error) {
 	if err := validID(id); err != nil {
 		return Provider{}, err
+	}
+	if err := validID(upstream); err != nil {
+		return Provider{}, fmt.Errorf("breaker: upstream of %q: %w", id, err)
 	}
 	if err := cfg.Validate(); err != nil {
 		return Provider{}, fmt.Errorf("breaker: provider %q: %w", id, err)
 	}
 	cfg.TripStatuses = append([]int(nil), cfg.TripStatuses...) // immune to the caller's later edits
-	return Provider{id: id, key: keyPrefix + id, cfg: cfg}, nil
+	return Provider{id: id, key: state.KeyBreaker.Key(upstream), cfg: cfg}, nil
 }
 
 // ID returns the provider id.

@@ -85,7 +85,7 @@ func TestValidateRejectsOutOfRange(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "breaker: ") {
 				t.Fatalf("Validate() = %v, want an error about %s", err, tc.want)
 			}
-			if _, err := NewProvider("p", cfg); err == nil {
+			if _, err := NewProvider("p", "p", cfg); err == nil {
 				t.Fatal("NewProvider accepted an invalid config")
 			}
 		})
@@ -174,11 +174,11 @@ func TestOpenPeriodEscalatesToTheCap(t *testing.T) {
 func TestNewProviderRejectsBadIDs(t *testing.T) {
 	cfg, _ := DefaultConfig(policies.ProfileOAuth)
 	for _, id := range []string{"", "a:b", "sp ace", "tab\t", "nul\x00", strings.Repeat("x", maxIDLen+1)} {
-		if _, err := NewProvider(id, cfg); err == nil {
+		if _, err := NewProvider(id, id, cfg); err == nil {
 			t.Errorf("NewProvider(%q) accepted", id)
 		}
 	}
-	p, err := NewProvider("azure-east_1.prod", cfg)
+	p, err := NewProvider("azure-east_1.prod", "azure-east_1.prod", cfg)
 	if err != nil || p.ID() != "azure-east_1.prod" {
 		t.Fatalf("valid id: %v", err)
 	}
@@ -194,7 +194,7 @@ func TestNewProviderRejectsBadIDs(t *testing.T) {
 
 func TestNewProviderCopiesTripStatuses(t *testing.T) {
 	cfg, _ := DefaultConfig(policies.ProfileOAuth)
-	p, err := NewProvider("p", cfg)
+	p, err := NewProvider("p", "p", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

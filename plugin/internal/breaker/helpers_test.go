@@ -44,7 +44,7 @@ func provider(t testing.TB, id string, profile policies.Profile, edit func(*Conf
 	if edit != nil {
 		edit(&cfg)
 	}
-	p, err := NewProvider(id, cfg)
+	p, err := NewProvider(id, id, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func TestPropertyOpenGetsOnlyTheSingleProbe(t *testing.T) {
 			rt.Fatal(err)
 		}
 		cfg.CooldownByKind[KindTimeout] = rapid.SampledFrom([]time.Duration{0, 5 * time.Second, 2 * time.Minute}).Draw(rt, "timeoutCooldown")
-		p, err := NewProvider("prov", cfg)
+		p, err := NewProvider("prov", "prov", cfg)
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -144,7 +144,7 @@ func TestPropertyOpenGetsOnlyTheSingleProbe(t *testing.T) {
 func TestPropertyOneProbePerHalfOpenPeriod(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		cfg, _ := DefaultConfig(policies.ProfileAPIKey)
-		p, _ := NewProvider("prov", cfg)
+		p, _ := NewProvider("prov", "prov", cfg)
 		store := state.NewMemStore()
 		clock := manualclock.New(t0)
 		workers := make([]*Breaker, rapid.IntRange(2, 32).Draw(rt, "workers"))

@@ -59,7 +59,7 @@ func TestInterleavedSuccessDoesNotEraseNewerFailure(t *testing.T) {
 func TestGoroutinesHerdCountsOnce(t *testing.T) {
 	store := state.NewMemStore()
 	clock := manualclock.New(t0)
-	conn, _ := NewConn("openai", "openai-a", "fp")
+	conn, _ := NewConn("openai", "openai-a", "openai", "openai/openai-a", "fp")
 	const workers = 16
 	started := clock.Now()
 	var wg sync.WaitGroup
@@ -97,7 +97,7 @@ func TestGoroutinesHerdCountsOnce(t *testing.T) {
 func TestGoroutinesTerminalNeverOverwritten(t *testing.T) {
 	store := state.NewMemStore()
 	clock := manualclock.New(t0)
-	conn, _ := NewConn("openai", "openai-a", "fp")
+	conn, _ := NewConn("openai", "openai-a", "openai", "openai/openai-a", "fp")
 	verdicts := []failure.Verdict{vServer, vRateLimit, vConcurrency, vStall, vRejected, vExpired}
 	var wg sync.WaitGroup
 	for w := 0; w < 12; w++ {
@@ -134,7 +134,7 @@ func TestGoroutinesTerminalNeverOverwritten(t *testing.T) {
 func TestGoroutinesNoLostEscalation(t *testing.T) {
 	store := state.NewMemStore()
 	clock := manualclock.New(t0)
-	conn, _ := NewConn("openai", "openai-a", "fp")
+	conn, _ := NewConn("openai", "openai-a", "openai", "openai/openai-a", "fp")
 	writer, _ := New(store, clock, apikey())
 	if out, _ := writer.RecordFailure(conn, Failure{Verdict: vServer, Started: clock.Now()}); !out.Counted {
 		t.Fatal("first failure not counted")

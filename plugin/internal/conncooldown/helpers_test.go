@@ -27,7 +27,7 @@ func newFixture(tb testfixture.TB, cfg Config) *fixture {
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}
-	conn, err := NewConn("openai", "openai-a", "fp-1")
+	conn, err := NewConn("openai", "openai-a", "openai", "openai/openai-a", "fp-1")
 	if err != nil {
 		tb.Fatalf("NewConn: %v", err)
 	}

@@ -20,11 +20,11 @@ type probeFixture struct {
 func newProbeFixture(t *testing.T) *probeFixture {
 	t.Helper()
 	f := newFixture(t, apikey())
-	sibling, err := NewConn("openai", "openai-b", "fp-b")
+	sibling, err := NewConn("openai", "openai-b", "openai", "openai/openai-b", "fp-b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	stranger, err := NewConn("azure", "azure-a", "fp-z")
+	stranger, err := NewConn("azure", "azure-a", "azure", "azure/azure-a", "fp-z")
 	if err != nil {
 		t.Fatal(err)
 	}

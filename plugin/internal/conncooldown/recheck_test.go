@@ -38,7 +38,7 @@ func TestExpiredSinceAndRestore(t *testing.T) {
 		t.Fatalf("after a revoked-key 401: since %v expired %v (%v), want since %v", since, expired, err, expiredAt)
 	}
 	// A rotated credential starts clean: nothing expired to find or restore.
-	rotated, err := NewConn("openai", "openai-a", "fp-2")
+	rotated, err := NewConn("openai", "openai-a", "openai", "openai/openai-a", "fp-2")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,16 +21,9 @@ const (
 	maxMessageBytes = 160
 )
 
-// Shared-data keys, one builder per record kind (ids are validated first, so no two
-// connections or providers share a key):
-//
-//	spw1:cc:<provider>:<connection>  a connection's cooldown record (recordKind)
-//	spw1:ccp:<provider>              the provider's recovery probe claim (probeKind)
-func connKey(provider, connection string) string {
-	return state.KeyPrefix + "cc:" + provider + ":" + connection
-}
-
-func probeKey(provider string) string { return state.KeyPrefix + "ccp:" + provider }
+// Shared-data keys (state's keys.go): a connection's cooldown record is its upstream
+// account's (state.KeyConnCooldown), the recovery probe claim its provider's upstream's
+// (state.KeyRecoveryProbe), so every policy on the account or upstream shares them.
 
 // Conn names one connection: its key in shared data (and its provider's recovery probe
 // key) and the fingerprint of the credential it uses now. Build it once per connection when
@@ -43,22 +36,33 @@ type Conn struct {
 	fingerprint uint64
 }
 
-// NewConn validates the ids and precomputes the connection's key. credentialFingerprint is any
-// string that changes when the credential changes (a hash or a version, never the credential
-// itself); a stored terminal state or cooldown written under another fingerprint no longer
-// applies. An empty fingerprint means unknown: it matches every stored record.
-func NewConn(provider, connection, credentialFingerprint string) (Conn, error) {
+// NewConn validates the ids and precomputes the connection's key: state.KeyConnCooldown of
+// account (a state.AccountID), so every policy on the same credential at the same upstream
+// reads and writes one record. credentialFingerprint is any string that changes when the
+// credential changes (a hash or a version, never the credential itself); a stored terminal
+// state or cooldown written under another fingerprint no longer applies. An empty
+// fingerprint means unknown: it matches every stored record.
+//
+// upstream is the provider's state.UpstreamID: one recovery probe per upstream, whichever
+// policy claims it.
+func NewConn(provider, connection, upstream, account, credentialFingerprint string) (Conn, error) {
 	if err := validID("provider", provider); err != nil {
 		return Conn{}, err
 	}
 	if err := validID("connection", connection); err != nil {
 		return Conn{}, err
 	}
+	if err := validID("account", account); err != nil {
+		return Conn{}, err
+	}
+	if err := validID("upstream", upstream); err != nil {
+		return Conn{}, err
+	}
 	return Conn{
 		provider:    provider,
 		connection:  connection,
-		key:         connKey(provider, connection),
-		probeKey:    probeKey(provider),
+		key:         state.KeyConnCooldown.Key(account),
+		probeKey:    state.KeyRecoveryProbe.Key(upstream),
 		fingerprint: fingerprint(credentialFingerprint),
 	}, nil
 }

@@ -84,7 +84,7 @@ func TestNewConnValidatesIDs(t *testing.T) {
 		{"openai", strings.Repeat("x", 128), true},
 	}
 	for _, tc := range cases {
-		_, err := NewConn(tc.provider, tc.connection, "")
+		_, err := NewConn(tc.provider, tc.connection, "upstream", "account", "")
 		if (err == nil) != tc.ok {
 			t.Errorf("NewConn(%q, %q) err=%v, want ok=%v", tc.provider, tc.connection, err, tc.ok)
 		}

@@ -46,14 +46,14 @@ func TestCredentialChangeClearsTerminalState(t *testing.T) {
 	if a := f.check(t); a.Status != StatusBanned {
 		t.Fatalf("status %s, want banned", a.Status)
 	}
-	rotated, err := NewConn("openai", "openai-a", "fp-2")
+	rotated, err := NewConn("openai", "openai-a", "openai", "openai/openai-a", "fp-2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a, _ := f.tr.Check(rotated); a.Status != StatusAvailable {
 		t.Fatalf("new credential: status %s, want available", a.Status)
 	}
-	unknown, _ := NewConn("openai", "openai-a", "")
+	unknown, _ := NewConn("openai", "openai-a", "openai", "openai/openai-a", "")
 	if a, _ := f.tr.Check(unknown); a.Status != StatusBanned {
 		t.Fatalf("unknown fingerprint: status %s, want banned (unknown matches)", a.Status)
 	}
@@ -78,7 +78,7 @@ func TestCredentialChangeClearsTerminalState(t *testing.T) {
 func TestRecordNeverHoldsTheFingerprint(t *testing.T) {
 	f := newFixture(t, apikey())
 	secretish := "sk-live-0123456789abcdef"
-	conn, _ := NewConn("openai", "openai-a", secretish)
+	conn, _ := NewConn("openai", "openai-a", "openai", "openai/openai-a", secretish)
 	if _, err := f.tr.RecordFailure(conn, Failure{Verdict: vBanned, Message: "banned"}); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestInspect(t *testing.T) {
 	if s != want {
 		t.Fatalf("snapshot\n got %+v\nwant %+v", s, want)
 	}
-	clean, _ := NewConn("openai", "openai-b", "")
+	clean, _ := NewConn("openai", "openai-b", "openai", "openai/openai-b", "")
 	if s, err := f.tr.Inspect(clean); err != nil || s.Status != StatusAvailable || s.BackoffLevel != 0 || s.Connection != "openai-b" {
 		t.Fatalf("clean connection snapshot %+v, %v", s, err)
 	}
@@ -124,7 +124,7 @@ func TestInspect(t *testing.T) {
 func TestClear(t *testing.T) {
 	f := newFixture(t, apikey())
 	mk := func(id string) Conn {
-		c, err := NewConn("openai", id, "fp")
+		c, err := NewConn("openai", id, "openai", "openai"+"/"+id, "fp")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +221,7 @@ func TestStoreErrorsFailOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, _ := NewConn("p", "c", "")
+	conn, _ := NewConn("p", "c", "p", "p/c", "")
 	a, err := tr.Check(conn)
 	if !errors.Is(err, errStore) || !a.Available() {
 		t.Fatalf("Check: %+v %v, want available and the store error", a, err)

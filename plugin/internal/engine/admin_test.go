@@ -484,7 +484,7 @@ var errUnreadable = errors.New("test: shared data unreadable")
 type failingStore struct{ *state.MemStore }
 
 func (s failingStore) Get(key string) ([]byte, uint32, bool, error) {
-	if strings.HasPrefix(key, state.KeyPrefix+"br:") {
+	if strings.HasPrefix(key, state.KeyBreaker.Prefix()) {
 		return nil, 0, false, errUnreadable
 	}
 	return s.MemStore.Get(key)

@@ -19,18 +19,9 @@ import (
 	"github.com/spillwayproxy/spillway/policies/policyfile"
 )
 
-// liveKey is the filter's choice of the records that bypass its per-VM cache (concurrency
-// leases and queues, round-robin turns, session pins, the VM directory).
-func liveKey(key string) bool {
-	if len(key) < len(state.KeyPrefix)+3 {
-		return false
-	}
-	switch key[len(state.KeyPrefix) : len(state.KeyPrefix)+3] {
-	case "adm", "sel", "aff", "vms":
-		return true
-	}
-	return false
-}
+// liveKey is the filter's choice of the records that bypass its per-VM cache (the Live
+// kinds of state's key registry).
+func liveKey(key string) bool { return state.IsLive(key) }
 
 // worker is one VM of a test: an engine over its own per-VM cache of the shared store, as
 // the filter builds it.

@@ -68,7 +68,9 @@ routes:
 // peer is a second worker: an engine over the same shared store and clock.
 func (f *fixture) peer(t testing.TB, yaml []byte) *Engine {
 	t.Helper()
-	p, err := policyfile.Parse(yaml, policies.ParseOptions{LookupEnv: func(string) (string, bool) { return "", false }})
+	p, err := policyfile.Parse(yaml, policies.ParseOptions{LookupEnv: func(name string) (string, bool) {
+		return "test-value-of-" + name, true // newFixture's credentials: a worker of the same policy
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,9 +468,7 @@ func TestSuccessPathSharedDataBudget(t *testing.T) {
 				t.Fatal(err)
 			}
 			shared := testfixture.NewStore()
-			cache := state.NewCache(shared, func(key string) bool {
-				return len(key) > 9 && (key[:9] == "spw1:adm:" || key[:9] == "spw1:sel:" || key[:9] == "spw1:aff:")
-			})
+			cache := state.NewCache(shared, state.IsLive)
 			clock := manualclock.New(start)
 			e, err := New(p, cache, clock, Options{})
 			if err != nil {

@@ -44,7 +44,10 @@
 //     providers and connections and each connection's bounded lockout index, since shared
 //     data has no key listing; resets write through the store, so every worker sees them at
 //     its next refresh. A provider reset is the guide's operator reset and clears terminal
-//     states too (§2); the cooldown manager never does (§3).
+//     states too (§2); the cooldown manager never does (§3). Listings and resets name the
+//     policy's own ids, but the records they reach are the upstream account's and the
+//     upstream's (state's keys.go): a reset through one policy clears them for every policy
+//     in the proxy on the same credential or upstream.
 //   - A model a glob route passes on is a name the policy does not spell, and its lockouts
 //     share the connection's bounded pool with every name clients invent. Each worker
 //     remembers, per connection and in memory only (lockout.Served), the ones the provider
@@ -134,6 +137,10 @@ type Options struct {
 	// Node is the worker VM's identity in shared data (its heartbeats, admission.Node); nil
 	// makes an anonymous one, whose leases only expire by time.
 	Node *admission.Node
+	// PluginName and RootID are the plugin's proxy-wasm plugin_name and plugin_root_id: the
+	// namespace of the policy's own records (state.NamespaceID) unless the policy sets
+	// stateNamespace.
+	PluginName, RootID string
 }
 
 // Engine holds one worker's view of a policy: per-provider and per-connection handles into
@@ -228,6 +235,7 @@ type candidateRef struct {
 // conversion (breaker.ConfigFrom and the like). settingsFrom is pure, so a test can check
 // that every resolved setting reaches a mechanism.
 type settings struct {
+	namespace     string // state.NamespaceID of the policy's own records
 	latency       latency.Config
 	latencyWeight int  // selection.Config.LatencyWeight
 	sampleLatency bool // some route's strategy reads the latency samples
@@ -244,6 +252,7 @@ type settings struct {
 
 // providerSettings are one provider's mechanism configs.
 type providerSettings struct {
+	upstream string // state.UpstreamID: the key of its breaker and provider cooldown window
 	breaker  breaker.Config
 	gate     providercooldown.Config
 	cooldown conncooldown.Config
@@ -254,7 +263,10 @@ type providerSettings struct {
 // connectionSettings are one connection's mechanism configs.
 type connectionSettings struct {
 	fingerprint string // conncooldown's and lockout's credential fingerprint
-	admit       admission.GateConfig
+	// account is the connection's upstream account (accountOf): the key of its cooldown,
+	// backoff, lockouts and lease record, shared with every policy on the credential.
+	account string
+	admit   admission.GateConfig
 	// models are the upstream models the policy routes to the connection by name: they keep
 	// lockout keys of their own, while names a client invents (through a glob route) share
 	// a bounded pool.
@@ -268,9 +280,12 @@ type routeSettings struct {
 	needsLoad  bool
 }
 
-// settingsFrom converts a resolved policy into every mechanism's config.
-func settingsFrom(res *policies.Resolved) (*settings, error) {
+// settingsFrom converts a resolved policy into every mechanism's config, under the state
+// namespace of res's stateNamespace or else the plugin's name and root id.
+func settingsFrom(res *policies.Resolved, pluginName, rootID string) (*settings, error) {
+	ns := state.NamespaceID(res.StateNamespace, pluginName, rootID)
 	s := &settings{
+		namespace:     ns,
 		latency:       latency.ConfigFrom(res.P2CLatency),
 		latencyWeight: res.P2CLatency.Weight,
 		affinity:      affinity.ConfigFrom(res),
@@ -279,6 +294,7 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 		providers:     make([]providerSettings, len(res.Providers)),
 		routes:        make([]routeSettings, len(res.Routes)),
 	}
+	s.affinity.Namespace = ns
 	s.recheck, s.recheckOn = recheck.ConfigFrom(res.TerminalRecheck)
 	for i := range res.Providers {
 		rp := &res.Providers[i]
@@ -293,6 +309,7 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 		}
 		s.classify.TripStatuses[rp.ID] = rp.Breaker.TripStatuses
 		ps := &s.providers[i]
+		ps.upstream = state.UpstreamID(rp.Cluster, rp.Authority)
 		var err error
 		if ps.breaker, err = breaker.ConfigFrom(rp.Breaker); err != nil {
 			return nil, fmt.Errorf("engine: provider %q: %w", rp.ID, err)
@@ -306,7 +323,10 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 		ps.conns = make([]connectionSettings, len(rp.Connections))
 		for j := range rp.Connections {
 			rc := &rp.Connections[j]
-			ps.conns[j] = connectionSettings{fingerprint: fingerprint(rc), admit: admission.GateConfigFrom(res, rp.ID, rc)}
+			cs := connectionSettings{fingerprint: fingerprint(rc), account: accountOf(ns, ps.upstream, rp, rc),
+				admit: admission.GateConfigFrom(res, rp.ID, rc)}
+			cs.admit.Account, cs.admit.Namespace = cs.account, ns
+			ps.conns[j] = cs
 		}
 	}
 	for i := range res.Routes {
@@ -334,7 +354,7 @@ func settingsFrom(res *policies.Resolved) (*settings, error) {
 		if strategy == selection.P2C && latency.ClampWeight(s.latencyWeight) > 0 {
 			s.sampleLatency = true
 		}
-		rs.combo = selection.ComboConfig{Name: rr.Model, Strategy: strategy, Targets: len(rs.candidates)}
+		rs.combo = selection.ComboConfig{Name: rr.Model, Strategy: strategy, Targets: len(rs.candidates), Namespace: ns}
 	}
 	return s, nil
 }
@@ -360,7 +380,7 @@ func (s *settings) configureModel(rr *policies.ResolvedRoute, t policies.Resolve
 // New prepares an engine for a validated policy.
 func New(p *policies.Policy, store state.Store, clock state.Clock, opts Options) (*Engine, error) {
 	res := p.Resolved()
-	cfg, err := settingsFrom(res)
+	cfg, err := settingsFrom(res, opts.PluginName, opts.RootID)
 	if err != nil {
 		return nil, err
 	}
@@ -423,10 +443,10 @@ func (e *Engine) prepareProvider(i int, cfg *providerSettings) error {
 	fail := func(err error) error { return fmt.Errorf("engine: provider %q: %w", rp.ID, err) }
 
 	var err error
-	if pv.breaker, err = breaker.NewProvider(rp.ID, cfg.breaker); err != nil {
+	if pv.breaker, err = breaker.NewProvider(rp.ID, cfg.upstream, cfg.breaker); err != nil {
 		return fail(err)
 	}
-	if pv.gate, err = providercooldown.ProviderEntry(rp.ID, cfg.gate); err != nil {
+	if pv.gate, err = providercooldown.ProviderEntry(rp.ID, cfg.upstream, cfg.gate); err != nil {
 		return fail(err)
 	}
 	if pv.cooldown, err = conncooldown.New(e.store, e.clock, cfg.cooldown); err != nil {
@@ -441,19 +461,20 @@ func (e *Engine) prepareProvider(i int, cfg *providerSettings) error {
 		c := &pv.conns[j]
 		c.res = rc
 		c.capped = rc.MaxConcurrent > 0 || len(rc.ModelConcurrency) > 0
-		if c.cooldown, err = conncooldown.NewConn(rp.ID, rc.ID, cfg.conns[j].fingerprint); err != nil {
+		cs := &cfg.conns[j]
+		if c.cooldown, err = conncooldown.NewConn(rp.ID, rc.ID, cfg.upstream, cs.account, cs.fingerprint); err != nil {
 			return fail(err)
 		}
-		if c.lockout, err = lockout.NewConn(rp.ID, rc.ID, cfg.conns[j].fingerprint, cfg.conns[j].models...); err != nil {
+		if c.lockout, err = lockout.NewConn(rp.ID, rc.ID, cs.account, cs.fingerprint, cs.models...); err != nil {
 			return fail(err)
 		}
-		if c.gate, err = providercooldown.ConnectionEntry(rp.ID, rc.ID, cfg.gate); err != nil {
+		if c.gate, err = providercooldown.ConnectionEntry(rp.ID, rc.ID, cs.account, cfg.gate); err != nil {
 			return fail(err)
 		}
 		if c.admit, err = admission.NewGate(cfg.conns[j].admit); err != nil {
 			return fail(err)
 		}
-		if c.recheck, err = recheck.NewConn(rp.ID, rc.ID); err != nil {
+		if c.recheck, err = recheck.NewConn(rp.ID, rc.ID, cs.account); err != nil {
 			return fail(err)
 		}
 	}
@@ -492,6 +513,16 @@ func weightOf(t policies.ResolvedTarget, connWeight int) int {
 		return t.Weight
 	}
 	return connWeight
+}
+
+// accountOf is a connection's upstream account in shared data (state's keys.go says who
+// shares what): its credential at its provider's upstream, or, for a connection that sends
+// none, its ids in the policy's namespace ns.
+func accountOf(ns, upstream string, rp *policies.ResolvedProvider, rc *policies.ResolvedConnection) string {
+	if rc.CredentialHeader == "" {
+		return state.LocalAccountID(ns, rp.ID, rc.ID)
+	}
+	return state.AccountID(upstream, rc.CredentialHeader, rc.CredentialValue.Reveal())
 }
 
 // fingerprint identifies a connection's credential without revealing it, so a changed

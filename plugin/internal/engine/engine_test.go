@@ -508,9 +508,7 @@ func BenchmarkRequestSuccessCached(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cache := state.NewCache(state.NewMemStore(), func(key string) bool {
-		return strings.HasPrefix(key, state.KeyPrefix+"adm:") || strings.HasPrefix(key, state.KeyPrefix+"sel:")
-	})
+	cache := state.NewCache(state.NewMemStore(), state.IsLive)
 	e, err := New(p, cache, manualclock.New(start), Options{Random: rand.NewPCG(1, 2)})
 	if err != nil {
 		b.Fatal(err)

@@ -19,8 +19,6 @@ var notMechanismSettings = map[string]string{
 	// Read per request or by the filter, not by a mechanism.
 	"Providers[0].Profile":                   "classify.Input.Profile per request; its defaults are already applied by policies",
 	"Providers[0].API":                       "the request path: a request skips providers of another API",
-	"Providers[0].Cluster":                   "the filter's cluster header",
-	"Providers[0].Authority":                 "the filter's :authority rewrite",
 	"Providers[0].CountTruncatedStreams":     "the filter's stream accounting",
 	"Providers[0].QuotaFamilies[0].Glob":     "lockout's Family function (ResolvedProvider.QuotaFamily), a function no comparison can see",
 	"Providers[0].QuotaFamilies[0].Family":   "lockout's Family function (ResolvedProvider.QuotaFamily), a function no comparison can see",
@@ -86,7 +84,7 @@ func TestEveryResolvedSettingReachesAMechanism(t *testing.T) {
 	}
 
 	base := sentinelResolved(t, "")
-	baseSettings, err := settingsFrom(base)
+	baseSettings, err := settingsFrom(base, "", "")
 	if err != nil {
 		t.Fatalf("settingsFrom(sentinels): %v", err)
 	}
@@ -96,7 +94,7 @@ func TestEveryResolvedSettingReachesAMechanism(t *testing.T) {
 			continue
 		}
 		checked++
-		changed, err := settingsFrom(sentinelResolved(t, leaf))
+		changed, err := settingsFrom(sentinelResolved(t, leaf), "", "")
 		if err != nil {
 			t.Errorf("%s: settingsFrom: %v", leaf, err)
 			continue
@@ -320,7 +318,7 @@ func sameValue(a, b reflect.Value) bool {
 func TestSettingsFromMapsTheDemo(t *testing.T) {
 	f := newFixture(t, demoForSettings)
 	res := f.e.res
-	s, err := settingsFrom(res)
+	s, err := settingsFrom(res, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ type flakyStore struct {
 
 var errSharedDataDown = errors.New("shared data down")
 
-func isLeaseKey(key string) bool { return strings.HasPrefix(key, state.KeyPrefix+"adm:c:") }
+func isLeaseKey(key string) bool { return strings.HasPrefix(key, state.KeyLease.Prefix()) }
 
 func (f *flakyStore) Set(key string, v []byte, cas uint32) error {
 	if isLeaseKey(key) && f.failSets != 0 {
@@ -255,8 +255,9 @@ routes:
 	if act := host.GetCurrentHttpStreamAction(b); act != types.ActionPause {
 		t.Fatalf("second request %v, want it queued on key-a", act)
 	}
-	gate := func(connection string) []byte {
-		g, err := admission.NewGate(admission.GateConfig{Provider: "openai", Connection: connection, MaxConcurrent: 1})
+	gate := func(connection string) []byte { // the gate of the connection's account: its credential at cluster openai
+		account := state.AccountID(state.UpstreamID("openai", ""), "authorization", "Bearer sk-"+strings.TrimPrefix(connection, "key-"))
+		g, err := admission.NewGate(admission.GateConfig{Provider: "openai", Connection: connection, Account: account, MaxConcurrent: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

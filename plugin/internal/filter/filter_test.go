@@ -479,9 +479,17 @@ func TestPanicInCallbackFailsOpen(t *testing.T) {
 }
 
 func TestLiveKeys(t *testing.T) {
+	// The key layout table of the README's shared-state section: leases, tickets, pools,
+	// turns, decks, pins and the directory are live; account and upstream facts and the
+	// generation are cached; a key of the old layout is nothing of ours.
+	const a, n = "0123456789abcdef", "fedcba9876543210" // an account and a namespace id
 	for key, live := range map[string]bool{
-		"spw1:adm:c:6:openai:a": true, "spw1:sel:rr:gpt-4o": true, "spw1:aff:12": true, admission.DirectoryKey: true, "spw1:adm:t:6:openai:a": true,
-		"spw1:br:openai": false, "spw1:cc:openai:a": false, "spw1:mli:openai:a": false, "spw1:gen": false, "spw1:": false,
+		"spw2:adl:" + a: true, "spw2:adt:" + n + ":" + a: true, "spw2:adg:" + n: true, "spw2:adp:" + n + ":openai": true,
+		"spw2:srr:" + n + ":gpt-4o": true, "spw2:sdk:" + n + ":gpt-4o": true, "spw2:aff:" + n + ":12": true,
+		admission.DirectoryKey: true, "spw2:vms": true, "spw2:rck:" + a: true, "spw2:rct": true, "spw2:ccp:" + a: false,
+		"spw2:brk:" + a: false, "spw2:pcw:" + a: false, "spw2:pcb:" + a: false, "spw2:ccd:" + a: false,
+		"spw2:mli:" + a: false, "spw2:mlk:" + a + ":exact:gpt-4o": false, "spw2:gen": false, "spw2:": false,
+		"spw1:adm:c:6:openai:a": false, "spw1:sel:rr:gpt-4o": false,
 	} {
 		if got := isLiveKey(key); got != live {
 			t.Errorf("isLiveKey(%q) = %v, want %v", key, got, live)

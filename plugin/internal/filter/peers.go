@@ -25,7 +25,7 @@ import (
 // for every gate); a VM polls the heads of its lines for that gate only, and a VM without
 // waiters for it does nothing. Ticks are the safety net: a lost wake-up delays a waiting
 // request to the next busy tick.
-const wakeQueuePrefix = state.KeyPrefix + "wake:"
+var wakeQueuePrefix = state.KeyWakeQueue.Prefix()
 
 // peers is one VM's wake-up targets: the queues of the live VMs as of the directory's last
 // read.

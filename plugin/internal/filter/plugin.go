@@ -26,24 +26,12 @@ const (
 	idleTickMs = 1000
 )
 
-// isLiveKey selects the shared-data records that change on most requests — concurrency
-// leases and queues (spw1:adm:), round-robin turns and decks (spw1:sel:), session pins
-// (spw1:aff:), the VM directory (spw1:vms), the terminal re-check's tick claim and schedules
-// (spw1:rck:) — which bypass the per-VM cache and do not bump
-// its generation, so they do not make every other worker re-read everything after every
-// request. It looks at the three bytes after the prefix only: it runs on every shared-data
-// access, and comparing strings is dear in a Go wasm module.
-func isLiveKey(key string) bool {
-	const n = len(state.KeyPrefix)
-	if len(key) < n+3 {
-		return false
-	}
-	switch key[n : n+3] {
-	case "adm", "sel", "aff", "vms", "rck":
-		return true
-	}
-	return false
-}
+// isLiveKey selects the shared-data records that change on most requests or without one
+// — leases, tickets and pools, round-robin turns and decks, session pins, the VM directory,
+// the terminal re-check's schedules and tick claim: the Live kinds of state's key registry
+// (state.Keys) — which bypass the per-VM cache and do not bump its generation, so they do
+// not make every other worker re-read everything after every request.
+func isLiveKey(key string) bool { return state.IsLive(key) }
 
 // pluginContext is one VM's root context: the policy, the engine over shared data, and
 // the streams that wait for a tick or a wake-up.
@@ -159,7 +147,8 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 		}
 	}()
 	p.readClock()
-	upstream := roleOf(readRootID()) == roleUpstream
+	rootID := readRootID()
+	upstream := roleOf(rootID) == roleUpstream
 	policy, err := loadPolicy(configSize)
 	if err != nil {
 		proxywasm.LogCriticalf("spillway: refusing to start: %v", err)
@@ -171,7 +160,7 @@ func (p *pluginContext) OnPluginStart(configSize int) (status types.OnPluginStar
 		}
 	}
 	p.policy, p.res = policy, policy.Resolved()
-	var opts engine.Options
+	opts := engine.Options{PluginName: readPluginName(), RootID: rootID}
 	if !upstream {
 		if err := p.vm.startNode(); err != nil {
 			proxywasm.LogCriticalf("spillway: refusing to start: %v", err)

@@ -50,6 +50,25 @@ func readRootID() string {
 	return string(v)
 }
 
+var propPluginName = hostabi.JoinPath(nil, "plugin_name")
+
+// readPluginName reads the plugin's name, half of the namespace of its policy's own shared
+// state (state.NamespaceID; the root id is the other half). Envoy answers plugin_name in
+// every context (context.cc, Context::findValue, PropertyToken::PLUGIN_NAME: the filter
+// config's name; Istio's is the WasmPlugin's <namespace>.<name>). A host that does not know
+// it reads as "", as a failure does after a log line: the policy then shares its own records
+// with every other such plugin of its root id, as every plugin did before namespaces.
+func readPluginName() string {
+	v, err := hostabi.GetProperty(propPluginName, nil)
+	if err != nil {
+		if !errors.Is(err, types.ErrorStatusNotFound) {
+			proxywasm.LogWarnf("spillway: read plugin_name: %v; its state namespace is its root id alone", err)
+		}
+		return ""
+	}
+	return string(v)
+}
+
 // startUpstream finishes the start of an upstream-role plugin context, once the policy has
 // been parsed and validated as the downstream role's is. Its VM is shared with the
 // downstream plugin (one VM per worker per vm_config, whatever the root ids), so it starts

@@ -80,7 +80,7 @@ resilience:
 	if _, err := host.GetCounterMetric("spillway_requests_total"); err == nil {
 		t.Error("the upstream role defined spillway_requests_total")
 	}
-	for _, key := range []string{state.KeyPrefix + "guard", admission.DirectoryKey} {
+	for _, key := range []string{state.KeyGuard.Key(), admission.DirectoryKey} {
 		if _, _, err := proxywasm.GetSharedData(key); !errors.Is(err, types.ErrorStatusNotFound) {
 			t.Errorf("shared data %s: %v, want not found", key, err)
 		}
@@ -125,7 +125,7 @@ resilience:
 	if !host.FinishVM() {
 		t.Error("plugin done: not finished")
 	}
-	if _, _, err := proxywasm.GetSharedData(state.KeyPrefix + "guard"); !errors.Is(err, types.ErrorStatusNotFound) {
+	if _, _, err := proxywasm.GetSharedData(state.KeyGuard.Key()); !errors.Is(err, types.ErrorStatusNotFound) {
 		t.Errorf("shared data written by the end: %v", err)
 	}
 }

@@ -59,7 +59,7 @@ func (s *sharedStore) CreateCAS() (uint32, error) {
 	if s.guardCAS != 0 {
 		return s.guardCAS, nil
 	}
-	key := state.KeyPrefix + "guard"
+	key := state.KeyGuard.Key()
 	if err := proxywasm.SetSharedData(key, []byte{1}, 0); err != nil {
 		return 0, fmt.Errorf("filter: reserve creation cas: %w", err)
 	}

@@ -50,7 +50,7 @@ func TestActiveCountsTheLockoutsInForce(t *testing.T) {
 	}
 	// A rotated credential starts clean.
 	f.fail(t, "gpt-4o", v502, time.Time{})
-	rotated, err := NewConn("codex", "codex-a", "fp-2")
+	rotated, err := NewConn("codex", "codex-a", "codex/codex-a", "fp-2")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -192,7 +192,7 @@ func TestStoreErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := NewConn("p", "c", "")
+	c, _ := NewConn("p", "c", "p/c", "")
 	if _, ok, err := tr.Locked(c, "m"); ok || !errors.Is(err, errStore) {
 		t.Fatalf("Locked: ok=%v err=%v; want fail open with the error", ok, err)
 	}

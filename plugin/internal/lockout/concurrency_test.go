@@ -54,7 +54,7 @@ func TestDecayRacingNewFailureKeepsIndexEntry(t *testing.T) {
 func TestGoroutinesHerdCountsOnce(t *testing.T) {
 	store := state.NewMemStore()
 	clock := manualclock.New(t0)
-	conn, _ := NewConn("codex", "codex-a", "")
+	conn, _ := NewConn("codex", "codex-a", "codex/codex-a", "")
 	started := clock.Now()
 	const workers = 16
 	var wg sync.WaitGroup
@@ -94,7 +94,7 @@ func TestGoroutinesIndexLosesNoActiveLock(t *testing.T) {
 	for w := 0; w < workers; w++ {
 		models = append(models, fmt.Sprintf("m%d", w))
 	}
-	conn, _ := NewConn("codex", "codex-a", "", models...)
+	conn, _ := NewConn("codex", "codex-a", "codex/codex-a", "", models...)
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		tr, _ := New(store, clock, enabled())

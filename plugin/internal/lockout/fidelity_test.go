@@ -117,8 +117,8 @@ func TestLockoutsFollowTheCredential(t *testing.T) {
 		f.fail(t, "m", v502, f.clock.Now())
 		f.clock.Advance(121 * time.Second)
 		f.fail(t, "m", v502, f.clock.Now()) // count 2 under fp-1
-		rotated, _ := NewConn("codex", "codex-a", "fp-2", configured...)
-		unknown, _ := NewConn("codex", "codex-a", "", configured...)
+		rotated, _ := NewConn("codex", "codex-a", "codex/codex-a", "fp-2", configured...)
+		unknown, _ := NewConn("codex", "codex-a", "codex/codex-a", "", configured...)
 		if _, ok, _ := f.tr.Locked(rotated, "m"); ok {
 			t.Fatalf("configured=%v: the rotated credential inherited the lockout", configured)
 		}

@@ -30,7 +30,7 @@ func newFixture(tb testfixture.TB, cfg Config, configured ...string) *fixture {
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}
-	conn, err := NewConn("codex", "codex-a", "fp-1", configured...)
+	conn, err := NewConn("codex", "codex-a", "codex/codex-a", "fp-1", configured...)
 	if err != nil {
 		tb.Fatalf("NewConn: %v", err)
 	}

@@ -44,8 +44,8 @@ const (
 type Conn struct {
 	provider    string
 	connection  string
-	indexKey    string // spw1:mli:<provider>:<connection>
-	lockPrefix  string // spw1:ml:<provider>:<connection>:
+	indexKey    string // state.KeyLockoutIndex of the account
+	lockPrefix  string // state.KeyLockout's prefix of the account
 	fingerprint uint64 // credential fingerprint; 0 = unknown
 	configured  []string
 }
@@ -63,8 +63,13 @@ type Conn struct {
 // lockouts — under the exact name, the bare name or the quota family — each get their own
 // key. Any other model is client input (a glob route passes on what the client asked
 // for); its lockouts share the connection's InventedSlots pool slots.
-func NewConn(provider, connection, credentialFingerprint string, configured ...string) (Conn, error) {
-	for _, id := range [...]struct{ what, v string }{{"provider", provider}, {"connection", connection}} {
+//
+// account is the connection's upstream account (a state.AccountID): its lockouts and index
+// live under it, shared by every policy on that credential at that upstream. Lookups walk
+// the index, so a policy finds a lockout another policy recorded whatever models each
+// configures.
+func NewConn(provider, connection, account, credentialFingerprint string, configured ...string) (Conn, error) {
+	for _, id := range [...]struct{ what, v string }{{"provider", provider}, {"connection", connection}, {"account", account}} {
 		if id.v == "" || len(id.v) > maxIDBytes {
 			return Conn{}, fmt.Errorf("lockout: %s id must be 1 to %d bytes, got %d", id.what, maxIDBytes, len(id.v))
 		}
@@ -82,8 +87,8 @@ func NewConn(provider, connection, credentialFingerprint string, configured ...s
 	return Conn{
 		provider:    provider,
 		connection:  connection,
-		indexKey:    state.KeyPrefix + "mli:" + provider + ":" + connection,
-		lockPrefix:  state.KeyPrefix + "ml:" + provider + ":" + connection + ":",
+		indexKey:    state.KeyLockoutIndex.Key(account),
+		lockPrefix:  state.KeyLockout.Prefix(account),
 		fingerprint: fingerprint(credentialFingerprint),
 		configured:  append([]string(nil), configured...),
 	}, nil
@@ -106,12 +111,12 @@ func (c Conn) Provider() string { return c.provider }
 // Connection returns the connection id.
 func (c Conn) Connection() string { return c.connection }
 
-// lockKey is the key of a configured model's lockout: spw1:ml:<provider>:<connection>:<scope>:<name>.
+// lockKey is the key of a configured model's lockout: the account's lockout prefix, <scope>:<name>.
 func (c Conn) lockKey(s failure.Scope, name string) string {
 	return c.lockPrefix + string(s) + ":" + name
 }
 
-// slotKey is the key of pool slot n (1..InventedSlots): spw1:ml:<provider>:<connection>:~<n>.
+// slotKey is the key of pool slot n (1..InventedSlots): the account's lockout prefix, ~<n>.
 // No scope starts with '~', so it never meets a lockKey.
 func (c Conn) slotKey(n int) string {
 	return c.lockPrefix + "~" + strconv.Itoa(n)

@@ -72,14 +72,14 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestNamesAndKeys(t *testing.T) {
-	if _, err := NewConn("codex", "a:b", ""); err == nil {
+	if _, err := NewConn("codex", "a:b", "codex/a:b", ""); err == nil {
 		t.Error("connection id with ':' accepted")
 	}
-	if _, err := NewConn("", "a", ""); err == nil {
+	if _, err := NewConn("", "a", "/a", ""); err == nil {
 		t.Error("empty provider accepted")
 	}
-	c, _ := NewConn("ollama", "local", "")
-	if got := c.lockKey(failure.ScopeExact, "llama3:8b"); got != "spw1:ml:ollama:local:exact:llama3:8b" {
+	c, _ := NewConn("ollama", "local", "ollama/local", "")
+	if got := c.lockKey(failure.ScopeExact, "llama3:8b"); got != "spw2:mlk:ollama/local:exact:llama3:8b" {
 		t.Errorf("lock key %q", got)
 	}
 	models := []struct {

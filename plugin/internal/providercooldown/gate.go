@@ -39,9 +39,6 @@ import (
 // a connection entry (CONCURRENCY_LIMIT_COOLDOWN_MS, guide §2), at most MaxRetryCooldown.
 const ConcurrencyLimitCooldown = policies.ConcurrencyLimitCooldown
 
-// keyPrefix starts every gate key: spw1:pc:<provider> and spw1:pc:<provider>:<connection>.
-const keyPrefix = state.KeyPrefix + "pc:"
-
 // maxIDLen bounds a provider or connection id (it becomes part of a shared-data key).
 const maxIDLen = 128
 
@@ -54,29 +51,39 @@ type Entry struct {
 	cfg        Config
 }
 
-// ProviderEntry is the window-gate entry of a provider.
-func ProviderEntry(provider string, cfg Config) (Entry, error) {
+// ProviderEntry is the window-gate entry of a provider, kept under its upstream's key
+// (state.KeyGateWindow of upstream, a state.UpstreamID): an upstream fact every policy that
+// reaches it shares.
+func ProviderEntry(provider, upstream string, cfg Config) (Entry, error) {
 	if err := validID("provider", provider); err != nil {
+		return Entry{}, err
+	}
+	if err := validID("upstream", upstream); err != nil {
 		return Entry{}, err
 	}
 	if err := cfg.Validate(); err != nil {
 		return Entry{}, fmt.Errorf("providercooldown: provider %q: %w", provider, err)
 	}
-	return Entry{key: keyPrefix + provider, provider: provider, cfg: cfg}, nil
+	return Entry{key: state.KeyGateWindow.Key(upstream), provider: provider, cfg: cfg}, nil
 }
 
-// ConnectionEntry is the backoff entry of one of a provider's connections.
-func ConnectionEntry(provider, connection string, cfg Config) (Entry, error) {
+// ConnectionEntry is the backoff entry of one of a provider's connections, kept under its
+// account's key (state.KeyGateBackoff of account, a state.AccountID): every policy on that
+// credential shares it.
+func ConnectionEntry(provider, connection, account string, cfg Config) (Entry, error) {
 	if err := validID("provider", provider); err != nil {
 		return Entry{}, err
 	}
 	if err := validID("connection", connection); err != nil {
 		return Entry{}, err
 	}
+	if err := validID("account", account); err != nil {
+		return Entry{}, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return Entry{}, fmt.Errorf("providercooldown: connection %q of %q: %w", connection, provider, err)
 	}
-	return Entry{key: keyPrefix + provider + ":" + connection, provider: provider, connection: connection, cfg: cfg}, nil
+	return Entry{key: state.KeyGateBackoff.Key(account), provider: provider, connection: connection, cfg: cfg}, nil
 }
 
 // Provider returns the entry's provider id.

@@ -68,10 +68,10 @@ func TestValidateRejectsOutOfRange(t *testing.T) {
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Validate() = %v, want an error about %s", tc.name, err, tc.want)
 		}
-		if _, err := ProviderEntry("p", cfg); err == nil {
+		if _, err := ProviderEntry("p", "p", cfg); err == nil {
 			t.Errorf("%s: ProviderEntry accepted it", tc.name)
 		}
-		if _, err := ConnectionEntry("p", "c", cfg); err == nil {
+		if _, err := ConnectionEntry("p", "c", "p"+"/"+"c", cfg); err == nil {
 			t.Errorf("%s: ConnectionEntry accepted it", tc.name)
 		}
 	}
@@ -80,18 +80,18 @@ func TestValidateRejectsOutOfRange(t *testing.T) {
 func TestEntriesRejectBadIDs(t *testing.T) {
 	cfg := enabled(t, policies.ProfileOAuth, nil)
 	for _, id := range []string{"", "a:b", "two words", "\x00", strings.Repeat("x", maxIDLen+1)} {
-		if _, err := ProviderEntry(id, cfg); err == nil {
+		if _, err := ProviderEntry(id, id, cfg); err == nil {
 			t.Errorf("ProviderEntry(%q) accepted", id)
 		}
-		if _, err := ConnectionEntry("p", id, cfg); err == nil {
+		if _, err := ConnectionEntry("p", id, "p"+"/"+id, cfg); err == nil {
 			t.Errorf("ConnectionEntry(p, %q) accepted", id)
 		}
-		if _, err := ConnectionEntry(id, "c", cfg); err == nil {
+		if _, err := ConnectionEntry(id, "c", id+"/"+"c", cfg); err == nil {
 			t.Errorf("ConnectionEntry(%q, c) accepted", id)
 		}
 	}
 	e := connectionEntry(t, "openai", "openai-a", cfg)
-	if e.Provider() != "openai" || e.Connection() != "openai-a" || e.key != "spw1:pc:openai:openai-a" {
+	if e.Provider() != "openai" || e.Connection() != "openai-a" || e.key != state.KeyGateBackoff.Key("openai/openai-a") {
 		t.Fatalf("connection entry %+v", e)
 	}
 	var zero Entry

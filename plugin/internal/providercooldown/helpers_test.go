@@ -49,7 +49,7 @@ func enabled(t testing.TB, profile policies.Profile, edit func(*Config)) Config 
 
 func providerEntry(t testing.TB, id string, cfg Config) Entry {
 	t.Helper()
-	e, err := ProviderEntry(id, cfg)
+	e, err := ProviderEntry(id, id, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func providerEntry(t testing.TB, id string, cfg Config) Entry {
 
 func connectionEntry(t testing.TB, provider, conn string, cfg Config) Entry {
 	t.Helper()
-	e, err := ConnectionEntry(provider, conn, cfg)
+	e, err := ConnectionEntry(provider, conn, provider+"/"+conn, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func TestPropertyWindowGateMatchesModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		cfg, _ := DefaultConfig(rapid.SampledFrom(policies.Profiles).Draw(rt, "profile"))
 		cfg.Enabled = true
-		p, err := ProviderEntry("prov", cfg)
+		p, err := ProviderEntry("prov", "prov", cfg)
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func TestPropertyConnectionCooldownStaysInBounds(t *testing.T) {
 		cfg.Enabled = true
 		cfg.MinRetryCooldown = time.Duration(rapid.IntRange(1, 5000).Draw(rt, "minMs")) * time.Millisecond
 		cfg.MaxRetryCooldown = cfg.MinRetryCooldown * time.Duration(rapid.IntRange(1, 300).Draw(rt, "maxFactor"))
-		c, err := ConnectionEntry("prov", "conn", cfg)
+		c, err := ConnectionEntry("prov", "conn", "prov"+"/"+"conn", cfg)
 		if err != nil {
 			rt.Fatal(err)
 		}

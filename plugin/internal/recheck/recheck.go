@@ -32,9 +32,11 @@
 // CAS is exact. Its cost is one read of the tick key and one write, made only by a worker that
 // found a due connection.
 //
-// The keys are spw1:rck:tick and spw1:rck:<provider>:<connection>; both change without a
-// request being routed and are read only here, so the filter keeps them out of its per-VM
-// cache (they are live keys: filter.isLiveKey).
+// The keys are state.KeyRecheckTick (one per process) and state.KeyRecheck of the
+// connection's upstream account: a schedule is the account's, as the terminal state it
+// re-checks is (conncooldown), so one claim per account serves every policy on it. Both
+// change without a request being routed and are read only here, so they are live kinds in
+// state's key registry (outside the per-VM cache).
 package recheck
 
 import (
@@ -47,12 +49,8 @@ import (
 	"github.com/spillwayproxy/spillway/policies"
 )
 
-// KeyPrefix starts every key of this package.
-const KeyPrefix = state.KeyPrefix + "rck:"
-
-// tickKey holds the end of the tick last claimed (a connection id never equals "tick": the
-// connection keys have two parts).
-const tickKey = KeyPrefix + "tick"
+// tickKey holds the end of the tick last claimed, process-wide (state.KeyRecheckTick).
+var tickKey = state.KeyRecheckTick.Key()
 
 const (
 	scheduleVersion = 1
@@ -110,10 +108,11 @@ type Conn struct {
 	key string
 }
 
-// NewConn validates the ids (as conncooldown does: printable ASCII without ':') and binds
-// them to the connection's schedule key.
-func NewConn(provider, connection string) (Conn, error) {
-	for _, id := range [...]string{provider, connection} {
+// NewConn validates the ids and the connection's upstream account (a state.AccountID; as
+// conncooldown does: printable ASCII without ':') and binds it to the account's schedule
+// key.
+func NewConn(provider, connection, account string) (Conn, error) {
+	for _, id := range [...]string{provider, connection, account} {
 		if id == "" || len(id) > maxIDBytes {
 			return Conn{}, fmt.Errorf("recheck: id must be 1 to %d bytes, got %d", maxIDBytes, len(id))
 		}
@@ -123,7 +122,7 @@ func NewConn(provider, connection string) (Conn, error) {
 			}
 		}
 	}
-	return Conn{key: KeyPrefix + provider + ":" + connection}, nil
+	return Conn{key: state.KeyRecheck.Key(account)}, nil
 }
 
 // Scheduler decides the re-checks of one worker over the shared store. It is used by one

@@ -33,7 +33,7 @@ func TestNewConnRejectsBadIDs(t *testing.T) {
 		{"openai", "key a", false},
 		{"openai", string(make([]byte, 129)), false},
 	} {
-		if _, err := NewConn(tc.provider, tc.connection); (err == nil) != tc.ok {
+		if _, err := NewConn(tc.provider, tc.connection, "account"); (err == nil) != tc.ok {
 			t.Errorf("NewConn(%q, %q): %v, want ok %v", tc.provider, tc.connection, err, tc.ok)
 		}
 	}
@@ -75,7 +75,7 @@ func TestScheduleOfAnotherExpiryOrCorruptIsFresh(t *testing.T) {
 	store := state.NewMemStore()
 	clock := manualclock.New(testfixture.T0)
 	s := newScheduler(t, store, clock)
-	c, _ := NewConn("p", "c1")
+	c, _ := NewConn("p", "c1", "p/c1")
 	since := clock.Now()
 	for _, stored := range [][]byte{[]byte("garbage"), schedule{since: since.UnixMilli() - 1, next: since.UnixMilli() + 3_600_000}.encode()} {
 		if err := store.Set(c.key, stored, 0); err != nil {

@@ -92,6 +92,9 @@ type ComboConfig struct {
 	Strategy Strategy
 	// Targets is the number of configured candidates of the route (Candidate.Index range).
 	Targets int
+	// Namespace is the policy's state.NamespaceID: turns and decks are the policy's own
+	// (state.KeyTurn, state.KeyDeck), never mixed with another policy's route of that name.
+	Namespace string
 }
 
 // Combo is one worker's selection state for a route: its shared-data keys and the smooth
@@ -123,8 +126,8 @@ func NewCombo(cfg ComboConfig) (*Combo, error) {
 	}
 	c := &Combo{
 		cfg:        cfg,
-		counterKey: state.KeyPrefix + "sel:rr:" + cfg.Name,
-		deckKey:    state.KeyPrefix + "sel:deck:" + cfg.Name,
+		counterKey: state.KeyTurn.Key(cfg.Namespace, cfg.Name),
+		deckKey:    state.KeyDeck.Key(cfg.Namespace, cfg.Name),
 	}
 	if cfg.Strategy == Weighted {
 		c.smooth = make([]int64, cfg.Targets)

@@ -5,7 +5,7 @@ import "errors"
 // GenerationKey is the shared-data key every Cache bumps after writing a cached key. Its
 // CAS is the generation: Envoy's CAS counter is process-global and every successful set takes
 // a fresh value, so the CAS of this key changes whenever any worker writes anything cached.
-const GenerationKey = KeyPrefix + "gen"
+var GenerationKey = KeyGeneration.Key()
 
 // maxCacheEntries bounds what one VM remembers; past it the cache starts over. The engine's
 // keys are bounded by the policy, so this only stops a runaway.

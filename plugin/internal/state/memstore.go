@@ -28,7 +28,7 @@ type memEntry struct {
 func NewMemStore() *MemStore {
 	s := &MemStore{entries: map[string]memEntry{}, nextCAS: 1}
 	s.guard = s.bump()
-	s.entries[KeyPrefix+"guard"] = memEntry{value: []byte{1}, cas: s.guard}
+	s.entries[KeyGuard.Key()] = memEntry{value: []byte{1}, cas: s.guard}
 	return s
 }
 

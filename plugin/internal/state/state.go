@@ -9,7 +9,7 @@
 // here) on an existing key whose CAS differs, and succeeds on a missing key. ABI 0.2.x has
 // no call to delete a key or list keys. Every engine package reads and writes only through
 // this interface, so it runs natively in tests and over proxy-wasm in the filter without
-// change.
+// change. keys.go defines the key layout: whose each record is, and who shares it.
 package state
 
 import (
@@ -17,10 +17,6 @@ import (
 	"fmt"
 	"time"
 )
-
-// KeyPrefix starts every key Spillway writes. Istio sets no vm_id, so every WasmPlugin in a
-// proxy shares one namespace; the prefix also carries the encoding generation ("1").
-const KeyPrefix = "spw1:"
 
 // ErrCasMismatch reports that the value changed since it was read.
 var ErrCasMismatch = errors.New("state: cas mismatch")
