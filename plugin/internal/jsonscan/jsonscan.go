@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -49,13 +50,8 @@ func Valid(b []byte) error {
 
 // SkipSpace returns the index of the first byte at or after i that is not JSON whitespace.
 func SkipSpace(b []byte, i int) int {
-	for i < len(b) {
-		switch b[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
 	return i
 }
@@ -67,14 +63,42 @@ func SkipSpace(b []byte, i int) int {
 func Value(b []byte, i, open int) (int, error) {
 	var objects [MaxDepth / 64]uint64 // bit d: the container at level d (of this value) is an object
 	depth, limit := 0, MaxDepth-open
+	key := false // the next string is a member's key
 	var err error
 	for {
-		// At the first byte of a value.
-		if i >= len(b) {
+		// At the first byte of a value, or of a key.
+		if i >= len(b) || key && b[i] != '"' {
 			return i, ErrSyntax
 		}
-		switch c := b[i]; c {
-		case '{', '[':
+		// Tested most frequent first, one comparison each (a switch would be a search).
+		if c := b[i]; c == '"' {
+			// A call per string would cost a Go wasm module more than reading a short one:
+			// the plain run is found here, and whatever ends it if not the quote (an escape,
+			// a control character) is String's to read.
+			j := i + 1
+			if j+8 <= len(b) { // plainEnd, its first word here
+				if m := special(binary.LittleEndian.Uint64(b[j:])); m != 0 {
+					j += bits.TrailingZeros64(m) >> 3
+				} else {
+					j = plainRun(b, j+8)
+				}
+			} else {
+				j = plainRun(b, j)
+			}
+			if j >= len(b) || b[j] != '"' {
+				if j, _, err = stringRest(b, j); err != nil {
+					return j, err
+				}
+			}
+			i = j + 1
+			if key {
+				if i = SkipSpace(b, i); i >= len(b) || b[i] != ':' {
+					return i, ErrSyntax
+				}
+				i, key = SkipSpace(b, i+1), false
+				continue // its value
+			}
+		} else if c == '{' || c == '[' {
 			if depth >= limit {
 				return i, ErrTooDeep
 			}
@@ -84,36 +108,25 @@ func Value(b []byte, i, open int) (int, error) {
 				objects[depth>>6] &^= 1 << (depth & 63)
 			}
 			depth++
-			if i = SkipSpace(b, i+1); i < len(b) && b[i] == c+2 { // '{'+2 is '}', '['+2 is ']'
-				depth--
-				i++
-				break // an empty container is a value
+			if i = SkipSpace(b, i+1); i >= len(b) || b[i] != c+2 { // '{'+2 is '}', '['+2 is ']'
+				key = c == '{'
+				continue // its first key or value
 			}
-			if c == '{' {
-				if i, err = member(b, i); err != nil {
-					return i, err
-				}
-			}
-			continue // its first value
-		case '"':
-			end, _, err := String(b, i+1)
-			if err != nil {
-				return end, err
-			}
-			i = end + 1
-		case 't':
+			depth-- // an empty container is a value
+			i++
+		} else if c == 't' {
 			i, err = literal(b, i, "true")
-		case 'f':
+		} else if c == 'f' {
 			i, err = literal(b, i, "false")
-		case 'n':
+		} else if c == 'n' {
 			i, err = literal(b, i, "null")
-		default:
+		} else {
 			i, err = number(b, i)
 		}
 		if err != nil {
 			return i, err
 		}
-		// Past a value: close what it ends, up to the next value.
+		// Past a value: close what it ends, up to the next key or value.
 		for {
 			if depth == 0 {
 				return i, nil
@@ -124,12 +137,7 @@ func Value(b []byte, i, open int) (int, error) {
 			inObject := objects[(depth-1)>>6]&(1<<((depth-1)&63)) != 0
 			c := b[i]
 			if c == ',' {
-				i = SkipSpace(b, i+1)
-				if inObject {
-					if i, err = member(b, i); err != nil {
-						return i, err
-					}
-				}
+				i, key = SkipSpace(b, i+1), inObject
 				break
 			}
 			if inObject && c != '}' || !inObject && c != ']' {
@@ -141,28 +149,38 @@ func Value(b []byte, i, open int) (int, error) {
 	}
 }
 
-// member checks an object member's key and colon at b[i] and returns the index of its value.
-func member(b []byte, i int) (int, error) {
-	if i >= len(b) || b[i] != '"' {
-		return i, ErrSyntax
-	}
-	end, _, err := String(b, i+1)
-	if err != nil {
-		return end, err
-	}
-	if i = SkipSpace(b, end+1); i >= len(b) || b[i] != ':' {
-		return i, ErrSyntax
-	}
-	return SkipSpace(b, i+1), nil
-}
-
 // String checks the string whose contents start at b[i], just past its opening quote, and
 // returns the index of its closing quote and whether the contents hold an escape. A raw
 // control character, an escape RFC 8259 §7 does not define and a string that does not end
 // are ErrSyntax at the offending byte; the text itself is not checked (NextRune does).
+//
+// It tests eight bytes at once for the three bytes that end a run of plain contents — a
+// byte below n in x shows in (x - n*ones) &^ x & highs, exactly for n ≤ 0x80, and x^(c*ones)
+// has a zero byte where x holds c — because a Go wasm module runs byte loops slowly, even
+// bytes.IndexByte's (its wasm memchr reads four bytes at a time, and would take three
+// passes), and a request body is mostly string contents.
 func String(b []byte, i int) (end int, escaped bool, err error) {
+	// plainEnd, its first word here: most strings end in it, and a call costs.
+	if i+8 <= len(b) {
+		if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			if i += bits.TrailingZeros64(m) >> 3; b[i] == '"' {
+				return i, false, nil
+			}
+			return stringRest(b, i)
+		}
+		i += 8
+	}
+	if i = plainRun(b, i); i < len(b) && b[i] == '"' {
+		return i, false, nil
+	}
+	return stringRest(b, i)
+}
+
+// stringRest is String from b[i], where a run of plain contents ended other than with the
+// closing quote (or b did).
+func stringRest(b []byte, i int) (end int, escaped bool, err error) {
 	for {
-		if i = plain(b, i); i >= len(b) {
+		if i >= len(b) {
 			return i, escaped, ErrSyntax
 		}
 		switch b[i] {
@@ -187,6 +205,7 @@ func String(b []byte, i int) (end int, escaped bool, err error) {
 		default: // a control character
 			return i, escaped, ErrSyntax
 		}
+		i = plainEnd(b, i)
 	}
 }
 
@@ -196,22 +215,45 @@ const (
 	highs = 0x8080808080808080
 )
 
-// plain returns the index of the first byte at or after i that is a quote, a backslash or a
-// control character, or len(b). It tests eight bytes at once (a byte below n in x shows in
-// (x - n*ones) &^ x & highs, exactly for n ≤ 0x80; x^(c*ones) has a zero byte where x holds
-// c): a Go wasm module runs byte loops slowly, and a body is mostly string contents.
-func plain(b []byte, i int) int {
-	for ; i+8 <= len(b); i += 8 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		q, s := x^('"'*ones), x^('\\'*ones)
-		if ((q-ones)&^q|(s-ones)&^s|(x-0x20*ones)&^x)&highs != 0 {
+// special has the high bit set in the first byte of x (in memory order) that is a quote, a
+// backslash or a control character, if any; bits above it mean nothing. (A byte below n
+// shows in (x - n*ones) &^ x, and x^(c*ones) has a zero byte where x holds c; a borrow can
+// only set bits above the first such byte.)
+func special(x uint64) uint64 {
+	q, s := x^('"'*ones), x^('\\'*ones)
+	return ((q-ones)&^q | (s-ones)&^s | (x-0x20*ones)&^x) & highs
+}
+
+// plainEnd returns the index of the first byte at or after i that is a quote, a backslash
+// or a control character, or len(b). It reads eight bytes at a time and finds the byte in
+// the word without a loop, four words a turn while they are plain: a taken branch is what a
+// Go wasm module pays most for. Most strings (keys, roles, models) end in their first word:
+// String and Value read it themselves before they call plainRun for the rest, saving a call.
+func plainEnd(b []byte, i int) int {
+	if i+8 <= len(b) {
+		if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+		i += 8
+	}
+	return plainRun(b, i)
+}
+
+// plainRun is plainEnd past the first word.
+func plainRun(b []byte, i int) int {
+	for ; i+32 <= len(b); i += 32 {
+		w := b[i : i+32]
+		if special(binary.LittleEndian.Uint64(w))|special(binary.LittleEndian.Uint64(w[8:]))|
+			special(binary.LittleEndian.Uint64(w[16:]))|special(binary.LittleEndian.Uint64(w[24:])) != 0 {
 			break
 		}
 	}
-	for ; i < len(b); i++ {
-		if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
-			return i
+	for ; i+8 <= len(b); i += 8 {
+		if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
 		}
+	}
+	for ; i < len(b) && b[i] != '"' && b[i] != '\\' && b[i] >= 0x20; i++ {
 	}
 	return i
 }

@@ -5,6 +5,7 @@
 package llmapi
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -94,7 +95,8 @@ func ParseRequest(body []byte) (Request, error) {
 // must be a string of 1 to MaxModelLength bytes of text without control characters; it
 // aliases body unless the body escapes it. Parse allocates only to grow the text buffer.
 func (p *Parser) Parse(body []byte) (Request, error) {
-	req, escaped, err := p.pass(body)
+	var req Request
+	escaped, err := p.pass(body, &req)
 	if err != nil {
 		return Request{}, err
 	}
@@ -109,11 +111,15 @@ func (p *Parser) Parse(body []byte) (Request, error) {
 		return Request{}, ErrModelNotText
 	}
 	text := v[1 : len(v)-1]
-	if escaped {
+	switch {
+	case escaped:
 		if text, err = p.decode(text); err != nil {
 			return Request{}, err
 		}
-	} else if len(text) <= MaxModelLength && !utf8.Valid(text) {
+	case len(text) <= 8 && printableASCII(word(body, req.ModelAt.Start+1, len(text)), len(text)):
+		req.Model = unsafeString(text) // the usual model: short printable ASCII, read in one word
+		return req, nil
+	case len(text) <= MaxModelLength && !utf8.Valid(text):
 		return Request{}, ErrInvalidText
 	}
 	switch m := unsafeString(text); {
@@ -132,12 +138,13 @@ func (p *Parser) Parse(body []byte) (Request, error) {
 func (p *Parser) Stopped() int { return p.stopped }
 
 // pass reads the top-level object: the model's span (End 0 when it has none) and whether
-// its value holds an escape, and the stream flag.
-func (p *Parser) pass(body []byte) (req Request, modelEscaped bool, err error) {
+// its value holds an escape, and the stream flag. It stops at the first refusal, leaving
+// p.stopped there.
+func (p *Parser) pass(body []byte, req *Request) (modelEscaped bool, err error) {
 	i := jsonscan.SkipSpace(body, 0)
-	defer func() { p.stopped = i }()
 	if i >= len(body) || body[i] != '{' {
-		return Request{}, false, ErrNotJSON
+		p.stopped = i
+		return false, ErrNotJSON
 	}
 	var seen uint64 // bit k: routingKeys[k] was given
 	if i = jsonscan.SkipSpace(body, i+1); i < len(body) && body[i] == '}' {
@@ -145,57 +152,90 @@ func (p *Parser) pass(body []byte) (req Request, modelEscaped bool, err error) {
 	} else {
 		for {
 			if i >= len(body) || body[i] != '"' {
-				return Request{}, false, ErrNotJSON
+				err = ErrNotJSON
+				break
 			}
-			keyEnd, escaped, err := jsonscan.String(body, i+1)
-			if err != nil {
-				i = keyEnd
-				return Request{}, false, bodyError(err)
+			keyEnd, escaped, e := jsonscan.String(body, i+1)
+			if e != nil {
+				i, err = keyEnd, bodyError(e)
+				break
 			}
-			key, spelled, err := matchKey(body[i+1:keyEnd], escaped)
-			if err != nil {
-				i = keyEnd
-				return Request{}, false, bodyError(err)
+			key, spelled, matched := -1, uint64(0), false
+			if n := keyEnd - i - 1; !escaped && n <= 8 && i+9 <= len(body) {
+				// The usual key, up to eight bytes of ASCII: compared as one word, here (a
+				// call to matchKey would cost more than the comparison).
+				if x := binary.LittleEndian.Uint64(body[i+1:]) & (uint64(1)<<(8*n) - 1); x&highs == 0 {
+					for k := range routingWords {
+						if w := &routingWords[k]; w.n == n && x|w.fold == w.word {
+							spelled |= 1 << k
+							if x == w.word {
+								key = k
+							}
+						}
+					}
+					matched = true
+				}
+			}
+			if !matched {
+				if key, spelled, e = matchKey(body[i+1:keyEnd], escaped); e != nil {
+					i, err = keyEnd, bodyError(e)
+					break
+				}
 			}
 			if again := spelled & seen; again != 0 {
-				i = keyEnd
-				return Request{}, false, duplicateErrs[bits.TrailingZeros64(again)]
+				i, err = keyEnd, duplicateErrs[bits.TrailingZeros64(again)]
+				break
 			}
 			seen |= spelled
 			if i = jsonscan.SkipSpace(body, keyEnd+1); i >= len(body) || body[i] != ':' {
-				return Request{}, false, ErrNotJSON
+				err = ErrNotJSON
+				break
 			}
 			start := jsonscan.SkipSpace(body, i+1)
-			if key == keyModel && start < len(body) && body[start] == '"' {
-				// A string, as a model should be: read once, noting whether it escapes.
-				if i, modelEscaped, err = jsonscan.String(body, start+1); err != nil {
-					return Request{}, false, bodyError(err)
+			if start < len(body) && body[start] == '"' {
+				// A string (the model's included, as it should be): read here, noting whether
+				// the model escapes.
+				if i, escaped, e = jsonscan.String(body, start+1); e != nil {
+					err = bodyError(e)
+					break
 				}
 				i++
-			} else if i, err = jsonscan.Value(body, start, 1); err != nil {
-				return Request{}, false, bodyError(err)
+				if key == keyModel {
+					modelEscaped = escaped
+				}
+			} else if start+5 <= len(body) && string(body[start:start+4]) == "true" {
+				i = start + 4 // what follows is checked next, as after any value
+			} else if start+6 <= len(body) && string(body[start:start+5]) == "false" {
+				i = start + 5
+			} else if i, e = jsonscan.Value(body, start, 1); e != nil {
+				err = bodyError(e)
+				break
 			}
 			switch key {
 			case keyModel:
 				req.ModelAt = Span{start, i}
 			case keyStream:
-				req.Stream = string(body[start:i]) == "true"
+				req.Stream = i-start == 4 && body[start] == 't'
 			}
 			if i = jsonscan.SkipSpace(body, i); i < len(body) && body[i] == ',' {
 				i = jsonscan.SkipSpace(body, i+1)
 				continue
 			}
 			if i >= len(body) || body[i] != '}' {
-				return Request{}, false, ErrNotJSON
+				err = ErrNotJSON
+				break
 			}
 			i++
 			break
 		}
 	}
-	if i = jsonscan.SkipSpace(body, i); i != len(body) {
-		return Request{}, false, ErrTrailingData
+	if err == nil {
+		if i = jsonscan.SkipSpace(body, i); i != len(body) {
+			err = ErrTrailingData
+		}
 	}
-	return req, modelEscaped, nil
+	p.stopped = i
+	return modelEscaped, err
 }
 
 // bodyError is jsonscan's error as ParseRequest's.
@@ -209,11 +249,12 @@ func bodyError(err error) error {
 	return ErrNotJSON
 }
 
-// matchKey reads a top-level key's contents (between its quotes, as jsonscan.String accepted
-// them; escaped if they hold an escape) without decoding them anywhere: key is the index in
-// routingKeys of the key it is exactly (-1 for none), spelled has bit k set when it is
-// routingKeys[k] in any spelling (decoded, ignoring case). A key that is not text (invalid
-// UTF-8, an unpaired surrogate escape) is jsonscan.ErrText.
+// matchKey reads a top-level key's contents (between its quotes, as jsonscan.String
+// accepted them; escaped if they hold an escape) without decoding them anywhere: key is the
+// index in routingKeys of the key it is exactly (-1 for none), spelled has bit k set when it
+// is routingKeys[k] in any spelling (decoded, ignoring case). A key that is not text (invalid
+// UTF-8, an unpaired surrogate escape) is jsonscan.ErrText. (pass compares the usual short
+// ASCII key itself, as one word.)
 func matchKey(raw []byte, escaped bool) (key int, spelled uint64, err error) {
 	key = -1
 	if !escaped && ascii(raw) {
@@ -235,11 +276,15 @@ func matchKey(raw []byte, escaped bool) (key int, spelled uint64, err error) {
 	exact, folded := uint64(all), uint64(all)
 	n := 0 // characters so far
 	for j := 0; j < len(raw); n++ {
-		r, next, err := jsonscan.NextRune(raw, j)
-		if err != nil {
-			return -1, 0, err
+		r := rune(raw[j])
+		if r < utf8.RuneSelf && r != '\\' {
+			j++ // ASCII: no call
+		} else {
+			var err error
+			if r, j, err = jsonscan.NextRune(raw, j); err != nil {
+				return -1, 0, err
+			}
 		}
-		j = next
 		if folded == 0 {
 			continue // no match left: only the text is checked
 		}
@@ -265,6 +310,63 @@ func matchKey(raw []byte, escaped bool) (key int, spelled uint64, err error) {
 		}
 	}
 	return key, spelled, nil
+}
+
+// routingWords are routingKeys of at most eight bytes as words (word's layout): fold has 0x20
+// in each letter's byte, so a key's word x is the name in any case when x|fold == word.
+var routingWords = func() (ws [len(routingKeys)]struct {
+	word, fold uint64
+	n          int // the name's length; 0 for a name longer than eight bytes
+}) {
+	for k, name := range routingKeys {
+		if len(name) > 8 {
+			continue
+		}
+		ws[k].n = len(name)
+		for i := len(name) - 1; i >= 0; i-- {
+			ws[k].word = ws[k].word<<8 | uint64(name[i])
+			ws[k].fold <<= 8
+			if name[i] >= 'a' && name[i] <= 'z' {
+				ws[k].fold |= 0x20
+			}
+		}
+	}
+	return ws
+}()
+
+// Words of bytes: ones has each byte 0x01, highs each byte 0x80.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// word returns the n ≤ 8 bytes of b at i as a little-endian word, the bytes past them zero:
+// one load where b has eight bytes there (a Go wasm module pays for every turn of a byte
+// loop).
+func word(b []byte, i, n int) uint64 {
+	if i+8 <= len(b) {
+		return binary.LittleEndian.Uint64(b[i:]) & (uint64(1)<<(8*n) - 1)
+	}
+	return wordAtEnd(b, i, n)
+}
+
+// wordAtEnd is word where b has fewer than eight bytes at i.
+func wordAtEnd(b []byte, i, n int) uint64 {
+	var x uint64
+	for k := i + n - 1; k >= i; k-- {
+		x = x<<8 | uint64(b[k])
+	}
+	return x
+}
+
+// printableASCII reports whether the n ≤ 8 bytes of the word x (word's layout) are all
+// 0x20–0x7e: none has its high bit set, none is below 0x20 ((x - 0x20*ones) &^ x shows a
+// byte below it, exactly at the first), none is 0x7f (adding one sets its high bit).
+func printableASCII(x uint64, n int) bool {
+	if n == 0 {
+		return false
+	}
+	return (x|(x-0x20*ones)&^x|(x+ones))&highs&(uint64(1)<<(8*n)-1) == 0
 }
 
 // foldASCII returns the lowercase ASCII letter or the ASCII character r matches as
