@@ -174,17 +174,19 @@ func Repeat(prefix, unit string, n int, suffix string) []byte {
 // twice in several spellings, and bodies that are not exactly one JSON object).
 func HostileBodies() [][]byte {
 	const lim = JSONDepthLimit
-	closed := func(unit, close string, n int) []byte {
-		return append(Repeat(`{"model":"gpt-4o","x":`, unit, n-1, ""), Repeat("", close, n-1, "}")...)
+	// closed nests n levels deep, the body's object the first and an empty container the
+	// last: unit opens a level, empty is the innermost, close closes a level.
+	closed := func(unit, empty, close string, n int) []byte {
+		return append(Repeat(`{"model":"gpt-4o","x":`, unit, n-2, empty), Repeat("", close, n-2, "}")...)
 	}
 	bodies := [][]byte{
 		Repeat("", "[", 4096, ""),
 		Repeat(`{"x":`, "[", 4096, ""),
 		Repeat(`{"x":`, `{"a":`, 4096, ""),
-		closed("[", "]", lim),   // exactly the limit: the top-level object and 127 arrays
-		closed("[", "]", lim+1), // one too many
-		closed(`{"a":`, "}", lim),
-		closed(`{"a":`, "}", lim+1),
+		closed("[", "[]", "]", lim),   // exactly the limit: the body's object and 127 arrays
+		closed("[", "[]", "]", lim+1), // one too many
+		closed(`{"a":`, "{}", "}", lim),
+		closed(`{"a":`, "{}", "}", lim+1),
 		Repeat(`{"model":"gpt-4o","x":`, "[", lim-1, ""), // unclosed at the limit
 		Repeat(`{"model":"gpt-4o","x":`, "[", lim, ""),   // unclosed past it
 	}
