@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/jsonscan"
 )
 
 // Endpoint is one admin API path.
@@ -166,10 +168,12 @@ func (c *Call) body(body []byte) *Error {
 // object is a JSON object's fields by name, each once.
 type object map[string]gjson.Result
 
-// parseObject checks that body is one JSON object with distinct keys.
+// parseObject checks that body is one JSON object with distinct keys. The check is
+// jsonscan's iterative pass, nesting bounded (gjson.Valid recurses once per level); gjson
+// then reads only the top level.
 func parseObject(body []byte) (object, *Error) {
-	if !gjson.ValidBytes(body) {
-		return nil, invalidJSON("the request body is not valid JSON")
+	if err := jsonscan.Valid(body); err != nil {
+		return nil, invalidJSON("the request body " + err.Error())
 	}
 	root := gjson.ParseBytes(body)
 	if !root.IsObject() {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
 
 const prefix = "/spillway/api/"
@@ -136,6 +138,9 @@ func TestErrorReply(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	codes := []string{CodeInvalidJSON, CodeUnknownField, CodeInvalidField, CodeMissingField, CodeInvalidQuery, CodeNotFound,
 		CodeMethodNotAllowed, "request_too_large"}
+	for _, b := range testfixture.HostileBodies() { // issue 18's families
+		f.Add("POST", "resilience/cooldowns", b)
+	}
 	f.Fuzz(func(t *testing.T, method, rest string, body []byte) {
 		c, err := Parse(prefix, method, prefix+rest, body)
 		if err != nil {

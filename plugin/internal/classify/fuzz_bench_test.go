@@ -12,6 +12,7 @@ import (
 	"github.com/spillwayproxy/spillway/plugin/internal/failure"
 	"github.com/spillwayproxy/spillway/plugin/internal/restate"
 	"github.com/spillwayproxy/spillway/plugin/internal/retryhint"
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
 
 func FuzzClassify(f *testing.F) {
@@ -27,6 +28,9 @@ func FuzzClassify(f *testing.F) {
 		for _, status := range []int{0, 200, 400, 401, 402, 403, 404, 418, 422, 429, 500, 503, 529, 999} {
 			f.Add("agentrouter", status, []byte(body), "Retry-After", "30")
 		}
+	}
+	for _, body := range testfixture.HostileBodies() { // issue 18's nesting and duplicate-key families
+		f.Add("openai", 429, body, "Retry-After", "30")
 	}
 	c := New(nil, nil)
 	f.Fuzz(func(t *testing.T, provider string, status int, body []byte, name, value string) {

@@ -161,11 +161,7 @@ func (h *httpContext) callout(budgetLeft time.Duration) bool {
 	pv, cn := h.provider(), h.connection()
 	body := h.body
 	if model := h.d.Target.Model; model != h.model {
-		var err error
-		if body, err = llmapi.RewriteModel(h.body, model); err != nil {
-			proxywasm.LogWarnf("spillway: %v", err)
-			return false
-		}
+		body = h.bodyFor(model) // request.go
 	}
 	timeout := cn.ExecutionMaxWait
 	if budgetLeft < timeout {

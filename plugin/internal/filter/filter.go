@@ -24,9 +24,9 @@
 //
 // Request path, for the policy's LLM API paths (everything else passes through without a
 // pause): the headers are held; the body is buffered up to maxRequestBodyBytes (413 past
-// it); at end of stream the body's model and stream flag are read (400 invalid_request for
-// a body that is not a JSON object with a string model, 404 model_not_found when no route
-// serves the model); the engine plans the targets, selection and session affinity order
+// it); at end of stream the body is checked and its model and stream flag read in one pass
+// (llmapi.Parser: 400 invalid_request with the error's text for a body the request rules
+// refuse — every llmapi.Err* —, 404 model_not_found when no route serves the model); the engine plans the targets, selection and session affinity order
 // them, admission grants a concurrency slot; then the request gets its target: the cluster
 // header (a client-sent one is always removed first), the provider's :authority, the
 // connection's credential in place of every client credential header, the target's model

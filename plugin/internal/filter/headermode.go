@@ -67,7 +67,7 @@ type headerRouted struct {
 	lengthFree      bool          // the request headers carry no content-length: the body may change length
 	heldBody        bool          // a body callback reached the request while its headers were held: the proxy has the option
 	bodyDone        bool          // the whole body was read: h.body, bodyModel
-	bodyModel       string        // the body's model (aliases h.body)
+	bodyModel       string        // the body's model (aliases h.body or bufs.parser's text)
 	viaCallout      bool          // the body ruled the header's target out: attempts go by callout
 	respHeld        bool          // a response of the given-up header attempt is held (viaCallout)
 	ttfb            time.Duration // the watched error response's time to its headers
@@ -218,12 +218,12 @@ func (h *httpContext) endOfHeaderRoutedBody(bodySize int) types.Action {
 		h.reply(replies.InvalidRequest("request has no body"))
 		return types.ActionPause
 	}
-	req, err := llmapi.ParseRequest(body)
+	req, err := h.bufs.parser.Parse(body) // as in body mode (request.go endOfRequest)
 	if err != nil {
 		h.reply(replies.InvalidRequest(err.Error()))
 		return types.ActionPause
 	}
-	h.body, h.hm.bodyModel, h.stream = body, req.Model, req.Stream
+	h.body, h.hm.bodyModel, h.stream, h.modelAt = body, req.Model, req.Stream, req.ModelAt
 	h.hm.bodyDone = true
 	if h.phase != phaseUpstream {
 		return types.ActionPause // the grant checks it (headerRoutedResume)
@@ -251,11 +251,7 @@ func (h *httpContext) checkBody() step {
 	}
 	length := len(h.body)
 	if target != bodyModel {
-		body, err := llmapi.RewriteModel(h.body, target)
-		if err != nil {
-			proxywasm.LogWarnf("spillway: %v", err)
-			return stepProceed
-		}
+		body := h.bodyFor(target)
 		if err := hostabi.ReplaceBuffer(hostabi.RequestBody, body); err != nil {
 			proxywasm.LogWarnf("spillway: replace request body: %v", err)
 			return stepProceed

@@ -192,12 +192,12 @@ func (h *httpContext) endOfRequest(bodySize int) step {
 		h.reply(replies.InvalidRequest("request has no body"))
 		return stepAnswered
 	}
-	req, err := llmapi.ParseRequest(body)
+	req, err := h.bufs.parser.Parse(body) // every error is the client's: llmapi's Err* (never quoting the body)
 	if err != nil {
 		h.reply(replies.InvalidRequest(err.Error()))
 		return stepAnswered
 	}
-	h.body, h.model, h.stream = body, p.intern(req.Model), req.Stream
+	h.body, h.model, h.stream, h.modelAt = body, p.intern(req.Model), req.Stream, req.ModelAt
 	h.started = p.clock() // the failover budget runs from here
 	return h.planAndDispatch()
 }
@@ -492,15 +492,19 @@ func (h *httpContext) applyTarget() bool {
 	return true
 }
 
+// bodyFor returns the client's body with model in its model's place: written into the
+// span the body's parse found, so nothing else changes and its length is exact (the buffer
+// is the context's, valid until the next bodyFor; the host copies what it is handed).
+func (h *httpContext) bodyFor(model string) []byte {
+	h.bufs.rewrite = llmapi.RewriteModel(h.bufs.rewrite[:0], h.body, h.modelAt, model)
+	return h.bufs.rewrite
+}
+
 // sendBodyFor replaces the request body the stream holds with the client's body for model,
 // and its content-length on the request headers the stream still holds; it returns the
-// new body's length, ok false (logged) when the body could not be rewritten or replaced.
+// new body's length, ok false (logged) when the body could not be replaced.
 func (h *httpContext) sendBodyFor(model string) (n int, ok bool) {
-	body, err := llmapi.RewriteModel(h.body, model)
-	if err != nil {
-		proxywasm.LogWarnf("spillway: %v", err)
-		return 0, false
-	}
+	body := h.bodyFor(model)
 	if err := hostabi.ReplaceBuffer(hostabi.RequestBody, body); err != nil {
 		proxywasm.LogWarnf("spillway: replace request body: %v", err)
 		return 0, false

@@ -55,6 +55,8 @@ type httpContext struct {
 type streamBuffers struct {
 	reqPairs, respPairs hostabi.Pairs // request and response headers as read
 	body                []byte        // the request body
+	parser              llmapi.Parser // reads body; holds an escaped model's text
+	rewrite             []byte        // the body rewritten for a target's model (bodyFor)
 	respBody            []byte        // response body bytes read (error body, held events)
 	callPairs           hostabi.Pairs // a failover attempt's response headers
 	callBody            []byte        // a failover attempt's response body
@@ -86,6 +88,7 @@ type streamState struct {
 	heldAt     time.Time   // request headers held (missing-option detector)
 	started    time.Time   // the request's start (failover budget)
 	body       []byte      // the whole request body, once read (aliases bufs.body)
+	modelAt    llmapi.Span // where body's model is (what bodyFor rewrites)
 	bodySize   int         // the body buffered so far (Envoy reports the cumulative size)
 	model      string      // requested model (interned)
 	stream     bool        // "stream": true
@@ -138,6 +141,9 @@ func (h *httpContext) reset() {
 	h.streamState = streamState{}
 	if cap(h.bufs.body) > maxKeptBody {
 		h.bufs.body = nil
+	}
+	if cap(h.bufs.rewrite) > maxKeptBody {
+		h.bufs.rewrite = nil
 	}
 	if cap(h.bufs.respBody) > maxKeptBody {
 		h.bufs.respBody = nil

@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"pgregory.net/rapid"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/testfixture"
 )
 
 // More events as the providers send them (OpenAI's and Anthropic's API references), beside
@@ -300,6 +302,9 @@ func split(s string, size int) [][]byte {
 func FuzzOutputScanner(f *testing.F) {
 	for _, c := range streams {
 		f.Add([]byte(c.stream), uint16(len(c.stream)/2))
+	}
+	for _, b := range testfixture.HostileBodies() { // issue 18's families, as event data
+		f.Add(append(append([]byte("data: "), b...), "\n\n"...), uint16(len(b)/2))
 	}
 	f.Fuzz(func(t *testing.T, stream []byte, at uint16) {
 		want, _ := outputs(string(stream))

@@ -4,6 +4,8 @@ import (
 	"bytes"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/jsonscan"
 )
 
 // How the LLM APIs stream (text/event-stream): events separated by a blank line, each with
@@ -178,11 +180,14 @@ func judge(raw []byte) (FirstEvent, bool) {
 	if string(ev.name) == "error" {
 		return failed(ev.data), true
 	}
-	data := unsafeString(ev.data)
-	if !gjson.Valid(data) {
-		return FirstEvent{Verdict: Content}, true // not JSON: not ours to judge; let it through
+	// Not JSON, or nested past jsonscan.MaxDepth: not ours to judge; let it through. The
+	// check is iterative (gjson.Valid recurses once per level: a deep event could overflow
+	// the stack); gjson's Get and ForEach below read iteratively, recursing only along their
+	// fixed paths.
+	if jsonscan.Valid(ev.data) != nil {
+		return FirstEvent{Verdict: Content}, true
 	}
-	root := gjson.Parse(data)
+	root := gjson.Parse(unsafeString(ev.data))
 	switch t := root.Get("type"); {
 	case t.Type == gjson.String && (t.Str == "error" || t.Str == "response.failed"):
 		return failed(ev.data), true

@@ -152,30 +152,3 @@ func BenchmarkScanFirstAnthropic(b *testing.B) {
 		ScanFirst(body, false)
 	}
 }
-
-// BenchmarkParseRequest reads a chat completion's model and stream flag: a short body (the
-// success path benchmark's) and one whose stream flag follows 1.2 kB of messages, through
-// ParseRequest (its fast scan) and through gjson alone, the baseline it replaces.
-func BenchmarkParseRequest(b *testing.B) {
-	bodies := []struct{ name, body string }{
-		{"short", `{"model":"gpt-4o","stream":false,"messages":[{"role":"user","content":"hello"}]}`},
-		{"long", `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("hello ", 200) + `"}],"stream":true}`},
-	}
-	for _, c := range bodies {
-		for _, p := range []struct {
-			name  string
-			parse func([]byte) (Request, error)
-		}{{"scan", ParseRequest}, {"gjson", parseRequestGJSON}} {
-			b.Run(c.name+"/"+p.name, func(b *testing.B) {
-				body := []byte(c.body)
-				b.ReportAllocs()
-				b.SetBytes(int64(len(body)))
-				for b.Loop() {
-					if r, err := p.parse(body); err != nil || r.Model != "gpt-4o" {
-						b.Fatal(r, err)
-					}
-				}
-			})
-		}
-	}
-}

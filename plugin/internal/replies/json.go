@@ -4,65 +4,14 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/spillwayproxy/spillway/plugin/internal/jsonscan"
 )
 
 // The bodies are small and their shape is fixed, so they are written with an appender
 // rather than encoding/json: the field order is the code's order, and nothing is reflected.
-// appendString is the one place that must be careful; its tests compare it with
-// encoding/json on arbitrary input.
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string literal. Invalid UTF-8 bytes become U+FFFD one
-// byte at a time (as encoding/json does); control characters, quote and backslash are
-// escaped, and so are U+2028 and U+2029 so the body is also safe inside JavaScript.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
+// A string is the one part that must be careful: jsonscan.AppendString, whose tests compare
+// it with encoding/json on arbitrary input.
 
 // appendKey appends `,"key":` (or `"key":` right after an opening brace).
 func appendKey(b []byte, key string) []byte {
@@ -76,7 +25,7 @@ func appendKey(b []byte, key string) []byte {
 
 // appendStringField appends `"key":"value"`.
 func appendStringField(b []byte, key, value string) []byte {
-	return appendString(appendKey(b, key), value)
+	return jsonscan.AppendString(appendKey(b, key), value)
 }
 
 // appendIntField appends `"key":n`.

@@ -372,29 +372,6 @@ func TestRetryAfterSeconds(t *testing.T) {
 	}
 }
 
-// appendString must decode to exactly what encoding/json's own encoding decodes to.
-func FuzzAppendStringMatchesEncodingJSON(f *testing.F) {
-	for _, s := range []string{"", "plain", `q"uote\back`, "\x00\x1f\x7f", "tab\tnl\ncr\r",
-		"\u2028\u2029", "\xff\xfe", "é\xc3", "日本語", "<script>&amp;", "\xed\xa0\x80"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		mine := appendString(nil, s)
-		var gotMine string
-		if err := json.Unmarshal(mine, &gotMine); err != nil {
-			t.Fatalf("appendString(%q) = %s: not JSON: %v", s, mine, err)
-		}
-		ref, _ := json.Marshal(s)
-		var gotRef string
-		if err := json.Unmarshal(ref, &gotRef); err != nil {
-			t.Fatal(err)
-		}
-		if gotMine != gotRef {
-			t.Fatalf("appendString(%q) decodes to %q, encoding/json to %q", s, gotMine, gotRef)
-		}
-	})
-}
-
 func TestClip(t *testing.T) {
 	tests := []struct {
 		in   string // input

@@ -220,6 +220,9 @@ func FuzzFind(f *testing.F) {
 		f.Add([]byte(seed), "Retry-After", "Sun, 01 Jun 2025 12:01:30 GMT")
 		f.Add([]byte(seed), "x-ratelimit-reset-tokens", "1m30s")
 	}
+	for _, b := range testfixture.HostileBodies() { // issue 18's nesting and duplicate-key families
+		f.Add(b, "Retry-After", "30")
+	}
 	f.Fuzz(func(t *testing.T, body []byte, name, value string) {
 		headers := [][2]string{{name, value}, {"retry-after-ms", value}, {"x-ratelimit-remaining-tokens", value}}
 		h := Find(headers, body, now, nil)
