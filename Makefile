@@ -48,10 +48,12 @@ check: ## Hygiene: gofmt, go mod tidy, go vet, staticcheck, and a wasip1 cross-b
 ISTIO_CHECK_DIR := $(BUILD)/istio-check
 
 .PHONY: istio-check
-istio-check: ## Istio's own istioctl (pinned in istio/istioctl/go.mod) validates and analyzes every render istio output and istio/examples.
+istio-check: ## Istio's own istioctl (pinned in istio/istioctl/go.mod) validates and analyzes every render istio output and istio/examples, and refuses each rendering with one of istiod's rules broken.
 	rm -rf $(ISTIO_CHECK_DIR)
-	$(GO) test -count=1 -run '^TestRenderEveryPolicy$$' ./istio -render-dir=$(abspath $(ISTIO_CHECK_DIR))
+	$(GO) test -count=1 -run '^(TestRenderEveryPolicy|TestIstiodRulesRefused)$$' ./istio \
+		-render-dir=$(abspath $(ISTIO_CHECK_DIR)) -refused-dir=$(abspath $(ISTIO_CHECK_DIR))/refused
 	istio/istioctl/check $(ISTIO_CHECK_DIR)/*.yaml istio/examples/*.yaml
+	istio/istioctl/check -refused $(ISTIO_CHECK_DIR)/refused/*.yaml
 
 # The native packages: those whose tests run no wasm module (their test binary does not
 # link hostsim), found from the import graph so a new package joins by itself.

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
-	"strings"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -31,6 +29,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/spillwayproxy/spillway/envoy"
+	"github.com/spillwayproxy/spillway/internal/rootid"
 	"github.com/spillwayproxy/spillway/policies"
 	"github.com/spillwayproxy/spillway/policies/envoylimits"
 )
@@ -101,32 +100,116 @@ func decodeIstiod(value *structpb.Struct, m proto.Message) error {
 	return nil
 }
 
-// envoyFilter follows ValidateEnvoyFilter (pkg/config/validation/envoyfilter/envoyfilter.go)
-// and, for the Wasm extension config, Spillway's rules.
+// standIn is the least istiod could have built for a MERGE patch value of the type to land
+// on: the fields Envoy's protoc-gen-validate rules require of it. istiod merges the value
+// with proto.Merge semantics (pkg/proto/merge/merge.go; a map entry replaces the one it
+// names, as in proto.Merge), so once the value is merged into its stand-in, every rule that
+// fails is the value's. A MERGE value alone is a fragment (a virtual host without a name,
+// say) that Envoy's rules would refuse for what it leaves to istiod.
+func standIn(applyTo networking.EnvoyFilter_ApplyTo) proto.Message {
+	const name = "stand-in"
+	m := patchType(applyTo)
+	switch m := m.(type) {
+	case *clusterv3.Cluster:
+		m.Name = name
+	case *hcmv3.HttpFilter:
+		m.Name = name
+	case *listenerv3.Filter:
+		m.Name = name
+	case *listenerv3.ListenerFilter:
+		m.Name = name
+	case *routev3.VirtualHost:
+		m.Name, m.Domains = name, []string{name}
+	case *routev3.Route:
+		m.Match = &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
+		m.Action = &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: name}}}
+	case *corev3.TypedExtensionConfig:
+		m.Name, m.TypedConfig = name, mustAny(&wasmfilterv3.Wasm{})
+	}
+	return m
+}
+
+// envoyFilter checks an EnvoyFilter: scoped to named workloads, and each patch (configPatch);
+// then the buffer limits it raises (bufferLimits).
 func (v *validator) envoyFilter(ef *networking.EnvoyFilter) {
-	if ef.WorkloadSelector != nil && len(ef.TargetRefs) > 0 {
-		v.fail("spec", "only one of targetRefs or workloadSelector can be set")
-	}
-	if ef.WorkloadSelector == nil && len(ef.TargetRefs) == 0 {
-		v.fail("spec", "neither workloadSelector nor targetRefs is set: the patches would apply to every workload of the namespace")
-	}
-	if ws := ef.WorkloadSelector; ws != nil {
-		if len(ws.Labels) == 0 {
-			v.fail("spec.workloadSelector", "workload selector specified without labels: it applies to every workload of the namespace")
-		}
-		for k, val := range ws.Labels {
-			if k == "" || strings.Contains(k, "*") || strings.Contains(val, "*") {
-				v.fail("spec.workloadSelector.labels", "%q=%q: empty keys and wildcards are not supported in selector", k, val)
-			}
-		}
-	}
-	if len(ef.ConfigPatches) == 0 {
-		v.fail("spec.configPatches", "required")
-	}
+	v.scoped(ef.WorkloadSelector.GetLabels(), ef.WorkloadSelector != nil, len(ef.TargetRefs) > 0)
+	v.ef = envoyFilterPatches{vhosts: len(v.vhostPatches)}
 	for i, cp := range ef.ConfigPatches {
 		v.configPatch(fmt.Sprintf("spec.configPatches[%d]", i), cp)
 	}
-	v.bufferLimits(ef)
+	v.bufferLimits(v.vhostPatches[v.ef.vhosts:])
+}
+
+// envoyFilterPatches is what bufferLimits needs of the EnvoyFilter being checked.
+type envoyFilterPatches struct {
+	vhosts    int             // its first entry in validator.vhostPatches
+	listeners []listenerPatch // its LISTENER MERGEs of per_connection_buffer_limit_bytes
+	holds     bool            // it adds a Wasm filter that holds request headers
+}
+
+type listenerPatch struct {
+	path  string
+	ctx   networking.EnvoyFilter_PatchContext
+	port  uint32
+	limit uint64
+}
+
+// configPatch decodes a patch value the way istiod does (decodeIstiod), holds it to Envoy's
+// protoc-gen-validate rules (an added or inserted value alone, a MERGE value merged into its
+// stand-in), and checks what Spillway's patches of its type promise. A patch istiod's own
+// validation refuses (no applyTo, operation or value; a match that does not fit applyTo) is
+// left to istioctl.
+func (v *validator) configPatch(path string, cp *networking.EnvoyFilter_EnvoyConfigObjectPatch) {
+	if cp.GetMatch().GetContext() == networking.EnvoyFilter_WAYPOINT {
+		v.fail(path+".match.context", "WAYPOINT: waypoints are not supported (Spillway runs in gateways and sidecars; istiod does not validate a waypoint's patches)")
+		return
+	}
+	obj := patchType(cp.GetApplyTo())
+	if obj == nil || cp.GetPatch().GetValue() == nil {
+		return
+	}
+	if err := decodeIstiod(cp.Patch.Value, obj); err != nil {
+		v.fail(path+".patch.value", "does not decode as %s: %v", proto.MessageName(obj), err)
+		return
+	}
+	switch op := cp.Patch.Operation; {
+	case op == networking.EnvoyFilter_Patch_MERGE:
+		merged := standIn(cp.ApplyTo)
+		proto.Merge(merged, obj)
+		v.failErr(path+".patch.value", validateEnvoy(merged))
+	case op != networking.EnvoyFilter_Patch_REMOVE:
+		v.failErr(path+".patch.value", validateEnvoy(obj))
+	}
+	switch m := obj.(type) {
+	case *corev3.TypedExtensionConfig:
+		v.extensionConfig(path, cp, m)
+	case *hcmv3.HttpFilter:
+		v.httpFilter(path, cp, m)
+	case *clusterv3.Cluster:
+		v.clusterPatch(path, cp, m)
+	case *routev3.VirtualHost:
+		v.perFilterConfigs(path+".patch.value.typed_per_filter_config", m.GetTypedPerFilterConfig())
+		rc := cp.GetMatch().GetRouteConfiguration()
+		v.vhostPatches = append(v.vhostPatches, vhostPatch{object: v.cur, path: path, ctx: cp.GetMatch().GetContext(),
+			port: rc.GetPortNumber(), name: rc.GetVhost().GetName(), vh: m})
+	case *listenerv3.Listener:
+		if cp.Patch.Operation != networking.EnvoyFilter_Patch_MERGE || m.GetPerConnectionBufferLimitBytes() == nil {
+			break
+		}
+		l := listenerPatch{path: path, ctx: cp.GetMatch().GetContext(), port: cp.GetMatch().GetListener().GetPortNumber(),
+			limit: uint64(m.GetPerConnectionBufferLimitBytes().GetValue())}
+		if l.port == 0 {
+			v.fail(path+".match.listener.portNumber", "required: without it the connection buffer limit rises on every listener of the workload; name the listener Spillway's virtual hosts are served on")
+		}
+		v.ef.listeners = append(v.ef.listeners, l)
+	case *routev3.Route:
+		v.perFilterConfigs(path+".patch.value.typed_per_filter_config", m.GetTypedPerFilterConfig())
+		vh := cp.GetMatch().GetRouteConfiguration().GetVhost()
+		if v.routePatches == nil {
+			v.routePatches = map[string]routePatch{}
+		}
+		v.routePatches[vh.GetName()+"/"+vh.GetRoute().GetName()] = routePatch{object: v.cur, path: path, route: m}
+	}
 }
 
 // bufferLimits is Spillway's rule on the buffer limits an EnvoyFilter raises. Where the
@@ -137,144 +220,39 @@ func (v *validator) envoyFilter(ef *networking.EnvoyFilter) {
 // virtual host's limit only in the router (envoyproxy/envoy#42607), after Spillway has
 // buffered the body of a request it holds at its headers, which buffers under the
 // listener's limit meanwhile (see envoylimits.ConnectionBufferLimit). A LISTENER patch
-// must name its port (without one it changes every listener of the workload), and on a
-// sidecar the port of the virtual hosts (the outbound listener for a port serves its
-// routes; a gateway binds its Service's target port instead, which Render cannot check).
-func (v *validator) bufferLimits(ef *networking.EnvoyFilter) {
-	type raised struct {
-		path  string
-		limit uint64
-		port  uint32
-	}
-	vhosts := map[networking.EnvoyFilter_PatchContext]raised{}    // the largest virtual host limit
-	listeners := map[networking.EnvoyFilter_PatchContext]raised{} // the largest listener limit
-	holds := false                                                // a filter that holds request headers
-	for i, cp := range ef.ConfigPatches {
-		if cp.GetPatch().GetValue() == nil {
-			continue
-		}
-		path := fmt.Sprintf("spec.configPatches[%d]", i)
-		ctx := cp.GetMatch().GetContext()
-		// A value that does not decode is reported by configPatch.
-		if cp.ApplyTo == networking.EnvoyFilter_EXTENSION_CONFIG {
-			ec, w := new(corev3.TypedExtensionConfig), new(wasmfilterv3.Wasm)
-			if decodeIstiod(cp.Patch.Value, ec) == nil && ec.GetTypedConfig().UnmarshalTo(w) == nil &&
-				w.GetConfig().GetAllowOnHeadersStopIteration().GetValue() {
-				holds = true
-			}
-			continue
-		}
-		if cp.Patch.Operation != networking.EnvoyFilter_Patch_MERGE {
-			continue
-		}
-		switch cp.ApplyTo {
-		case networking.EnvoyFilter_VIRTUAL_HOST:
-			vh := new(routev3.VirtualHost)
-			if decodeIstiod(cp.Patch.Value, vh) != nil || vh.GetRequestBodyBufferLimit() == nil {
-				continue
-			}
-			r := raised{path + ".patch.value.request_body_buffer_limit", vh.GetRequestBodyBufferLimit().GetValue(),
-				cp.GetMatch().GetRouteConfiguration().GetPortNumber()}
-			if r.limit > vhosts[ctx].limit {
-				vhosts[ctx] = r
-			}
-		case networking.EnvoyFilter_LISTENER:
-			l := new(listenerv3.Listener)
-			if decodeIstiod(cp.Patch.Value, l) != nil || l.GetPerConnectionBufferLimitBytes() == nil {
-				continue
-			}
-			r := raised{path, uint64(l.GetPerConnectionBufferLimitBytes().GetValue()), cp.GetMatch().GetListener().GetPortNumber()}
-			if r.port == 0 {
-				v.fail(path+".match.listener.portNumber", "required: without it the connection buffer limit rises on every listener of the workload; name the listener Spillway's virtual hosts are served on")
-			}
-			if _, seen := listeners[ctx]; !seen || r.limit > listeners[ctx].limit {
-				listeners[ctx] = r
-			}
-		}
-	}
-	if !holds {
+// must name its port (configPatch: without one it changes every listener of the workload),
+// and on a sidecar the port of the virtual hosts (the outbound listener for a port serves
+// its routes; a gateway binds its Service's target port instead, which Render cannot check).
+func (v *validator) bufferLimits(vhosts []vhostPatch) {
+	if !v.ef.holds {
 		return
 	}
-	for _, ctx := range slices.Sorted(maps.Keys(vhosts)) {
-		vh := vhosts[ctx]
-		if vh.limit <= envoylimits.DefaultConnectionBufferLimit {
+	largest := map[networking.EnvoyFilter_PatchContext]vhostPatch{} // the largest virtual host limit
+	for _, vp := range vhosts {
+		if vp.vh.GetRequestBodyBufferLimit().GetValue() > largest[vp.ctx].vh.GetRequestBodyBufferLimit().GetValue() {
+			largest[vp.ctx] = vp
+		}
+	}
+	for _, ctx := range slices.Sorted(maps.Keys(largest)) {
+		vp := largest[ctx]
+		limit := vp.vh.GetRequestBodyBufferLimit().GetValue()
+		if limit <= envoylimits.DefaultConnectionBufferLimit {
 			continue
 		}
-		l, ok := listeners[ctx]
+		var l *listenerPatch
+		for i, lp := range v.ef.listeners {
+			if lp.ctx == ctx && (l == nil || lp.limit > l.limit) {
+				l = &v.ef.listeners[i]
+			}
+		}
 		switch {
-		case !ok:
-			v.fail(vh.path, "%d needs a LISTENER MERGE of per_connection_buffer_limit_bytes ≥ %d in context %s: Envoy 1.36 (Istio 1.28) applies a virtual host's limit only in the router, and a request Spillway holds at its headers buffers under the listener's limit (1 MiB by default) until then (envoyproxy/envoy#42607)", vh.limit, vh.limit, ctx)
-		case l.limit < vh.limit:
-			v.fail(l.path+".patch.value.per_connection_buffer_limit_bytes", "%d is below the virtual hosts' request_body_buffer_limit %d: Envoy 1.36 (Istio 1.28) would answer its own 413 for a held request between the two (envoyproxy/envoy#42607)", l.limit, vh.limit)
-		case ctx == networking.EnvoyFilter_SIDECAR_OUTBOUND && l.port != 0 && l.port != vh.port:
-			v.fail(l.path+".match.listener.portNumber", "%d, but Spillway's virtual hosts are on port %d: a sidecar serves them on its outbound listener for that port", l.port, vh.port)
+		case l == nil:
+			v.fail(vp.path+".patch.value.request_body_buffer_limit", "%d needs a LISTENER MERGE of per_connection_buffer_limit_bytes ≥ %d in context %s: Envoy 1.36 (Istio 1.28) applies a virtual host's limit only in the router, and a request Spillway holds at its headers buffers under the listener's limit (1 MiB by default) until then (envoyproxy/envoy#42607)", limit, limit, ctx)
+		case l.limit < limit:
+			v.fail(l.path+".patch.value.per_connection_buffer_limit_bytes", "%d is below the virtual hosts' request_body_buffer_limit %d: Envoy 1.36 (Istio 1.28) would answer its own 413 for a held request between the two (envoyproxy/envoy#42607)", l.limit, limit)
+		case ctx == networking.EnvoyFilter_SIDECAR_OUTBOUND && l.port != 0 && l.port != vp.port:
+			v.fail(l.path+".match.listener.portNumber", "%d, but Spillway's virtual hosts are on port %d: a sidecar serves them on its outbound listener for that port", l.port, vp.port)
 		}
-	}
-}
-
-func (v *validator) configPatch(path string, cp *networking.EnvoyFilter_EnvoyConfigObjectPatch) {
-	switch {
-	case cp == nil:
-		v.fail(path, "null config patch")
-		return
-	case cp.Match != nil && cp.Match.Context == networking.EnvoyFilter_WAYPOINT:
-		v.fail(path+".match.context", "WAYPOINT: Spillway runs in gateways and sidecars, which istiod validates; waypoints are not supported")
-		return
-	case cp.ApplyTo == networking.EnvoyFilter_INVALID:
-		v.fail(path+".applyTo", "missing applyTo")
-		return
-	case cp.Patch == nil:
-		v.fail(path+".patch", "missing patch")
-		return
-	case cp.Patch.Operation == networking.EnvoyFilter_Patch_INVALID:
-		v.fail(path+".patch.operation", "missing patch operation")
-		return
-	case cp.Patch.Operation != networking.EnvoyFilter_Patch_REMOVE && cp.Patch.Value == nil:
-		v.fail(path+".patch.value", "missing patch value for non-remove operation")
-		return
-	}
-	if pv := cp.Match.GetProxy().GetProxyVersion(); pv != "" {
-		if len(pv) > 1024 {
-			v.fail(path+".match.proxy.proxyVersion", "longer than 1024 characters: istiod ignores it")
-		} else if _, err := regexp.Compile(pv); err != nil {
-			v.fail(path+".match.proxy.proxyVersion", "invalid regex for proxy version, [%v]", err)
-		}
-	}
-	v.patchMatch(path, cp)
-	if cp.Patch.Value == nil {
-		return
-	}
-	obj := patchType(cp.ApplyTo)
-	if obj == nil {
-		v.fail(path+".applyTo", "unknown object type for applyTo %s", cp.ApplyTo)
-		return
-	}
-	if err := decodeIstiod(cp.Patch.Value, obj); err != nil {
-		v.fail(path+".patch.value", "does not decode as %s: %v", proto.MessageName(obj), err)
-		return
-	}
-	op := cp.Patch.Operation
-	complete := op == networking.EnvoyFilter_Patch_ADD || op == networking.EnvoyFilter_Patch_INSERT_BEFORE ||
-		op == networking.EnvoyFilter_Patch_INSERT_AFTER || op == networking.EnvoyFilter_Patch_INSERT_FIRST || op == networking.EnvoyFilter_Patch_REPLACE
-	if complete {
-		// A MERGE value is a fragment (a virtual host without a name, say); what is added
-		// or inserted must be a whole, valid Envoy object.
-		v.failErr(path+".patch.value", validateEnvoy(obj))
-	}
-	switch m := obj.(type) {
-	case *corev3.TypedExtensionConfig:
-		v.extensionConfig(path, cp, m)
-	case *hcmv3.HttpFilter:
-		v.httpFilter(path, cp, m)
-	case *clusterv3.Cluster:
-		v.clusterPatch(path, m)
-	case *routev3.VirtualHost:
-		v.perFilterConfigs(path+".patch.value.typed_per_filter_config", m.GetTypedPerFilterConfig())
-	case *routev3.Route:
-		if rp := m.GetRoute().GetRetryPolicy(); rp != nil {
-			v.failErr(path+".patch.value.route.retry_policy", validateEnvoy(rp))
-		}
-		v.perFilterConfigs(path+".patch.value.typed_per_filter_config", m.GetTypedPerFilterConfig())
 	}
 }
 
@@ -313,11 +291,11 @@ func (v *validator) perFilterConfigs(path string, configs map[string]*anypb.Any)
 }
 
 // clusterPatch checks a cluster patch's upstream HTTP filter chain (failover through the
-// router): the HttpProtocolOptions it puts on the cluster are whole and valid (istiod's MERGE
-// replaces the map entry: see routerPatches), name an upstream protocol (Envoy requires one),
-// end with the codec (Envoy refuses any other terminal upstream filter), and every filter
-// read over ECDS names an extension config an EnvoyFilter adds.
-func (v *validator) clusterPatch(path string, c *clusterv3.Cluster) {
+// router): the HttpProtocolOptions it puts on the cluster name an upstream protocol (istiod's
+// MERGE replaces the map entry, see routerPatches, and Envoy requires one), end with the
+// codec (Envoy refuses any other terminal upstream filter), and read Spillway's upstream
+// instance over ECDS (ecdsConfig).
+func (v *validator) clusterPatch(path string, cp *networking.EnvoyFilter_EnvoyConfigObjectPatch, c *clusterv3.Cluster) {
 	a, ok := c.GetTypedExtensionProtocolOptions()[httpProtocolOptionsKey]
 	if !ok {
 		return
@@ -328,7 +306,6 @@ func (v *validator) clusterPatch(path string, c *clusterv3.Cluster) {
 		v.fail(path, "%v", err)
 		return
 	}
-	v.failErr(path, validateEnvoy(protocol))
 	if protocol.GetUpstreamProtocolOptions() == nil {
 		v.fail(path, "no upstream protocol: the patch replaces the HttpProtocolOptions istiod set, so it must name one")
 	}
@@ -339,91 +316,58 @@ func (v *validator) clusterPatch(path string, c *clusterv3.Cluster) {
 	if last := filters[len(filters)-1]; last.GetName() != envoy.UpstreamCodecFilter {
 		v.fail(path+".http_filters", "the last upstream filter is %q: Envoy accepts only %s there", last.GetName(), envoy.UpstreamCodecFilter)
 	}
+	if v.clusterPatches == nil {
+		v.clusterPatches = map[string][]string{}
+	}
+	cluster := cp.GetMatch().GetCluster().GetName()
 	for i, f := range filters {
-		cd := f.GetConfigDiscovery()
-		if cd == nil {
-			continue
-		}
-		fp := fmt.Sprintf("%s.http_filters[%d].config_discovery", path, i)
-		v.filterRefs = append(v.filterRefs, filterRef{object: v.cur, path: fp, name: f.Name})
-		if !slices.Contains(cd.TypeUrls, wasmTypeURL) {
-			v.fail(fp+".type_urls", "must include %s", wasmTypeURL)
-		}
-		if cd.GetConfigSource().GetAds() == nil {
-			v.fail(fp+".config_source", "want ads: {} (istiod serves extension configs on the proxy's ADS stream)")
+		if f.GetConfigDiscovery() != nil {
+			v.ecdsConfig(filterRef{object: v.cur, path: fmt.Sprintf("%s.http_filters[%d].config_discovery", path, i), name: f.Name}, f)
+			v.clusterPatches[cluster] = append(v.clusterPatches[cluster], f.Name)
 		}
 	}
 }
 
-// patchMatch checks that applyTo, match and patch line up (validateEnvoyFilter).
-func (v *validator) patchMatch(path string, cp *networking.EnvoyFilter_EnvoyConfigObjectPatch) {
-	m := cp.Match
-	if m == nil || m.ObjectTypes == nil {
-		return
+// ecdsConfig: a filter reading its config over ECDS names an extension config an
+// EnvoyFilter adds (a cross check), asks for the Wasm type, and reads it from istiod on the
+// proxy's ADS stream.
+func (v *validator) ecdsConfig(ref filterRef, f *hcmv3.HttpFilter) {
+	cd := f.GetConfigDiscovery()
+	v.filterRefs = append(v.filterRefs, ref)
+	if !slices.Contains(cd.TypeUrls, wasmTypeURL) {
+		v.fail(ref.path+".type_urls", "must include %s", wasmTypeURL)
 	}
-	switch cp.ApplyTo {
-	case networking.EnvoyFilter_LISTENER, networking.EnvoyFilter_FILTER_CHAIN, networking.EnvoyFilter_NETWORK_FILTER, networking.EnvoyFilter_HTTP_FILTER:
-		l := m.GetListener()
-		if l == nil {
-			v.fail(path+".match", "applyTo for listener class objects cannot have non listener match")
-			return
-		}
-		f := l.GetFilterChain().GetFilter()
-		if f == nil {
-			return
-		}
-		if cp.ApplyTo == networking.EnvoyFilter_LISTENER || cp.ApplyTo == networking.EnvoyFilter_FILTER_CHAIN {
-			v.fail(path+".match.listener.filterChain.filter", "filter match has no effect when used with %v", cp.ApplyTo)
-		}
-		if f.Name == "" {
-			v.fail(path+".match.listener.filterChain.filter.name", "filter match has no name to match on")
-			return
-		}
-		if f.SubFilter != nil {
-			switch {
-			case cp.ApplyTo != networking.EnvoyFilter_HTTP_FILTER:
-				v.fail(path+".match.listener.filterChain.filter.subFilter", "subfilter match can be used with applyTo HTTP_FILTER only")
-			case f.Name != hcmFilterName && f.Name != "envoy.http_connection_manager":
-				v.fail(path+".match.listener.filterChain.filter.subFilter", "subfilter match requires filter match with %s", hcmFilterName)
-			case f.SubFilter.Name == "":
-				v.fail(path+".match.listener.filterChain.filter.subFilter.name", "subfilter match has no name to match on")
-			}
-		}
-	case networking.EnvoyFilter_ROUTE_CONFIGURATION, networking.EnvoyFilter_VIRTUAL_HOST, networking.EnvoyFilter_HTTP_ROUTE:
-		if m.GetRouteConfiguration() == nil {
-			v.fail(path+".match", "applyTo for http route class objects cannot have non route configuration match")
-		}
-	case networking.EnvoyFilter_CLUSTER:
-		if m.GetCluster() == nil {
-			v.fail(path+".match", "applyTo for cluster class objects cannot have non cluster match")
-		}
+	if cd.GetConfigSource().GetAds() == nil {
+		v.fail(ref.path+".config_source", "want ads: {} (istiod serves extension configs on the proxy's ADS stream)")
 	}
 }
 
 // extensionConfig: istiod serves only EXTENSION_CONFIG patches whose operation is ADD
-// (extension_configuration_patch.go, InsertedExtensionConfigurations ignores the rest);
-// a Wasm one is Spillway's filter and must be complete.
+// (extension_configuration_patch.go, InsertedExtensionConfigurations ignores the rest); a
+// Wasm one is Spillway's filter and must be complete (wasmConfig).
 func (v *validator) extensionConfig(path string, cp *networking.EnvoyFilter_EnvoyConfigObjectPatch, ec *corev3.TypedExtensionConfig) {
 	if cp.Patch.Operation != networking.EnvoyFilter_Patch_ADD {
 		v.fail(path+".patch.operation", "%s: istiod serves only ADD extension configs", cp.Patch.Operation)
 		return
 	}
 	if v.extensionConfigs == nil {
-		v.extensionConfigs = map[string]bool{}
+		v.extensionConfigs = map[string]extensionRef{}
 	}
-	if v.extensionConfigs[ec.Name] {
+	if _, dup := v.extensionConfigs[ec.Name]; dup {
 		v.fail(path+".patch.value.name", "extension config %q added twice", ec.Name)
 	}
-	v.extensionConfigs[ec.Name] = true
-	if ec.GetTypedConfig().GetTypeUrl() != wasmTypeURL {
-		return
+	ref := extensionRef{object: v.cur, path: path}
+	if ec.GetTypedConfig().GetTypeUrl() == wasmTypeURL {
+		w := new(wasmfilterv3.Wasm)
+		if err := ec.TypedConfig.UnmarshalTo(w); err != nil {
+			v.fail(path+".patch.value.typed_config", "%v", err)
+			return
+		}
+		ref.wasm = w.GetConfig()
+		v.ef.holds = v.ef.holds || w.GetConfig().GetAllowOnHeadersStopIteration().GetValue()
+		v.wasmConfig(path+".patch.value.typed_config.config", w.GetConfig())
 	}
-	w := new(wasmfilterv3.Wasm)
-	if err := ec.TypedConfig.UnmarshalTo(w); err != nil {
-		v.fail(path+".patch.value.typed_config", "%v", err)
-		return
-	}
-	v.wasmConfig(path+".patch.value.typed_config.config", w.GetConfig())
+	v.extensionConfigs[ec.Name] = ref
 }
 
 // wasmConfig checks the filter's PluginConfig: what Spillway needs to work in Envoy and
@@ -436,8 +380,11 @@ func (v *validator) wasmConfig(path string, pc *wasmv3.PluginConfig) {
 	if !pc.GetAllowOnHeadersStopIteration().GetValue() {
 		v.fail(path+".allow_on_headers_stop_iteration", "must be true: Spillway holds request headers while it reads the body, which without it hangs the request")
 	}
-	if pc.FailurePolicy == wasmv3.FailurePolicy_UNSPECIFIED {
-		v.fail(path+".failure_policy", "set it explicitly (FAIL_RELOAD, FAIL_CLOSED or FAIL_OPEN): the default differs between Envoy versions")
+	switch pc.FailurePolicy {
+	case wasmv3.FailurePolicy_UNSPECIFIED:
+		v.fail(path+".failure_policy", "set it explicitly (FAIL_RELOAD or FAIL_CLOSED): the default differs between Envoy versions")
+	case wasmv3.FailurePolicy_FAIL_OPEN:
+		v.fail(path+".failure_policy", "FAIL_OPEN: %s", errFailOpen)
 	}
 	vm := pc.GetVmConfig()
 	if vm == nil {
@@ -455,11 +402,8 @@ func (v *validator) wasmConfig(path string, pc *wasmv3.PluginConfig) {
 	}
 	env := vm.GetEnvironmentVariables()
 	names := append(slices.Clone(env.GetHostEnvKeys()), sortedKeys(env.GetKeyValues())...)
-	if len(names) > 256 {
-		v.fail(path+".vm_config.environment_variables", "at most 256 variables")
-	}
 	for _, n := range names {
-		v.envVar(path+".vm_config.environment_variables["+n+"]", n, env.GetKeyValues()[n])
+		v.envVar(path+".vm_config.environment_variables["+n+"]", n)
 	}
 	if dup := firstDuplicate(names); dup != "" {
 		v.fail(path+".vm_config.environment_variables", "%q both from the host and inline", dup)
@@ -469,23 +413,20 @@ func (v *validator) wasmConfig(path string, pc *wasmv3.PluginConfig) {
 		v.fail(path+".configuration", "want a google.protobuf.StringValue holding the Spillway policy JSON")
 		return
 	}
-	v.policy(path+".configuration.value", cfg.Value, names)
+	if ref := v.policy(path+".configuration.value", cfg.Value, names); ref != nil && pc.RootId != rootid.Upstream {
+		// The upstream instance carries the downstream's policy; the cross checks read it once.
+		v.policies = append(v.policies, *ref)
+	}
 }
 
-// httpFilter: a filter reading an extension config over ECDS must name one Spillway's
-// EnvoyFilters add, ask for the Wasm type, and run before the router.
+// httpFilter: Spillway's HTTP filter reads its config over ECDS (ecdsConfig), runs before
+// the router, on a gateway or on a client's outbound traffic.
 func (v *validator) httpFilter(path string, cp *networking.EnvoyFilter_EnvoyConfigObjectPatch, hf *hcmv3.HttpFilter) {
-	cd := hf.GetConfigDiscovery()
-	if cd == nil {
+	if hf.GetConfigDiscovery() == nil {
 		return
 	}
-	v.filterRefs = append(v.filterRefs, filterRef{object: v.cur, path: path + ".patch.value.config_discovery", name: hf.Name})
-	if !slices.Contains(cd.TypeUrls, wasmTypeURL) {
-		v.fail(path+".patch.value.config_discovery.type_urls", "must include %s", wasmTypeURL)
-	}
-	if cd.GetConfigSource().GetAds() == nil {
-		v.fail(path+".patch.value.config_discovery.config_source", "want ads: {} (istiod serves extension configs on the proxy's ADS stream)")
-	}
+	v.ecdsConfig(filterRef{object: v.cur, path: path + ".patch.value.config_discovery", name: hf.Name,
+		downstream: true, disabled: hf.Disabled}, hf)
 	sub := cp.GetMatch().GetListener().GetFilterChain().GetFilter().GetSubFilter().GetName()
 	if cp.Patch.Operation != networking.EnvoyFilter_Patch_INSERT_BEFORE || sub != routerFilterName {
 		v.fail(path, "insert the filter with INSERT_BEFORE the %s sub filter: it must run before the router", routerFilterName)
@@ -497,8 +438,9 @@ func (v *validator) httpFilter(path string, cp *networking.EnvoyFilter_EnvoyConf
 
 // policy checks the policy a filter attachment carries: it must parse (every ${NAME}
 // without a default must be in the VM environment, or the filter refuses to start), and
-// every provider's cluster must be an Istio cluster whose host is its authority.
-func (v *validator) policy(path, doc string, env []string) {
+// every provider's cluster must be an Istio cluster whose host is its authority. It returns
+// the parsed policy for the cross checks, nil if it does not parse.
+func (v *validator) policy(path, doc string, env []string) *policyRef {
 	lookup := func(name string) (string, bool) {
 		if slices.Contains(env, name) {
 			return envPlaceholder, true
@@ -515,24 +457,21 @@ func (v *validator) policy(path, doc string, env []string) {
 		} else {
 			v.fail(path, "policy: %v", err)
 		}
-		return
+		return nil
 	}
-	ref := policyRef{object: v.cur, path: path}
-	for i, pr := range p.Providers {
+	ref := &policyRef{object: v.cur, path: path, res: p.Resolved()}
+	for i, pr := range ref.res.Providers {
 		pp := fmt.Sprintf("%s: policy: providers[%d]", path, i)
 		_, host, err := parseClusterName(pr.Cluster)
 		if err != nil {
-			v.problems = append(v.problems, Problem{Object: v.cur, Path: pp + ".cluster",
-				Message: fmt.Sprintf("%q: %v: in a mesh a provider's cluster is Istio's outbound|<port>||<host> (the cluster header's value and the failover callouts' target)", pr.Cluster, err)})
+			v.fail(pp+".cluster", "%q: %v: in a mesh a provider's cluster is Istio's outbound|<port>||<host> (the cluster header's value and the failover callouts' target)", pr.Cluster, err)
 			continue
 		}
 		if pr.Authority != host {
-			v.problems = append(v.problems, Problem{Object: v.cur, Path: pp + ".authority",
-				Message: fmt.Sprintf("%q: must be %q, the cluster's host, whose virtual host the re-routed request is matched in", pr.Authority, host)})
+			v.fail(pp+".authority", "%q: must be %q, the cluster's host, whose virtual host the re-routed request is matched in", pr.Authority, host)
 		}
-		ref.clusters = append(ref.clusters, pr.Cluster)
 	}
-	v.policies = append(v.policies, ref)
+	return ref
 }
 
 // validateBootstrapOverride reads a bootstrap override strictly and validates it.
